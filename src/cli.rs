@@ -1,0 +1,528 @@
+//! The command line of `virt-cpu-policy`: argument definitions (clap) and the glue from a parsed
+//! command to the library and an exit code.
+//!
+//! Exit codes (documented in README.md and `--help`):
+//! * 0: written / conforms / done;
+//! * 1: the domain cannot be made to satisfy the policy, or the result fails validation
+//!   (findings on stderr, nothing on stdout);
+//! * 2: bad usage, unreadable or malformed input, policy or host-fact file, or output that cannot
+//!   be written (one message on stderr, nothing on stdout);
+//! * 3: `check` only: the domain conforms only after a rewrite.
+//!
+//! Output is built whole in memory and written once, so a failure never leaves partial output.
+
+use crate::error::Error;
+use crate::finding::Severity;
+use crate::host::{Fact, Host, HostOptions};
+use crate::policy::{Mode, Policy};
+use crate::rewrite::{Outcome, rewrite};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+/// Exit code: success.
+pub const EXIT_OK: i32 = 0;
+/// Exit code: the domain cannot conform (findings on stderr).
+pub const EXIT_REFUSED: i32 = 1;
+/// Exit code: bad usage or input.
+pub const EXIT_BAD_INPUT: i32 = 2;
+/// Exit code (`check`): conforms only after a rewrite.
+pub const EXIT_NEEDS_REWRITE: i32 = 3;
+
+/// The parsed command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "virt-cpu-policy",
+    version,
+    about = "Make the guest CPU of libvirt domains a declared policy",
+    long_about = "Rewrites libvirt domain XML so the guest CPU is what the host's policy says \
+                  (one <cpu>, mode/model/features, a minimum x86-64 level), with the smallest \
+                  possible edit, and validates the result against libvirt's own rules.",
+    after_help = "Exit codes: 0 ok; 1 the domain cannot conform (findings on stderr); \
+                  2 bad usage or input; 3 (check) conforms only after a rewrite."
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Rewrite a domain's XML to conform to the policy; write the whole document to stdout.
+    Rewrite(RewriteArgs),
+    /// Report whether a domain conforms (exit 0), needs a rewrite (3), or cannot conform (1).
+    Check(CheckArgs),
+    /// Print the host facts found and where each came from.
+    Host(HostArgs),
+}
+
+/// Options shared by `rewrite` and `check`.
+#[derive(Debug, Args)]
+pub struct Common {
+    /// Policy file (default: /etc/virt-cpu-policy/policy.toml if it exists, else the built-in
+    /// policy).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// `virsh capabilities`, `virsh domcapabilities` or libvirt QEMU capability cache file
+    /// (repeatable).
+    #[arg(long = "caps", value_name = "FILE")]
+    pub caps: Vec<PathBuf>,
+    /// The host's online CPU count, instead of sysconf (for tests and dry runs).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub host_cpus: Option<u32>,
+    /// libvirt's cpu_map directory (default /usr/share/libvirt/cpu_map, else a built-in copy).
+    #[arg(long, value_name = "DIR")]
+    pub cpu_map: Option<PathBuf>,
+    /// The domain XML file, or - for stdin (the default).
+    #[arg(value_name = "INPUT", default_value = "-")]
+    pub input: PathBuf,
+}
+
+/// `rewrite` options.
+#[derive(Debug, Args)]
+pub struct RewriteArgs {
+    #[command(flatten)]
+    /// Shared options.
+    pub common: Common,
+    /// Print a unified diff instead of the document.
+    #[arg(long, conflicts_with = "in_place")]
+    pub diff: bool,
+    /// Also print, on stderr, each change and the rule that caused it.
+    #[arg(long)]
+    pub explain: bool,
+    /// Replace INPUT with the result (atomically; untouched when nothing changes).
+    #[arg(long)]
+    pub in_place: bool,
+}
+
+/// Report formats for `check`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Format {
+    /// One line per guest, then the changes and findings.
+    Text,
+    /// One JSON object.
+    Json,
+}
+
+/// `check` options.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    /// Shared options.
+    pub common: Common,
+    /// Report format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+/// `host` options.
+#[derive(Debug, Args)]
+pub struct HostArgs {
+    /// Policy file whose `[host]` settings apply (default as for `rewrite`).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Capabilities / domcapabilities / QEMU capability cache file (repeatable).
+    #[arg(long = "caps", value_name = "FILE")]
+    pub caps: Vec<PathBuf>,
+    /// The host's online CPU count, instead of sysconf.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub host_cpus: Option<u32>,
+    /// libvirt's cpu_map directory.
+    #[arg(long, value_name = "DIR")]
+    pub cpu_map: Option<PathBuf>,
+}
+
+/// A failure that ends the command with a message and an exit code.
+#[derive(Debug)]
+pub struct Failure {
+    /// The exit code.
+    pub code: i32,
+    /// The message for stderr (without the program name), or None when already printed.
+    pub message: Option<String>,
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure {
+            code: EXIT_BAD_INPUT,
+            message: Some(e.to_string()),
+        }
+    }
+}
+
+/// Run a parsed command; returns the exit code. Messages go to stderr prefixed with the program
+/// name; only results go to stdout.
+#[must_use]
+pub fn run(cli: Cli) -> i32 {
+    let result = match cli.command {
+        Command::Rewrite(a) => cmd_rewrite(&a),
+        Command::Check(a) => cmd_check(&a),
+        Command::Host(a) => cmd_host(&a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(f) => {
+            if let Some(m) = f.message {
+                eprintln!("virt-cpu-policy: {m}");
+            }
+            f.code
+        }
+    }
+}
+
+fn host_options(
+    policy: &Policy,
+    caps: &[PathBuf],
+    cpu_map: Option<&PathBuf>,
+    host_cpus: Option<u32>,
+) -> HostOptions {
+    HostOptions {
+        caps: caps
+            .iter()
+            .chain(policy.host.capabilities.iter())
+            .cloned()
+            .collect(),
+        cpu_map: cpu_map.cloned().or_else(|| policy.host.cpu_map.clone()),
+        cpus: host_cpus
+            .map(|value| Fact {
+                value,
+                source: "--host-cpus".into(),
+            })
+            .or_else(|| {
+                policy.host.cpus.map(|value| Fact {
+                    value,
+                    source: format!("[host] cpus in {}", policy.source),
+                })
+            }),
+    }
+}
+
+fn read_input(input: &Path) -> Result<(Vec<u8>, String), Failure> {
+    let limit = crate::domain::MAX_INPUT_BYTES as u64 + 1;
+    let mut buf = Vec::new();
+    if input == Path::new("-") {
+        std::io::stdin()
+            .lock()
+            .take(limit)
+            .read_to_end(&mut buf)
+            .map_err(|source| Error::Read {
+                path: "standard input".into(),
+                source,
+            })?;
+        return Ok((buf, "the domain XML on standard input".into()));
+    }
+    let file = std::fs::File::open(input).map_err(|source| Error::Read {
+        path: input.to_path_buf(),
+        source,
+    })?;
+    if file.metadata().is_ok_and(|m| m.is_dir()) {
+        return Err(Error::Read {
+            path: input.to_path_buf(),
+            source: std::io::Error::other("is a directory"),
+        }
+        .into());
+    }
+    file.take(limit)
+        .read_to_end(&mut buf)
+        .map_err(|source| Error::Read {
+            path: input.to_path_buf(),
+            source,
+        })?;
+    Ok((buf, input.display().to_string()))
+}
+
+struct Prepared {
+    policy: Policy,
+    outcome: Outcome,
+    input: String,
+}
+
+fn prepare(c: &Common) -> Result<Prepared, Failure> {
+    let policy = Policy::load(c.policy.as_deref())?;
+    let host = Host::discover(&host_options(
+        &policy,
+        &c.caps,
+        c.cpu_map.as_ref(),
+        c.host_cpus,
+    ))?;
+    let (bytes, what) = read_input(&c.input)?;
+    let text = crate::domain::decode(&bytes, &what)?;
+    let outcome = rewrite(text, &what, &policy, &host)?;
+    Ok(Prepared {
+        policy,
+        outcome,
+        input: text.to_string(),
+    })
+}
+
+fn guest_label(o: &Outcome) -> String {
+    if o.name.is_empty() {
+        "guest (unnamed)".into()
+    } else {
+        format!("guest '{}'", o.name)
+    }
+}
+
+fn explain(o: &Outcome, audit: bool) -> String {
+    let mut s = String::new();
+    let label = guest_label(o);
+    if let Some(n) = &o.note {
+        s.push_str(&format!("{label}: {n}\n"));
+        return s;
+    }
+    if o.changes.is_empty() {
+        s.push_str(&format!("{label}: conforms, nothing to change\n"));
+    } else {
+        let verb = if audit { "would make" } else { "made" };
+        s.push_str(&format!("{label}: {verb} {} change(s)\n", o.changes.len()));
+        for c in &o.changes {
+            s.push_str(&format!("  - rule '{}': {}\n", c.rule, c.what));
+        }
+    }
+    s
+}
+
+fn findings_text(o: &Outcome) -> String {
+    let label = guest_label(o);
+    o.findings
+        .iter()
+        .map(|f| format!("virt-cpu-policy: {label}: {f}\n"))
+        .collect()
+}
+
+fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|e| Failure {
+            code: EXIT_BAD_INPUT,
+            message: Some(format!("cannot write to standard output: {e}")),
+        })
+}
+
+fn cmd_rewrite(a: &RewriteArgs) -> Result<i32, Failure> {
+    if a.in_place && a.common.input == Path::new("-") {
+        return Err(Failure {
+            code: EXIT_BAD_INPUT,
+            message: Some("--in-place needs an INPUT file, not standard input".into()),
+        });
+    }
+    let p = prepare(&a.common)?;
+    let o = &p.outcome;
+    let audit = p.policy.mode == Mode::Audit;
+    let mut err = findings_text(o);
+    if a.explain || audit {
+        err = explain(o, audit) + &err;
+    }
+    eprint!("{err}");
+    if o.has_errors() && !audit {
+        return Ok(EXIT_REFUSED);
+    }
+    if a.diff {
+        let diff = similar::TextDiff::from_lines(&p.input, &o.output);
+        let name = a.common.input.display().to_string();
+        let text = diff
+            .unified_diff()
+            .context_radius(3)
+            .header(&name, &name)
+            .to_string();
+        write_stdout(text.as_bytes())?;
+        return Ok(EXIT_OK);
+    }
+    if a.in_place {
+        if o.output != p.input {
+            write_atomically(&a.common.input, o.output.as_bytes())?;
+        }
+        return Ok(EXIT_OK);
+    }
+    write_stdout(o.output.as_bytes())?;
+    Ok(EXIT_OK)
+}
+
+/// Replace `path` with `bytes`: a temporary file in the same directory, synced, given the old
+/// file's permissions, then renamed over it, so readers see the old or the new file, never half.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
+    let fail = |source: std::io::Error| {
+        Failure::from(Error::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let file_name = path
+        .file_name()
+        .map_or_else(|| "domain".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = dir.join(format!(
+        ".{file_name}.virt-cpu-policy.{}",
+        std::process::id()
+    ));
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        if let Ok(meta) = std::fs::metadata(path) {
+            f.set_permissions(meta.permissions())?;
+        }
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(fail(e));
+    }
+    Ok(())
+}
+
+fn cmd_check(a: &CheckArgs) -> Result<i32, Failure> {
+    let p = prepare(&a.common)?;
+    let o = &p.outcome;
+    let (verdict, code) = if !o.in_scope {
+        ("out-of-scope", EXIT_OK)
+    } else if o.has_errors() {
+        ("cannot-conform", EXIT_REFUSED)
+    } else if o.changed {
+        ("needs-rewrite", EXIT_NEEDS_REWRITE)
+    } else {
+        ("conforms", EXIT_OK)
+    };
+    let report = match a.format {
+        Format::Json => {
+            let v = serde_json::json!({
+                "guest": o.name,
+                "verdict": verdict,
+                "exit": code,
+                "policy": p.policy.source,
+                "changes": o.changes,
+                "findings": o.findings,
+                "note": o.note,
+            });
+            format!("{v}\n")
+        }
+        Format::Text => {
+            let label = guest_label(o);
+            let mut s = match verdict {
+                "out-of-scope" => format!("{label}: {}\n", o.note.clone().unwrap_or_default()),
+                "cannot-conform" => format!("{label}: cannot conform to the policy\n"),
+                "needs-rewrite" => format!(
+                    "{label}: conforms only after a rewrite ({} change(s))\n",
+                    o.changes.len()
+                ),
+                _ => format!("{label}: conforms\n"),
+            };
+            if verdict != "cannot-conform" {
+                for c in &o.changes {
+                    s.push_str(&format!("  - rule '{}': {}\n", c.rule, c.what));
+                }
+            }
+            for f in &o.findings {
+                s.push_str(&format!("  {f}\n"));
+            }
+            s
+        }
+    };
+    write_stdout(report.as_bytes())?;
+    Ok(code)
+}
+
+fn cmd_host(a: &HostArgs) -> Result<i32, Failure> {
+    let policy = Policy::load(a.policy.as_deref())?;
+    let host = Host::discover(&host_options(
+        &policy,
+        &a.caps,
+        a.cpu_map.as_ref(),
+        a.host_cpus,
+    ))?;
+    let mut s = String::new();
+    s.push_str(&format!("policy: {}\n", policy.source));
+    s.push_str(&format!(
+        "cpu_map: {} x86 models from {}\n",
+        host.cpu_map.len(),
+        host.cpu_map.source()
+    ));
+    if let Some(n) = &host.cpu_map_note {
+        s.push_str(&format!("  note: {n}\n"));
+    }
+    match &host.cpus {
+        Some(c) => s.push_str(&format!("host CPUs: {} (from {})\n", c.value, c.source)),
+        None => s.push_str("host CPUs: unknown\n"),
+    }
+    if host.files.is_empty() {
+        s.push_str("capability files: none (give --caps FILE)\n");
+    }
+    for f in &host.files {
+        s.push_str(&format!("capability file: {f}\n"));
+    }
+    let mut machines: Vec<_> = host
+        .machines
+        .iter()
+        .filter(|m| m.max_cpus.is_some())
+        .collect();
+    machines
+        .sort_by(|x, y| (&x.arch, &x.virt_type, &x.name).cmp(&(&y.arch, &y.virt_type, &y.name)));
+    machines.dedup_by(|x, y| {
+        x.arch == y.arch
+            && x.name == y.name
+            && x.virt_type == y.virt_type
+            && x.max_cpus == y.max_cpus
+    });
+    for m in machines {
+        let vt = m.virt_type.as_deref().unwrap_or("any");
+        let alias = m
+            .canonical
+            .as_deref()
+            .map(|c| format!(" (alias of {c})"))
+            .unwrap_or_default();
+        s.push_str(&format!(
+            "machine: {} {} {}{alias}: maxCpus {} (from {})\n",
+            m.arch,
+            vt,
+            m.name,
+            m.max_cpus.unwrap_or(0),
+            m.source
+        ));
+    }
+    for d in &host.domcaps {
+        s.push_str(&format!(
+            "domcapabilities: {} {} {}: vcpu max {}, modes {} (from {})\n",
+            d.arch,
+            d.virt_type,
+            d.machine,
+            d.vcpu_max.map_or("unknown".into(), |v| v.to_string()),
+            d.modes.iter().cloned().collect::<Vec<_>>().join(","),
+            d.source
+        ));
+        if let Some(hm) = &d.host_model {
+            let model = hm.model.as_deref().unwrap_or("(none)");
+            let feats = crate::rewrite::guaranteed_features(
+                host.cpu_map.model_features(model),
+                &hm.require
+                    .iter()
+                    .map(|f| (f.clone(), "require".into()))
+                    .chain(hm.disable.iter().map(|f| (f.clone(), "disable".into())))
+                    .collect::<Vec<_>>(),
+            );
+            let level = crate::cpu::Level::highest(|f| feats.contains(f))
+                .map_or("below x86-64-v1".into(), |l| l.to_string());
+            s.push_str(&format!(
+                "  host-model: {model} + {} required, {} disabled: reaches {level}\n",
+                hm.require.len(),
+                hm.disable.len()
+            ));
+        }
+        let usable = d.models.iter().filter(|(_, u)| *u).count();
+        s.push_str(&format!(
+            "  custom models: {usable} of {} usable\n",
+            d.models.len()
+        ));
+    }
+    let _ = Severity::Error;
+    write_stdout(s.as_bytes())?;
+    Ok(EXIT_OK)
+}

@@ -1,0 +1,79 @@
+//! The library's error type: everything that stops the tool before it can judge a domain.
+//!
+//! These are the "bad input" failures (exit code 2 at the command line): an unreadable or
+//! malformed document or policy, a refused DTD, an oversized input, an unreadable host-fact file.
+//! A domain that can be read but cannot be made to conform is *not* an error here: that is a
+//! [`crate::validate::Finding`] with severity error (exit code 1).
+
+use std::path::PathBuf;
+
+/// Why the tool could not read its input, policy or host facts.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file could not be read (missing, a directory, no permission...).
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file named on the command line or in the policy.
+        path: PathBuf,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+    /// A file could not be written (`--in-place`).
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file being replaced.
+        path: PathBuf,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+    /// The domain document is larger than [`crate::domain::MAX_INPUT_BYTES`].
+    #[error("{what} is {size} bytes, over the limit of {limit} bytes; refusing to parse it")]
+    TooLarge {
+        /// "the domain XML" or a file name.
+        what: String,
+        /// Its size in bytes.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The document is not UTF-8 (libvirt writes and reads domain XML as UTF-8).
+    #[error("{what} is not valid UTF-8 (byte offset {offset}); libvirt domain XML is UTF-8")]
+    NotUtf8 {
+        /// "the domain XML" or a file name.
+        what: String,
+        /// Offset of the first invalid byte.
+        offset: usize,
+    },
+    /// The document is not well-formed XML, or uses a DTD or entities (refused: libvirt's schema
+    /// has no DTD, and entity expansion is the classic "billion laughs" attack).
+    #[error("{what} is not acceptable XML: {message}")]
+    Xml {
+        /// "the domain XML" or a file name.
+        what: String,
+        /// roxmltree's description, with line and column.
+        message: String,
+    },
+    /// The document is XML but not a libvirt domain (root element is not `<domain>`).
+    #[error("{what} is not a libvirt domain: the root element is <{root}>, expected <domain>")]
+    NotADomain {
+        /// "the domain XML" or a file name.
+        what: String,
+        /// The root element's name.
+        root: String,
+    },
+    /// The policy file does not parse or has a bad key or value; the message names the key and
+    /// its line and column.
+    #[error("policy {path}: {message}")]
+    Policy {
+        /// The policy file ("built-in" for the compiled-in default).
+        path: String,
+        /// What is wrong, with line and column.
+        message: String,
+    },
+    /// A host-fact file (`--caps`, `[host] capabilities`, cpu_map) is unusable.
+    #[error("host facts: {0}")]
+    Host(String),
+}
+
+/// Result with the library's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,423 @@
+//! Facts about the host, read from files, never from libvirt.
+//!
+//! The libvirt hook must not call back into libvirt (libvirt's `docs/hooks.rst`: a deadlock is
+//! likely), so everything the tool knows about the host comes from files: `virsh capabilities`,
+//! `virsh domcapabilities` and libvirt's QEMU capability cache (`qemuCaps`) files, libvirt's
+//! `cpu_map` directory and the kernel. Every fact remembers its source, and `virt-cpu-policy host`
+//! prints them.
+
+use crate::cpu::CpuMap;
+use crate::domain::{child, decode, is_libvirt_element, parse_xml, text_of};
+use crate::error::{Error, Result};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// libvirt's default cpu_map directory (Debian, Fedora, RHEL).
+pub const DEFAULT_CPU_MAP: &str = "/usr/share/libvirt/cpu_map";
+
+/// A value and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fact<T> {
+    /// The value.
+    pub value: T,
+    /// A file path, "--host-cpus", "sysconf(_SC_NPROCESSORS_ONLN)", ...
+    pub source: String,
+}
+
+/// One machine type from a capabilities or qemuCaps file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineFact {
+    /// Guest arch (`x86_64`, `aarch64`...).
+    pub arch: String,
+    /// Virt type it was listed under (`kvm`, `qemu`), or None when listed for every type.
+    pub virt_type: Option<String>,
+    /// Machine type name as listed (`pc-q35-7.2`, or an alias such as `q35`).
+    pub name: String,
+    /// The versioned type an alias stands for (`canonical=` / `alias=`).
+    pub canonical: Option<String>,
+    /// `maxCpus`.
+    pub max_cpus: Option<u32>,
+    /// The file.
+    pub source: String,
+}
+
+/// A CPU description as libvirt writes it: a model plus feature policies.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CpuDescription {
+    /// `<model>`.
+    pub model: Option<String>,
+    /// Features with policy `require` (or listed without policy).
+    pub require: BTreeSet<String>,
+    /// Features with policy `disable` or `forbid`.
+    pub disable: BTreeSet<String>,
+}
+
+/// One `virsh domcapabilities` document.
+#[derive(Debug, Clone, Default)]
+pub struct DomCaps {
+    /// `<arch>`.
+    pub arch: String,
+    /// `<domain>`: `kvm` or `qemu`.
+    pub virt_type: String,
+    /// `<machine>` (versioned).
+    pub machine: String,
+    /// `<path>` of the emulator.
+    pub emulator: Option<String>,
+    /// `<vcpu max>` (the smaller of the machine type's and KVM's limits).
+    pub vcpu_max: Option<u32>,
+    /// CPU modes with `supported='yes'`.
+    pub modes: BTreeSet<String>,
+    /// The `host-model` CPU, when supported.
+    pub host_model: Option<CpuDescription>,
+    /// Custom models and whether each is `usable='yes'`.
+    pub models: Vec<(String, bool)>,
+    /// The file.
+    pub source: String,
+}
+
+impl DomCaps {
+    /// `Some(usable)` when the custom model is listed.
+    #[must_use]
+    pub fn model_usable(&self, model: &str) -> Option<bool> {
+        self.models
+            .iter()
+            .find(|(m, _)| m == model)
+            .map(|(_, u)| *u)
+    }
+}
+
+/// Everything the tool knows about the host.
+#[derive(Debug)]
+pub struct Host {
+    /// libvirt's CPU models.
+    pub cpu_map: CpuMap,
+    /// Why the cpu_map directory was not used, when the built-in table is in use.
+    pub cpu_map_note: Option<String>,
+    /// The host's online CPU count.
+    pub cpus: Option<Fact<u32>>,
+    /// Machine types from capabilities and qemuCaps files.
+    pub machines: Vec<MachineFact>,
+    /// domcapabilities documents.
+    pub domcaps: Vec<DomCaps>,
+    /// Files read, in order.
+    pub files: Vec<String>,
+}
+
+/// Inputs for [`Host::discover`].
+#[derive(Debug, Default, Clone)]
+pub struct HostOptions {
+    /// capabilities / domcapabilities / qemuCaps files (`--caps` and `[host] capabilities`).
+    pub caps: Vec<PathBuf>,
+    /// cpu_map directory (`--cpu-map` or `[host] cpu_map`); default [`DEFAULT_CPU_MAP`].
+    pub cpu_map: Option<PathBuf>,
+    /// Host CPU count override (`--host-cpus` or `[host] cpus`), with its source.
+    pub cpus: Option<Fact<u32>>,
+}
+
+/// Largest host-fact file read (libvirt's qemuCaps files are about 300 KiB).
+const MAX_CAPS_BYTES: usize = 16 * 1024 * 1024;
+
+impl Host {
+    /// Gather host facts from `opts`.
+    ///
+    /// A named cpu_map directory that cannot be read is an error; the default one missing means the
+    /// built-in table is used (and said so in `cpu_map_note`).
+    ///
+    /// # Errors
+    /// [`Error::Read`] for a named file that cannot be read; [`Error::Host`] for a file that is
+    /// not a capabilities, domcapabilities or qemuCaps document, or a broken cpu_map.
+    pub fn discover(opts: &HostOptions) -> Result<Host> {
+        let (cpu_map, cpu_map_note) = match &opts.cpu_map {
+            Some(dir) => (
+                CpuMap::load(dir).map_err(|e| Error::Host(e.to_string()))?,
+                None,
+            ),
+            None => {
+                let dir = Path::new(DEFAULT_CPU_MAP);
+                if dir.join("index.xml").exists() {
+                    match CpuMap::load(dir) {
+                        Ok(m) => (m, None),
+                        Err(e) => (
+                            CpuMap::builtin(),
+                            Some(format!("{e}; using the built-in table")),
+                        ),
+                    }
+                } else {
+                    (
+                        CpuMap::builtin(),
+                        Some(format!(
+                            "{DEFAULT_CPU_MAP} not found (libvirt not installed?); using the built-in table from libvirt 9.0"
+                        )),
+                    )
+                }
+            }
+        };
+        let mut host = Host {
+            cpu_map,
+            cpu_map_note,
+            cpus: opts.cpus.clone().or_else(sysconf_cpus),
+            machines: Vec::new(),
+            domcaps: Vec::new(),
+            files: Vec::new(),
+        };
+        for path in &opts.caps {
+            host.read_caps_file(path)?;
+        }
+        Ok(host)
+    }
+
+    /// Read one capabilities, domcapabilities or qemuCaps file and add its facts.
+    ///
+    /// # Errors
+    /// As [`Host::discover`].
+    pub fn read_caps_file(&mut self, path: &Path) -> Result<()> {
+        let what = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if bytes.len() > MAX_CAPS_BYTES {
+            return Err(Error::TooLarge {
+                what,
+                size: bytes.len(),
+                limit: MAX_CAPS_BYTES,
+            });
+        }
+        let text = decode(&bytes, &what)?;
+        let doc = parse_xml(text, &what)?;
+        let root = doc.root_element();
+        match root.tag_name().name() {
+            "capabilities" => self.read_capabilities(root, &what),
+            "domainCapabilities" => self.domcaps.push(read_domcaps(root, &what)),
+            "qemuCaps" => self.read_qemucaps(root, &what),
+            other => {
+                return Err(Error::Host(format!(
+                    "{what}: root element <{other}> is not <capabilities>, <domainCapabilities> or <qemuCaps>"
+                )));
+            }
+        }
+        self.files.push(what);
+        Ok(())
+    }
+
+    fn read_capabilities(&mut self, root: roxmltree::Node<'_, '_>, src: &str) {
+        for guest in root.children().filter(|n| is_libvirt_element(*n, "guest")) {
+            let Some(arch) = child(guest, "arch") else {
+                continue;
+            };
+            let arch_name = arch
+                .attribute("arch")
+                .or(arch.attribute("name"))
+                .unwrap_or("");
+            let mut push = |m: roxmltree::Node<'_, '_>, vt: Option<&str>| {
+                if let Some(name) = text_of(m) {
+                    self.machines.push(MachineFact {
+                        arch: arch_name.to_string(),
+                        virt_type: vt.map(str::to_string),
+                        name,
+                        canonical: m.attribute("canonical").map(str::to_string),
+                        max_cpus: m.attribute("maxCpus").and_then(|v| v.parse().ok()),
+                        source: src.to_string(),
+                    });
+                }
+            };
+            for m in arch
+                .children()
+                .filter(|n| is_libvirt_element(*n, "machine"))
+            {
+                push(m, None);
+            }
+            for d in arch.children().filter(|n| is_libvirt_element(*n, "domain")) {
+                let vt = d.attribute("type");
+                for m in d.children().filter(|n| is_libvirt_element(*n, "machine")) {
+                    push(m, vt);
+                }
+            }
+        }
+    }
+
+    fn read_qemucaps(&mut self, root: roxmltree::Node<'_, '_>, src: &str) {
+        let arch = child(root, "arch").and_then(text_of).unwrap_or_default();
+        for m in root
+            .children()
+            .filter(|n| is_libvirt_element(*n, "machine"))
+        {
+            let vt = match m.attribute("type") {
+                Some("tcg") => "qemu",
+                Some(t) => t,
+                None => continue,
+            };
+            let Some(name) = m.attribute("name") else {
+                continue;
+            };
+            let max = m.attribute("maxCpus").and_then(|v| v.parse().ok());
+            self.machines.push(MachineFact {
+                arch: arch.clone(),
+                virt_type: Some(vt.to_string()),
+                name: name.to_string(),
+                canonical: None,
+                max_cpus: max,
+                source: src.to_string(),
+            });
+            if let Some(alias) = m.attribute("alias") {
+                self.machines.push(MachineFact {
+                    arch: arch.clone(),
+                    virt_type: Some(vt.to_string()),
+                    name: alias.to_string(),
+                    canonical: Some(name.to_string()),
+                    max_cpus: max,
+                    source: src.to_string(),
+                });
+            }
+        }
+    }
+
+    /// The domcapabilities that describe a domain: same arch and virt type; the one for the same
+    /// machine type (directly or through an alias) first.
+    #[must_use]
+    pub fn domcaps_for(&self, arch: &str, virt_type: &str, machine: &str) -> Option<&DomCaps> {
+        let canonical = self.canonical_machine(arch, machine);
+        let same: Vec<&DomCaps> = self
+            .domcaps
+            .iter()
+            .filter(|d| d.arch == arch && d.virt_type == virt_type)
+            .collect();
+        same.iter()
+            .find(|d| d.machine == machine || Some(d.machine.as_str()) == canonical.as_deref())
+            .or(same.first())
+            .copied()
+    }
+
+    /// The versioned machine type an alias (`pc`, `q35`, `virt`) stands for, when a capabilities
+    /// or qemuCaps file says.
+    #[must_use]
+    pub fn canonical_machine(&self, arch: &str, machine: &str) -> Option<String> {
+        self.machines
+            .iter()
+            .find(|m| m.arch == arch && m.name == machine && m.canonical.is_some())
+            .and_then(|m| m.canonical.clone())
+    }
+}
+
+fn read_domcaps(root: roxmltree::Node<'_, '_>, src: &str) -> DomCaps {
+    let txt = |name: &str| child(root, name).and_then(text_of);
+    let mut dc = DomCaps {
+        arch: txt("arch").unwrap_or_default(),
+        virt_type: txt("domain").unwrap_or_default(),
+        machine: txt("machine").unwrap_or_default(),
+        emulator: txt("path"),
+        vcpu_max: child(root, "vcpu")
+            .and_then(|v| v.attribute("max"))
+            .and_then(|v| v.parse().ok()),
+        source: src.to_string(),
+        ..DomCaps::default()
+    };
+    let Some(cpu) = child(root, "cpu") else {
+        return dc;
+    };
+    for mode in cpu.children().filter(|n| is_libvirt_element(*n, "mode")) {
+        if mode.attribute("supported") != Some("yes") {
+            continue;
+        }
+        let name = mode.attribute("name").unwrap_or("");
+        dc.modes.insert(name.to_string());
+        match name {
+            "host-model" => {
+                let mut d = CpuDescription {
+                    model: child(mode, "model").and_then(text_of),
+                    ..CpuDescription::default()
+                };
+                for f in mode
+                    .children()
+                    .filter(|n| is_libvirt_element(*n, "feature"))
+                {
+                    let Some(fname) = f.attribute("name") else {
+                        continue;
+                    };
+                    match f.attribute("policy").unwrap_or("require") {
+                        "disable" | "forbid" => d.disable.insert(fname.to_string()),
+                        _ => d.require.insert(fname.to_string()),
+                    };
+                }
+                dc.host_model = Some(d);
+            }
+            "custom" => {
+                for m in mode.children().filter(|n| is_libvirt_element(*n, "model")) {
+                    if let Some(name) = text_of(m) {
+                        dc.models.push((name, m.attribute("usable") == Some("yes")));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    dc
+}
+
+/// The host's online CPU count from `sysconf(_SC_NPROCESSORS_ONLN)`.
+#[must_use]
+pub fn sysconf_cpus() -> Option<Fact<u32>> {
+    // SAFETY: sysconf has no preconditions and only reads.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    u32::try_from(n).ok().filter(|n| *n > 0).map(|value| Fact {
+        value,
+        source: "sysconf(_SC_NPROCESSORS_ONLN)".to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn corpus(rel: &str) -> Option<PathBuf> {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/corpus")
+            .join(rel);
+        if p.exists() {
+            Some(p)
+        } else {
+            eprintln!("skipping: {} not present", p.display());
+            None
+        }
+    }
+
+    #[test]
+    fn reads_this_hosts_files() {
+        let (Some(caps), Some(dc), Some(qc)) = (
+            corpus("host-libvirt-9.0-qemu-7.2/capabilities.xml"),
+            corpus("host-libvirt-9.0-qemu-7.2/domcapabilities-x86_64-q35-kvm.xml"),
+            corpus("host-libvirt-9.0-qemu-7.2/qemucaps-x86_64.xml"),
+        ) else {
+            return;
+        };
+        let h = Host::discover(&HostOptions {
+            caps: vec![caps, dc, qc],
+            ..HostOptions::default()
+        })
+        .unwrap();
+        assert_eq!(
+            h.canonical_machine("x86_64", "q35").as_deref(),
+            Some("pc-q35-7.2")
+        );
+        let d = h.domcaps_for("x86_64", "kvm", "q35").unwrap();
+        assert_eq!(d.vcpu_max, Some(288));
+        assert_eq!(d.model_usable("qemu64"), Some(false));
+        let hm = d.host_model.as_ref().unwrap();
+        assert!(hm.disable.contains("pni"));
+        assert!(h.machines.iter().any(|m| m.name == "pc-q35-7.2"
+            && m.virt_type.as_deref() == Some("qemu")
+            && m.max_cpus == Some(288)));
+    }
+
+    #[test]
+    fn refuses_unknown_document() {
+        let dir = std::env::temp_dir().join(format!("vcp-host-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("x.xml");
+        std::fs::write(&f, "<domain/>").unwrap();
+        let mut h = Host::discover(&HostOptions::default()).unwrap();
+        let e = h.read_caps_file(&f).unwrap_err().to_string();
+        assert!(e.contains("<domain>"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

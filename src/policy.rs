@@ -1,0 +1,814 @@
+//! The policy file: a TOML document (schema version 1) that says what every guest's CPU must be.
+//!
+//! Parsing is strict: unknown keys, wrong types and bad values are errors that name the key and
+//! its line and column (serde's `deny_unknown_fields` plus `toml`'s spans). Feature names are
+//! normalised to libvirt's spelling ([`crate::cpu::normalize_feature`]) when the file is read, so
+//! the rest of the program only sees libvirt names.
+//!
+//! [`Policy::resolve`] turns the ordered `[[rule]]` list into a [`Plan`] for one domain: rules
+//! apply in file order and a later matching rule overrides an earlier one key by key; every value
+//! in the plan remembers the rule that set it, for `--explain` and for messages.
+
+use crate::cpu::{Level, normalize_feature};
+use crate::error::{Error, Result};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use toml::Spanned;
+
+/// Where the installed policy lives; read when no `--policy` is given.
+pub const SYSTEM_POLICY: &str = "/etc/virt-cpu-policy/policy.toml";
+
+/// The built-in default policy, also shipped as `packaging/policy.toml`: x86-64-v2 for every
+/// x86_64 guest. (The aarch64 and TCG mode fixes of [`crate::rewrite`] apply to every domain.)
+pub const DEFAULT_POLICY: &str = include_str!("../packaging/policy.toml");
+
+/// What the tool does with a non-conforming domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Rewrite the domain (default).
+    #[default]
+    Enforce,
+    /// Report what would change; the output is the input, byte for byte.
+    Audit,
+}
+
+/// `[hook] on_violation`: what the libvirt hook does with a guest that does not conform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnViolation {
+    /// Refuse the start (hook exits 1).
+    Deny,
+    /// Log and let it start (default).
+    #[default]
+    Warn,
+}
+
+/// `[hook] on_error`: what the hook does when the tool itself fails (bad policy, unparsable XML).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnError {
+    /// Log and let libvirt go on (default).
+    #[default]
+    Allow,
+    /// Refuse with the reason.
+    Deny,
+}
+
+/// `[hook]` settings (used by the libvirt hook; parsed and validated for every command).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookSettings {
+    /// See [`OnViolation`].
+    #[serde(default)]
+    pub on_violation: OnViolation,
+    /// See [`OnError`].
+    #[serde(default)]
+    pub on_error: OnError,
+}
+
+/// `[host]`: overrides of discovered host facts.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSettings {
+    /// libvirt's cpu_map directory (default `/usr/share/libvirt/cpu_map`).
+    pub cpu_map: Option<PathBuf>,
+    /// Extra `virsh capabilities` / `virsh domcapabilities` / QEMU capability cache files.
+    #[serde(default)]
+    pub capabilities: Vec<PathBuf>,
+    /// The host's online CPU count, overriding `sysconf(_SC_NPROCESSORS_ONLN)`.
+    pub cpus: Option<u32>,
+}
+
+/// libvirt's `<cpu mode=...>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CpuMode {
+    /// `host-model`: libvirt copies the host's CPU model and features (x86, s390x, ppc64).
+    HostModel,
+    /// `host-passthrough`: the host CPU as KVM sees it (not under TCG).
+    HostPassthrough,
+    /// `maximum`: everything the hypervisor can give (libvirt >= 7.1).
+    Maximum,
+    /// `custom`: a named model plus features.
+    Custom,
+}
+
+impl CpuMode {
+    /// libvirt's spelling.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuMode::HostModel => "host-model",
+            CpuMode::HostPassthrough => "host-passthrough",
+            CpuMode::Maximum => "maximum",
+            CpuMode::Custom => "custom",
+        }
+    }
+
+    /// Parse libvirt's spelling; None for anything else.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "host-model" => CpuMode::HostModel,
+            "host-passthrough" => CpuMode::HostPassthrough,
+            "maximum" => CpuMode::Maximum,
+            "custom" => CpuMode::Custom,
+            _ => return None,
+        })
+    }
+}
+
+/// libvirt's `<model fallback=...>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fallback {
+    /// libvirt may pick a close model.
+    Allow,
+    /// Only the named model.
+    Forbid,
+}
+
+/// libvirt's `<cpu check=...>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Check {
+    /// No check: features the host lacks are silently dropped (seen with libvirt 9.0).
+    None,
+    /// libvirt checks before start (its default for custom).
+    Partial,
+    /// libvirt also checks the CPU QEMU really created.
+    Full,
+}
+
+impl Check {
+    /// libvirt's spelling.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Check::None => "none",
+            Check::Partial => "partial",
+            Check::Full => "full",
+        }
+    }
+}
+
+impl Fallback {
+    /// libvirt's spelling.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fallback::Allow => "allow",
+            Fallback::Forbid => "forbid",
+        }
+    }
+}
+
+/// `vcpu.max`: the vCPU maximum a rule asks for (applied by part 2 of the rewrite engine).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VcpuMax {
+    /// A fixed count (1 or more).
+    Count(u32),
+    /// The host's online CPU count.
+    Host,
+    /// The machine type's limit.
+    Machine,
+}
+
+/// `vcpu.topology`: how `<topology>` is reshaped when the maximum changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TopologyStrategy {
+    /// Grow sockets (default).
+    #[default]
+    Sockets,
+    /// Grow cores per socket.
+    Cores,
+    /// Keep the topology; refuse a maximum it cannot hold.
+    Keep,
+}
+
+/// `vcpu.iommu`: whether more than 255 x86 vCPUs may bring an IOMMU in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IommuStrategy {
+    /// Add the IOMMU and split I/O APIC that more than 255 vCPUs need on q35 (default).
+    #[default]
+    Auto,
+    /// Clamp the maximum to 255 instead.
+    Never,
+}
+
+/// `match = { ... }`: shell globs on domain facts; all given keys must match.
+#[derive(Debug, Clone, Default)]
+pub struct Match {
+    /// Domain `<name>`.
+    pub name: Option<glob::Pattern>,
+    /// `<os><type arch>`.
+    pub arch: Option<glob::Pattern>,
+    /// `<os><type machine>` as written in the domain.
+    pub machine: Option<glob::Pattern>,
+    /// `<domain type>`: `kvm` or `qemu`.
+    pub virt_type: Option<glob::Pattern>,
+}
+
+/// The `cpu.*` keys of one rule.
+#[derive(Debug, Clone, Default)]
+pub struct CpuRule {
+    /// `cpu.mode`.
+    pub mode: Option<CpuMode>,
+    /// `cpu.model` (implies custom).
+    pub model: Option<String>,
+    /// `cpu.fallback`.
+    pub fallback: Option<Fallback>,
+    /// `cpu.check`.
+    pub check: Option<Check>,
+    /// `cpu.min_level`.
+    pub min_level: Option<Level>,
+    /// `cpu.require`, libvirt spellings.
+    pub require: Option<Vec<String>>,
+    /// `cpu.disable`, libvirt spellings.
+    pub disable: Option<Vec<String>>,
+}
+
+/// The `vcpu.*` keys of one rule.
+#[derive(Debug, Clone, Default)]
+pub struct VcpuRule {
+    /// `vcpu.max`.
+    pub max: Option<VcpuMax>,
+    /// `vcpu.topology`.
+    pub topology: Option<TopologyStrategy>,
+    /// `vcpu.iommu`.
+    pub iommu: Option<IommuStrategy>,
+}
+
+/// One `[[rule]]`.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// `name`, shown in explanations and messages.
+    pub name: String,
+    /// `match`; an empty match matches every domain.
+    pub matches: Match,
+    /// `cpu.*`.
+    pub cpu: CpuRule,
+    /// `vcpu.*`.
+    pub vcpu: VcpuRule,
+}
+
+/// A parsed, validated policy.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Where it came from: a path, or "built-in".
+    pub source: String,
+    /// `mode`.
+    pub mode: Mode,
+    /// `[hook]`.
+    pub hook: HookSettings,
+    /// `[host]`.
+    pub host: HostSettings,
+    /// `[[rule]]`, in file order.
+    pub rules: Vec<Rule>,
+}
+
+/// The domain facts rules match on.
+#[derive(Debug, Clone, Default)]
+pub struct Target<'a> {
+    /// `<name>`.
+    pub name: &'a str,
+    /// `<os><type arch>`.
+    pub arch: &'a str,
+    /// `<os><type machine>`.
+    pub machine: &'a str,
+    /// `<domain type>`.
+    pub virt_type: &'a str,
+}
+
+/// A value and the name of the rule that set it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Set<T> {
+    /// The value.
+    pub value: T,
+    /// The rule's `name`.
+    pub rule: String,
+}
+
+/// What the matching rules ask of one domain.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// Names of the rules that matched, in order.
+    pub matched: Vec<String>,
+    /// Desired `<cpu mode>` (a model implies custom).
+    pub mode: Option<Set<CpuMode>>,
+    /// Desired `<model>`.
+    pub model: Option<Set<String>>,
+    /// Desired `<model fallback>`.
+    pub fallback: Option<Set<Fallback>>,
+    /// Desired `<cpu check>`.
+    pub check: Option<Set<Check>>,
+    /// Guaranteed psABI level.
+    pub min_level: Option<Set<Level>>,
+    /// Features that must be present.
+    pub require: Option<Set<Vec<String>>>,
+    /// Features that must be absent.
+    pub disable: Option<Set<Vec<String>>>,
+    /// Desired vCPU maximum.
+    pub vcpu_max: Option<Set<VcpuMax>>,
+    /// Topology strategy.
+    pub topology: Option<Set<TopologyStrategy>>,
+    /// IOMMU strategy.
+    pub iommu: Option<Set<IommuStrategy>>,
+}
+
+impl Plan {
+    /// Whether no rule asks for anything.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.mode.is_none()
+            && self.model.is_none()
+            && self.fallback.is_none()
+            && self.check.is_none()
+            && self.min_level.is_none()
+            && self.require.is_none()
+            && self.disable.is_none()
+            && self.vcpu_max.is_none()
+    }
+}
+
+// ---- raw serde shapes (spans kept for semantic errors) ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    version: Option<Spanned<i64>>,
+    #[serde(default)]
+    mode: Mode,
+    #[serde(default)]
+    hook: HookSettings,
+    #[serde(default)]
+    host: HostSettings,
+    #[serde(default)]
+    rule: Vec<RawRule>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    name: Spanned<String>,
+    #[serde(default, rename = "match")]
+    matches: RawMatch,
+    #[serde(default)]
+    cpu: RawCpu,
+    #[serde(default)]
+    vcpu: RawVcpu,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawMatch {
+    name: Option<Spanned<String>>,
+    arch: Option<Spanned<String>>,
+    machine: Option<Spanned<String>>,
+    #[serde(rename = "type")]
+    virt_type: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawCpu {
+    mode: Option<Spanned<CpuMode>>,
+    model: Option<Spanned<String>>,
+    fallback: Option<Fallback>,
+    check: Option<Check>,
+    min_level: Option<Spanned<String>>,
+    require: Option<Vec<Spanned<String>>>,
+    disable: Option<Vec<Spanned<String>>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawVcpu {
+    max: Option<Spanned<toml::Value>>,
+    topology: Option<TopologyStrategy>,
+    iommu: Option<IommuStrategy>,
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rfind('\n').map_or(offset, |i| offset - i - 1) + 1;
+    (line, col)
+}
+
+struct Checker<'a> {
+    text: &'a str,
+    source: &'a str,
+}
+
+impl Checker<'_> {
+    fn err(&self, span: std::ops::Range<usize>, key: &str, msg: &str) -> Error {
+        let (line, col) = line_col(self.text, span.start);
+        Error::Policy {
+            path: self.source.to_string(),
+            message: format!("line {line}, column {col}: key `{key}`: {msg}"),
+        }
+    }
+
+    fn glob(&self, v: Option<Spanned<String>>, key: &str) -> Result<Option<glob::Pattern>> {
+        v.map(|s| {
+            glob::Pattern::new(s.get_ref())
+                .map_err(|e| self.err(s.span(), key, &format!("not a valid shell glob: {e}")))
+        })
+        .transpose()
+    }
+
+    fn features(&self, v: Option<Vec<Spanned<String>>>, key: &str) -> Result<Option<Vec<String>>> {
+        let Some(list) = v else { return Ok(None) };
+        let mut out: Vec<String> = Vec::new();
+        for f in list {
+            let n = normalize_feature(f.get_ref()).ok_or_else(|| {
+                self.err(
+                    f.span(),
+                    key,
+                    &format!(
+                        "`{}` is not a CPU feature name (letters, digits, '.', '_' and '-' only)",
+                        f.get_ref()
+                    ),
+                )
+            })?;
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+        Ok(Some(out))
+    }
+
+    fn rule(&self, r: RawRule, index: usize) -> Result<Rule> {
+        let name = r.name.get_ref().trim().to_string();
+        if name.is_empty() {
+            return Err(self.err(r.name.span(), "rule.name", "must not be empty"));
+        }
+        let _ = index;
+        let matches = Match {
+            name: self.glob(r.matches.name, "match.name")?,
+            arch: self.glob(r.matches.arch, "match.arch")?,
+            machine: self.glob(r.matches.machine, "match.machine")?,
+            virt_type: self.glob(r.matches.virt_type, "match.type")?,
+        };
+        let c = r.cpu;
+        let min_level = c
+            .min_level
+            .map(|s| {
+                s.get_ref()
+                    .parse::<Level>()
+                    .map_err(|e| self.err(s.span(), "cpu.min_level", &e))
+            })
+            .transpose()?;
+        if let (Some(mode), Some(_)) = (&c.mode, &c.model) {
+            if *mode.get_ref() != CpuMode::Custom {
+                return Err(self.err(
+                    mode.span(),
+                    "cpu.mode",
+                    &format!(
+                        "`cpu.model` implies mode \"custom\", but this rule sets \"{}\"",
+                        mode.get_ref().as_str()
+                    ),
+                ));
+            }
+        }
+        if let Some(m) = &c.model {
+            let ok = !m.get_ref().is_empty()
+                && m.get_ref()
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || "-_.,".contains(ch));
+            if !ok {
+                return Err(self.err(
+                    m.span(),
+                    "cpu.model",
+                    &format!("`{}` is not a libvirt CPU model name", m.get_ref()),
+                ));
+            }
+        }
+        let require_spans: Vec<_> = c.require.iter().flatten().map(Spanned::span).collect();
+        let disable_spans: Vec<_> = c.disable.iter().flatten().map(Spanned::span).collect();
+        let require = self.features(c.require, "cpu.require")?;
+        let disable = self.features(c.disable, "cpu.disable")?;
+        if let (Some(req), Some(dis)) = (&require, &disable) {
+            if let Some((i, f)) = dis.iter().enumerate().find(|(_, f)| req.contains(f)) {
+                let span = disable_spans.get(i).cloned().unwrap_or(0..0);
+                return Err(self.err(
+                    span,
+                    "cpu.disable",
+                    &format!("feature `{f}` is also in `cpu.require`"),
+                ));
+            }
+        }
+        if let (Some(level), Some(dis)) = (min_level, &disable) {
+            let lf = level.features();
+            if let Some((i, f)) = dis
+                .iter()
+                .enumerate()
+                .find(|(_, f)| lf.contains(&f.as_str()))
+            {
+                let span = disable_spans.get(i).cloned().unwrap_or(0..0);
+                return Err(self.err(
+                    span,
+                    "cpu.disable",
+                    &format!("feature `{f}` is part of `cpu.min_level` {level}"),
+                ));
+            }
+        }
+        let _ = require_spans;
+        let max = r
+            .vcpu
+            .max
+            .map(|v| {
+                let span = v.span();
+                match v.into_inner() {
+                    toml::Value::Integer(n) if (1..=i64::from(u32::MAX)).contains(&n) => {
+                        Ok(VcpuMax::Count(u32::try_from(n).unwrap_or(u32::MAX)))
+                    }
+                    toml::Value::String(s) if s == "host" => Ok(VcpuMax::Host),
+                    toml::Value::String(s) if s == "machine" => Ok(VcpuMax::Machine),
+                    other => Err(self.err(
+                        span,
+                        "vcpu.max",
+                        &format!(
+                            "expected a positive integer, \"host\" or \"machine\", found {other}"
+                        ),
+                    )),
+                }
+            })
+            .transpose()?;
+        Ok(Rule {
+            name,
+            matches,
+            cpu: CpuRule {
+                mode: c.mode.map(Spanned::into_inner),
+                model: c.model.map(Spanned::into_inner),
+                fallback: c.fallback,
+                check: c.check,
+                min_level,
+                require,
+                disable,
+            },
+            vcpu: VcpuRule {
+                max,
+                topology: r.vcpu.topology,
+                iommu: r.vcpu.iommu,
+            },
+        })
+    }
+}
+
+impl Policy {
+    /// Parse a policy from TOML text; `source` names it in messages.
+    ///
+    /// # Errors
+    /// [`Error::Policy`] naming the key, line and column of the first problem: TOML syntax,
+    /// an unknown key, a wrong type, a bad value, `version` other than 1, a rule without a name,
+    /// a feature both required and disabled, a disabled feature that `min_level` needs, a model
+    /// with a non-custom mode.
+    pub fn parse(text: &str, source: &str) -> Result<Policy> {
+        let raw: RawPolicy = toml::from_str(text).map_err(|e| Error::Policy {
+            path: source.to_string(),
+            message: toml_message(text, &e),
+        })?;
+        let ck = Checker { text, source };
+        if let Some(v) = &raw.version {
+            if *v.get_ref() != 1 {
+                return Err(ck.err(
+                    v.span(),
+                    "version",
+                    &format!(
+                        "schema version {} is not supported (this tool reads version 1)",
+                        v.get_ref()
+                    ),
+                ));
+            }
+        }
+        let mut rules = Vec::with_capacity(raw.rule.len());
+        for (i, r) in raw.rule.into_iter().enumerate() {
+            rules.push(ck.rule(r, i)?);
+        }
+        Ok(Policy {
+            source: source.to_string(),
+            mode: raw.mode,
+            hook: raw.hook,
+            host: raw.host,
+            rules,
+        })
+    }
+
+    /// The built-in default policy ([`DEFAULT_POLICY`]).
+    ///
+    /// # Panics
+    /// Never in a released build: a unit test parses the built-in text.
+    #[must_use]
+    pub fn builtin() -> Policy {
+        Policy::parse(DEFAULT_POLICY, "built-in").expect("the built-in policy parses")
+    }
+
+    /// Read the policy to use: `path` if given, else [`SYSTEM_POLICY`] if it exists, else the
+    /// built-in default.
+    ///
+    /// # Errors
+    /// [`Error::Read`] if the file cannot be read (a directory, no permission, missing when named
+    /// explicitly); [`Error::Policy`] if it does not parse.
+    pub fn load(path: Option<&Path>) -> Result<Policy> {
+        let path = match path {
+            Some(p) => p.to_path_buf(),
+            None => {
+                let sys = Path::new(SYSTEM_POLICY);
+                if sys.exists() {
+                    sys.to_path_buf()
+                } else {
+                    return Ok(Policy::builtin());
+                }
+            }
+        };
+        const MAX_POLICY: u64 = 1024 * 1024;
+        let meta = std::fs::metadata(&path).map_err(|source| Error::Read {
+            path: path.clone(),
+            source,
+        })?;
+        if meta.is_dir() {
+            return Err(Error::Read {
+                path,
+                source: std::io::Error::other("is a directory"),
+            });
+        }
+        if meta.len() > MAX_POLICY {
+            return Err(Error::Policy {
+                path: path.display().to_string(),
+                message: format!(
+                    "the file is {} bytes, over the 1 MiB limit for a policy",
+                    meta.len()
+                ),
+            });
+        }
+        let bytes = std::fs::read(&path).map_err(|source| Error::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let text = String::from_utf8(bytes).map_err(|e| Error::Policy {
+            path: path.display().to_string(),
+            message: format!(
+                "not valid UTF-8 at byte {} (TOML files are UTF-8)",
+                e.utf8_error().valid_up_to()
+            ),
+        })?;
+        Policy::parse(&text, &path.display().to_string())
+    }
+
+    /// The plan for one domain: the matching rules folded in file order, later keys overriding
+    /// earlier ones.
+    #[must_use]
+    pub fn resolve(&self, t: &Target<'_>) -> Plan {
+        let mut p = Plan::default();
+        for r in self.rules.iter().filter(|r| r.matches.matches(t)) {
+            p.matched.push(r.name.clone());
+            set2(&mut p.mode, r.cpu.mode, &r.name);
+            if r.cpu.model.is_some() {
+                set2(&mut p.mode, Some(CpuMode::Custom), &r.name);
+            }
+            set2(&mut p.model, r.cpu.model.clone(), &r.name);
+            if r.cpu.mode.is_some_and(|m| m != CpuMode::Custom) {
+                p.model = None;
+            }
+            set2(&mut p.fallback, r.cpu.fallback, &r.name);
+            set2(&mut p.check, r.cpu.check, &r.name);
+            set2(&mut p.min_level, r.cpu.min_level, &r.name);
+            set2(&mut p.require, r.cpu.require.clone(), &r.name);
+            set2(&mut p.disable, r.cpu.disable.clone(), &r.name);
+            set2(&mut p.vcpu_max, r.vcpu.max, &r.name);
+            set2(&mut p.topology, r.vcpu.topology, &r.name);
+            set2(&mut p.iommu, r.vcpu.iommu, &r.name);
+        }
+        p
+    }
+}
+
+fn set2<T>(slot: &mut Option<Set<T>>, v: Option<T>, rule: &str) {
+    if let Some(value) = v {
+        *slot = Some(Set {
+            value,
+            rule: rule.to_string(),
+        });
+    }
+}
+
+impl Match {
+    /// Whether every given pattern matches the domain's fact (a missing fact is "").
+    #[must_use]
+    pub fn matches(&self, t: &Target<'_>) -> bool {
+        let m = |p: &Option<glob::Pattern>, v: &str| p.as_ref().is_none_or(|p| p.matches(v));
+        m(&self.name, t.name)
+            && m(&self.arch, t.arch)
+            && m(&self.machine, t.machine)
+            && m(&self.virt_type, t.virt_type)
+    }
+}
+
+/// `toml`'s message, with the line and column up front in one line.
+fn toml_message(text: &str, e: &toml::de::Error) -> String {
+    let msg = e.message().trim().to_string();
+    match e.span() {
+        Some(span) => {
+            let (line, col) = line_col(text, span.start);
+            let key_hint = text[span.clone()].trim();
+            let key_hint: String = key_hint.chars().take(60).collect();
+            format!("line {line}, column {col}: {msg} (at `{key_hint}`)")
+        }
+        None => msg,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_parses_and_targets_x86_64() {
+        let p = Policy::builtin();
+        let plan = p.resolve(&Target {
+            arch: "x86_64",
+            virt_type: "kvm",
+            ..Target::default()
+        });
+        assert_eq!(plan.min_level.unwrap().value, Level::V2);
+        let plan = p.resolve(&Target {
+            arch: "aarch64",
+            virt_type: "kvm",
+            ..Target::default()
+        });
+        assert!(plan.min_level.is_none());
+    }
+
+    #[test]
+    fn misspelled_key_names_key_line_and_column() {
+        let e = Policy::parse(
+            "version = 1\n[[rule]]\nname = \"a\"\ncpu.modle = \"custom\"\n",
+            "p",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("line 4"), "{e}");
+        assert!(e.contains("modle"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_errors_with_position() {
+        for (text, needle) in [
+            ("version = 2\n", "version"),
+            (
+                "[[rule]]\nname = \"a\"\ncpu.min_level = \"x86-64-v9\"\n",
+                "line 3",
+            ),
+            ("[[rule]]\nname = \"a\"\ncpu.mode = \"host\"\n", "line 3"),
+            (
+                "[[rule]]\nname = \"a\"\ncpu.require = [\"aes\"]\ncpu.disable = [\"AES\"]\n",
+                "also in",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\ncpu.min_level = \"x86-64-v2\"\ncpu.disable = [\"sse4_2\"]\n",
+                "sse4.2",
+            ),
+            ("[[rule]]\nname = \"a\"\nvcpu.max = 0\n", "vcpu.max"),
+            ("[[rule]]\nname = \"a\"\nvcpu.max = \"lots\"\n", "vcpu.max"),
+            (
+                "[[rule]]\nname = \"a\"\ncpu.mode = \"maximum\"\ncpu.model = \"Nehalem\"\n",
+                "implies",
+            ),
+            ("[[rule]]\ncpu.mode = \"maximum\"\n", "name"),
+            ("mode = \"audit \"\n", "line 1"),
+            ("[hook]\non_violation = 1\n", "line 2"),
+        ] {
+            let e = Policy::parse(text, "p").unwrap_err().to_string();
+            assert!(e.contains(needle), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn later_rules_override_key_by_key() {
+        let p = Policy::parse(
+            "[[rule]]\nname = \"a\"\ncpu.min_level = \"x86-64-v2\"\ncpu.check = \"full\"\n\
+             [[rule]]\nname = \"b\"\nmatch = { type = \"qemu\" }\ncpu.check = \"none\"\ncpu.require = [\"SSE4_1\"]\n",
+            "p",
+        )
+        .unwrap();
+        let plan = p.resolve(&Target {
+            virt_type: "qemu",
+            ..Target::default()
+        });
+        assert_eq!(plan.check.as_ref().unwrap().rule, "b");
+        assert_eq!(plan.min_level.as_ref().unwrap().rule, "a");
+        assert_eq!(plan.require.unwrap().value, vec!["sse4.1".to_string()]);
+        let plan = p.resolve(&Target {
+            virt_type: "kvm",
+            ..Target::default()
+        });
+        assert_eq!(plan.check.unwrap().value, Check::Full);
+    }
+}

@@ -1,0 +1,978 @@
+//! The rewrite: turn a [`Plan`] into the smallest edit of the domain text.
+//!
+//! Steps, in the order the rules give them:
+//! 1. fold every top-level `<cpu>` into the first (a later element's attributes and children
+//!    override the earlier ones', features merge by name, `<numa>` is kept once);
+//! 2. set mode, model, fallback and check from the plan; drop what the mode forbids (a model under
+//!    `host-passthrough`/`maximum`, `match` under `host-model`, `migratable` outside
+//!    `host-passthrough`/`maximum`);
+//! 3. fix the modes libvirt refuses for the arch and virt type (aarch64 KVM has no `host-model`,
+//!    TCG has no `host-passthrough`);
+//! 4. apply `require` and `disable`;
+//! 5. guarantee `min_level`: for a custom model, add `<feature policy='require'>` for each level
+//!    feature the model (per libvirt's cpu_map) does not give; write the machine's default model out
+//!    when there is none.
+//!
+//! The new `<cpu>` replaces the first one's bytes only when something in it changes; children that
+//! stay are copied byte for byte, and the other `<cpu>` elements are deleted with their lines.
+//! Everything outside is untouched, so a conforming domain comes out identical and
+//! `rewrite(rewrite(x)) == rewrite(x)`.
+
+use crate::cpu::{Level, normalize_feature};
+use crate::domain::{Domain, child, text_of};
+use crate::edit::{
+    Edits, child_indent, document_quote, end_tag_start, escape_attr, escape_text, is_self_closing,
+    line_indent, node_with_line, quote_of, start_tag_attr_end, start_tag_end,
+};
+use crate::error::{Error, Result};
+use crate::finding::{Finding, Severity};
+use crate::host::Host;
+use crate::policy::{Mode, Plan, Policy, Target};
+use crate::validate;
+use roxmltree::Node;
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+/// The name under which the arch/virt-type mode fixes are explained (they are not a policy rule:
+/// libvirt refuses the alternative).
+pub const BUILTIN_RULE: &str = "libvirt mode support";
+
+/// One change the rewrite made (or, in audit mode and under `check`, would make).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Change {
+    /// The policy rule that caused it, or [`BUILTIN_RULE`].
+    pub rule: String,
+    /// What changed, in libvirt's element and attribute names.
+    pub what: String,
+}
+
+/// The result of rewriting one document.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// `<name>` of the domain.
+    pub name: String,
+    /// Whether the domain's type is one the tool rewrites (`kvm`, `qemu`).
+    pub in_scope: bool,
+    /// The text to write: the rewritten document, or the input itself (audit mode, out of scope,
+    /// already conforming).
+    #[serde(skip)]
+    pub output: String,
+    /// Whether the rewritten document differs from the input (in audit mode: would differ).
+    pub changed: bool,
+    /// What changed and why.
+    pub changes: Vec<Change>,
+    /// Errors and warnings about the result.
+    pub findings: Vec<Finding>,
+    /// A note for out-of-scope domains.
+    pub note: Option<String>,
+}
+
+impl Outcome {
+    /// Whether any finding is an error.
+    #[must_use]
+    pub fn has_errors(&self) -> bool {
+        self.findings.iter().any(|f| f.severity == Severity::Error)
+    }
+}
+
+/// libvirt's `<feature policy>` values that make a feature present in the guest.
+#[must_use]
+pub fn policy_present(policy: &str) -> bool {
+    matches!(policy, "require" | "force")
+}
+
+/// libvirt's `<feature policy>` values that make a feature absent.
+#[must_use]
+pub fn policy_absent(policy: &str) -> bool {
+    matches!(policy, "disable" | "forbid")
+}
+
+/// The features a custom CPU is guaranteed to have: the model's (from cpu_map, `None` when the
+/// model is unknown) plus the ones listed as `require`/`force`, minus every other listed policy
+/// (`disable`, `forbid`, and `optional`, which only enables a feature when the host has it).
+///
+/// `explicit` holds (libvirt feature name, policy) pairs; a later pair overrides an earlier one.
+#[must_use]
+pub fn guaranteed_features(
+    model_features: Option<&BTreeSet<String>>,
+    explicit: &[(String, String)],
+) -> BTreeSet<String> {
+    let mut set: BTreeSet<String> = model_features.cloned().unwrap_or_default();
+    for (name, policy) in explicit {
+        if policy_present(policy) {
+            set.insert(name.clone());
+        } else {
+            set.remove(name);
+        }
+    }
+    set
+}
+
+/// The QEMU default CPU model libvirt uses when a domain names none, by guest arch (QEMU
+/// `target/i386/cpu.h`: `qemu64` for x86_64, `qemu32` for i686).
+#[must_use]
+pub fn default_model(arch: &str) -> Option<&'static str> {
+    match arch {
+        "x86_64" => Some("qemu64"),
+        "i686" => Some("qemu32"),
+        _ => None,
+    }
+}
+
+struct Feat<'a, 't> {
+    key: String,
+    name: String,
+    policy: String,
+    /// The first `<feature>` of the first `<cpu>` with this name, kept in place.
+    f_node: Option<Node<'a, 't>>,
+}
+
+struct ModelD<'a, 't> {
+    text: String,
+    fallback: Option<String>,
+    src: Option<Node<'a, 't>>,
+}
+
+/// Children that occur once; a later `<cpu>`'s replaces the first one's.
+const SINGLES: [&str; 4] = ["vendor", "topology", "cache", "maxphysaddr"];
+
+struct Desired<'a, 't> {
+    attrs: Vec<(String, String)>,
+    model: Option<ModelD<'a, 't>>,
+    singles: Vec<(String, Node<'a, 't>)>,
+    numa: Option<Node<'a, 't>>,
+    features: Vec<Feat<'a, 't>>,
+    extras: Vec<Node<'a, 't>>,
+}
+
+impl Desired<'_, '_> {
+    fn attr(&self, name: &str) -> Option<&str> {
+        self.attrs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+    fn set_attr(&mut self, name: &str, value: &str) {
+        if let Some(a) = self.attrs.iter_mut().find(|(n, _)| n == name) {
+            a.1 = value.to_string();
+        } else {
+            self.attrs.push((name.to_string(), value.to_string()));
+        }
+    }
+    fn remove_attr(&mut self, name: &str) -> Option<String> {
+        let i = self.attrs.iter().position(|(n, _)| n == name)?;
+        Some(self.attrs.remove(i).1)
+    }
+    fn mode(&self) -> String {
+        self.attr("mode").unwrap_or("custom").to_string()
+    }
+    fn feature(&self, key: &str) -> Option<&Feat<'_, '_>> {
+        self.features.iter().find(|f| f.key == key)
+    }
+    fn set_feature(&mut self, key: &str, policy: &str) -> Option<String> {
+        if let Some(f) = self.features.iter_mut().find(|f| f.key == key) {
+            let old = std::mem::replace(&mut f.policy, policy.to_string());
+            return Some(old);
+        }
+        self.features.push(Feat {
+            key: key.to_string(),
+            name: key.to_string(),
+            policy: policy.to_string(),
+            f_node: None,
+        });
+        None
+    }
+    fn single(&self, name: &str) -> Option<Node<'_, '_>> {
+        self.singles
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| *s)
+    }
+}
+
+fn feature_key(name: &str) -> String {
+    normalize_feature(name).unwrap_or_else(|| name.to_string())
+}
+
+/// Fold all `<cpu>` elements into one desired state (rule 1).
+fn merge<'a, 't>(cpus: &[Node<'a, 't>], findings: &mut Vec<Finding>) -> Desired<'a, 't> {
+    let mut d = Desired {
+        attrs: Vec::new(),
+        model: None,
+        singles: Vec::new(),
+        numa: None,
+        features: Vec::new(),
+        extras: Vec::new(),
+    };
+    let text_key = |n: Node<'_, '_>| -> String {
+        let doc_text = n.document().input_text();
+        doc_text[n.range()].split_whitespace().collect::<String>()
+    };
+    for (i, cpu) in cpus.iter().enumerate() {
+        let first = i == 0;
+        for a in cpu.attributes() {
+            if a.namespace().is_none() {
+                d.set_attr(a.name(), a.value());
+            }
+        }
+        for c in cpu.children().filter(Node::is_element) {
+            if c.tag_name().namespace().is_some() {
+                if !first {
+                    d.extras.push(c);
+                }
+                continue;
+            }
+            match c.tag_name().name() {
+                "model" => {
+                    d.model = Some(ModelD {
+                        text: text_of(c).unwrap_or_default(),
+                        fallback: c.attribute("fallback").map(str::to_string),
+                        src: Some(c),
+                    });
+                }
+                "feature" => {
+                    let Some(name) = c.attribute("name") else {
+                        if !first {
+                            d.extras.push(c);
+                        }
+                        continue;
+                    };
+                    let key = feature_key(name);
+                    let policy = c.attribute("policy").unwrap_or("require").to_string();
+                    if let Some(f) = d.features.iter_mut().find(|f| f.key == key) {
+                        f.policy = policy;
+                    } else {
+                        d.features.push(Feat {
+                            key,
+                            name: name.to_string(),
+                            policy,
+                            f_node: first.then_some(c),
+                        });
+                    }
+                }
+                "numa" => match d.numa {
+                    Some(prev) if text_key(prev) != text_key(c) => findings.push(Finding::error(
+                        "cpu-numa-conflict",
+                        "two different <numa> elements in separate <cpu> elements; libvirt would use one and ignore the other",
+                        "keep a single <numa> in the domain's <cpu>",
+                    )),
+                    Some(_) => {}
+                    None => d.numa = Some(c),
+                },
+                name if SINGLES.contains(&name) => {
+                    if let Some(s) = d.singles.iter_mut().find(|(n, _)| n == name) {
+                        s.1 = c;
+                    } else {
+                        d.singles.push((name.to_string(), c));
+                    }
+                }
+                _ => {
+                    if !first {
+                        d.extras.push(c);
+                    }
+                }
+            }
+        }
+    }
+    d
+}
+
+struct Ctx<'p> {
+    changes: Vec<Change>,
+    findings: Vec<Finding>,
+    _p: std::marker::PhantomData<&'p ()>,
+}
+
+impl Ctx<'_> {
+    fn change(&mut self, rule: &str, what: impl Into<String>) {
+        self.changes.push(Change {
+            rule: rule.to_string(),
+            what: what.into(),
+        });
+    }
+}
+
+/// Apply plan rules 2–5 to the desired state.
+#[allow(clippy::too_many_lines)]
+fn apply_plan(
+    d: &mut Desired<'_, '_>,
+    plan: &Plan,
+    dom: &Domain<'_>,
+    host: &Host,
+    ctx: &mut Ctx<'_>,
+) {
+    let arch = dom.arch();
+    let vt = dom.virt_type();
+    // Rule 2: mode and model.
+    if let Some(m) = &plan.mode {
+        let want = m.value.as_str();
+        let have = d.mode();
+        let explicit_custom = plan.model.is_some() && want == "custom";
+        if have != want && !(explicit_custom && d.attr("mode").is_none()) {
+            d.set_attr("mode", want);
+            ctx.change(&m.rule, format!("<cpu mode>: '{have}' -> '{want}'"));
+        }
+    }
+    if let Some(m) = &plan.model {
+        let have = d.model.as_ref().map(|m| m.text.clone());
+        if have.as_deref() != Some(m.value.as_str()) {
+            let fallback = d.model.as_ref().and_then(|m| m.fallback.clone());
+            d.model = Some(ModelD {
+                text: m.value.clone(),
+                fallback,
+                src: None,
+            });
+            ctx.change(
+                &m.rule,
+                format!(
+                    "<model>: {} -> {}",
+                    have.unwrap_or_else(|| "(none)".into()),
+                    m.value
+                ),
+            );
+        }
+    }
+    // Rule 3: modes libvirt refuses for this arch and virt type.
+    let mode = d.mode();
+    if arch == "aarch64" && vt == "kvm" && mode == "host-model" {
+        d.set_attr("mode", "host-passthrough");
+        ctx.change(
+            BUILTIN_RULE,
+            "<cpu mode>: 'host-model' -> 'host-passthrough' (libvirt: \"CPU mode 'host-model' for aarch64 kvm domain on aarch64 host is not supported by hypervisor\")",
+        );
+    }
+    if vt == "qemu" && d.mode() == "host-passthrough" {
+        d.set_attr("mode", "maximum");
+        ctx.change(
+            BUILTIN_RULE,
+            format!("<cpu mode>: 'host-passthrough' -> 'maximum' (TCG has no host CPU to pass through; libvirt refuses host-passthrough for a {arch} qemu domain, maximum gives every feature TCG emulates)"),
+        );
+    }
+    let mode = d.mode();
+    let mode_rule = plan
+        .mode
+        .as_ref()
+        .map_or(BUILTIN_RULE.to_string(), |m| m.rule.clone());
+    // What the mode forbids.
+    if matches!(mode.as_str(), "host-passthrough" | "maximum") {
+        if let Some(m) = d.model.take() {
+            ctx.change(
+                &mode_rule,
+                format!("<model>{}</model> removed: {mode} takes no model", m.text),
+            );
+        }
+        if let Some(i) = d.singles.iter().position(|(n, _)| n == "vendor") {
+            d.singles.remove(i);
+            ctx.change(
+                &mode_rule,
+                format!("<vendor> removed: {mode} takes no vendor"),
+            );
+        }
+    }
+    if matches!(mode.as_str(), "host-model" | "host-passthrough" | "maximum") {
+        if let Some(v) = d.remove_attr("match") {
+            ctx.change(
+                &mode_rule,
+                format!("<cpu match='{v}'> removed: it applies to custom models only"),
+            );
+        }
+    }
+    if !matches!(mode.as_str(), "host-passthrough" | "maximum") {
+        if let Some(v) = d.remove_attr("migratable") {
+            ctx.change(
+                &mode_rule,
+                format!("<cpu migratable='{v}'> removed: libvirt allows it only with host-passthrough and maximum"),
+            );
+        }
+    }
+    if let Some(c) = &plan.check {
+        if d.attr("check") != Some(c.value.as_str()) {
+            d.set_attr("check", c.value.as_str());
+            ctx.change(&c.rule, format!("<cpu check='{}'>", c.value.as_str()));
+        }
+    }
+    // Rule 4: require and disable.
+    if let (Some(r), Some(x)) = (&plan.require, &plan.disable) {
+        for f in r.value.iter().filter(|f| x.value.contains(f)) {
+            ctx.findings.push(
+                Finding::error(
+                    "policy-conflict",
+                    format!(
+                        "feature '{f}' is required by rule '{}' and disabled by rule '{}'",
+                        r.rule, x.rule
+                    ),
+                    "remove the feature from one of the rules",
+                )
+                .rule(&x.rule),
+            );
+        }
+    }
+    if let Some(r) = &plan.require {
+        for f in &r.value {
+            let have = d.feature(f).map(|f| f.policy.clone());
+            if !have.as_deref().is_some_and(policy_present) {
+                d.set_feature(f, "require");
+                ctx.change(&r.rule, feature_change(f, have.as_deref(), "require"));
+            }
+        }
+    }
+    if let Some(x) = &plan.disable {
+        for f in &x.value {
+            if plan.require.as_ref().is_some_and(|r| r.value.contains(f)) {
+                continue;
+            }
+            let have = d.feature(f).map(|f| f.policy.clone());
+            if !have.as_deref().is_some_and(policy_absent) {
+                d.set_feature(f, "disable");
+                ctx.change(&x.rule, feature_change(f, have.as_deref(), "disable"));
+            }
+        }
+    }
+    // Rule 5: the psABI level.
+    if let Some(level) = &plan.min_level {
+        apply_level(d, level.value, &level.rule, plan, dom, host, ctx);
+    }
+    // Fallback last: it needs the model a level may have written.
+    if let Some(f) = &plan.fallback {
+        if let Some(m) = d.model.as_mut() {
+            if m.fallback.as_deref() != Some(f.value.as_str()) {
+                m.fallback = Some(f.value.as_str().to_string());
+                m.src = None;
+                ctx.change(&f.rule, format!("<model fallback='{}'>", f.value.as_str()));
+            }
+        }
+    }
+}
+
+fn feature_change(f: &str, have: Option<&str>, want: &str) -> String {
+    match have {
+        Some(p) => format!("<feature name='{f}'>: policy '{p}' -> '{want}'"),
+        None => format!("<feature policy='{want}' name='{f}'/> added"),
+    }
+}
+
+fn apply_level(
+    d: &mut Desired<'_, '_>,
+    level: Level,
+    rule: &str,
+    plan: &Plan,
+    dom: &Domain<'_>,
+    host: &Host,
+    ctx: &mut Ctx<'_>,
+) {
+    let arch = dom.arch();
+    if arch != "x86_64" {
+        ctx.findings.push(
+            Finding::error(
+                "level-arch",
+                format!("cpu.min_level {level} applies to x86_64 guests, but this guest's arch is '{arch}'"),
+                "add `match = { arch = \"x86_64\" }` to the rule",
+            )
+            .rule(rule),
+        );
+        return;
+    }
+    if let Some(x) = &plan.disable {
+        for f in level
+            .features()
+            .iter()
+            .filter(|f| x.value.iter().any(|v| v == *f))
+        {
+            ctx.findings.push(
+                Finding::error(
+                    "policy-conflict",
+                    format!("feature '{f}' is disabled by rule '{}' but cpu.min_level {level} of rule '{rule}' needs it", x.rule),
+                    "remove the feature from cpu.disable or lower cpu.min_level",
+                )
+                .rule(&x.rule),
+            );
+        }
+    }
+    let mode = d.mode();
+    let level_feats = level.features();
+    if mode != "custom" {
+        // The guest's features come from the host: the document can only make sure none of the
+        // level's features is switched off; whether the host has them is a host check.
+        for f in &level_feats {
+            let have = d.feature(f).map(|f| f.policy.clone());
+            if have.as_deref().is_some_and(|p| !policy_present(p)) {
+                d.set_feature(f, "require");
+                ctx.change(
+                    rule,
+                    format!(
+                        "{} (re-enabled: {level} needs it; the policy wins over the domain)",
+                        feature_change(f, have.as_deref(), "require")
+                    ),
+                );
+            }
+        }
+        return;
+    }
+    if d.model.is_none() {
+        let Some(model) = default_model(arch) else {
+            return;
+        };
+        d.model = Some(ModelD {
+            text: model.to_string(),
+            fallback: None,
+            src: None,
+        });
+        ctx.change(
+            rule,
+            format!("<model>{model}</model> added: the domain names no model, so QEMU would use its default {model} (x86-64-v1 only); it is written out so the level's features can be required"),
+        );
+        let has_svm = host
+            .cpu_map
+            .model_features(model)
+            .is_some_and(|s| s.contains("svm"));
+        if has_svm && d.feature("svm").is_none() {
+            d.set_feature("svm", "disable");
+            ctx.change(
+                rule,
+                format!("<feature policy='disable' name='svm'/> added: libvirt's {model} lists svm, which KVM on an Intel host lacks (\"Host CPU does not provide required features: svm\"); libvirt disables it for its own implicit default CPU"),
+            );
+        }
+    }
+    let Some(model) = d.model.as_ref().map(|m| m.text.clone()) else {
+        return;
+    };
+    let model_feats = host.cpu_map.model_features(&model);
+    if model_feats.is_none() {
+        ctx.findings.push(
+            Finding::warning(
+                "cpu-model-unknown",
+                format!("CPU model '{model}' is not in libvirt's cpu_map ({}); every {level} feature is required explicitly", host.cpu_map.source()),
+                "use a model libvirt knows (`virsh cpu-models x86_64`)",
+            )
+            .rule(rule),
+        );
+    }
+    for f in &level_feats {
+        let have = d.feature(f).map(|f| f.policy.clone());
+        let in_model = model_feats.is_some_and(|s| s.contains(*f));
+        let present = match have.as_deref() {
+            Some(p) => policy_present(p),
+            None => in_model,
+        };
+        if !present {
+            d.set_feature(f, "require");
+            let why = if have.is_some() {
+                format!("re-enabled: {level} needs it; the policy wins over the domain")
+            } else {
+                format!("{level} needs it and libvirt's {model} does not have it")
+            };
+            ctx.change(
+                rule,
+                format!("{} ({why})", feature_change(f, have.as_deref(), "require")),
+            );
+        }
+    }
+}
+
+/// Rewrite one domain document under `policy`, with `host` facts.
+///
+/// The returned [`Outcome::output`] is the input itself when the domain is out of scope, already
+/// conforms, or the policy's mode is audit; otherwise the rewritten document. Findings of
+/// severity error mean the document cannot be made to conform (the command line exits 1 and
+/// writes nothing).
+///
+/// # Errors
+/// [`Error`] for input that cannot be judged: malformed XML, a DTD, not a `<domain>`.
+pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<Outcome> {
+    let dom = Domain::parse(text, what)?;
+    let name = dom.name();
+    if !dom.in_scope() {
+        return Ok(Outcome {
+            note: Some(format!(
+                "domain type '{}' is not handled (only kvm and qemu are); passed through unchanged",
+                dom.virt_type()
+            )),
+            name,
+            in_scope: false,
+            output: text.to_string(),
+            changed: false,
+            changes: Vec::new(),
+            findings: Vec::new(),
+        });
+    }
+    let plan = policy.resolve(&Target {
+        name: &name,
+        arch: dom.arch(),
+        machine: dom.machine(),
+        virt_type: dom.virt_type(),
+    });
+    let mut ctx = Ctx {
+        changes: Vec::new(),
+        findings: Vec::new(),
+        _p: std::marker::PhantomData,
+    };
+    let cpus = dom.cpus();
+    let mut desired = merge(&cpus, &mut ctx.findings);
+    if cpus.len() > 1 {
+        ctx.change(
+            BUILTIN_RULE,
+            format!("{} <cpu> elements folded into the first (libvirt reads only the first one's mode, model and features)", cpus.len()),
+        );
+    }
+    apply_plan(&mut desired, &plan, &dom, host, &mut ctx);
+    let edits = emit(&dom, &cpus, &desired).map_err(|e| Error::Xml {
+        what: what.to_string(),
+        message: e,
+    })?;
+    let rewritten = edits.apply(text).map_err(|e| Error::Xml {
+        what: what.to_string(),
+        message: e.to_string(),
+    })?;
+    let changed = rewritten != text;
+    if !changed {
+        ctx.changes.clear();
+    }
+    // Validate what would be written (the input itself when nothing changes).
+    let mut findings = ctx.findings;
+    match Domain::parse(&rewritten, "the rewritten domain") {
+        Ok(out) => findings.extend(validate::validate(&out, &plan, host)),
+        Err(e) => findings.push(Finding::error(
+            "internal",
+            format!("the rewritten document does not parse: {e}"),
+            "report this as a bug",
+        )),
+    }
+    findings.dedup();
+    let output = if policy.mode == Mode::Audit {
+        text.to_string()
+    } else {
+        rewritten
+    };
+    Ok(Outcome {
+        name,
+        in_scope: true,
+        output,
+        changed,
+        changes: ctx.changes,
+        findings,
+        note: None,
+    })
+}
+
+/// One piece of the new `<cpu>` body: original bytes or new markup.
+enum Item {
+    Verbatim(std::ops::Range<usize>),
+    Markup(String),
+}
+
+fn emit(
+    dom: &Domain<'_>,
+    cpus: &[Node<'_, '_>],
+    d: &Desired<'_, '_>,
+) -> std::result::Result<Edits, String> {
+    let text = dom.text;
+    let mut edits = Edits::new();
+    let q = match cpus.first() {
+        Some(f) => quote_of(text, *f, document_quote(text, &dom.doc)),
+        None => document_quote(text, &dom.doc),
+    };
+    let first = cpus.first().copied();
+    // Body items, in libvirt's order: model, vendor, topology/cache/maxphysaddr, unknown children
+    // of the first <cpu>, features, numa, unknown children of later ones.
+    let mut items: Vec<Item> = Vec::new();
+    let mut body_changed = false;
+    let first_children: Vec<Node<'_, '_>> = first
+        .map(|f| f.children().filter(|c| !is_blank(text, *c)).collect())
+        .unwrap_or_default();
+    let is_first_child = |n: Node<'_, '_>| first_children.iter().any(|c| *c == n);
+    // Model.
+    if let Some(m) = &d.model {
+        match m.src {
+            Some(src) => items.push(Item::Verbatim(src.range())),
+            None => items.push(Item::Markup(model_markup(m, q))),
+        }
+    }
+    for name in SINGLES {
+        if name == "vendor" && d.model.is_none() {
+            continue;
+        }
+        if let Some(src) = d.single(name) {
+            items.push(Item::Verbatim(src.range()));
+        }
+    }
+    // Comments and unknown elements of the first <cpu> stay, in their order.
+    for c in &first_children {
+        let known = c.is_element()
+            && c.tag_name().namespace().is_none()
+            && (matches!(c.tag_name().name(), "model" | "numa")
+                || SINGLES.contains(&c.tag_name().name())
+                || (c.tag_name().name() == "feature" && c.attribute("name").is_some()));
+        if !known {
+            items.push(Item::Verbatim(c.range()));
+        }
+    }
+    for f in &d.features {
+        match f.f_node {
+            Some(node) => {
+                let orig = node.attribute("policy").unwrap_or("require");
+                if orig == f.policy {
+                    items.push(Item::Verbatim(node.range()));
+                } else {
+                    items.push(Item::Markup(set_attr_text(
+                        text, node, "policy", &f.policy, q,
+                    )));
+                }
+            }
+            None => items.push(Item::Markup(format!(
+                "<feature policy={q}{}{q} name={q}{}{q}/>",
+                escape_attr(&f.policy),
+                escape_attr(&f.name)
+            ))),
+        }
+    }
+    if let Some(n) = d.numa {
+        items.push(Item::Verbatim(n.range()));
+    }
+    for e in &d.extras {
+        items.push(Item::Verbatim(e.range()));
+    }
+    // Did the body change? Compare with the first <cpu>'s own non-blank children.
+    if items.len() != first_children.len() {
+        body_changed = true;
+    } else {
+        for (it, c) in items.iter().zip(&first_children) {
+            match it {
+                Item::Verbatim(r) if *r == c.range() => {}
+                _ => body_changed = true,
+            }
+        }
+    }
+    let _ = is_first_child;
+    // Start tag.
+    let start_tag = match first {
+        Some(f) => start_tag_with(text, f, &d.attrs, q),
+        None => {
+            let mut s = String::from("<cpu");
+            for (n, v) in &d.attrs {
+                s.push_str(&format!(" {n}={q}{}{q}", escape_attr(v)));
+            }
+            s
+        }
+    };
+    match first {
+        Some(f) => {
+            let orig_start = &text[f.range().start..start_tag_attr_end(text, f)];
+            if orig_start != start_tag || body_changed {
+                let body = if body_changed {
+                    None
+                } else if is_self_closing(text, f) {
+                    Some(String::new())
+                } else {
+                    let close = &text[start_tag_attr_end(text, f)..start_tag_end(text, f)];
+                    let _ = close;
+                    Some(
+                        text[start_tag_end(text, f)
+                            ..end_tag_start(text, f).unwrap_or(f.range().end)]
+                            .to_string(),
+                    )
+                };
+                let new = match body {
+                    Some(b) if is_self_closing(text, f) && b.is_empty() => {
+                        let tail = &text[start_tag_attr_end(text, f)..f.range().end];
+                        format!("{start_tag}{tail}")
+                    }
+                    Some(b) => {
+                        let gap = &text[start_tag_attr_end(text, f)..start_tag_end(text, f)];
+                        format!("{start_tag}{gap}{b}</cpu>")
+                    }
+                    None => {
+                        let ind = line_indent(text, f.range().start).to_string();
+                        let cind = child_indent(text, f);
+                        render(text, &start_tag, &items, &ind, &cind)
+                    }
+                };
+                edits.replace(f.range(), new);
+            }
+            for later in &cpus[1..] {
+                edits.delete(node_with_line(text, *later));
+            }
+        }
+        None => {
+            if items.is_empty() && d.attrs.is_empty() {
+                return Ok(edits);
+            }
+            let root = dom.root();
+            let ind = child_indent(text, root);
+            let cind = format!("{ind}{}", indent_step(text, root, &ind));
+            let el = render(text, &start_tag, &items, &ind, &cind);
+            let anchor_after = child(root, "features")
+                .or_else(|| child(root, "cputune"))
+                .or_else(|| child(root, "os"));
+            if let Some(a) = anchor_after {
+                edits.insert(a.range().end, format!("\n{ind}{el}"));
+            } else if let Some(b) = child(root, "clock").or_else(|| child(root, "devices")) {
+                edits.insert(b.range().start, format!("{el}\n{ind}"));
+            } else if let Some(last) = root.children().filter(Node::is_element).last() {
+                edits.insert(last.range().end, format!("\n{ind}{el}"));
+            } else if let Some(end) = end_tag_start(text, root) {
+                edits.insert(end, format!("{ind}{el}\n"));
+            } else {
+                return Err("the <domain> element is empty; cannot add a <cpu> to it".into());
+            }
+        }
+    }
+    Ok(edits)
+}
+
+fn indent_step(text: &str, root: Node<'_, '_>, ind: &str) -> String {
+    let own = line_indent(text, root.range().start);
+    ind.strip_prefix(own)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("  ")
+        .to_string()
+}
+
+fn is_blank(text: &str, n: Node<'_, '_>) -> bool {
+    n.is_text() && text[n.range()].trim().is_empty()
+}
+
+fn render(text: &str, start_tag: &str, items: &[Item], ind: &str, cind: &str) -> String {
+    if items.is_empty() {
+        return format!("{start_tag}/>");
+    }
+    let mut s = format!("{start_tag}>");
+    for it in items {
+        s.push('\n');
+        s.push_str(cind);
+        match it {
+            Item::Verbatim(r) => s.push_str(text[r.clone()].trim()),
+            Item::Markup(m) => s.push_str(m),
+        }
+    }
+    s.push('\n');
+    s.push_str(ind);
+    s.push_str("</cpu>");
+    s
+}
+
+fn model_markup(m: &ModelD<'_, '_>, q: char) -> String {
+    match &m.fallback {
+        Some(fb) => format!(
+            "<model fallback={q}{}{q}>{}</model>",
+            escape_attr(fb),
+            escape_text(&m.text)
+        ),
+        None => format!("<model>{}</model>", escape_text(&m.text)),
+    }
+}
+
+/// `node`'s original markup with attribute `name` set to `value` (other bytes kept).
+fn set_attr_text(text: &str, node: Node<'_, '_>, name: &str, value: &str, q: char) -> String {
+    let base = node.range().start;
+    let mut e = Edits::new();
+    match node
+        .attributes()
+        .find(|a| a.name() == name && a.namespace().is_none())
+    {
+        Some(a) => e.replace(
+            a.range_value().start - base..a.range_value().end - base,
+            escape_attr(value),
+        ),
+        None => e.insert(
+            start_tag_attr_end(text, node) - base,
+            format!(" {name}={q}{}{q}", escape_attr(value)),
+        ),
+    }
+    e.apply(&text[node.range()])
+        .unwrap_or_else(|_| text[node.range()].to_string())
+}
+
+/// The first `<cpu>`'s start tag (without its closing `>` or `/>`) carrying `attrs`: kept
+/// attributes keep their bytes, changed ones get a new value, removed ones go with the whitespace
+/// before them, new ones are appended.
+fn start_tag_with(text: &str, f: Node<'_, '_>, attrs: &[(String, String)], q: char) -> String {
+    let base = f.range().start;
+    let end = start_tag_attr_end(text, f);
+    let mut e = Edits::new();
+    for a in f.attributes().filter(|a| a.namespace().is_none()) {
+        match attrs.iter().find(|(n, _)| n == a.name()) {
+            Some((_, v)) if v == a.value() => {}
+            Some((_, v)) => e.replace(
+                a.range_value().start - base..a.range_value().end - base,
+                escape_attr(v),
+            ),
+            None => {
+                let r = a.range();
+                let ws = text[..r.start].len() - text[..r.start].trim_end().len();
+                e.delete(r.start - ws - base..r.end - base);
+            }
+        }
+    }
+    let mut tail = String::new();
+    for (n, v) in attrs {
+        if !f
+            .attributes()
+            .any(|a| a.name() == n && a.namespace().is_none())
+        {
+            tail.push_str(&format!(" {n}={q}{}{q}", escape_attr(v)));
+        }
+    }
+    e.insert(end - base, tail);
+    e.apply(&text[base..end])
+        .unwrap_or_else(|_| text[base..end].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::HostOptions;
+
+    fn run(xml: &str, policy: &str) -> Outcome {
+        let p = Policy::parse(policy, "test").unwrap();
+        let h = Host::discover(&HostOptions::default()).unwrap();
+        rewrite(xml, "test", &p, &h).unwrap()
+    }
+
+    const V2: &str =
+        "[[rule]]\nname = \"v2\"\nmatch = { arch = \"x86_64\" }\ncpu.min_level = \"x86-64-v2\"\n";
+
+    #[test]
+    fn bare_cpu_gets_default_model_and_level() {
+        let x = "<domain type='kvm'>\n  <os>\n    <type arch='x86_64'>hvm</type>\n  </os>\n  <cpu>\n    <topology sockets='1' cores='2' threads='1'/>\n  </cpu>\n</domain>\n";
+        let o = run(x, V2);
+        assert!(o.output.contains("<model>qemu64</model>"), "{}", o.output);
+        for f in ["lahf_lm", "popcnt", "sse4.1", "sse4.2", "ssse3"] {
+            assert!(
+                o.output
+                    .contains(&format!("<feature policy='require' name='{f}'/>")),
+                "{f}: {}",
+                o.output
+            );
+        }
+        assert!(o.output.contains("<feature policy='disable' name='svm'/>"));
+        assert!(
+            o.output
+                .contains("    <topology sockets='1' cores='2' threads='1'/>\n")
+        );
+        let again = run(&o.output, V2);
+        assert_eq!(again.output, o.output);
+        assert!(!again.changed);
+    }
+
+    #[test]
+    fn conforming_is_identical_and_other_types_pass() {
+        let x = "<domain type=\"kvm\"><os><type arch=\"x86_64\">hvm</type></os><cpu mode=\"custom\"><model>Nehalem</model></cpu></domain>";
+        let o = run(x, V2);
+        assert_eq!(o.output, x);
+        assert!(!o.changed);
+        let x = "<domain type='xen'><os><type arch='x86_64'>hvm</type></os><cpu/></domain>";
+        let o = run(x, V2);
+        assert_eq!(o.output, x);
+        assert!(!o.in_scope);
+    }
+
+    #[test]
+    fn second_cpu_folds_into_first() {
+        let x = "<domain type='qemu'>\n  <os><type arch='x86_64'>hvm</type></os>\n  <cpu mode='host-passthrough'/>\n  <cpu>\n    <numa>\n      <cell id='0' cpus='0-1' memory='1024'/>\n    </numa>\n  </cpu>\n</domain>";
+        let o = run(x, V2);
+        assert_eq!(o.output.matches("<cpu").count(), 1, "{}", o.output);
+        assert!(o.output.contains("mode='maximum'"), "{}", o.output);
+        assert!(o.output.contains("<numa>"));
+        assert_eq!(run(&o.output, V2).output, o.output);
+    }
+}
