@@ -1,1 +1,11 @@
+//! Integration tests, built as one binary (STYLE.md): they run the real `virt-cpu-policy` binary.
+//!
+//! Tests that need a running libvirtd are `#[ignore]`d so a plain `cargo test` reports them as
+//! ignored rather than passing; `.ci/run` starts libvirtd and runs them with `--include-ignored`.
 
+mod cli;
+mod corpus;
+mod golden;
+mod harness;
+mod libvirt;
+mod props;

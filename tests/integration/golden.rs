@@ -1,0 +1,172 @@
+//! Data-driven golden cases: one folder per case under `tests/cases/`, discovered at run time.
+//!
+//! A case folder holds:
+//! * `input.xml` — the domain;
+//! * `policy.toml` — optional; without it the shipped default policy (`packaging/policy.toml`);
+//! * `args` — optional extra arguments, one per line; `{corpus}` stands for `../shared/corpus`
+//!   (a case that needs it is skipped, and says so, when the corpus is absent);
+//! * `expected.xml` — the expected output of `rewrite` (exit 0), or
+//! * `expected-error` — first line `exit N`, then lines that stderr must contain; stdout must be
+//!   empty;
+//! * `expected-stderr` — optional, with `expected.xml`: lines stderr must contain (warnings).
+//!
+//! For every `expected.xml` case the output must also be a fixed point: `rewrite` of it is
+//! byte-identical and `check` of it exits 0. `BLESS=1 cargo test golden` rewrites `expected.xml`
+//! files from the actual output (review the diff before committing).
+
+use crate::harness::{Cmd, Output, corpus, root};
+use std::path::{Path, PathBuf};
+
+/// A case folder.
+pub struct Case {
+    pub name: String,
+    pub dir: PathBuf,
+}
+
+/// Every case folder, sorted by name.
+pub fn cases() -> Vec<Case> {
+    let dir = root().join("tests/cases");
+    let mut v: Vec<Case> = std::fs::read_dir(&dir)
+        .expect("tests/cases exists")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("input.xml").exists())
+        .map(|e| Case {
+            name: e.file_name().to_string_lossy().into_owned(),
+            dir: e.path(),
+        })
+        .collect();
+    v.sort_by(|a, b| a.name.cmp(&b.name));
+    v
+}
+
+impl Case {
+    /// The case's extra arguments, or None when it needs the corpus and the corpus is absent.
+    pub fn args(&self) -> Option<Vec<String>> {
+        let mut out = vec![
+            "--policy".to_string(),
+            self.policy().display().to_string(),
+        ];
+        if let Ok(text) = std::fs::read_to_string(self.dir.join("args")) {
+            for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+                if line.contains("{corpus}") {
+                    let c = corpus()?;
+                    out.push(line.replace("{corpus}", &c.display().to_string()));
+                } else {
+                    out.push(line.to_string());
+                }
+            }
+        }
+        Some(out)
+    }
+
+    pub fn policy(&self) -> PathBuf {
+        let p = self.dir.join("policy.toml");
+        if p.exists() {
+            p
+        } else {
+            root().join("packaging/policy.toml")
+        }
+    }
+
+    pub fn input(&self) -> PathBuf {
+        self.dir.join("input.xml")
+    }
+
+    pub fn expected_xml(&self) -> Option<PathBuf> {
+        let p = self.dir.join("expected.xml");
+        p.exists().then_some(p)
+    }
+
+    pub fn run(&self, cmd: &str, extra: &[&str], input: &Path) -> Option<Output> {
+        let mut c = Cmd::new(&[cmd]);
+        for a in self.args()? {
+            c = c.arg(a);
+        }
+        for a in extra {
+            c = c.arg(a);
+        }
+        Some(c.arg(input.display().to_string()).run())
+    }
+}
+
+fn check_case(case: &Case) -> Result<bool, String> {
+    let Some(out) = case.run("rewrite", &[], &case.input()) else {
+        eprintln!("golden {}: SKIPPED, needs ../shared/corpus", case.name);
+        return Ok(false);
+    };
+    let ctx = |what: &str| format!("case {}: {what}\nstdout:\n{}\nstderr:\n{}", case.name, out.stdout, out.stderr);
+    if let Some(exp) = case.expected_xml() {
+        if std::env::var_os("BLESS").is_some() && out.code == 0 {
+            std::fs::write(&exp, &out.stdout).unwrap();
+        }
+        let want = std::fs::read_to_string(&exp).unwrap();
+        if out.code != 0 {
+            return Err(ctx(&format!("exit {} (wanted 0)", out.code)));
+        }
+        if out.stdout != want {
+            let diff = similar::TextDiff::from_lines(&want, &out.stdout)
+                .unified_diff()
+                .header("expected.xml", "actual")
+                .to_string();
+            return Err(format!("case {}: output differs from expected.xml\n{diff}", case.name));
+        }
+        if let Ok(lines) = std::fs::read_to_string(case.dir.join("expected-stderr")) {
+            for l in lines.lines().filter(|l| !l.trim().is_empty()) {
+                if !out.stderr.contains(l.trim()) {
+                    return Err(ctx(&format!("stderr lacks `{}`", l.trim())));
+                }
+            }
+        }
+        // Fixed point: rewriting the output changes nothing, and check agrees it conforms.
+        let again = case.run("rewrite", &[], &exp).unwrap();
+        if again.code != 0 || again.stdout != want {
+            return Err(format!("case {}: rewrite is not idempotent (exit {})\n{}", case.name, again.code, again.stderr));
+        }
+        let chk = case.run("check", &[], &exp).unwrap();
+        if chk.code != 0 {
+            return Err(format!("case {}: check of expected.xml exits {}\n{}", case.name, chk.code, chk.stdout));
+        }
+    } else {
+        let spec = std::fs::read_to_string(case.dir.join("expected-error"))
+            .map_err(|_| format!("case {}: neither expected.xml nor expected-error", case.name))?;
+        let mut lines = spec.lines();
+        let code: i32 = lines
+            .next()
+            .and_then(|l| l.strip_prefix("exit "))
+            .and_then(|n| n.trim().parse().ok())
+            .ok_or_else(|| format!("case {}: expected-error must start with `exit N`", case.name))?;
+        if out.code != code {
+            return Err(ctx(&format!("exit {} (wanted {code})", out.code)));
+        }
+        if !out.stdout.is_empty() {
+            return Err(ctx("stdout must be empty on failure"));
+        }
+        for l in lines.filter(|l| !l.trim().is_empty()) {
+            if !out.stderr.contains(l.trim()) {
+                return Err(ctx(&format!("stderr lacks `{}`", l.trim())));
+            }
+        }
+        if out.stderr.lines().count() == 0 {
+            return Err(ctx("no message on stderr"));
+        }
+    }
+    Ok(true)
+}
+
+#[test]
+fn golden_cases() {
+    let all = cases();
+    assert!(!all.is_empty(), "no cases under tests/cases");
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for c in &all {
+        match check_case(c) {
+            Ok(true) => ran += 1,
+            Ok(false) => {}
+            Err(e) => failures.push(e),
+        }
+    }
+    eprintln!("golden: {ran} of {} cases ran", all.len());
+    assert!(failures.is_empty(), "{} failing case(s):\n\n{}", failures.len(), failures.join("\n\n"));
+    assert!(ran > 0, "no golden case ran");
+}
