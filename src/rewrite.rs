@@ -654,6 +654,16 @@ pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<O
     })
 }
 
+/// What a body item is, for placing new ones.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Model,
+    Single,
+    Feature,
+    Numa,
+    Other,
+}
+
 /// One piece of the new `<cpu>` body: original bytes or new markup.
 enum Item {
     Verbatim(std::ops::Range<usize>),
@@ -672,65 +682,93 @@ fn emit(
         None => document_quote(text, &dom.doc),
     };
     let first = cpus.first().copied();
-    // Body items, in libvirt's order: model, vendor, topology/cache/maxphysaddr, unknown children
-    // of the first <cpu>, features, numa, unknown children of later ones.
-    let mut items: Vec<Item> = Vec::new();
-    let mut body_changed = false;
+    // Body items: the first <cpu>'s children in their own order (kept, replaced in place or
+    // dropped), then what is new, placed where libvirt writes it: model first, vendor and
+    // topology/cache/maxphysaddr next, features after the last feature, numa and unknown children
+    // of later <cpu> elements last.
     let first_children: Vec<Node<'_, '_>> = first
         .map(|f| f.children().filter(|c| !is_blank(text, *c)).collect())
         .unwrap_or_default();
-    let is_first_child = |n: Node<'_, '_>| first_children.iter().any(|c| *c == n);
-    // Model.
-    if let Some(m) = &d.model {
-        match m.src {
-            Some(src) => items.push(Item::Verbatim(src.range())),
-            None => items.push(Item::Markup(model_markup(m, q))),
+    let feature_item = |f: &Feat<'_, '_>| match f.f_node {
+        Some(node) if node.attribute("policy").unwrap_or("require") == f.policy => {
+            Item::Verbatim(node.range())
+        }
+        Some(node) => Item::Markup(set_attr_text(text, node, "policy", &f.policy, q)),
+        None => Item::Markup(format!(
+            "<feature policy={q}{}{q} name={q}{}{q}/>",
+            escape_attr(&f.policy),
+            escape_attr(&f.name)
+        )),
+    };
+    let model_item = |m: &ModelD<'_, '_>| match m.src {
+        Some(src) => Item::Verbatim(src.range()),
+        None => Item::Markup(model_markup(m, q)),
+    };
+    let mut items: Vec<(Kind, Item)> = Vec::new();
+    let mut placed_model = false;
+    let mut placed_singles: Vec<&str> = Vec::new();
+    let mut placed_numa = false;
+    for c in &first_children {
+        let name = c.tag_name().name();
+        let ours = c.is_element() && c.tag_name().namespace().is_none();
+        if ours && name == "model" {
+            if !placed_model {
+                placed_model = true;
+                if let Some(m) = &d.model {
+                    items.push((Kind::Model, model_item(m)));
+                }
+            }
+        } else if ours && SINGLES.contains(&name) {
+            if !placed_singles.contains(&name) {
+                placed_singles.push(SINGLES.iter().find(|s| **s == name).copied().unwrap_or(""));
+                if let Some(src) = d.single(name) {
+                    items.push((Kind::Single, Item::Verbatim(src.range())));
+                }
+            }
+        } else if ours && name == "feature" && c.attribute("name").is_some() {
+            if let Some(f) = d.features.iter().find(|f| f.f_node == Some(*c)) {
+                items.push((Kind::Feature, feature_item(f)));
+            }
+        } else if ours && name == "numa" {
+            if !placed_numa {
+                placed_numa = true;
+                if let Some(n) = d.numa {
+                    items.push((Kind::Numa, Item::Verbatim(n.range())));
+                }
+            }
+        } else {
+            items.push((Kind::Other, Item::Verbatim(c.range())));
         }
     }
+    let pos_after = |items: &[(Kind, Item)], kinds: &[Kind]| -> Option<usize> {
+        items.iter().rposition(|(k, _)| kinds.contains(k)).map(|i| i + 1)
+    };
+    if let (false, Some(m)) = (placed_model, &d.model) {
+        items.insert(0, (Kind::Model, model_item(m)));
+    }
     for name in SINGLES {
-        if name == "vendor" && d.model.is_none() {
+        if placed_singles.contains(&name) {
             continue;
         }
         if let Some(src) = d.single(name) {
-            items.push(Item::Verbatim(src.range()));
+            let at = pos_after(&items, &[Kind::Model, Kind::Single]).unwrap_or(0);
+            items.insert(at, (Kind::Single, Item::Verbatim(src.range())));
         }
     }
-    // Comments and unknown elements of the first <cpu> stay, in their order.
-    for c in &first_children {
-        let known = c.is_element()
-            && c.tag_name().namespace().is_none()
-            && (matches!(c.tag_name().name(), "model" | "numa")
-                || SINGLES.contains(&c.tag_name().name())
-                || (c.tag_name().name() == "feature" && c.attribute("name").is_some()));
-        if !known {
-            items.push(Item::Verbatim(c.range()));
-        }
+    for f in d.features.iter().filter(|f| f.f_node.is_none()) {
+        let at = pos_after(&items, &[Kind::Feature])
+            .or_else(|| items.iter().position(|(k, _)| *k == Kind::Numa))
+            .unwrap_or(items.len());
+        items.insert(at, (Kind::Feature, feature_item(f)));
     }
-    for f in &d.features {
-        match f.f_node {
-            Some(node) => {
-                let orig = node.attribute("policy").unwrap_or("require");
-                if orig == f.policy {
-                    items.push(Item::Verbatim(node.range()));
-                } else {
-                    items.push(Item::Markup(set_attr_text(
-                        text, node, "policy", &f.policy, q,
-                    )));
-                }
-            }
-            None => items.push(Item::Markup(format!(
-                "<feature policy={q}{}{q} name={q}{}{q}/>",
-                escape_attr(&f.policy),
-                escape_attr(&f.name)
-            ))),
-        }
-    }
-    if let Some(n) = d.numa {
-        items.push(Item::Verbatim(n.range()));
+    if let (false, Some(n)) = (placed_numa, d.numa) {
+        items.push((Kind::Numa, Item::Verbatim(n.range())));
     }
     for e in &d.extras {
-        items.push(Item::Verbatim(e.range()));
+        items.push((Kind::Other, Item::Verbatim(e.range())));
     }
+    let items: Vec<Item> = items.into_iter().map(|(_, i)| i).collect();
+    let mut body_changed = false;
     // Did the body change? Compare with the first <cpu>'s own non-blank children.
     if items.len() != first_children.len() {
         body_changed = true;
@@ -742,7 +780,6 @@ fn emit(
             }
         }
     }
-    let _ = is_first_child;
     // Start tag.
     let start_tag = match first {
         Some(f) => start_tag_with(text, f, &d.attrs, q),
