@@ -12,7 +12,6 @@
 //! Output is built whole in memory and written once, so a failure never leaves partial output.
 
 use crate::error::Error;
-use crate::finding::Severity;
 use crate::host::{Fact, Host, HostOptions};
 use crate::policy::{Mode, Policy};
 use crate::rewrite::{Outcome, rewrite};
@@ -522,7 +521,6 @@ fn cmd_host(a: &HostArgs) -> Result<i32, Failure> {
             d.models.len()
         ));
     }
-    let _ = Severity::Error;
     write_stdout(s.as_bytes())?;
     Ok(EXIT_OK)
 }

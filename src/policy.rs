@@ -444,12 +444,11 @@ impl Checker<'_> {
         Ok(Some(out))
     }
 
-    fn rule(&self, r: RawRule, index: usize) -> Result<Rule> {
+    fn rule(&self, r: RawRule) -> Result<Rule> {
         let name = r.name.get_ref().trim().to_string();
         if name.is_empty() {
             return Err(self.err(r.name.span(), "rule.name", "must not be empty"));
         }
-        let _ = index;
         let matches = Match {
             name: self.glob(r.matches.name, "match.name")?,
             arch: self.glob(r.matches.arch, "match.arch")?,
@@ -490,7 +489,6 @@ impl Checker<'_> {
                 ));
             }
         }
-        let require_spans: Vec<_> = c.require.iter().flatten().map(Spanned::span).collect();
         let disable_spans: Vec<_> = c.disable.iter().flatten().map(Spanned::span).collect();
         let require = self.features(c.require, "cpu.require")?;
         let disable = self.features(c.disable, "cpu.disable")?;
@@ -519,7 +517,6 @@ impl Checker<'_> {
                 ));
             }
         }
-        let _ = require_spans;
         let max = r
             .vcpu
             .max
@@ -589,8 +586,8 @@ impl Policy {
             }
         }
         let mut rules = Vec::with_capacity(raw.rule.len());
-        for (i, r) in raw.rule.into_iter().enumerate() {
-            rules.push(ck.rule(r, i)?);
+        for r in raw.rule {
+            rules.push(ck.rule(r)?);
         }
         Ok(Policy {
             source: source.to_string(),

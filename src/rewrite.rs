@@ -277,13 +277,12 @@ fn merge<'a, 't>(cpus: &[Node<'a, 't>], findings: &mut Vec<Finding>) -> Desired<
     d
 }
 
-struct Ctx<'p> {
+struct Ctx {
     changes: Vec<Change>,
     findings: Vec<Finding>,
-    _p: std::marker::PhantomData<&'p ()>,
 }
 
-impl Ctx<'_> {
+impl Ctx {
     fn change(&mut self, rule: &str, what: impl Into<String>) {
         self.changes.push(Change {
             rule: rule.to_string(),
@@ -294,13 +293,7 @@ impl Ctx<'_> {
 
 /// Apply plan rules 2–5 to the desired state.
 #[allow(clippy::too_many_lines)]
-fn apply_plan(
-    d: &mut Desired<'_, '_>,
-    plan: &Plan,
-    dom: &Domain<'_>,
-    host: &Host,
-    ctx: &mut Ctx<'_>,
-) {
+fn apply_plan(d: &mut Desired<'_, '_>, plan: &Plan, dom: &Domain<'_>, host: &Host, ctx: &mut Ctx) {
     let arch = dom.arch();
     let vt = dom.virt_type();
     // Rule 2: mode and model.
@@ -458,7 +451,7 @@ fn apply_level(
     plan: &Plan,
     dom: &Domain<'_>,
     host: &Host,
-    ctx: &mut Ctx<'_>,
+    ctx: &mut Ctx,
 ) {
     let arch = dom.arch();
     if arch != "x86_64" {
@@ -604,7 +597,6 @@ pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<O
     let mut ctx = Ctx {
         changes: Vec::new(),
         findings: Vec::new(),
-        _p: std::marker::PhantomData,
     };
     let cpus = dom.cpus();
     let mut desired = merge(&cpus, &mut ctx.findings);
@@ -741,7 +733,10 @@ fn emit(
         }
     }
     let pos_after = |items: &[(Kind, Item)], kinds: &[Kind]| -> Option<usize> {
-        items.iter().rposition(|(k, _)| kinds.contains(k)).map(|i| i + 1)
+        items
+            .iter()
+            .rposition(|(k, _)| kinds.contains(k))
+            .map(|i| i + 1)
     };
     if let (false, Some(m)) = (placed_model, &d.model) {
         items.insert(0, (Kind::Model, model_item(m)));
@@ -800,8 +795,6 @@ fn emit(
                 } else if is_self_closing(text, f) {
                     Some(String::new())
                 } else {
-                    let close = &text[start_tag_attr_end(text, f)..start_tag_end(text, f)];
-                    let _ = close;
                     Some(
                         text[start_tag_end(text, f)
                             ..end_tag_start(text, f).unwrap_or(f.range().end)]
@@ -844,7 +837,7 @@ fn emit(
                 edits.insert(a.range().end, format!("\n{ind}{el}"));
             } else if let Some(b) = child(root, "clock").or_else(|| child(root, "devices")) {
                 edits.insert(b.range().start, format!("{el}\n{ind}"));
-            } else if let Some(last) = root.children().filter(Node::is_element).last() {
+            } else if let Some(last) = root.last_element_child() {
                 edits.insert(last.range().end, format!("\n{ind}{el}"));
             } else if let Some(end) = end_tag_start(text, root) {
                 edits.insert(end, format!("{ind}{el}\n"));
