@@ -74,9 +74,26 @@ pub struct Common {
     /// libvirt's cpu_map directory (default /usr/share/libvirt/cpu_map, else a built-in copy).
     #[arg(long, value_name = "DIR")]
     pub cpu_map: Option<PathBuf>,
+    #[command(flatten)]
+    /// Machine-limit sources.
+    pub limits: LimitArgs,
     /// The domain XML file, or - for stdin (the default).
     #[arg(value_name = "INPUT", default_value = "-")]
     pub input: PathBuf,
+}
+
+/// Where machine-type and KVM vCPU limits come from, besides `--caps`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct LimitArgs {
+    /// libvirt's QEMU capability cache directory (default /var/cache/libvirt/qemu/capabilities).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_qemu_caps_cache")]
+    pub qemu_caps_cache: Option<PathBuf>,
+    /// Do not read libvirt's QEMU capability cache.
+    #[arg(long)]
+    pub no_qemu_caps_cache: bool,
+    /// KVM's vCPU limit, instead of asking /dev/kvm (KVM_CAP_MAX_VCPUS).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub kvm_max_vcpus: Option<u32>,
 }
 
 /// `rewrite` options.
@@ -131,6 +148,9 @@ pub struct HostArgs {
     /// libvirt's cpu_map directory.
     #[arg(long, value_name = "DIR")]
     pub cpu_map: Option<PathBuf>,
+    #[command(flatten)]
+    /// Machine-limit sources.
+    pub limits: LimitArgs,
 }
 
 /// A failure that ends the command with a message and an exit code.
@@ -176,8 +196,18 @@ fn host_options(
     caps: &[PathBuf],
     cpu_map: Option<&PathBuf>,
     host_cpus: Option<u32>,
+    limits: &LimitArgs,
 ) -> HostOptions {
     HostOptions {
+        qemu_cache: if limits.no_qemu_caps_cache {
+            Some(PathBuf::new())
+        } else {
+            limits.qemu_caps_cache.clone()
+        },
+        kvm_max_vcpus: limits.kvm_max_vcpus.map(|value| Fact {
+            value,
+            source: "--kvm-max-vcpus".into(),
+        }),
         caps: caps
             .iter()
             .chain(policy.host.capabilities.iter())
@@ -245,6 +275,7 @@ fn prepare(c: &Common) -> Result<Prepared, Failure> {
         &c.caps,
         c.cpu_map.as_ref(),
         c.host_cpus,
+        &c.limits,
     ))?;
     let (bytes, what) = read_input(&c.input)?;
     let text = crate::domain::decode(&bytes, &what)?;
@@ -437,6 +468,7 @@ fn cmd_host(a: &HostArgs) -> Result<i32, Failure> {
         &a.caps,
         a.cpu_map.as_ref(),
         a.host_cpus,
+        &a.limits,
     ))?;
     let mut s = String::new();
     s.push_str(&format!("policy: {}\n", policy.source));

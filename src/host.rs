@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 /// libvirt's default cpu_map directory (Debian, Fedora, RHEL).
 pub const DEFAULT_CPU_MAP: &str = "/usr/share/libvirt/cpu_map";
 
+/// libvirt's QEMU capability cache (one `qemuCaps` file per emulator binary; root only).
+pub const QEMU_CAPS_CACHE: &str = "/var/cache/libvirt/qemu/capabilities";
+
 /// A value and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fact<T> {
@@ -101,6 +104,22 @@ pub struct Host {
     pub domcaps: Vec<DomCaps>,
     /// Files read, in order.
     pub files: Vec<String>,
+    /// The QEMU capability cache directory, read lazily when a machine limit is needed.
+    pub qemu_cache_dir: Option<PathBuf>,
+    qemu_cache: std::cell::OnceCell<Vec<MachineFact>>,
+    kvm_limit: std::cell::OnceCell<Option<Fact<u32>>>,
+    kvm_override: Option<Fact<u32>>,
+}
+
+/// A machine type's vCPU limit and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineLimit {
+    /// The versioned machine type (an alias resolved when a file says what it stands for).
+    pub machine: String,
+    /// Maximum vCPUs of the machine type.
+    pub max_cpus: u32,
+    /// A file path, or "built-in table (RULE)".
+    pub source: String,
 }
 
 /// Inputs for [`Host::discover`].
@@ -112,6 +131,11 @@ pub struct HostOptions {
     pub cpu_map: Option<PathBuf>,
     /// Host CPU count override (`--host-cpus` or `[host] cpus`), with its source.
     pub cpus: Option<Fact<u32>>,
+    /// libvirt's QEMU capability cache directory: None means the default [`QEMU_CAPS_CACHE`];
+    /// an empty path disables it (tests that must not depend on the machine).
+    pub qemu_cache: Option<PathBuf>,
+    /// KVM's vCPU limit override (`--kvm-max-vcpus`), instead of asking `/dev/kvm`.
+    pub kvm_max_vcpus: Option<Fact<u32>>,
 }
 
 /// Largest host-fact file read (libvirt's qemuCaps files are about 300 KiB).
@@ -159,6 +183,14 @@ impl Host {
             machines: Vec::new(),
             domcaps: Vec::new(),
             files: Vec::new(),
+            qemu_cache_dir: match &opts.qemu_cache {
+                Some(p) if p.as_os_str().is_empty() => None,
+                Some(p) => Some(p.clone()),
+                None => Some(PathBuf::from(QEMU_CAPS_CACHE)),
+            },
+            qemu_cache: std::cell::OnceCell::new(),
+            kvm_limit: std::cell::OnceCell::new(),
+            kvm_override: opts.kvm_max_vcpus.clone(),
         };
         for path in &opts.caps {
             host.read_caps_file(path)?;
@@ -171,105 +203,129 @@ impl Host {
     /// # Errors
     /// As [`Host::discover`].
     pub fn read_caps_file(&mut self, path: &Path) -> Result<()> {
-        let what = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| Error::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        if bytes.len() > MAX_CAPS_BYTES {
-            return Err(Error::TooLarge {
-                what,
-                size: bytes.len(),
-                limit: MAX_CAPS_BYTES,
-            });
+        match read_fact_file(path)? {
+            FactFile::Machines(m) => self.machines.extend(m),
+            FactFile::DomCaps(d) => self.domcaps.push(d),
         }
-        let text = decode(&bytes, &what)?;
-        let doc = parse_xml(text, &what)?;
-        let root = doc.root_element();
-        match root.tag_name().name() {
-            "capabilities" => self.read_capabilities(root, &what),
-            "domainCapabilities" => self.domcaps.push(read_domcaps(root, &what)),
-            "qemuCaps" => self.read_qemucaps(root, &what),
-            other => {
-                return Err(Error::Host(format!(
-                    "{what}: root element <{other}> is not <capabilities>, <domainCapabilities> or <qemuCaps>"
-                )));
-            }
-        }
-        self.files.push(what);
+        self.files.push(path.display().to_string());
         Ok(())
     }
 
-    fn read_capabilities(&mut self, root: roxmltree::Node<'_, '_>, src: &str) {
-        for guest in root.children().filter(|n| is_libvirt_element(*n, "guest")) {
-            let Some(arch) = child(guest, "arch") else {
-                continue;
-            };
-            let arch_name = arch
-                .attribute("arch")
-                .or(arch.attribute("name"))
-                .unwrap_or("");
-            let mut push = |m: roxmltree::Node<'_, '_>, vt: Option<&str>| {
-                if let Some(name) = text_of(m) {
-                    self.machines.push(MachineFact {
-                        arch: arch_name.to_string(),
-                        virt_type: vt.map(str::to_string),
-                        name,
-                        canonical: m.attribute("canonical").map(str::to_string),
-                        max_cpus: m.attribute("maxCpus").and_then(|v| v.parse().ok()),
-                        source: src.to_string(),
-                    });
-                }
-            };
-            for m in arch
-                .children()
-                .filter(|n| is_libvirt_element(*n, "machine"))
-            {
-                push(m, None);
-            }
-            for d in arch.children().filter(|n| is_libvirt_element(*n, "domain")) {
-                let vt = d.attribute("type");
-                for m in d.children().filter(|n| is_libvirt_element(*n, "machine")) {
-                    push(m, vt);
-                }
-            }
-        }
+    /// KVM's vCPU limit: the override, else the kernel's answer (`KVM_CAP_MAX_VCPUS`), asked once.
+    pub fn kvm_limit(&self) -> Option<&Fact<u32>> {
+        self.kvm_limit
+            .get_or_init(|| {
+                self.kvm_override.clone().or_else(|| {
+                    crate::machine::kvm_max_vcpus().map(|value| Fact {
+                        value,
+                        source: "KVM_CAP_MAX_VCPUS on /dev/kvm".into(),
+                    })
+                })
+            })
+            .as_ref()
     }
 
-    fn read_qemucaps(&mut self, root: roxmltree::Node<'_, '_>, src: &str) {
-        let arch = child(root, "arch").and_then(text_of).unwrap_or_default();
-        for m in root
-            .children()
-            .filter(|n| is_libvirt_element(*n, "machine"))
-        {
-            let vt = match m.attribute("type") {
-                Some("tcg") => "qemu",
-                Some(t) => t,
-                None => continue,
+    /// Machine types from libvirt's QEMU capability cache for the domain's emulator (or, without
+    /// one, for `qemu-system-ARCH`), read once. Files that cannot be read or parsed are skipped:
+    /// the cache is libvirt's, and a corrupt file must not stop a guest.
+    pub fn qemu_cache_machines(&self, arch: &str, emulator: Option<&str>) -> &[MachineFact] {
+        self.qemu_cache.get_or_init(|| {
+            let Some(dir) = &self.qemu_cache_dir else {
+                return Vec::new();
             };
-            let Some(name) = m.attribute("name") else {
-                continue;
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return Vec::new();
             };
-            let max = m.attribute("maxCpus").and_then(|v| v.parse().ok());
-            self.machines.push(MachineFact {
-                arch: arch.clone(),
-                virt_type: Some(vt.to_string()),
-                name: name.to_string(),
-                canonical: None,
-                max_cpus: max,
-                source: src.to_string(),
-            });
-            if let Some(alias) = m.attribute("alias") {
-                self.machines.push(MachineFact {
-                    arch: arch.clone(),
-                    virt_type: Some(vt.to_string()),
-                    name: alias.to_string(),
-                    canonical: Some(name.to_string()),
+            let qemu_arch = if arch == "i686" { "i386" } else { arch };
+            let wanted =
+                emulator.map_or_else(|| format!("/qemu-system-{qemu_arch}"), str::to_string);
+            let mut machines = Vec::new();
+            let mut paths: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "xml"))
+                .collect();
+            paths.sort();
+            for p in paths {
+                // The emulator is named in the file's first lines: look before parsing it whole.
+                let Ok(bytes) = std::fs::read(&p) else {
+                    continue;
+                };
+                let head = String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]);
+                let matches = head
+                    .split("<emulator>")
+                    .nth(1)
+                    .and_then(|r| r.split("</emulator>").next())
+                    .is_some_and(|e| e == wanted || e.ends_with(&wanted));
+                if matches {
+                    if let Ok(FactFile::Machines(m)) = read_fact_file(&p) {
+                        machines.extend(m);
+                    }
+                }
+            }
+            machines
+        })
+    }
+
+    /// The vCPU limit of the domain's machine type, from the first source that knows it:
+    /// capabilities files (`--caps`, `[host] capabilities`), domcapabilities (`<vcpu max>`),
+    /// libvirt's QEMU capability cache, then the built-in table ([`crate::machine`]). Aliases
+    /// (`pc`, `q35`, `virt`) resolve through `canonical=`/`alias=` where a file gives it.
+    /// None when no source knows the type.
+    pub fn machine_limit(
+        &self,
+        arch: &str,
+        virt_type: &str,
+        machine: &str,
+        emulator: Option<&str>,
+    ) -> Option<MachineLimit> {
+        let find = |list: &[MachineFact], name: &str| -> Option<MachineLimit> {
+            list.iter()
+                .find(|m| {
+                    m.arch == arch
+                        && m.name == name
+                        && m.max_cpus.is_some()
+                        && m.virt_type.as_deref().is_none_or(|v| v == virt_type)
+                })
+                .map(|m| MachineLimit {
+                    machine: m.canonical.clone().unwrap_or_else(|| m.name.clone()),
+                    max_cpus: m.max_cpus.unwrap_or(0),
+                    source: m.source.clone(),
+                })
+        };
+        let canonical = self.canonical_machine(arch, machine);
+        let name = canonical.as_deref().unwrap_or(machine);
+        if let Some(l) = find(&self.machines, name) {
+            return Some(l);
+        }
+        if let Some(d) = self.domcaps.iter().find(|d| {
+            d.arch == arch
+                && d.virt_type == virt_type
+                && (d.machine == machine || d.machine == name)
+        }) {
+            if let Some(max) = d.vcpu_max {
+                return Some(MachineLimit {
+                    machine: d.machine.clone(),
                     max_cpus: max,
-                    source: src.to_string(),
+                    source: d.source.clone(),
                 });
             }
         }
+        let cache = self.qemu_cache_machines(arch, emulator);
+        let cached_canonical = cache
+            .iter()
+            .find(|m| m.arch == arch && m.name == machine && m.canonical.is_some())
+            .and_then(|m| m.canonical.clone());
+        let name = canonical
+            .or(cached_canonical)
+            .unwrap_or_else(|| machine.to_string());
+        if let Some(l) = find(cache, &name) {
+            return Some(l);
+        }
+        crate::machine::builtin_limit(arch, &name).map(|b| MachineLimit {
+            machine: name,
+            max_cpus: b.max_cpus,
+            source: format!("built-in table ({})", b.rule),
+        })
     }
 
     /// The domcapabilities that describe a domain: same arch and virt type; the one for the same
@@ -296,6 +352,117 @@ impl Host {
             .iter()
             .find(|m| m.arch == arch && m.name == machine && m.canonical.is_some())
             .and_then(|m| m.canonical.clone())
+    }
+}
+
+/// What one host-fact file holds.
+enum FactFile {
+    /// Machine types (capabilities, qemuCaps).
+    Machines(Vec<MachineFact>),
+    /// One domcapabilities document.
+    DomCaps(DomCaps),
+}
+
+fn read_fact_file(path: &Path) -> Result<FactFile> {
+    let what = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if bytes.len() > MAX_CAPS_BYTES {
+        return Err(Error::TooLarge {
+            what,
+            size: bytes.len(),
+            limit: MAX_CAPS_BYTES,
+        });
+    }
+    let text = decode(&bytes, &what)?;
+    let doc = parse_xml(text, &what)?;
+    let root = doc.root_element();
+    let mut machines = Vec::new();
+    match root.tag_name().name() {
+        "capabilities" => read_capabilities(&mut machines, root, &what),
+        "domainCapabilities" => return Ok(FactFile::DomCaps(read_domcaps(root, &what))),
+        "qemuCaps" => read_qemucaps(&mut machines, root, &what),
+        other => {
+            return Err(Error::Host(format!(
+                "{what}: root element <{other}> is not <capabilities>, <domainCapabilities> or <qemuCaps>"
+            )));
+        }
+    }
+    Ok(FactFile::Machines(machines))
+}
+
+/// `virsh capabilities`: `<guest><arch name=...><machine maxCpus='N' [canonical='...']>NAME`,
+/// also under `<domain type=...>`.
+fn read_capabilities(machines: &mut Vec<MachineFact>, root: roxmltree::Node<'_, '_>, src: &str) {
+    for guest in root.children().filter(|n| is_libvirt_element(*n, "guest")) {
+        let Some(arch) = child(guest, "arch") else {
+            continue;
+        };
+        let arch_name = arch.attribute("name").unwrap_or("");
+        let mut push = |m: roxmltree::Node<'_, '_>, vt: Option<&str>| {
+            if let Some(name) = text_of(m) {
+                machines.push(MachineFact {
+                    arch: arch_name.to_string(),
+                    virt_type: vt.map(str::to_string),
+                    name,
+                    canonical: m.attribute("canonical").map(str::to_string),
+                    max_cpus: m.attribute("maxCpus").and_then(|v| v.parse().ok()),
+                    source: src.to_string(),
+                });
+            }
+        };
+        for m in arch
+            .children()
+            .filter(|n| is_libvirt_element(*n, "machine"))
+        {
+            push(m, None);
+        }
+        for d in arch.children().filter(|n| is_libvirt_element(*n, "domain")) {
+            let vt = d.attribute("type");
+            for m in d.children().filter(|n| is_libvirt_element(*n, "machine")) {
+                push(m, vt);
+            }
+        }
+    }
+}
+
+/// libvirt's QEMU capability cache: `<arch>`, `<machine type='kvm|tcg' name=... alias=...
+/// maxCpus=...>` (libvirt's `tcg` is the domain type `qemu`).
+fn read_qemucaps(machines: &mut Vec<MachineFact>, root: roxmltree::Node<'_, '_>, src: &str) {
+    let arch = child(root, "arch").and_then(text_of).unwrap_or_default();
+    for m in root
+        .children()
+        .filter(|n| is_libvirt_element(*n, "machine"))
+    {
+        let vt = match m.attribute("type") {
+            Some("tcg") => "qemu",
+            Some(t) => t,
+            None => continue,
+        };
+        let Some(name) = m.attribute("name") else {
+            continue;
+        };
+        let max = m.attribute("maxCpus").and_then(|v| v.parse().ok());
+        machines.push(MachineFact {
+            arch: arch.clone(),
+            virt_type: Some(vt.to_string()),
+            name: name.to_string(),
+            canonical: None,
+            max_cpus: max,
+            source: src.to_string(),
+        });
+        if let Some(alias) = m.attribute("alias") {
+            machines.push(MachineFact {
+                arch: arch.clone(),
+                virt_type: Some(vt.to_string()),
+                name: alias.to_string(),
+                canonical: Some(name.to_string()),
+                max_cpus: max,
+                source: src.to_string(),
+            });
+        }
     }
 }
 

@@ -17,6 +17,7 @@ pub mod edit;
 pub mod error;
 pub mod finding;
 pub mod host;
+pub mod machine;
 pub mod policy;
 pub mod rewrite;
 pub mod validate;

@@ -1,0 +1,179 @@
+//! Machine-type vCPU limits that QEMU itself defines, for when no host file says.
+//!
+//! The limit belongs to the *versioned* machine type (QEMU sets `MachineClass::max_cpus` per
+//! version in `hw/i386/pc_q35.c`, `hw/i386/pc_piix.c`, `hw/arm/virt.c`, `hw/s390x/s390-virtio-ccw.c`).
+//! This table is the last resort of [`crate::host::Host::machine_limit`]; it is said so wherever
+//! it is used.
+
+/// A limit from the built-in table, with the rule it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuiltinLimit {
+    /// Maximum vCPUs.
+    pub max_cpus: u32,
+    /// Which pattern matched, for messages ("pc-q35-2.8 … 8.0: 288").
+    pub rule: &'static str,
+}
+
+/// Parse "MAJOR.MINOR" (a trailing ".0" or more parts are ignored).
+fn version(v: &str) -> Option<(u32, u32)> {
+    let mut it = v.split('.');
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next().map_or(Some(0), |m| m.parse().ok())?;
+    Some((major, minor))
+}
+
+/// The built-in vCPU limit of a versioned machine type, or None when the name matches no known
+/// version pattern (an alias such as `pc`/`q35`/`virt` included: its version depends on the QEMU
+/// installed).
+///
+/// Table (QEMU sources; DESIGN.md section 5): `pc-i440fx-*` 255, RHEL `pc-i440fx-rhel*` 240;
+/// `pc-q35-2.7` and older 255, `pc-q35-2.8` … `8.0` 288, `8.1`/`8.2` 1024, `9.0` and later 4096;
+/// RHEL 9 `pc-q35-rhel9.*` 710, RHEL 10 `pc-q35-rhel10.*` 4096, older RHEL q35 (`rhel7`/`rhel8`)
+/// 384 (RHEL 8 downstream; not reproduced here: a capabilities file overrides it); aarch64 `virt-2.12` and older
+/// 255, newer 512; `s390-ccw-virtio-*` 248.
+#[must_use]
+pub fn builtin_limit(arch: &str, machine: &str) -> Option<BuiltinLimit> {
+    let x86 = matches!(arch, "x86_64" | "i686");
+    if x86 {
+        if machine.starts_with("pc-i440fx-rhel") {
+            return Some(BuiltinLimit {
+                max_cpus: 240,
+                rule: "pc-i440fx-rhel*: 240",
+            });
+        }
+        if let Some(v) = machine.strip_prefix("pc-i440fx-") {
+            version(v)?;
+            return Some(BuiltinLimit {
+                max_cpus: 255,
+                rule: "pc-i440fx-*: 255",
+            });
+        }
+        if let Some(v) = machine.strip_prefix("pc-q35-rhel") {
+            let major: u32 = v.split('.').next()?.parse().ok()?;
+            return Some(match major {
+                10.. => BuiltinLimit {
+                    max_cpus: 4096,
+                    rule: "pc-q35-rhel10.*: 4096",
+                },
+                9 => BuiltinLimit {
+                    max_cpus: 710,
+                    rule: "pc-q35-rhel9.*: 710",
+                },
+                _ => BuiltinLimit {
+                    max_cpus: 384,
+                    rule: "pc-q35-rhel7/8.*: 384",
+                },
+            });
+        }
+        if let Some(v) = machine.strip_prefix("pc-q35-") {
+            let ver = version(v)?;
+            return Some(if ver <= (2, 7) {
+                BuiltinLimit {
+                    max_cpus: 255,
+                    rule: "pc-q35-2.7 and older: 255",
+                }
+            } else if ver <= (8, 0) {
+                BuiltinLimit {
+                    max_cpus: 288,
+                    rule: "pc-q35-2.8 to 8.0: 288",
+                }
+            } else if ver < (9, 0) {
+                BuiltinLimit {
+                    max_cpus: 1024,
+                    rule: "pc-q35-8.1 and 8.2: 1024",
+                }
+            } else {
+                BuiltinLimit {
+                    max_cpus: 4096,
+                    rule: "pc-q35-9.0 and later: 4096",
+                }
+            });
+        }
+        if let Some(v) = machine.strip_prefix("pc-") {
+            // pc-0.11 … pc-1.3: the old names of pc-i440fx.
+            version(v)?;
+            return Some(BuiltinLimit {
+                max_cpus: 255,
+                rule: "pc-* (i440fx): 255",
+            });
+        }
+        return None;
+    }
+    if arch == "aarch64" {
+        let v = machine.strip_prefix("virt-")?;
+        let ver = version(v)?;
+        return Some(if ver <= (2, 12) {
+            BuiltinLimit {
+                max_cpus: 255,
+                rule: "virt-2.12 and older: 255",
+            }
+        } else {
+            BuiltinLimit {
+                max_cpus: 512,
+                rule: "virt-3.0 and later: 512",
+            }
+        });
+    }
+    if arch == "s390x" && (machine == "s390-ccw-virtio" || machine.starts_with("s390-ccw-virtio-"))
+    {
+        return Some(BuiltinLimit {
+            max_cpus: 248,
+            rule: "s390-ccw-virtio: 248",
+        });
+    }
+    None
+}
+
+/// Whether a machine type is a q35 (ICH9) one, the only x86 type that allows more than 255 vCPUs
+/// (libvirt: "more than 255 vCPUs are only supported on q35-based machine types").
+#[must_use]
+pub fn is_q35(machine: &str) -> bool {
+    machine == "q35" || machine.starts_with("pc-q35-")
+}
+
+/// KVM's vCPU limit from the kernel: `ioctl(/dev/kvm, KVM_CHECK_EXTENSION, KVM_CAP_MAX_VCPUS)`,
+/// falling back to `KVM_CAP_NR_VCPUS` (Linux `Documentation/virt/kvm/api.rst`, 4.4). None when
+/// `/dev/kvm` cannot be opened (no KVM, or no permission).
+#[must_use]
+pub fn kvm_max_vcpus() -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    const KVM_CHECK_EXTENSION: libc::c_ulong = 0xAE03; // _IO(KVMIO=0xAE, 0x03)
+    const KVM_CAP_NR_VCPUS: libc::c_ulong = 9;
+    const KVM_CAP_MAX_VCPUS: libc::c_ulong = 66;
+    let f = std::fs::File::open("/dev/kvm").ok()?;
+    let check = |cap: libc::c_ulong| -> Option<u32> {
+        // SAFETY: KVM_CHECK_EXTENSION takes an integer argument and returns an integer; the fd is
+        // open for the duration of the call.
+        let r = unsafe { libc::ioctl(f.as_raw_fd(), KVM_CHECK_EXTENSION as _, cap) };
+        u32::try_from(r).ok().filter(|n| *n > 0)
+    };
+    check(KVM_CAP_MAX_VCPUS).or_else(|| check(KVM_CAP_NR_VCPUS))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versioned_types() {
+        let l = |a, m| builtin_limit(a, m).map(|l| l.max_cpus);
+        assert_eq!(l("x86_64", "pc-i440fx-7.2"), Some(255));
+        assert_eq!(l("x86_64", "pc-i440fx-rhel7.6.0"), Some(240));
+        assert_eq!(l("x86_64", "pc-q35-2.7"), Some(255));
+        assert_eq!(l("x86_64", "pc-q35-2.8"), Some(288));
+        assert_eq!(l("x86_64", "pc-q35-7.2"), Some(288));
+        assert_eq!(l("x86_64", "pc-q35-8.0"), Some(288));
+        assert_eq!(l("x86_64", "pc-q35-8.1"), Some(1024));
+        assert_eq!(l("x86_64", "pc-q35-8.2"), Some(1024));
+        assert_eq!(l("x86_64", "pc-q35-9.0"), Some(4096));
+        assert_eq!(l("x86_64", "pc-q35-10.1"), Some(4096));
+        assert_eq!(l("x86_64", "pc-q35-rhel9.4.0"), Some(710));
+        assert_eq!(l("x86_64", "pc-q35-rhel10.0.0"), Some(4096));
+        assert_eq!(l("aarch64", "virt-2.12"), Some(255));
+        assert_eq!(l("aarch64", "virt-7.2"), Some(512));
+        assert_eq!(l("s390x", "s390-ccw-virtio-7.2"), Some(248));
+        for alias in ["pc", "q35", "virt", "pc-q35-x", "isapc"] {
+            assert_eq!(l("x86_64", alias), None, "{alias}");
+        }
+    }
+}
