@@ -87,6 +87,45 @@ impl Edits {
     }
 }
 
+/// The document's line ending: `"\r\n"` when its first line ends so, else `"\n"`. New lines
+/// take it, so a CRLF document stays CRLF throughout.
+#[must_use]
+pub fn newline(text: &str) -> &'static str {
+    match text.find('\n') {
+        Some(i) if i > 0 && text.as_bytes()[i - 1] == b'\r' => "\r\n",
+        _ => "\n",
+    }
+}
+
+/// Add `markup` as the last child element of `parent`, on its own line with the indentation of
+/// the other children (a `<x/>` parent is opened up; comments and text stay where they are).
+pub fn append_child(edits: &mut Edits, text: &str, parent: Node<'_, '_>, markup: &str) {
+    let nl = newline(text);
+    let ind = line_indent(text, parent.range().start);
+    let cind = child_indent(text, parent);
+    let name = &text[parent.range().start + 1..parent.range().start + 1 + tag_qname_len(text, parent.range().start)];
+    if is_self_closing(text, parent) {
+        let at = start_tag_attr_end(text, parent);
+        edits.replace(
+            at..parent.range().end,
+            format!(">{nl}{cind}{markup}{nl}{ind}</{name}>"),
+        );
+        return;
+    }
+    let last = parent
+        .children()
+        .filter(|c| !(c.is_text() && text[c.range()].trim().is_empty()))
+        .last();
+    match last {
+        Some(c) => edits.insert(c.range().end, format!("{nl}{cind}{markup}")),
+        None => {
+            let start = start_tag_end(text, parent);
+            let end = end_tag_start(text, parent).unwrap_or(start);
+            edits.replace(start..end, format!("{nl}{cind}{markup}{nl}{ind}"));
+        }
+    }
+}
+
 /// The whitespace that starts the line `offset` is on, if only whitespace precedes `offset` on
 /// that line; otherwise "".
 #[must_use]

@@ -21,7 +21,7 @@
 use crate::cpu::{Level, normalize_feature};
 use crate::domain::{Domain, child, text_of};
 use crate::edit::{
-    Edits, child_indent, document_quote, end_tag_start, escape_attr, escape_text, is_self_closing,
+    Edits, child_indent, document_quote, newline, end_tag_start, escape_attr, escape_text, is_self_closing,
     line_indent, node_with_line, quote_of, start_tag_attr_end, start_tag_end,
 };
 use crate::error::{Error, Result};
@@ -401,9 +401,14 @@ fn apply_plan(d: &mut Desired<'_, '_>, plan: &Plan, dom: &Domain<'_>, host: &Hos
         }
     }
     if let Some(r) = &plan.require {
+        let model_feats = (d.mode() == "custom")
+            .then(|| d.model.as_ref())
+            .flatten()
+            .and_then(|m| host.cpu_map.model_features(&m.text));
         for f in &r.value {
             let have = d.feature(f).map(|f| f.policy.clone());
-            if !have.as_deref().is_some_and(policy_present) {
+            let from_model = have.is_none() && model_feats.is_some_and(|s| s.contains(f));
+            if !from_model && !have.as_deref().is_some_and(policy_present) {
                 d.set_feature(f, "require");
                 ctx.change(&r.rule, feature_change(f, have.as_deref(), "require"));
             }
@@ -522,7 +527,7 @@ fn apply_level(
             d.set_feature("svm", "disable");
             ctx.change(
                 rule,
-                format!("<feature policy='disable' name='svm'/> added: libvirt's {model} lists svm, which KVM on an Intel host lacks (\"Host CPU does not provide required features: svm\"); libvirt disables it for its own implicit default CPU"),
+                format!("<feature policy='disable' name='svm'/> added: libvirt's {model} lists svm (AMD-V), which KVM on Intel hosts cannot give (\"Host CPU does not provide required features: svm\"); libvirt disables it for its own implicit default CPU, and the guest keeps the same CPU under KVM and TCG"),
             );
         }
     }
@@ -830,17 +835,18 @@ fn emit(
             let ind = child_indent(text, root);
             let cind = format!("{ind}{}", indent_step(text, root, &ind));
             let el = render(text, &start_tag, &items, &ind, &cind);
+            let nl = newline(text);
             let anchor_after = child(root, "features")
                 .or_else(|| child(root, "cputune"))
                 .or_else(|| child(root, "os"));
             if let Some(a) = anchor_after {
-                edits.insert(a.range().end, format!("\n{ind}{el}"));
+                edits.insert(a.range().end, format!("{nl}{ind}{el}"));
             } else if let Some(b) = child(root, "clock").or_else(|| child(root, "devices")) {
-                edits.insert(b.range().start, format!("{el}\n{ind}"));
+                edits.insert(b.range().start, format!("{el}{nl}{ind}"));
             } else if let Some(last) = root.last_element_child() {
-                edits.insert(last.range().end, format!("\n{ind}{el}"));
+                edits.insert(last.range().end, format!("{nl}{ind}{el}"));
             } else if let Some(end) = end_tag_start(text, root) {
-                edits.insert(end, format!("{ind}{el}\n"));
+                edits.insert(end, format!("{ind}{el}{nl}"));
             } else {
                 return Err("the <domain> element is empty; cannot add a <cpu> to it".into());
             }
@@ -865,16 +871,17 @@ fn render(text: &str, start_tag: &str, items: &[Item], ind: &str, cind: &str) ->
     if items.is_empty() {
         return format!("{start_tag}/>");
     }
+    let nl = newline(text);
     let mut s = format!("{start_tag}>");
     for it in items {
-        s.push('\n');
+        s.push_str(nl);
         s.push_str(cind);
         match it {
             Item::Verbatim(r) => s.push_str(text[r.clone()].trim()),
             Item::Markup(m) => s.push_str(m),
         }
     }
-    s.push('\n');
+    s.push_str(nl);
     s.push_str(ind);
     s.push_str("</cpu>");
     s

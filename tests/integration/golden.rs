@@ -5,13 +5,16 @@
 //! * `policy.toml` — optional; without it the shipped default policy (`packaging/policy.toml`);
 //! * `args` — optional extra arguments, one per line; `{corpus}` stands for `../shared/corpus`
 //!   (a case that needs it is skipped, and says so, when the corpus is absent);
+//! * `rewrite-args` — optional arguments for `rewrite` only (`--explain`), one per line;
 //! * `expected.xml` — the expected output of `rewrite` (exit 0), or
 //! * `expected-error` — first line `exit N`, then lines that stderr must contain; stdout must be
 //!   empty;
 //! * `expected-stderr` — optional, with `expected.xml`: lines stderr must contain (warnings).
+//! * `expected-check` — optional, with `expected.xml`: `exit N`, the exit code of `check` on the
+//!   output (default 0; an audit-mode policy leaves the document as it was, so 3).
 //!
 //! For every `expected.xml` case the output must also be a fixed point: `rewrite` of it is
-//! byte-identical and `check` of it exits 0. `BLESS=1 cargo test golden` rewrites `expected.xml`
+//! byte-identical and `check` of it exits as `expected-check` says. `BLESS=1 cargo test golden` rewrites `expected.xml`
 //! files from the actual output (review the diff before committing).
 
 use crate::harness::{Cmd, Output, corpus, root};
@@ -42,10 +45,7 @@ pub fn cases() -> Vec<Case> {
 impl Case {
     /// The case's extra arguments, or None when it needs the corpus and the corpus is absent.
     pub fn args(&self) -> Option<Vec<String>> {
-        let mut out = vec![
-            "--policy".to_string(),
-            self.policy().display().to_string(),
-        ];
+        let mut out = vec!["--policy".to_string(), self.policy().display().to_string()];
         if let Ok(text) = std::fs::read_to_string(self.dir.join("args")) {
             for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
                 if line.contains("{corpus}") {
@@ -90,11 +90,20 @@ impl Case {
 }
 
 fn check_case(case: &Case) -> Result<bool, String> {
-    let Some(out) = case.run("rewrite", &[], &case.input()) else {
+    let rewrite_args: Vec<String> = std::fs::read_to_string(case.dir.join("rewrite-args"))
+        .map(|t| t.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())
+        .unwrap_or_default();
+    let rewrite_args: Vec<&str> = rewrite_args.iter().map(String::as_str).collect();
+    let Some(out) = case.run("rewrite", &rewrite_args, &case.input()) else {
         eprintln!("golden {}: SKIPPED, needs ../shared/corpus", case.name);
         return Ok(false);
     };
-    let ctx = |what: &str| format!("case {}: {what}\nstdout:\n{}\nstderr:\n{}", case.name, out.stdout, out.stderr);
+    let ctx = |what: &str| {
+        format!(
+            "case {}: {what}\nstdout:\n{}\nstderr:\n{}",
+            case.name, out.stdout, out.stderr
+        )
+    };
     if let Some(exp) = case.expected_xml() {
         if std::env::var_os("BLESS").is_some() && out.code == 0 {
             std::fs::write(&exp, &out.stdout).unwrap();
@@ -108,7 +117,10 @@ fn check_case(case: &Case) -> Result<bool, String> {
                 .unified_diff()
                 .header("expected.xml", "actual")
                 .to_string();
-            return Err(format!("case {}: output differs from expected.xml\n{diff}", case.name));
+            return Err(format!(
+                "case {}: output differs from expected.xml\n{diff}",
+                case.name
+            ));
         }
         if let Ok(lines) = std::fs::read_to_string(case.dir.join("expected-stderr")) {
             for l in lines.lines().filter(|l| !l.trim().is_empty()) {
@@ -120,21 +132,40 @@ fn check_case(case: &Case) -> Result<bool, String> {
         // Fixed point: rewriting the output changes nothing, and check agrees it conforms.
         let again = case.run("rewrite", &[], &exp).unwrap();
         if again.code != 0 || again.stdout != want {
-            return Err(format!("case {}: rewrite is not idempotent (exit {})\n{}", case.name, again.code, again.stderr));
+            return Err(format!(
+                "case {}: rewrite is not idempotent (exit {})\n{}",
+                case.name, again.code, again.stderr
+            ));
         }
+        let want_check: i32 = std::fs::read_to_string(case.dir.join("expected-check"))
+            .ok()
+            .and_then(|t| t.trim().strip_prefix("exit ").and_then(|n| n.trim().parse().ok()))
+            .unwrap_or(0);
         let chk = case.run("check", &[], &exp).unwrap();
-        if chk.code != 0 {
-            return Err(format!("case {}: check of expected.xml exits {}\n{}", case.name, chk.code, chk.stdout));
+        if chk.code != want_check {
+            return Err(format!(
+                "case {}: check of expected.xml exits {} (wanted {want_check})\n{}",
+                case.name, chk.code, chk.stdout
+            ));
         }
     } else {
-        let spec = std::fs::read_to_string(case.dir.join("expected-error"))
-            .map_err(|_| format!("case {}: neither expected.xml nor expected-error", case.name))?;
+        let spec = std::fs::read_to_string(case.dir.join("expected-error")).map_err(|_| {
+            format!(
+                "case {}: neither expected.xml nor expected-error",
+                case.name
+            )
+        })?;
         let mut lines = spec.lines();
         let code: i32 = lines
             .next()
             .and_then(|l| l.strip_prefix("exit "))
             .and_then(|n| n.trim().parse().ok())
-            .ok_or_else(|| format!("case {}: expected-error must start with `exit N`", case.name))?;
+            .ok_or_else(|| {
+                format!(
+                    "case {}: expected-error must start with `exit N`",
+                    case.name
+                )
+            })?;
         if out.code != code {
             return Err(ctx(&format!("exit {} (wanted {code})", out.code)));
         }
@@ -167,6 +198,11 @@ fn golden_cases() {
         }
     }
     eprintln!("golden: {ran} of {} cases ran", all.len());
-    assert!(failures.is_empty(), "{} failing case(s):\n\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failing case(s):\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
     assert!(ran > 0, "no golden case ran");
 }
