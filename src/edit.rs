@@ -57,6 +57,11 @@ impl Edits {
         self.splices.push((range, String::new()));
     }
 
+    /// Add every splice of `other` (made against the same text).
+    pub fn extend(&mut self, other: Edits) {
+        self.splices.extend(other.splices);
+    }
+
     /// Apply every splice to `original`. Insertions at the same offset keep the order in which
     /// they were added.
     ///
@@ -103,7 +108,8 @@ pub fn append_child(edits: &mut Edits, text: &str, parent: Node<'_, '_>, markup:
     let nl = newline(text);
     let ind = line_indent(text, parent.range().start);
     let cind = child_indent(text, parent);
-    let name = &text[parent.range().start + 1..parent.range().start + 1 + tag_qname_len(text, parent.range().start)];
+    let name = &text[parent.range().start + 1
+        ..parent.range().start + 1 + tag_qname_len(text, parent.range().start)];
     if is_self_closing(text, parent) {
         let at = start_tag_attr_end(text, parent);
         edits.replace(
@@ -282,6 +288,75 @@ pub fn end_tag_start(text: &str, node: Node<'_, '_>) -> Option<usize> {
         return None;
     }
     text[..node.range().end].rfind("</")
+}
+
+/// One piece of a re-rendered element's content: original bytes or new markup.
+#[derive(Debug, Clone)]
+pub enum Item {
+    /// Bytes of the original text (a child node kept as it was written).
+    Verbatim(Range<usize>),
+    /// New markup, already escaped.
+    Markup(String),
+}
+
+/// An element `<NAME ...>` whose start tag is `start_tag` (without its closing `>`), with `items`
+/// each on its own line indented by `cind`, and the end tag indented by `ind`; `<NAME .../>` when
+/// there are no items. Lines end as the document's do.
+#[must_use]
+pub fn render_element(
+    text: &str,
+    name: &str,
+    start_tag: &str,
+    items: &[Item],
+    ind: &str,
+    cind: &str,
+) -> String {
+    if items.is_empty() {
+        return format!("{start_tag}/>");
+    }
+    let nl = newline(text);
+    let mut s = format!("{start_tag}>");
+    for it in items {
+        s.push_str(nl);
+        s.push_str(cind);
+        match it {
+            Item::Verbatim(r) => s.push_str(text[r.clone()].trim()),
+            Item::Markup(m) => s.push_str(m),
+        }
+    }
+    s.push_str(nl);
+    s.push_str(ind);
+    s.push_str("</");
+    s.push_str(name);
+    s.push('>');
+    s
+}
+
+/// `node`'s original markup with each (attribute, value) set: existing attributes get the new
+/// value in their own quotes, missing ones are appended with quote `q`; every other byte is kept.
+#[must_use]
+pub fn with_attrs(text: &str, node: Node<'_, '_>, attrs: &[(&str, &str)], q: char) -> String {
+    let base = node.range().start;
+    let mut e = Edits::new();
+    let mut tail = String::new();
+    for (name, value) in attrs {
+        match node
+            .attributes()
+            .find(|a| a.name() == *name && a.namespace().is_none())
+        {
+            Some(a) if a.value() == *value => {}
+            Some(a) => e.replace(
+                a.range_value().start - base..a.range_value().end - base,
+                escape_attr(value),
+            ),
+            None => tail.push_str(&format!(" {name}={q}{}{q}", escape_attr(value))),
+        }
+    }
+    if !tail.is_empty() {
+        e.insert(start_tag_attr_end(text, node) - base, tail);
+    }
+    e.apply(&text[node.range()])
+        .unwrap_or_else(|_| text[node.range()].to_string())
 }
 
 #[cfg(test)]

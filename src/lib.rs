@@ -21,5 +21,6 @@ pub mod machine;
 pub mod policy;
 pub mod rewrite;
 pub mod validate;
+pub mod vcpu;
 
 pub use error::{Error, Result};

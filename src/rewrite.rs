@@ -21,21 +21,23 @@
 use crate::cpu::{Level, normalize_feature};
 use crate::domain::{Domain, child, text_of};
 use crate::edit::{
-    Edits, child_indent, document_quote, newline, end_tag_start, escape_attr, escape_text, is_self_closing,
-    line_indent, node_with_line, quote_of, start_tag_attr_end, start_tag_end,
+    Edits, Item, child_indent, document_quote, end_tag_start, escape_attr, escape_text,
+    is_self_closing, line_indent, newline, node_with_line, quote_of, render_element,
+    start_tag_attr_end, start_tag_end, with_attrs,
 };
 use crate::error::{Error, Result};
 use crate::finding::{Finding, Severity};
 use crate::host::Host;
 use crate::policy::{Mode, Plan, Policy, Target};
 use crate::validate;
+use crate::vcpu;
 use roxmltree::Node;
 use serde::Serialize;
 use std::collections::BTreeSet;
 
 /// The name under which the arch/virt-type mode fixes are explained (they are not a policy rule:
 /// libvirt refuses the alternative).
-pub const BUILTIN_RULE: &str = "libvirt mode support";
+pub const BUILTIN_RULE: &str = "built-in: libvirt rules";
 
 /// One change the rewrite made (or, in audit mode and under `check`, would make).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -143,6 +145,10 @@ struct Desired<'a, 't> {
     numa: Option<Node<'a, 't>>,
     features: Vec<Feat<'a, 't>>,
     extras: Vec<Node<'a, 't>>,
+    /// New markup for the kept `<topology>` (a changed vCPU maximum reshapes it).
+    topology_markup: Option<String>,
+    /// New markup for the kept `<numa>` (cells follow a changed vCPU maximum).
+    numa_markup: Option<String>,
 }
 
 impl Desired<'_, '_> {
@@ -203,6 +209,8 @@ fn merge<'a, 't>(cpus: &[Node<'a, 't>], findings: &mut Vec<Finding>) -> Desired<
         numa: None,
         features: Vec::new(),
         extras: Vec::new(),
+        topology_markup: None,
+        numa_markup: None,
     };
     let text_key = |n: Node<'_, '_>| -> String {
         let doc_text = n.document().input_text();
@@ -612,10 +620,16 @@ pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<O
         );
     }
     apply_plan(&mut desired, &plan, &dom, host, &mut ctx);
-    let edits = emit(&dom, &cpus, &desired).map_err(|e| Error::Xml {
+    let v = vcpu::apply(&dom, &plan, host, desired.single("topology"), desired.numa);
+    desired.topology_markup = v.topology_markup;
+    desired.numa_markup = v.numa_markup;
+    ctx.changes.extend(v.changes);
+    ctx.findings.extend(v.findings);
+    let mut edits = emit(&dom, &cpus, &desired).map_err(|e| Error::Xml {
         what: what.to_string(),
         message: e,
     })?;
+    edits.extend(v.edits);
     let rewritten = edits.apply(text).map_err(|e| Error::Xml {
         what: what.to_string(),
         message: e.to_string(),
@@ -661,12 +675,6 @@ enum Kind {
     Other,
 }
 
-/// One piece of the new `<cpu>` body: original bytes or new markup.
-enum Item {
-    Verbatim(std::ops::Range<usize>),
-    Markup(String),
-}
-
 fn emit(
     dom: &Domain<'_>,
     cpus: &[Node<'_, '_>],
@@ -690,7 +698,7 @@ fn emit(
         Some(node) if node.attribute("policy").unwrap_or("require") == f.policy => {
             Item::Verbatim(node.range())
         }
-        Some(node) => Item::Markup(set_attr_text(text, node, "policy", &f.policy, q)),
+        Some(node) => Item::Markup(with_attrs(text, node, &[("policy", f.policy.as_str())], q)),
         None => Item::Markup(format!(
             "<feature policy={q}{}{q} name={q}{}{q}/>",
             escape_attr(&f.policy),
@@ -700,6 +708,14 @@ fn emit(
     let model_item = |m: &ModelD<'_, '_>| match m.src {
         Some(src) => Item::Verbatim(src.range()),
         None => Item::Markup(model_markup(m, q)),
+    };
+    let single_item = |name: &str, src: Node<'_, '_>| match (&d.topology_markup, name) {
+        (Some(m), "topology") => Item::Markup(m.clone()),
+        _ => Item::Verbatim(src.range()),
+    };
+    let numa_item = |n: Node<'_, '_>| match &d.numa_markup {
+        Some(m) => Item::Markup(m.clone()),
+        None => Item::Verbatim(n.range()),
     };
     let mut items: Vec<(Kind, Item)> = Vec::new();
     let mut placed_model = false;
@@ -719,7 +735,7 @@ fn emit(
             if !placed_singles.contains(&name) {
                 placed_singles.push(SINGLES.iter().find(|s| **s == name).copied().unwrap_or(""));
                 if let Some(src) = d.single(name) {
-                    items.push((Kind::Single, Item::Verbatim(src.range())));
+                    items.push((Kind::Single, single_item(name, src)));
                 }
             }
         } else if ours && name == "feature" && c.attribute("name").is_some() {
@@ -730,7 +746,7 @@ fn emit(
             if !placed_numa {
                 placed_numa = true;
                 if let Some(n) = d.numa {
-                    items.push((Kind::Numa, Item::Verbatim(n.range())));
+                    items.push((Kind::Numa, numa_item(n)));
                 }
             }
         } else {
@@ -752,7 +768,7 @@ fn emit(
         }
         if let Some(src) = d.single(name) {
             let at = pos_after(&items, &[Kind::Model, Kind::Single]).unwrap_or(0);
-            items.insert(at, (Kind::Single, Item::Verbatim(src.range())));
+            items.insert(at, (Kind::Single, single_item(name, src)));
         }
     }
     for f in d.features.iter().filter(|f| f.f_node.is_none()) {
@@ -762,7 +778,7 @@ fn emit(
         items.insert(at, (Kind::Feature, feature_item(f)));
     }
     if let (false, Some(n)) = (placed_numa, d.numa) {
-        items.push((Kind::Numa, Item::Verbatim(n.range())));
+        items.push((Kind::Numa, numa_item(n)));
     }
     for e in &d.extras {
         items.push((Kind::Other, Item::Verbatim(e.range())));
@@ -818,7 +834,7 @@ fn emit(
                     None => {
                         let ind = line_indent(text, f.range().start).to_string();
                         let cind = child_indent(text, f);
-                        render(text, &start_tag, &items, &ind, &cind)
+                        render_element(text, "cpu", &start_tag, &items, &ind, &cind)
                     }
                 };
                 edits.replace(f.range(), new);
@@ -834,7 +850,7 @@ fn emit(
             let root = dom.root();
             let ind = child_indent(text, root);
             let cind = format!("{ind}{}", indent_step(text, root, &ind));
-            let el = render(text, &start_tag, &items, &ind, &cind);
+            let el = render_element(text, "cpu", &start_tag, &items, &ind, &cind);
             let nl = newline(text);
             let anchor_after = child(root, "features")
                 .or_else(|| child(root, "cputune"))
@@ -867,26 +883,6 @@ fn is_blank(text: &str, n: Node<'_, '_>) -> bool {
     n.is_text() && text[n.range()].trim().is_empty()
 }
 
-fn render(text: &str, start_tag: &str, items: &[Item], ind: &str, cind: &str) -> String {
-    if items.is_empty() {
-        return format!("{start_tag}/>");
-    }
-    let nl = newline(text);
-    let mut s = format!("{start_tag}>");
-    for it in items {
-        s.push_str(nl);
-        s.push_str(cind);
-        match it {
-            Item::Verbatim(r) => s.push_str(text[r.clone()].trim()),
-            Item::Markup(m) => s.push_str(m),
-        }
-    }
-    s.push_str(nl);
-    s.push_str(ind);
-    s.push_str("</cpu>");
-    s
-}
-
 fn model_markup(m: &ModelD<'_, '_>, q: char) -> String {
     match &m.fallback {
         Some(fb) => format!(
@@ -896,27 +892,6 @@ fn model_markup(m: &ModelD<'_, '_>, q: char) -> String {
         ),
         None => format!("<model>{}</model>", escape_text(&m.text)),
     }
-}
-
-/// `node`'s original markup with attribute `name` set to `value` (other bytes kept).
-fn set_attr_text(text: &str, node: Node<'_, '_>, name: &str, value: &str, q: char) -> String {
-    let base = node.range().start;
-    let mut e = Edits::new();
-    match node
-        .attributes()
-        .find(|a| a.name() == name && a.namespace().is_none())
-    {
-        Some(a) => e.replace(
-            a.range_value().start - base..a.range_value().end - base,
-            escape_attr(value),
-        ),
-        None => e.insert(
-            start_tag_attr_end(text, node) - base,
-            format!(" {name}={q}{}{q}", escape_attr(value)),
-        ),
-    }
-    e.apply(&text[node.range()])
-        .unwrap_or_else(|_| text[node.range()].to_string())
 }
 
 /// The first `<cpu>`'s start tag (without its closing `>` or `/>`) carrying `attrs`: kept
