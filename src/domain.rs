@@ -47,6 +47,12 @@ pub fn decode<'b>(bytes: &'b [u8], what: &str) -> Result<&'b str> {
 /// # Errors
 /// [`Error::Xml`] with roxmltree's message (which gives line and column).
 pub fn parse_xml<'t>(text: &'t str, what: &str) -> Result<Document<'t>> {
+    if text.trim().is_empty() {
+        return Err(Error::Xml {
+            what: what.to_string(),
+            message: "the input is empty".into(),
+        });
+    }
     let opts = ParsingOptions {
         allow_dtd: false,
         nodes_limit: MAX_NODES,

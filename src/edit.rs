@@ -120,8 +120,8 @@ pub fn append_child(edits: &mut Edits, text: &str, parent: Node<'_, '_>, markup:
     }
     let last = parent
         .children()
-        .filter(|c| !(c.is_text() && text[c.range()].trim().is_empty()))
-        .last();
+        .rev()
+        .find(|c| !(c.is_text() && text[c.range()].trim().is_empty()));
     match last {
         Some(c) => edits.insert(c.range().end, format!("{nl}{cind}{markup}")),
         None => {

@@ -205,7 +205,7 @@ impl Host {
     pub fn read_caps_file(&mut self, path: &Path) -> Result<()> {
         match read_fact_file(path)? {
             FactFile::Machines(m) => self.machines.extend(m),
-            FactFile::DomCaps(d) => self.domcaps.push(d),
+            FactFile::DomCaps(d) => self.domcaps.push(*d),
         }
         self.files.push(path.display().to_string());
         Ok(())
@@ -360,7 +360,7 @@ enum FactFile {
     /// Machine types (capabilities, qemuCaps).
     Machines(Vec<MachineFact>),
     /// One domcapabilities document.
-    DomCaps(DomCaps),
+    DomCaps(Box<DomCaps>),
 }
 
 fn read_fact_file(path: &Path) -> Result<FactFile> {
@@ -382,7 +382,7 @@ fn read_fact_file(path: &Path) -> Result<FactFile> {
     let mut machines = Vec::new();
     match root.tag_name().name() {
         "capabilities" => read_capabilities(&mut machines, root, &what),
-        "domainCapabilities" => return Ok(FactFile::DomCaps(read_domcaps(root, &what))),
+        "domainCapabilities" => return Ok(FactFile::DomCaps(Box::new(read_domcaps(root, &what)))),
         "qemuCaps" => read_qemucaps(&mut machines, root, &what),
         other => {
             return Err(Error::Host(format!(

@@ -573,6 +573,10 @@ impl Policy {
             message: toml_message(text, &e),
         })?;
         let ck = Checker { text, source };
+        if raw.host.cpus == Some(0) {
+            let at = text.find("cpus").unwrap_or(0);
+            return Err(ck.err(at..at, "host.cpus", "must be 1 or more"));
+        }
         if let Some(v) = &raw.version {
             if *v.get_ref() != 1 {
                 return Err(ck.err(
@@ -708,18 +712,65 @@ impl Match {
     }
 }
 
-/// `toml`'s message, with the line and column up front in one line.
+/// `toml`'s message, with the line and column up front and the dotted key it concerns (the
+/// table header above it plus the key on its line), so every error names its key.
 fn toml_message(text: &str, e: &toml::de::Error) -> String {
-    let msg = e.message().trim().to_string();
-    match e.span() {
-        Some(span) => {
-            let (line, col) = line_col(text, span.start);
-            let key_hint = text[span.clone()].trim();
-            let key_hint: String = key_hint.chars().take(60).collect();
-            format!("line {line}, column {col}: {msg} (at `{key_hint}`)")
-        }
-        None => msg,
+    let msg = e
+        .message()
+        .trim()
+        .replace("wanted string or table", "wrong type");
+    let Some(span) = e.span() else {
+        return msg;
+    };
+    let (line, col) = line_col(text, span.start);
+    match key_at(text, span.start) {
+        Some(key) => format!("line {line}, column {col}: key `{key}`: {msg}"),
+        None => format!("line {line}, column {col}: {msg}"),
     }
+}
+
+/// The dotted key whose key or value is at byte `offset`: the nearest `[table]`/`[[table]]`
+/// header above, then the `a.b =` keys before `offset` on its line (inline tables included).
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let offset = offset.min(text.len());
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    let before = &text[line_start..offset];
+    let whole = &text[line_start..line_end];
+    let mut parts: Vec<String> = Vec::new();
+    let mut rest = before;
+    // `k = { a = 1, b = `: every `name =` before offset that is still open.
+    while let Some(eq) = rest.find('=') {
+        let name = rest[..eq].rsplit(['{', ',']).next().unwrap_or("").trim();
+        if !name.is_empty() && !name.starts_with('[') {
+            parts.push(name.trim_matches('"').to_string());
+        }
+        rest = &rest[eq + 1..];
+    }
+    if parts.is_empty() {
+        // The span is the key itself (an unknown key): take the key on this line.
+        let name = whole.split('=').next().unwrap_or("").trim();
+        if !name.is_empty() && !name.starts_with('[') && !name.starts_with('#') {
+            parts.push(name.to_string());
+        }
+    }
+    let header = text[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|h| h.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+    if parts.is_empty() && header.is_none() {
+        return None;
+    }
+    let mut key = header.unwrap_or_default();
+    for p in parts {
+        if !key.is_empty() {
+            key.push('.');
+        }
+        key.push_str(&p);
+    }
+    Some(key)
 }
 
 #[cfg(test)]
@@ -781,6 +832,17 @@ mod tests {
             ("[[rule]]\ncpu.mode = \"maximum\"\n", "name"),
             ("mode = \"audit \"\n", "line 1"),
             ("[hook]\non_violation = 1\n", "line 2"),
+            ("[hook]\non_error = true\n", "key `hook.on_error`"),
+            (
+                "[[rule]]\nname = \"a\"\ncpu.check = 3\n",
+                "key `rule.cpu.check`",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\nmatch = { arch = 5 }\n",
+                "key `rule.match.arch`",
+            ),
+            ("mode = \"enforc\"\n", "key `mode`"),
+            ("[host]\ncpus = 0\n", "host.cpus"),
         ] {
             let e = Policy::parse(text, "p").unwrap_err().to_string();
             assert!(e.contains(needle), "{text:?}: {e}");

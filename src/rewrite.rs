@@ -410,7 +410,7 @@ fn apply_plan(d: &mut Desired<'_, '_>, plan: &Plan, dom: &Domain<'_>, host: &Hos
     }
     if let Some(r) = &plan.require {
         let model_feats = (d.mode() == "custom")
-            .then(|| d.model.as_ref())
+            .then_some(d.model.as_ref())
             .flatten()
             .and_then(|m| host.cpu_map.model_features(&m.text));
         for f in &r.value {
@@ -434,6 +434,11 @@ fn apply_plan(d: &mut Desired<'_, '_>, plan: &Plan, dom: &Domain<'_>, host: &Hos
             }
         }
     }
+    if let Some(r) = plan.require.as_ref().or(plan.disable.as_ref()) {
+        if d.model.is_none() && !d.features.is_empty() {
+            ensure_model(d, dom.arch(), &r.rule, host, ctx);
+        }
+    }
     // Rule 5: the psABI level.
     if let Some(level) = &plan.min_level {
         apply_level(d, level.value, &level.rule, plan, dom, host, ctx);
@@ -447,6 +452,38 @@ fn apply_plan(d: &mut Desired<'_, '_>, plan: &Plan, dom: &Domain<'_>, host: &Hos
                 ctx.change(&f.rule, format!("<model fallback='{}'>", f.value.as_str()));
             }
         }
+    }
+}
+
+/// Write the machine's default model out when a custom `<cpu>` names none, so features can be
+/// listed (libvirt: "Non-empty feature list specified without CPU model"): QEMU's `qemu64` on
+/// x86_64, with `svm` disabled as libvirt does for its own implicit default CPU.
+fn ensure_model(d: &mut Desired<'_, '_>, arch: &str, rule: &str, host: &Host, ctx: &mut Ctx) {
+    if d.model.is_some() || d.mode() != "custom" {
+        return;
+    }
+    let Some(model) = default_model(arch) else {
+        return;
+    };
+    d.model = Some(ModelD {
+        text: model.to_string(),
+        fallback: None,
+        src: None,
+    });
+    ctx.change(
+        rule,
+        format!("<model>{model}</model> added: the domain names no model, so QEMU would use its default {model}; it is written out so features can be listed (libvirt refuses features without a model)"),
+    );
+    let has_svm = host
+        .cpu_map
+        .model_features(model)
+        .is_some_and(|s| s.contains("svm"));
+    if has_svm && d.feature("svm").is_none() {
+        d.set_feature("svm", "disable");
+        ctx.change(
+            rule,
+            format!("<feature policy='disable' name='svm'/> added: libvirt's {model} lists svm (AMD-V), which KVM on Intel hosts cannot give (\"Host CPU does not provide required features: svm\"); libvirt disables it for its own implicit default CPU, and the guest keeps the same CPU under KVM and TCG"),
+        );
     }
 }
 
@@ -514,31 +551,7 @@ fn apply_level(
         }
         return;
     }
-    if d.model.is_none() {
-        let Some(model) = default_model(arch) else {
-            return;
-        };
-        d.model = Some(ModelD {
-            text: model.to_string(),
-            fallback: None,
-            src: None,
-        });
-        ctx.change(
-            rule,
-            format!("<model>{model}</model> added: the domain names no model, so QEMU would use its default {model} (x86-64-v1 only); it is written out so the level's features can be required"),
-        );
-        let has_svm = host
-            .cpu_map
-            .model_features(model)
-            .is_some_and(|s| s.contains("svm"));
-        if has_svm && d.feature("svm").is_none() {
-            d.set_feature("svm", "disable");
-            ctx.change(
-                rule,
-                format!("<feature policy='disable' name='svm'/> added: libvirt's {model} lists svm (AMD-V), which KVM on Intel hosts cannot give (\"Host CPU does not provide required features: svm\"); libvirt disables it for its own implicit default CPU, and the guest keeps the same CPU under KVM and TCG"),
-            );
-        }
-    }
+    ensure_model(d, arch, rule, host, ctx);
     let Some(model) = d.model.as_ref().map(|m| m.text.clone()) else {
         return;
     };

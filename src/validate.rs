@@ -10,6 +10,7 @@ use crate::finding::Finding;
 use crate::host::Host;
 use crate::policy::Plan;
 use crate::rewrite::{guaranteed_features, policy_present};
+use crate::vcpu::{Topology, VcpuCount, read_vcpu};
 use roxmltree::Node;
 use std::collections::BTreeSet;
 
@@ -35,6 +36,7 @@ pub fn validate(dom: &Domain<'_>, plan: &Plan, host: &Host) -> Vec<Finding> {
     }
     let arch = dom.arch();
     let vt = dom.virt_type();
+    validate_vcpus(dom, host, &mut out);
     let Some(cpu) = cpus.first().copied() else {
         check_level(dom, None, plan, host, &mut out);
         return out;
@@ -138,6 +140,229 @@ pub fn validate(dom: &Domain<'_>, plan: &Plan, host: &Host) -> Vec<Finding> {
     }
     check_level(dom, Some(cpu), plan, host, &mut out);
     out
+}
+
+/// The vCPU checks of libvirt 9.0 (`src/conf/domain_validate.c`, `src/qemu/qemu_validate.c`) and
+/// QEMU: counts, topology, machine-type and KVM limits, the x86 rules above 255 vCPUs, `<vcpus>`,
+/// NUMA cells and memory hotplug. Error texts are libvirt's.
+#[allow(clippy::too_many_lines)]
+fn validate_vcpus(dom: &Domain<'_>, host: &Host, out: &mut Vec<Finding>) {
+    let root = dom.root();
+    let arch = dom.arch();
+    let vt = dom.virt_type();
+    let count = match child(root, "vcpu").map(read_vcpu) {
+        None => VcpuCount {
+            max: 1,
+            current: 1,
+            current_written: false,
+        },
+        Some(Ok(c)) => c,
+        Some(Err(m)) => {
+            out.push(Finding::error(
+                "vcpu-invalid",
+                m,
+                "write a positive integer",
+            ));
+            return;
+        }
+    };
+    let max = count.max;
+    if max == 0 {
+        out.push(Finding::error(
+            "vcpu-invalid",
+            "<vcpu> is 0: a guest needs at least one vCPU",
+            "write a positive integer",
+        ));
+        return;
+    }
+    if count.current == 0 {
+        out.push(Finding::error(
+            "vcpu-current",
+            "vcpu 0 can't be offline (<vcpu current='0'>)",
+            "set current to 1 or more",
+        ));
+    }
+    if count.current > max {
+        out.push(Finding::error(
+            "vcpu-current",
+            format!(
+                "maximum vCPU count must not be less than current vCPU count ({} > {max})",
+                count.current
+            ),
+            "lower <vcpu current> or raise the maximum",
+        ));
+    }
+    let x86 = matches!(arch, "x86_64" | "i686");
+    if let Some(topo) = dom.cpus().first().and_then(|c| child(*c, "topology")) {
+        match Topology::read(topo) {
+            None => out.push(Finding::error(
+                "topology-invalid",
+                "<topology> has an attribute that is not a positive integer",
+                "fix <topology>",
+            )),
+            Some(t) => {
+                if t.product() != u64::from(max) {
+                    out.push(Finding::error(
+                        "topology-mismatch",
+                        format!("CPU topology doesn't match maximum vcpu count (sockets × dies × clusters × cores × threads = {}, maximum {max})", t.product()),
+                        "make the product equal the maximum (vcpu.topology reshapes it)",
+                    ));
+                }
+                if x86 && topo.attribute("clusters").is_some() {
+                    out.push(Finding::warning("topology-clusters", "<topology clusters> on x86: QEMU 9.0 and later refuse clusters on x86 machine types", "remove the clusters attribute"));
+                }
+            }
+        }
+    }
+    let limit = host.machine_limit(arch, vt, dom.machine(), dom.emulator().as_deref());
+    if let Some(l) = &limit {
+        if max > l.max_cpus {
+            out.push(Finding::error(
+                "machine-vcpu-limit",
+                format!("Maximum CPUs greater than specified machine type limit {} (machine type {}, from {}; maximum {max})", l.max_cpus, l.machine, l.source),
+                format!("lower the maximum to {} or use a machine type with a higher limit", l.max_cpus),
+            ));
+        }
+    }
+    if vt == "kvm" {
+        if let Some(k) = host.kvm_limit() {
+            if max > k.value {
+                out.push(Finding::error(
+                    "kvm-vcpu-limit",
+                    format!("maximum {max} vCPUs exceeds the maximum cpus supported by KVM ({}, from {})", k.value, k.source),
+                    format!("lower the maximum to {}", k.value),
+                ));
+            }
+        }
+    }
+    let devices = child(root, "devices");
+    let iommu = devices.and_then(|d| child(d, "iommu"));
+    let driver = iommu.and_then(|i| child(i, "driver"));
+    let on = |n: &str| driver.and_then(|d| d.attribute(n)) == Some("on");
+    let intel = iommu.and_then(|i| i.attribute("model")) == Some("intel");
+    if x86 && max > crate::vcpu::X86_XAPIC_LIMIT {
+        let machine = limit.as_ref().map_or(dom.machine(), |l| l.machine.as_str());
+        if !crate::machine::is_q35(machine) && !crate::machine::is_q35(dom.machine()) {
+            if limit.is_none() {
+                out.push(Finding::error("x86-vcpu-q35", format!("more than 255 vCPUs are only supported on q35-based machine types (machine type {})", dom.machine()), "use a q35 machine type or at most 255 vCPUs"));
+            }
+        } else if !(intel && on("eim")) {
+            out.push(Finding::error(
+                "iommu-eim",
+                "more than 255 vCPUs require extended interrupt mode enabled on the iommu device",
+                "add <iommu model='intel'><driver intremap='on' eim='on'/></iommu> and <features><ioapic driver='qemu'/></features> (virt-cpu-policy does with vcpu.max)",
+            ));
+        }
+    }
+    if intel && on("eim") && !on("intremap") {
+        out.push(Finding::error(
+            "iommu-intremap",
+            "IOMMU eim requires interrupt remapping to be enabled",
+            "set <driver intremap='on'>",
+        ));
+    }
+    if intel && on("intremap") {
+        let split = child(root, "features")
+            .and_then(|f| child(f, "ioapic"))
+            .and_then(|i| i.attribute("driver"))
+            == Some("qemu");
+        if !split {
+            out.push(Finding::error(
+                "ioapic-split",
+                "IOMMU interrupt remapping requires split I/O APIC (ioapic driver='qemu')",
+                "add <features><ioapic driver='qemu'/></features>",
+            ));
+        }
+    }
+    if let Some(list) = child(root, "vcpus") {
+        let mut state: std::collections::BTreeMap<u32, (bool, Option<String>)> =
+            std::collections::BTreeMap::new();
+        for e in list.children().filter(|c| is_libvirt_element(*c, "vcpu")) {
+            let Some(id) = e.attribute("id").and_then(|v| v.trim().parse::<u32>().ok()) else {
+                out.push(Finding::error(
+                    "vcpus-invalid",
+                    "a <vcpus><vcpu> has no valid id",
+                    "give every entry an id",
+                ));
+                continue;
+            };
+            if id >= max {
+                out.push(Finding::error(
+                    "vcpus-invalid",
+                    format!("vcpu id '{id}' is out of range of maximum vcpu count"),
+                    "remove the entry or raise the maximum",
+                ));
+                continue;
+            }
+            state.insert(
+                id,
+                (
+                    e.attribute("enabled") == Some("yes"),
+                    e.attribute("hotpluggable").map(str::to_string),
+                ),
+            );
+        }
+        for (id, (enabled, hot)) in &state {
+            if *id == 0 && !enabled {
+                out.push(Finding::error(
+                    "vcpus-invalid",
+                    "vcpu 0 can't be offline",
+                    "enable vCPU 0",
+                ));
+            } else if *id == 0 && hot.as_deref() == Some("yes") {
+                out.push(Finding::error(
+                    "vcpus-invalid",
+                    "vcpu0 can't be hotpluggable",
+                    "set hotpluggable='no' on vCPU 0",
+                ));
+            } else if !enabled && hot.as_deref() == Some("no") {
+                out.push(Finding::error(
+                    "vcpus-invalid",
+                    format!("vcpu '{id}' is both offline and not hotpluggable"),
+                    "make it hotpluggable or enable it",
+                ));
+            }
+        }
+    }
+    let cells: Vec<Node<'_, '_>> = dom
+        .cpus()
+        .iter()
+        .filter_map(|c| child(*c, "numa"))
+        .flat_map(|n| {
+            n.children()
+                .filter(|c| is_libvirt_element(*c, "cell"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut covered = BTreeSet::new();
+    for c in &cells {
+        if let Some(v) = c.attribute("cpus") {
+            match crate::vcpu::parse_cpuset(v, max.saturating_add(1 << 16)) {
+                Some(s) => covered.extend(s),
+                None => out.push(Finding::error(
+                    "numa-invalid",
+                    format!("NUMA cell cpus='{v}' is not a valid cpuset"),
+                    "fix the cell's cpus",
+                )),
+            }
+        }
+    }
+    if covered.iter().any(|i| *i >= max) {
+        out.push(Finding::error(
+            "numa-vcpus",
+            "Number of CPUs in <numa> exceeds the <vcpu> count",
+            "keep every cell's cpus below the maximum",
+        ));
+    } else if !cells.is_empty() && u32::try_from(covered.len()).ok() != Some(max) {
+        out.push(Finding::warning("numa-coverage", format!("NUMA cells cover {} of {max} vCPUs; QEMU puts the others in node 0 and warns that this is deprecated", covered.len()), "assign every vCPU to a cell"));
+    }
+    if child(root, "maxMemory").is_some() && cells.is_empty() {
+        out.push(Finding::error(
+            "memory-hotplug-numa",
+            "At least one numa node has to be configured when enabling memory hotplug",
+            "add a <numa> cell, or remove <maxMemory>",
+        ));
+    }
 }
 
 fn explicit_features(cpu: Node<'_, '_>) -> Vec<(String, String)> {

@@ -1,1 +1,1054 @@
-//! (being written)
+//! The command line, end to end: the real binary, its exit codes, its messages, and what it
+//! writes (and does not write) to stdout and to files.
+//!
+//! Conventions checked on every failure: the documented exit code, one clear message on stderr
+//! (prefixed with the program name, never a panic), and nothing at all on stdout.
+//!
+//! Every test passes `--policy` explicitly, so a `/etc/virt-cpu-policy/policy.toml` on the machine
+//! running the tests cannot change the results.
+
+use crate::harness::{Cmd, Output, bin, corpus, root};
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------------------------
+
+/// A scratch directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "vcp-cli-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create scratch dir");
+        Scratch(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    fn write(&self, name: &str, data: impl AsRef<[u8]>) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, data).expect("write scratch file");
+        p
+    }
+
+    /// File names in the directory, sorted.
+    fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&self.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// The shipped default policy (the same text the binary has built in).
+fn default_policy() -> String {
+    s(&root().join("packaging/policy.toml"))
+}
+
+/// The shipped CloudStack example: no model, so the default policy must add the v2 features.
+fn cloudstack() -> PathBuf {
+    root().join("examples/cloudstack-default-cpu.xml")
+}
+
+fn cloudstack_text() -> String {
+    std::fs::read_to_string(cloudstack()).expect("examples/cloudstack-default-cpu.xml")
+}
+
+/// A kvm x86_64 domain that already reaches x86-64-v2 (Nehalem has every v2 feature).
+const CONFORMING: &str = "<domain type='kvm'>
+  <name>ok</name>
+  <memory unit='KiB'>1048576</memory>
+  <vcpu>2</vcpu>
+  <os>
+    <type arch='x86_64' machine='pc'>hvm</type>
+  </os>
+  <cpu mode='custom' match='exact'>
+    <model fallback='forbid'>Nehalem</model>
+  </cpu>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+  </devices>
+</domain>
+";
+
+/// A kvm x86_64 domain with a model, for policies without a level.
+const WITH_MODEL: &str = "<domain type='kvm'>
+  <name>m</name>
+  <os>
+    <type arch='x86_64' machine='pc'>hvm</type>
+  </os>
+  <cpu mode='custom' match='exact'>
+    <model>Nehalem</model>
+  </cpu>
+</domain>
+";
+
+/// Two `<cpu>` elements with different `<numa>`: cannot conform.
+const TWO_NUMA: &str = "<domain type='kvm'>
+  <name>n</name>
+  <os>
+    <type arch='x86_64' machine='pc'>hvm</type>
+  </os>
+  <cpu mode='host-model'>
+    <numa>
+      <cell id='0' cpus='0' memory='1048576' unit='KiB'/>
+    </numa>
+  </cpu>
+  <cpu>
+    <numa>
+      <cell id='0' cpus='0-1' memory='2097152' unit='KiB'/>
+    </numa>
+  </cpu>
+</domain>
+";
+
+/// Two rules: one requires `aes`, the other disables it.
+const CONFLICT_POLICY: &str = "version = 1
+[[rule]]
+name = \"wants aes\"
+cpu.require = [\"aes\"]
+
+[[rule]]
+name = \"no aes\"
+cpu.disable = [\"aes\"]
+";
+
+/// Assert a refusal: the exit code, nothing on stdout, one message on stderr (no panic) that
+/// contains every needle (case-insensitive).
+#[track_caller]
+fn refused(out: &Output, code: i32, needles: &[&str]) {
+    out.status(code);
+    assert!(
+        out.stdout.is_empty(),
+        "stdout must be empty on exit {code}, got:\n{}",
+        out.stdout
+    );
+    no_panic(out);
+    assert!(
+        !out.stderr.trim().is_empty(),
+        "exit {code} needs a message on stderr"
+    );
+    let lower = out.stderr.to_lowercase();
+    for n in needles {
+        assert!(
+            lower.contains(&n.to_lowercase()),
+            "stderr should mention {n:?}:\n{}",
+            out.stderr
+        );
+    }
+}
+
+/// Assert a bad-input refusal (exit 2): as [`refused`], and the message is a single line
+/// prefixed with the program name.
+#[track_caller]
+fn bad_input(out: &Output, needles: &[&str]) {
+    refused(out, 2, needles);
+    assert_eq!(
+        out.stderr.trim_end().lines().count(),
+        1,
+        "bad input should give one message line:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.starts_with("virt-cpu-policy: "),
+        "message should be prefixed with the program name:\n{}",
+        out.stderr
+    );
+}
+
+#[track_caller]
+fn no_panic(out: &Output) {
+    assert!(
+        !out.stderr.contains("panicked") && !out.stderr.contains("RUST_BACKTRACE"),
+        "the tool panicked:\n{}",
+        out.stderr
+    );
+}
+
+fn rewrite(args: &[&str]) -> Cmd {
+    Cmd::new(&["rewrite"]).args_from(args)
+}
+
+fn check(args: &[&str]) -> Cmd {
+    Cmd::new(&["check"]).args_from(args)
+}
+
+trait ArgsFrom {
+    fn args_from(self, a: &[&str]) -> Self;
+}
+
+impl ArgsFrom for Cmd {
+    fn args_from(mut self, a: &[&str]) -> Self {
+        for x in a {
+            self = self.arg(x);
+        }
+        self
+    }
+}
+
+/// Run and time a command.
+fn timed(cmd: Cmd) -> (Output, Duration) {
+    let t = Instant::now();
+    let out = cmd.run();
+    (out, t.elapsed())
+}
+
+/// Parse `check --format json` output and return (verdict, exit field).
+#[track_caller]
+fn json_verdict(out: &Output) -> (String, i64) {
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim())
+        .unwrap_or_else(|e| panic!("check --format json is not JSON ({e}):\n{}", out.stdout));
+    let verdict = v["verdict"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no string `verdict` field in {v}"))
+        .to_string();
+    (verdict, v["exit"].as_i64().unwrap_or(-1))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exit codes of `rewrite`
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn rewrite_exit_0_writes_the_whole_document() {
+    let p = default_policy();
+    let out = rewrite(&["--policy", &p, &s(&cloudstack())]).run();
+    out.status(0);
+    no_panic(&out);
+    assert!(
+        out.stdout.starts_with("<domain type='kvm'>"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.trim_end().ends_with("</domain>"),
+        "{}",
+        out.stdout
+    );
+    for f in ["lahf_lm", "popcnt", "sse4.1", "sse4.2", "ssse3"] {
+        assert!(
+            out.stdout
+                .contains(&format!("<feature policy='require' name='{f}'/>")),
+            "{f} missing:\n{}",
+            out.stdout
+        );
+    }
+    roxmltree::Document::parse(&out.stdout).expect("output is XML");
+    // Stdin gives the same bytes as a file argument.
+    let via_stdin = rewrite(&["--policy", &p]).stdin(cloudstack_text()).run();
+    via_stdin.status(0);
+    assert_eq!(via_stdin.stdout, out.stdout);
+    let via_dash = rewrite(&["--policy", &p, "-"])
+        .stdin(cloudstack_text())
+        .run();
+    via_dash.status(0);
+    assert_eq!(via_dash.stdout, out.stdout);
+}
+
+#[test]
+fn rewrite_exit_1_when_rules_require_and_disable_the_same_feature() {
+    let t = Scratch::new("conflict");
+    let pol = t.write("policy.toml", CONFLICT_POLICY);
+    let dom = t.write("d.xml", WITH_MODEL);
+    let out = rewrite(&["--policy", &s(&pol), &s(&dom)]).run();
+    refused(&out, 1, &["aes", "wants aes", "no aes"]);
+}
+
+#[test]
+fn rewrite_exit_1_on_two_different_numa() {
+    let t = Scratch::new("numa");
+    let dom = t.write("d.xml", TWO_NUMA);
+    let out = rewrite(&["--policy", &default_policy(), &s(&dom)]).run();
+    refused(&out, 1, &["numa"]);
+}
+
+#[test]
+fn rewrite_identical_numa_in_two_cpus_is_kept_once() {
+    let same = TWO_NUMA.replace("cpus='0-1' memory='2097152'", "cpus='0' memory='1048576'");
+    let out = rewrite(&["--policy", &default_policy()]).stdin(same).run();
+    out.status(0);
+    assert_eq!(out.stdout.matches("<cpu").count(), 1, "{}", out.stdout);
+    assert_eq!(out.stdout.matches("<numa>").count(), 1, "{}", out.stdout);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exit codes of `check`, text and JSON
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn check_exit_0_when_conforming() {
+    let p = default_policy();
+    let out = check(&["--policy", &p]).stdin(CONFORMING).run();
+    out.status(0);
+    no_panic(&out);
+    assert!(out.stdout.contains("conforms"), "{}", out.stdout);
+    let j = check(&["--policy", &p, "--format", "json"])
+        .stdin(CONFORMING)
+        .run();
+    j.status(0);
+    assert_eq!(json_verdict(&j), ("conforms".to_string(), 0));
+    // And `rewrite` leaves it byte-identical.
+    let r = rewrite(&["--policy", &p]).stdin(CONFORMING).run();
+    r.status(0);
+    assert_eq!(r.stdout, CONFORMING);
+}
+
+#[test]
+fn check_exit_3_when_a_rewrite_is_needed() {
+    let p = default_policy();
+    let c = s(&cloudstack());
+    let out = check(&["--policy", &p, &c]).run();
+    out.status(3);
+    no_panic(&out);
+    assert!(
+        out.stdout.contains("lahf_lm"),
+        "changes listed:\n{}",
+        out.stdout
+    );
+    let j = check(&["--policy", &p, "--format", "json", &c]).run();
+    j.status(3);
+    assert_eq!(json_verdict(&j), ("needs-rewrite".to_string(), 3));
+    let v: serde_json::Value = serde_json::from_str(&j.stdout).unwrap();
+    assert!(
+        v["changes"].as_array().is_some_and(|a| !a.is_empty()),
+        "changes listed in JSON: {v}"
+    );
+    // The rewritten document then conforms.
+    let r = rewrite(&["--policy", &p, &c]).run();
+    r.status(0);
+    check(&["--policy", &p])
+        .stdin(r.stdout.clone())
+        .run()
+        .status(0);
+}
+
+#[test]
+fn check_exit_1_when_it_cannot_conform() {
+    let t = Scratch::new("check1");
+    let pol = t.write("policy.toml", CONFLICT_POLICY);
+    let dom = t.write("d.xml", WITH_MODEL);
+    let out = check(&["--policy", &s(&pol), &s(&dom)]).run();
+    out.status(1);
+    no_panic(&out);
+    assert!(out.stdout.contains("aes"), "{}", out.stdout);
+    let j = check(&["--policy", &s(&pol), "--format", "json", &s(&dom)]).run();
+    j.status(1);
+    assert_eq!(json_verdict(&j), ("cannot-conform".to_string(), 1));
+
+    let numa = t.write("numa.xml", TWO_NUMA);
+    let out = check(&["--policy", &default_policy(), &s(&numa)]).run();
+    out.status(1);
+    let j = check(&["--policy", &default_policy(), "--format", "json", &s(&numa)]).run();
+    j.status(1);
+    assert_eq!(json_verdict(&j).0, "cannot-conform");
+}
+
+#[test]
+fn check_exit_2_on_bad_input() {
+    let p = default_policy();
+    bad_input(
+        &check(&["--policy", &p]).stdin("<domain type='kvm'>").run(),
+        &[],
+    );
+    bad_input(
+        &check(&["--policy", &p, "--format", "json", "/nonexistent/d.xml"]).run(),
+        &["/nonexistent/d.xml"],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input: exit 2, one message, nothing on stdout
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn bad_input_missing_file() {
+    let out = rewrite(&["--policy", &default_policy(), "/nonexistent/dir/domain.xml"]).run();
+    bad_input(&out, &["/nonexistent/dir/domain.xml"]);
+}
+
+#[test]
+fn bad_input_is_a_directory() {
+    let t = Scratch::new("dir");
+    let out = rewrite(&["--policy", &default_policy(), &s(&t.0)]).run();
+    bad_input(&out, &[&s(&t.0), "directory"]);
+}
+
+#[test]
+fn bad_input_empty_stdin() {
+    let out = rewrite(&["--policy", &default_policy()]).stdin("").run();
+    bad_input(&out, &["standard input"]);
+    let out = rewrite(&["--policy", &default_policy()]).run(); // stdin is /dev/null
+    bad_input(&out, &["standard input"]);
+}
+
+#[test]
+fn bad_input_malformed_xml() {
+    let x =
+        "<domain type='kvm'>\n  <os>\n    <type arch='x86_64'>hvm</type>\n  </oss>\n</domain>\n";
+    let out = rewrite(&["--policy", &default_policy()]).stdin(x).run();
+    bad_input(&out, &["XML", "4:"]);
+}
+
+#[test]
+fn bad_input_truncated_xml() {
+    let text = cloudstack_text();
+    let cut = &text[..text.len() / 2];
+    let out = rewrite(&["--policy", &default_policy()]).stdin(cut).run();
+    bad_input(&out, &["XML"]);
+}
+
+#[test]
+fn bad_input_dtd_entity_bomb_is_refused_quickly() {
+    let mut bomb = String::from("<?xml version='1.0'?>\n<!DOCTYPE domain [\n <!ENTITY a0 'lol'>\n");
+    for i in 1..=12 {
+        let p = format!("&a{};", i - 1);
+        bomb.push_str(&format!(" <!ENTITY a{i} '{}'>\n", p.repeat(10)));
+    }
+    bomb.push_str("]>\n<domain type='kvm'><name>&a12;</name><os><type arch='x86_64'>hvm</type></os></domain>\n");
+    let (out, took) = timed(rewrite(&["--policy", &default_policy()]).stdin(bomb));
+    bad_input(&out, &["DTD"]);
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    // A DTD without entities is refused as well.
+    let dtd = "<!DOCTYPE domain SYSTEM 'domain.dtd'>\n<domain type='kvm'><os><type arch='x86_64'>hvm</type></os></domain>";
+    bad_input(
+        &rewrite(&["--policy", &default_policy()]).stdin(dtd).run(),
+        &["DTD"],
+    );
+}
+
+/// 17 MiB of comment inside `<domain>`.
+fn oversized() -> Vec<u8> {
+    let mut v = Vec::with_capacity(17 * 1024 * 1024 + 200);
+    v.extend_from_slice(b"<domain type='kvm'><!--");
+    v.resize(v.len() + 17 * 1024 * 1024, b'x');
+    v.extend_from_slice(b"--><os><type arch='x86_64'>hvm</type></os></domain>\n");
+    v
+}
+
+#[track_caller]
+fn assert_limit_message(out: &Output) {
+    bad_input(out, &["limit"]);
+    assert!(
+        out.stderr.contains("16777216") || out.stderr.contains("16 MiB"),
+        "the message should state the limit (16 MiB):\n{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn bad_input_over_16_mib_file_is_refused_quickly() {
+    let t = Scratch::new("big");
+    let f = t.write("big.xml", oversized());
+    let (out, took) = timed(rewrite(&["--policy", &default_policy(), &s(&f)]));
+    assert_limit_message(&out);
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    let (out, took) = timed(check(&["--policy", &default_policy(), &s(&f)]));
+    assert_limit_message(&out);
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+}
+
+#[test]
+fn bad_input_over_16_mib_stdin_is_refused_quickly() {
+    let (out, took) = timed(rewrite(&["--policy", &default_policy()]).stdin(oversized()));
+    assert_limit_message(&out);
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+}
+
+#[test]
+fn input_just_under_the_limit_is_read() {
+    // The limit is on the size, not an off-by-one: 16 MiB exactly is accepted.
+    let head = b"<domain type='xen'><!--";
+    let tail = b"--></domain>";
+    let mut v = head.to_vec();
+    v.resize(16 * 1024 * 1024 - tail.len(), b'x');
+    v.extend_from_slice(tail);
+    assert_eq!(v.len(), 16 * 1024 * 1024);
+    let out = rewrite(&["--policy", &default_policy()])
+        .stdin(v.clone())
+        .run();
+    out.status(0);
+    assert_eq!(out.stdout.len(), v.len());
+}
+
+#[test]
+fn bad_input_invalid_utf8() {
+    let x =
+        b"<domain type='kvm'><name>caf\xe9</name><os><type arch='x86_64'>hvm</type></os></domain>";
+    let out = rewrite(&["--policy", &default_policy()])
+        .stdin(x.to_vec())
+        .run();
+    bad_input(&out, &["UTF-8"]);
+}
+
+#[test]
+fn bad_input_utf16_with_bom() {
+    let text = "<?xml version='1.0' encoding='UTF-16'?>\n<domain type='kvm'><os><type arch='x86_64'>hvm</type></os></domain>\n";
+    let mut bytes = vec![0xFF, 0xFE];
+    for u in text.encode_utf16() {
+        bytes.extend_from_slice(&u.to_le_bytes());
+    }
+    let out = rewrite(&["--policy", &default_policy()]).stdin(bytes).run();
+    bad_input(&out, &["UTF"]);
+    // Big-endian too.
+    let mut be = vec![0xFE, 0xFF];
+    for u in text.encode_utf16() {
+        be.extend_from_slice(&u.to_be_bytes());
+    }
+    let out = rewrite(&["--policy", &default_policy()]).stdin(be).run();
+    bad_input(&out, &["UTF"]);
+}
+
+#[test]
+fn bad_input_nul_bytes() {
+    let x = b"<domain type='kvm'><name>a\0b</name><os><type arch='x86_64'>hvm</type></os></domain>";
+    let out = rewrite(&["--policy", &default_policy()])
+        .stdin(x.to_vec())
+        .run();
+    bad_input(&out, &[]);
+    let x = b"<domain type='kvm'><os><type arch='x86_64'>hvm</type></os></domain>\0\0\0";
+    let out = rewrite(&["--policy", &default_policy()])
+        .stdin(x.to_vec())
+        .run();
+    bad_input(&out, &[]);
+}
+
+#[test]
+fn bad_input_not_a_domain() {
+    let x = "<capabilities><host/></capabilities>";
+    let out = rewrite(&["--policy", &default_policy()]).stdin(x).run();
+    bad_input(&out, &["domain", "capabilities"]);
+    // A <domain> in some other namespace is not libvirt's either.
+    let x = "<d:domain xmlns:d='urn:x' type='kvm'/>";
+    let out = rewrite(&["--policy", &default_policy()]).stdin(x).run();
+    bad_input(&out, &["domain"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Policy files
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn policy_missing() {
+    let out = rewrite(&["--policy", "/nonexistent/policy.toml", &s(&cloudstack())]).run();
+    bad_input(&out, &["/nonexistent/policy.toml"]);
+}
+
+#[test]
+fn policy_is_a_directory() {
+    let t = Scratch::new("poldir");
+    let out = rewrite(&["--policy", &s(&t.0), &s(&cloudstack())]).run();
+    bad_input(&out, &[&s(&t.0), "directory"]);
+}
+
+#[test]
+fn policy_empty_is_valid_and_changes_nothing() {
+    let t = Scratch::new("polempty");
+    let pol = t.write("policy.toml", "");
+    let out = rewrite(&["--policy", &s(&pol), &s(&cloudstack())]).run();
+    out.status(0);
+    assert_eq!(out.stdout, cloudstack_text());
+    assert!(!out.stderr.contains("panicked"));
+    let c = check(&["--policy", &s(&pol), &s(&cloudstack())]).run();
+    c.status(0);
+}
+
+/// Bad values and wrong types: exit 2, and the message names the key (as written in the file,
+/// e.g. `mode`, `hook.on_violation` or `cpu.mode`), its line and its column. Every case is run and
+/// the failures are reported together.
+#[test]
+fn policy_bad_value_names_key_line_and_column() {
+    let t = Scratch::new("polbad");
+    let cases: &[(&str, &str, &str)] = &[
+        // (policy text, key that must be named, line)
+        ("version = 1\nmode = \"enforc\"\n", "mode", "line 2"),
+        (
+            "version = 1\n[hook]\non_violation = \"maybe\"\n",
+            "on_violation",
+            "line 3",
+        ),
+        (
+            "version = 1\n[hook]\non_error = true\n",
+            "on_error",
+            "line 3",
+        ),
+        ("version = \"1\"\n", "version", "line 1"),
+        ("version = 2\n", "version", "line 1"),
+        (
+            "version = 1\n[[rule]]\nname = \"x\"\ncpu.mode = \"hostmodel\"\n",
+            "cpu.mode",
+            "line 4",
+        ),
+        (
+            "version = 1\n[[rule]]\nname = \"x\"\ncpu.min_level = \"x86-64-v9\"\n",
+            "min_level",
+            "line 4",
+        ),
+        (
+            "version = 1\n[[rule]]\nname = \"x\"\ncpu.check = 3\n",
+            "check",
+            "line 4",
+        ),
+        (
+            "version = 1\n[[rule]]\nname = \"x\"\ncpu.require = \"aes\"\n",
+            "require",
+            "line 4",
+        ),
+        (
+            "version = 1\n[[rule]]\nname = \"x\"\ncpu.fallback = \"sometimes\"\n",
+            "fallback",
+            "line 4",
+        ),
+    ];
+    let mut problems = Vec::new();
+    for (text, key, line) in cases {
+        let pol = t.write("policy.toml", text);
+        let out = rewrite(&["--policy", &s(&pol), &s(&cloudstack())]).run();
+        let ok = out.code == 2
+            && out.stdout.is_empty()
+            && out.stderr.trim_end().lines().count() == 1
+            && out.stderr.contains(line)
+            && out.stderr.contains("column")
+            && out.stderr.contains(key);
+        no_panic(&out);
+        if !ok {
+            problems.push(format!(
+                "policy {text:?}: wanted exit 2 and a message naming `{key}`, {line}, column; got exit {}: {}",
+                out.code,
+                out.stderr.trim_end()
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "\n{}", problems.join("\n"));
+}
+
+/// `[host] cpus` is a CPU count: 0 is a bad value (`--host-cpus 0` is refused too).
+#[test]
+fn policy_host_cpus_zero_is_a_bad_value() {
+    let t = Scratch::new("polcpus");
+    let pol = t.write("policy.toml", "version = 1\n[host]\ncpus = 0\n");
+    let out = rewrite(&["--policy", &s(&pol), &s(&cloudstack())]).run();
+    bad_input(&out, &["line 3", "column", "cpus"]);
+    let out = rewrite(&[
+        "--policy",
+        &default_policy(),
+        "--host-cpus",
+        "0",
+        &s(&cloudstack()),
+    ])
+    .run();
+    refused(&out, 2, &["host-cpus"]);
+}
+
+#[test]
+fn policy_misspelled_key_names_key_line_and_column() {
+    let t = Scratch::new("poltypo");
+    let pol = t.write(
+        "policy.toml",
+        "version = 1\n\n[[rule]]\nname = \"x\"\ncpu.modle = \"Nehalem\"\n",
+    );
+    let out = rewrite(&["--policy", &s(&pol), &s(&cloudstack())]).run();
+    bad_input(&out, &["line 5", "column", "modle"]);
+    let pol = t.write("policy.toml", "version = 1\nmdoe = \"audit\"\n");
+    let out = check(&["--policy", &s(&pol), &s(&cloudstack())]).run();
+    bad_input(&out, &["line 2", "column", "mdoe"]);
+}
+
+/// Usage errors (clap): exit 2, nothing on stdout.
+#[test]
+fn usage_errors_exit_2() {
+    let c = s(&cloudstack());
+    let p = default_policy();
+    for args in [
+        vec!["rewrite", "--policy", &p, "--diff", "--in-place", &c],
+        vec!["rewrite", "--policy", &p, "--no-such-option", &c],
+        vec!["check", "--policy", &p, "--format", "yaml", &c],
+        vec!["frobnicate"],
+        vec!["rewrite", "--policy", &p, &c, &c],
+    ] {
+        let out = Cmd::new(&args).run();
+        refused(&out, 2, &[]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// --caps files
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn caps_missing() {
+    let out = rewrite(&[
+        "--policy",
+        &default_policy(),
+        "--caps",
+        "/nonexistent/caps.xml",
+        &s(&cloudstack()),
+    ])
+    .run();
+    bad_input(&out, &["/nonexistent/caps.xml"]);
+}
+
+#[test]
+fn caps_not_a_capabilities_document() {
+    let c = s(&cloudstack());
+    let out = rewrite(&["--policy", &default_policy(), "--caps", &c, &c]).run();
+    bad_input(&out, &[&c, "capabilities"]);
+    let t = Scratch::new("caps");
+    let junk = t.write("junk.xml", "not xml at all");
+    let out = check(&["--policy", &default_policy(), "--caps", &s(&junk), &c]).run();
+    bad_input(&out, &[&s(&junk)]);
+    let out = Cmd::new(&["host", "--caps", &s(&junk)]).run();
+    bad_input(&out, &[&s(&junk)]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// --in-place, --diff, --explain
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn in_place_rewrites_atomically_and_keeps_permissions() {
+    let t = Scratch::new("inplace");
+    let f = t.write("guest.xml", cloudstack_text());
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let expected = rewrite(&["--policy", &default_policy(), &s(&f)]).run();
+    expected.status(0);
+    assert_ne!(expected.stdout, cloudstack_text());
+
+    let out = rewrite(&["--policy", &default_policy(), "--in-place", &s(&f)]).run();
+    out.status(0);
+    no_panic(&out);
+    assert!(
+        out.stdout.is_empty(),
+        "--in-place writes nothing to stdout:\n{}",
+        out.stdout
+    );
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), expected.stdout);
+    let mode = std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o640, "permissions kept");
+    assert_eq!(
+        t.names(),
+        vec!["guest.xml".to_string()],
+        "no temporary file left behind"
+    );
+    // A second run is a no-op.
+    let again = check(&["--policy", &default_policy(), &s(&f)]).run();
+    again.status(0);
+}
+
+#[test]
+fn in_place_leaves_a_conforming_file_untouched() {
+    let t = Scratch::new("inplace-noop");
+    let f = t.write("guest.xml", CONFORMING);
+    let old = SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let before = std::fs::metadata(&f).unwrap();
+    let out = rewrite(&["--policy", &default_policy(), "--in-place", &s(&f)]).run();
+    out.status(0);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    let after = std::fs::metadata(&f).unwrap();
+    assert_eq!(
+        after.modified().unwrap(),
+        before.modified().unwrap(),
+        "mtime unchanged"
+    );
+    assert_eq!(after.ino(), before.ino(), "same inode: not replaced");
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), CONFORMING);
+    assert_eq!(t.names(), vec!["guest.xml".to_string()]);
+}
+
+#[test]
+fn in_place_leaves_the_file_untouched_when_it_cannot_conform() {
+    let t = Scratch::new("inplace-refused");
+    let f = t.write("guest.xml", TWO_NUMA);
+    let before = std::fs::metadata(&f).unwrap();
+    let out = rewrite(&["--policy", &default_policy(), "--in-place", &s(&f)]).run();
+    refused(&out, 1, &["numa"]);
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), TWO_NUMA);
+    assert_eq!(std::fs::metadata(&f).unwrap().ino(), before.ino());
+    assert_eq!(t.names(), vec!["guest.xml".to_string()]);
+}
+
+#[test]
+fn in_place_with_stdin_is_bad_usage() {
+    let out = rewrite(&["--policy", &default_policy(), "--in-place"])
+        .stdin(cloudstack_text())
+        .run();
+    bad_input(&out, &["in-place"]);
+    let out = rewrite(&["--policy", &default_policy(), "--in-place", "-"])
+        .stdin(cloudstack_text())
+        .run();
+    bad_input(&out, &["in-place"]);
+}
+
+#[test]
+fn diff_prints_only_a_unified_diff() {
+    let t = Scratch::new("diff");
+    let f = t.write("guest.xml", cloudstack_text());
+    let out = rewrite(&["--policy", &default_policy(), "--diff", &s(&f)]).run();
+    out.status(0);
+    no_panic(&out);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines.len() > 3, "{}", out.stdout);
+    assert!(lines[0].starts_with("--- "), "{}", out.stdout);
+    assert!(lines[1].starts_with("+++ "), "{}", out.stdout);
+    assert!(lines[2].starts_with("@@ "), "{}", out.stdout);
+    for l in &lines {
+        assert!(
+            l.starts_with(['+', '-', ' ', '@', '\\']),
+            "not a unified-diff line: {l:?}\n{}",
+            out.stdout
+        );
+    }
+    for f in ["lahf_lm", "popcnt", "sse4.1", "sse4.2", "ssse3"] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with('+') && l.contains(&format!("name='{f}'"))),
+            "no + line for {f}:\n{}",
+            out.stdout
+        );
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with('-') && l.contains("<cpu>")),
+        "the old <cpu> line is removed:\n{}",
+        out.stdout
+    );
+    // Most of the document is not in the diff.
+    assert!(!out.stdout.contains("<graphics"), "{}", out.stdout);
+    assert_eq!(
+        std::fs::read_to_string(&f).unwrap(),
+        cloudstack_text(),
+        "file untouched"
+    );
+    // A conforming domain gives an empty diff.
+    let out = rewrite(&["--policy", &default_policy(), "--diff"])
+        .stdin(CONFORMING)
+        .run();
+    out.status(0);
+    assert!(out.stdout.trim().is_empty(), "{}", out.stdout);
+}
+
+#[test]
+fn explain_goes_to_stderr_and_stdout_stays_the_exact_xml() {
+    let p = default_policy();
+    let c = s(&cloudstack());
+    let plain = rewrite(&["--policy", &p, &c]).run();
+    plain.status(0);
+    let out = rewrite(&["--policy", &p, "--explain", &c]).run();
+    out.status(0);
+    assert_eq!(
+        out.stdout, plain.stdout,
+        "stdout is the same document with --explain"
+    );
+    for needle in ["x86-64-v2 baseline", "lahf_lm", "qemu64"] {
+        assert!(
+            out.stderr.contains(needle),
+            "stderr should explain {needle}:\n{}",
+            out.stderr
+        );
+    }
+    no_panic(&out);
+    // A conforming domain: stdout identical to the input, stderr says nothing changes.
+    let out = rewrite(&["--policy", &p, "--explain"])
+        .stdin(CONFORMING)
+        .run();
+    out.status(0);
+    assert_eq!(out.stdout, CONFORMING);
+    assert!(
+        !out.stderr.trim().is_empty(),
+        "--explain says the domain conforms"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A closed stdout
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn closed_stdout_is_a_clear_error_not_a_panic() {
+    // About 1.7 MB of output: far more than a pipe buffer holds.
+    let text = cloudstack_text();
+    let pad: String = (0..20_000)
+        .map(|i| {
+            format!("<!-- padding line {i} xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx -->\n")
+        })
+        .collect();
+    let big = text.replace("<devices>", &format!("{pad}<devices>"));
+    let mut child = Command::new(bin())
+        .args(["rewrite", "--policy", &default_policy(), "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Close the read end of stdout before the tool has any input to work on.
+    drop(child.stdout.take());
+    let mut w = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let _ = w.write_all(big.as_bytes());
+    });
+    let out = child.wait_with_output().expect("wait");
+    writer.join().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("panicked"),
+        "panic on a closed stdout:\n{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(2), "exit code; stderr:\n{stderr}");
+    assert!(
+        stderr.contains("standard output") || stderr.contains("stdout"),
+        "the message names standard output:\n{stderr}"
+    );
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "one message:\n{stderr}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// `host`
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn host_reports_machines_and_host_model_from_the_corpus() {
+    let Some(c) = corpus() else {
+        eprintln!("skipped: ../shared/corpus is absent");
+        return;
+    };
+    let dir = c.join("host-libvirt-9.0-qemu-7.2");
+    let caps = s(&dir.join("capabilities.xml"));
+    let dcaps = s(&dir.join("domcapabilities-x86_64-q35-kvm.xml"));
+    let out = Cmd::new(&[
+        "host",
+        "--policy",
+        &default_policy(),
+        "--caps",
+        &caps,
+        "--caps",
+        &dcaps,
+    ])
+    .run();
+    out.status(0);
+    no_panic(&out);
+    assert!(
+        out.stdout.lines().any(|l| l.starts_with("machine: x86_64")
+            && l.contains(" pc-q35-7.2")
+            && l.contains("maxCpus 288")
+            && l.contains("capabilities.xml")),
+        "machine line for pc-q35-7.2:\n{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.lines().any(|l| l.contains("domcapabilities")
+            && l.contains("pc-q35-7.2")
+            && l.contains("288")),
+        "domcapabilities line:\n{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("host-model:") && l.contains("kvm64")),
+        "host-model line:\n{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(&caps) && out.stdout.contains(&dcaps),
+        "sources shown"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scope and audit
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn out_of_scope_types_pass_through_byte_identical() {
+    for t in ["xen", "lxc", "test"] {
+        // Things that would be rewritten for kvm: two <cpu>, host-passthrough, no model.
+        let x = format!(
+            "<domain type=\"{t}\">\n\t<name>g-{t}</name>\n  <os><type arch='x86_64'>hvm</type></os>\n  <cpu mode='host-passthrough'/>\n  <cpu><feature name='svm' policy='disable'/></cpu>\n</domain>"
+        );
+        let out = rewrite(&["--policy", &default_policy()])
+            .stdin(x.clone())
+            .run();
+        out.status(0);
+        assert_eq!(out.stdout, x, "type {t}");
+        let out = rewrite(&["--policy", &default_policy(), "--explain"])
+            .stdin(x.clone())
+            .run();
+        out.status(0);
+        assert_eq!(out.stdout, x, "type {t} with --explain");
+        assert!(
+            out.stderr.contains(&format!("'{t}'")) && out.stderr.contains("unchanged"),
+            "--explain says {t} is passed through unchanged:\n{}",
+            out.stderr
+        );
+        let c = check(&["--policy", &default_policy(), "--format", "json"])
+            .stdin(x.clone())
+            .run();
+        c.status(0);
+        assert_eq!(json_verdict(&c), ("out-of-scope".to_string(), 0));
+    }
+}
+
+#[test]
+fn audit_mode_reports_but_writes_the_input() {
+    let t = Scratch::new("audit");
+    let pol = t.write(
+        "policy.toml",
+        "version = 1\nmode = \"audit\"\n\n[[rule]]\nname = \"v2 audit\"\nmatch = { arch = \"x86_64\" }\ncpu.min_level = \"x86-64-v2\"\n",
+    );
+    let c = s(&cloudstack());
+    let out = rewrite(&["--policy", &s(&pol), &c]).run();
+    out.status(0);
+    no_panic(&out);
+    assert_eq!(out.stdout, cloudstack_text(), "audit: stdout is the input");
+    for needle in ["v2 audit", "lahf_lm", "ssse3"] {
+        assert!(
+            out.stderr.contains(needle),
+            "stderr lists {needle}:\n{}",
+            out.stderr
+        );
+    }
+    // --in-place under audit leaves the file alone.
+    let f = t.write("guest.xml", cloudstack_text());
+    let before = std::fs::metadata(&f).unwrap();
+    let out = rewrite(&["--policy", &s(&pol), "--in-place", &s(&f)]).run();
+    out.status(0);
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), cloudstack_text());
+    assert_eq!(std::fs::metadata(&f).unwrap().ino(), before.ino());
+}

@@ -91,7 +91,13 @@ impl Case {
 
 fn check_case(case: &Case) -> Result<bool, String> {
     let rewrite_args: Vec<String> = std::fs::read_to_string(case.dir.join("rewrite-args"))
-        .map(|t| t.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())
+        .map(|t| {
+            t.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(String::from)
+                .collect()
+        })
         .unwrap_or_default();
     let rewrite_args: Vec<&str> = rewrite_args.iter().map(String::as_str).collect();
     let Some(out) = case.run("rewrite", &rewrite_args, &case.input()) else {
@@ -139,7 +145,11 @@ fn check_case(case: &Case) -> Result<bool, String> {
         }
         let want_check: i32 = std::fs::read_to_string(case.dir.join("expected-check"))
             .ok()
-            .and_then(|t| t.trim().strip_prefix("exit ").and_then(|n| n.trim().parse().ok()))
+            .and_then(|t| {
+                t.trim()
+                    .strip_prefix("exit ")
+                    .and_then(|n| n.trim().parse().ok())
+            })
             .unwrap_or(0);
         let chk = case.run("check", &[], &exp).unwrap();
         if chk.code != want_check {
