@@ -461,6 +461,41 @@ fn cmd_check(a: &CheckArgs) -> Result<i32, Failure> {
     Ok(code)
 }
 
+/// One line per (source, arch, virt type): every machine type's vCPU limit, then the aliases.
+fn machine_lines<'a>(machines: impl Iterator<Item = &'a crate::host::MachineFact>) -> String {
+    type Group = (Vec<String>, Vec<String>);
+    let mut groups: std::collections::BTreeMap<(String, String, String), Group> =
+        std::collections::BTreeMap::new();
+    for m in machines {
+        let key = (
+            m.source.clone(),
+            m.arch.clone(),
+            m.virt_type.clone().unwrap_or_else(|| "any".into()),
+        );
+        let g = groups.entry(key).or_default();
+        match (&m.canonical, m.max_cpus) {
+            (Some(c), _) => g.1.push(format!("{} -> {c}", m.name)),
+            (None, Some(n)) => g.0.push(format!("{}={n}", m.name)),
+            (None, None) => {}
+        }
+    }
+    let mut s = String::new();
+    for ((src, arch, vt), (mut limits, mut aliases)) in groups {
+        limits.sort();
+        limits.dedup();
+        aliases.sort();
+        aliases.dedup();
+        s.push_str(&format!(
+            "machine limits ({arch}, {vt}) from {src}: {}\n",
+            limits.join(" ")
+        ));
+        if !aliases.is_empty() {
+            s.push_str(&format!("  aliases: {}\n", aliases.join(", ")));
+        }
+    }
+    s
+}
+
 fn cmd_host(a: &HostArgs) -> Result<i32, Failure> {
     let policy = Policy::load(a.policy.as_deref())?;
     let host = Host::discover(&host_options(
@@ -490,35 +525,20 @@ fn cmd_host(a: &HostArgs) -> Result<i32, Failure> {
     for f in &host.files {
         s.push_str(&format!("capability file: {f}\n"));
     }
-    let mut machines: Vec<_> = host
-        .machines
-        .iter()
-        .filter(|m| m.max_cpus.is_some())
-        .collect();
-    machines
-        .sort_by(|x, y| (&x.arch, &x.virt_type, &x.name).cmp(&(&y.arch, &y.virt_type, &y.name)));
-    machines.dedup_by(|x, y| {
-        x.arch == y.arch
-            && x.name == y.name
-            && x.virt_type == y.virt_type
-            && x.max_cpus == y.max_cpus
-    });
-    for m in machines {
-        let vt = m.virt_type.as_deref().unwrap_or("any");
-        let alias = m
-            .canonical
-            .as_deref()
-            .map(|c| format!(" (alias of {c})"))
-            .unwrap_or_default();
+    match host.kvm_limit() {
+        Some(k) => s.push_str(&format!("KVM max vCPUs: {} (from {})\n", k.value, k.source)),
+        None => s.push_str("KVM max vCPUs: unknown (/dev/kvm not readable)\n"),
+    }
+    let cached = host.qemu_cache_all();
+    if cached.is_empty() {
         s.push_str(&format!(
-            "machine: {} {} {}{alias}: maxCpus {} (from {})\n",
-            m.arch,
-            vt,
-            m.name,
-            m.max_cpus.unwrap_or(0),
-            m.source
+            "QEMU capability cache: nothing read from {}\n",
+            host.qemu_cache_dir
+                .as_ref()
+                .map_or("(disabled)".into(), |d| d.display().to_string())
         ));
     }
+    s.push_str(&machine_lines(host.machines.iter().chain(cached.iter())));
     for d in &host.domcaps {
         s.push_str(&format!(
             "domcapabilities: {} {} {}: vcpu max {}, modes {} (from {})\n",

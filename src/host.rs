@@ -106,7 +106,7 @@ pub struct Host {
     pub files: Vec<String>,
     /// The QEMU capability cache directory, read lazily when a machine limit is needed.
     pub qemu_cache_dir: Option<PathBuf>,
-    qemu_cache: std::cell::OnceCell<Vec<MachineFact>>,
+    qemu_cache: std::cell::RefCell<std::collections::HashMap<String, Vec<MachineFact>>>,
     kvm_limit: std::cell::OnceCell<Option<Fact<u32>>>,
     kvm_override: Option<Fact<u32>>,
 }
@@ -188,7 +188,7 @@ impl Host {
                 Some(p) => Some(p.clone()),
                 None => Some(PathBuf::from(QEMU_CAPS_CACHE)),
             },
-            qemu_cache: std::cell::OnceCell::new(),
+            qemu_cache: std::cell::RefCell::default(),
             kvm_limit: std::cell::OnceCell::new(),
             kvm_override: opts.kvm_max_vcpus.clone(),
         };
@@ -228,42 +228,73 @@ impl Host {
     /// Machine types from libvirt's QEMU capability cache for the domain's emulator (or, without
     /// one, for `qemu-system-ARCH`), read once. Files that cannot be read or parsed are skipped:
     /// the cache is libvirt's, and a corrupt file must not stop a guest.
-    pub fn qemu_cache_machines(&self, arch: &str, emulator: Option<&str>) -> &[MachineFact] {
-        self.qemu_cache.get_or_init(|| {
-            let Some(dir) = &self.qemu_cache_dir else {
-                return Vec::new();
+    pub fn qemu_cache_machines(&self, arch: &str, emulator: Option<&str>) -> Vec<MachineFact> {
+        let qemu_arch = if arch == "i686" { "i386" } else { arch };
+        let wanted = emulator.map_or_else(|| format!("/qemu-system-{qemu_arch}"), str::to_string);
+        if let Some(m) = self.qemu_cache.borrow().get(&wanted) {
+            return m.clone();
+        }
+        let mut machines = Vec::new();
+        let entries = self
+            .qemu_cache_dir
+            .as_ref()
+            .and_then(|dir| std::fs::read_dir(dir).ok());
+        let mut paths: Vec<PathBuf> = entries
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "xml"))
+            .collect();
+        paths.sort();
+        for p in paths {
+            // The emulator is named in the file's first lines: look before parsing it whole.
+            let mut head = Vec::with_capacity(4096);
+            let Ok(f) = std::fs::File::open(&p) else {
+                continue;
             };
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                return Vec::new();
-            };
-            let qemu_arch = if arch == "i686" { "i386" } else { arch };
-            let wanted =
-                emulator.map_or_else(|| format!("/qemu-system-{qemu_arch}"), str::to_string);
-            let mut machines = Vec::new();
-            let mut paths: Vec<PathBuf> = entries
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "xml"))
-                .collect();
-            paths.sort();
-            for p in paths {
-                // The emulator is named in the file's first lines: look before parsing it whole.
-                let Ok(bytes) = std::fs::read(&p) else {
-                    continue;
-                };
-                let head = String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]);
-                let matches = head
-                    .split("<emulator>")
-                    .nth(1)
-                    .and_then(|r| r.split("</emulator>").next())
-                    .is_some_and(|e| e == wanted || e.ends_with(&wanted));
-                if matches {
-                    if let Ok(FactFile::Machines(m)) = read_fact_file(&p) {
-                        machines.extend(m);
-                    }
+            if std::io::Read::read_to_end(&mut std::io::Read::take(f, 4096), &mut head).is_err() {
+                continue;
+            }
+            let head = String::from_utf8_lossy(&head);
+            let matches = head
+                .split("<emulator>")
+                .nth(1)
+                .and_then(|r| r.split("</emulator>").next())
+                .is_some_and(|e| e == wanted || e.ends_with(&wanted));
+            if matches {
+                if let Ok(FactFile::Machines(m)) = read_fact_file(&p) {
+                    machines.extend(m);
                 }
             }
-            machines
-        })
+        }
+        self.qemu_cache
+            .borrow_mut()
+            .insert(wanted, machines.clone());
+        machines
+    }
+
+    /// Every machine type in libvirt's QEMU capability cache, all emulators (for
+    /// `virt-cpu-policy host`); unreadable files are skipped.
+    #[must_use]
+    pub fn qemu_cache_all(&self) -> Vec<MachineFact> {
+        let Some(dir) = &self.qemu_cache_dir else {
+            return Vec::new();
+        };
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "xml"))
+            .collect();
+        paths.sort();
+        paths
+            .iter()
+            .filter_map(|p| match read_fact_file(p) {
+                Ok(FactFile::Machines(m)) => Some(m),
+                _ => None,
+            })
+            .flatten()
+            .collect()
     }
 
     /// The vCPU limit of the domain's machine type, from the first source that knows it:
@@ -318,7 +349,7 @@ impl Host {
         let name = canonical
             .or(cached_canonical)
             .unwrap_or_else(|| machine.to_string());
-        if let Some(l) = find(cache, &name) {
+        if let Some(l) = find(&cache, &name) {
             return Some(l);
         }
         crate::machine::builtin_limit(arch, &name).map(|b| MachineLimit {
