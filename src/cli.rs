@@ -302,7 +302,9 @@ fn explain(o: &Outcome, audit: bool) -> String {
         s.push_str(&format!("{label}: {n}\n"));
         return s;
     }
-    if o.changes.is_empty() {
+    if o.has_errors() {
+        s.push_str(&format!("{label}: cannot conform to the policy\n"));
+    } else if o.changes.is_empty() {
         s.push_str(&format!("{label}: conforms, nothing to change\n"));
     } else {
         let verb = if audit { "would make" } else { "made" };
@@ -509,8 +511,8 @@ fn cmd_host(a: &HostArgs) -> Result<i32, Failure> {
     s.push_str(&format!("policy: {}\n", policy.source));
     s.push_str(&format!(
         "cpu_map: {} x86 models from {}\n",
-        host.cpu_map.len(),
-        host.cpu_map.source()
+        host.full_cpu_map()?.len(),
+        host.cpu_map_source()
     ));
     if let Some(n) = &host.cpu_map_note {
         s.push_str(&format!("  note: {n}\n"));
@@ -552,7 +554,7 @@ fn cmd_host(a: &HostArgs) -> Result<i32, Failure> {
         if let Some(hm) = &d.host_model {
             let model = hm.model.as_deref().unwrap_or("(none)");
             let feats = crate::rewrite::guaranteed_features(
-                host.cpu_map.model_features(model),
+                host.model_features(model).as_ref(),
                 &hm.require
                     .iter()
                     .map(|f| (f.clone(), "require".into()))

@@ -428,6 +428,66 @@ impl CpuMap {
         })
     }
 
+    /// Load only `names` (and the parents they inherit from) from a `cpu_map` directory: reads
+    /// `index.xml` and the files `x86_NAME.xml` that its x86 `<include>`s list, the layout every
+    /// libvirt release uses. A name whose file is not listed is simply absent from the result
+    /// (an unknown model). This is what a single rewrite needs: one or two models instead of
+    /// the 60-odd files [`CpuMap::load`] reads.
+    ///
+    /// # Errors
+    /// As [`CpuMap::load`], for the files it reads.
+    pub fn load_models(dir: &Path, names: &[&str]) -> Result<CpuMap, CpuMapError> {
+        let index_path = dir.join("index.xml");
+        let index_text = read_file(&index_path)?;
+        let index = parse_xml(&index_path, &index_text)?;
+        check_root(&index_path, &index)?;
+        let includes: BTreeSet<String> = index
+            .root_element()
+            .children()
+            .filter(|n| n.has_tag_name("arch") && n.attribute("name") == Some("x86"))
+            .flat_map(|a| a.children().filter(|n| n.has_tag_name("include")))
+            .filter_map(|n| n.attribute("filename").map(str::to_owned))
+            .collect();
+        let mut raw: BTreeMap<String, RawModel> = BTreeMap::new();
+        let mut todo: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let mut tried = BTreeSet::new();
+        while let Some(name) = todo.pop() {
+            if raw.contains_key(&name) || !tried.insert(name.clone()) || tried.len() > 64 {
+                continue;
+            }
+            let file = format!("x86_{name}.xml");
+            if !includes.contains(&file) || file.contains('/') {
+                continue;
+            }
+            let path = dir.join(&file);
+            let text = read_file(&path)?;
+            let doc = parse_xml(&path, &text)?;
+            check_root(&path, &doc)?;
+            for model in doc
+                .root_element()
+                .children()
+                .filter(|n| n.has_tag_name("model"))
+            {
+                parse_model(&path, model, &mut raw)?;
+            }
+            if let Some(parent) = raw.get(&name).and_then(|m| m.parent.clone()) {
+                todo.push(parent);
+            }
+        }
+        let mut models = BTreeMap::new();
+        let mut stack = Vec::new();
+        for name in names {
+            if let Some(model) = raw.get(*name) {
+                resolve(name, model, &raw, &mut models, &mut stack)?;
+            }
+        }
+        models.retain(|k, _| names.contains(&k.as_str()));
+        Ok(CpuMap {
+            source: dir.display().to_string(),
+            models,
+        })
+    }
+
     /// A built-in copy of the x86 model features, for hosts without libvirt's
     /// `cpu_map`.
     ///
@@ -792,6 +852,30 @@ mod tests {
         assert!(names.contains(&"486"));
         // The data file's lines all parsed into models.
         assert_eq!(map.len(), data_lines(BUILTIN_X86).count());
+    }
+
+    #[test]
+    fn load_models_matches_full_load() {
+        let dir = Path::new("/usr/share/libvirt/cpu_map");
+        if !dir.join("index.xml").exists() {
+            eprintln!("skipping: {} not present", dir.display());
+            return;
+        }
+        let full = CpuMap::load(dir).unwrap();
+        for name in ["qemu64", "Nehalem", "Haswell", "Skylake-Server", "EPYC"] {
+            let one = CpuMap::load_models(dir, &[name]).unwrap();
+            assert_eq!(one.len(), 1, "{name}");
+            assert_eq!(
+                one.model_features(name),
+                full.model_features(name),
+                "{name}"
+            );
+        }
+        assert!(
+            CpuMap::load_models(dir, &["NoSuchModel"])
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

@@ -92,10 +92,14 @@ impl DomCaps {
 /// Everything the tool knows about the host.
 #[derive(Debug)]
 pub struct Host {
-    /// libvirt's CPU models.
-    pub cpu_map: CpuMap,
+    /// libvirt's cpu_map directory in use, or None for the built-in table.
+    pub cpu_map_dir: Option<PathBuf>,
     /// Why the cpu_map directory was not used, when the built-in table is in use.
     pub cpu_map_note: Option<String>,
+    /// Models read so far (a rewrite reads only the models it meets).
+    models: std::cell::RefCell<std::collections::BTreeMap<String, Option<BTreeSet<String>>>>,
+    /// Problems met reading cpu_map files after start (the built-in table answered instead).
+    cpu_map_problems: std::cell::RefCell<Vec<String>>,
     /// The host's online CPU count.
     pub cpus: Option<Fact<u32>>,
     /// Machine types from capabilities and qemuCaps files.
@@ -151,24 +155,22 @@ impl Host {
     /// [`Error::Read`] for a named file that cannot be read; [`Error::Host`] for a file that is
     /// not a capabilities, domcapabilities or qemuCaps document, or a broken cpu_map.
     pub fn discover(opts: &HostOptions) -> Result<Host> {
-        let (cpu_map, cpu_map_note) = match &opts.cpu_map {
-            Some(dir) => (
-                CpuMap::load(dir).map_err(|e| Error::Host(e.to_string()))?,
-                None,
-            ),
+        // Only index.xml is read now; model files are read when a model is met.
+        let (cpu_map_dir, cpu_map_note) = match &opts.cpu_map {
+            Some(dir) => {
+                CpuMap::load_models(dir, &[]).map_err(|e| Error::Host(e.to_string()))?;
+                (Some(dir.clone()), None)
+            }
             None => {
                 let dir = Path::new(DEFAULT_CPU_MAP);
                 if dir.join("index.xml").exists() {
-                    match CpuMap::load(dir) {
-                        Ok(m) => (m, None),
-                        Err(e) => (
-                            CpuMap::builtin(),
-                            Some(format!("{e}; using the built-in table")),
-                        ),
+                    match CpuMap::load_models(dir, &[]) {
+                        Ok(_) => (Some(dir.to_path_buf()), None),
+                        Err(e) => (None, Some(format!("{e}; using the built-in table"))),
                     }
                 } else {
                     (
-                        CpuMap::builtin(),
+                        None,
                         Some(format!(
                             "{DEFAULT_CPU_MAP} not found (libvirt not installed?); using the built-in table from libvirt 9.0"
                         )),
@@ -177,8 +179,10 @@ impl Host {
             }
         };
         let mut host = Host {
-            cpu_map,
+            cpu_map_dir,
             cpu_map_note,
+            models: std::cell::RefCell::default(),
+            cpu_map_problems: std::cell::RefCell::default(),
             cpus: opts.cpus.clone().or_else(sysconf_cpus),
             machines: Vec::new(),
             domcaps: Vec::new(),
@@ -209,6 +213,57 @@ impl Host {
         }
         self.files.push(path.display().to_string());
         Ok(())
+    }
+
+    /// The resolved features of a libvirt x86 CPU model (libvirt spellings), or None when the
+    /// model is unknown. Read from the cpu_map directory on first use (only that model's file and
+    /// its parents'), else from the built-in table.
+    pub fn model_features(&self, model: &str) -> Option<BTreeSet<String>> {
+        if let Some(hit) = self.models.borrow().get(model) {
+            return hit.clone();
+        }
+        let found = match &self.cpu_map_dir {
+            Some(dir) => match CpuMap::load_models(dir, &[model]) {
+                Ok(m) => m.model_features(model).cloned(),
+                Err(e) => {
+                    self.cpu_map_problems.borrow_mut().push(format!(
+                        "{e}; the built-in table answered for model '{model}'"
+                    ));
+                    CpuMap::builtin().model_features(model).cloned()
+                }
+            },
+            None => CpuMap::builtin().model_features(model).cloned(),
+        };
+        self.models
+            .borrow_mut()
+            .insert(model.to_string(), found.clone());
+        found
+    }
+
+    /// Where model features come from: the cpu_map directory, or "built-in".
+    #[must_use]
+    pub fn cpu_map_source(&self) -> String {
+        self.cpu_map_dir
+            .as_ref()
+            .map_or_else(|| "built-in".to_string(), |d| d.display().to_string())
+    }
+
+    /// Every model, read in full (for `virt-cpu-policy host`).
+    ///
+    /// # Errors
+    /// [`Error::Host`] when the cpu_map directory is broken.
+    pub fn full_cpu_map(&self) -> Result<CpuMap> {
+        match &self.cpu_map_dir {
+            Some(dir) => CpuMap::load(dir).map_err(|e| Error::Host(e.to_string())),
+            None => Ok(CpuMap::builtin()),
+        }
+    }
+
+    /// Problems met reading cpu_map model files after start, each already answered from the
+    /// built-in table.
+    #[must_use]
+    pub fn cpu_map_problems(&self) -> Vec<String> {
+        self.cpu_map_problems.borrow().clone()
     }
 
     /// KVM's vCPU limit: the override, else the kernel's answer (`KVM_CAP_MAX_VCPUS`), asked once.

@@ -412,10 +412,10 @@ fn apply_plan(d: &mut Desired<'_, '_>, plan: &Plan, dom: &Domain<'_>, host: &Hos
         let model_feats = (d.mode() == "custom")
             .then_some(d.model.as_ref())
             .flatten()
-            .and_then(|m| host.cpu_map.model_features(&m.text));
+            .and_then(|m| host.model_features(&m.text));
         for f in &r.value {
             let have = d.feature(f).map(|f| f.policy.clone());
-            let from_model = have.is_none() && model_feats.is_some_and(|s| s.contains(f));
+            let from_model = have.is_none() && model_feats.as_ref().is_some_and(|s| s.contains(f));
             if !from_model && !have.as_deref().is_some_and(policy_present) {
                 d.set_feature(f, "require");
                 ctx.change(&r.rule, feature_change(f, have.as_deref(), "require"));
@@ -475,7 +475,6 @@ fn ensure_model(d: &mut Desired<'_, '_>, arch: &str, rule: &str, host: &Host, ct
         format!("<model>{model}</model> added: the domain names no model, so QEMU would use its default {model}; it is written out so features can be listed (libvirt refuses features without a model)"),
     );
     let has_svm = host
-        .cpu_map
         .model_features(model)
         .is_some_and(|s| s.contains("svm"));
     if has_svm && d.feature("svm").is_none() {
@@ -555,12 +554,12 @@ fn apply_level(
     let Some(model) = d.model.as_ref().map(|m| m.text.clone()) else {
         return;
     };
-    let model_feats = host.cpu_map.model_features(&model);
+    let model_feats = host.model_features(&model);
     if model_feats.is_none() {
         ctx.findings.push(
             Finding::warning(
                 "cpu-model-unknown",
-                format!("CPU model '{model}' is not in libvirt's cpu_map ({}); every {level} feature is required explicitly", host.cpu_map.source()),
+                format!("CPU model '{model}' is not in libvirt's cpu_map ({}); every {level} feature is required explicitly", host.cpu_map_source()),
                 "use a model libvirt knows (`virsh cpu-models x86_64`)",
             )
             .rule(rule),
@@ -568,7 +567,7 @@ fn apply_level(
     }
     for f in &level_feats {
         let have = d.feature(f).map(|f| f.policy.clone());
-        let in_model = model_feats.is_some_and(|s| s.contains(*f));
+        let in_model = model_feats.as_ref().is_some_and(|s| s.contains(*f));
         let present = match have.as_deref() {
             Some(p) => policy_present(p),
             None => in_model,
@@ -660,6 +659,13 @@ pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<O
             format!("the rewritten document does not parse: {e}"),
             "report this as a bug",
         )),
+    }
+    for p in host.cpu_map_problems() {
+        findings.push(Finding::warning(
+            "cpu-map-unreadable",
+            p,
+            "repair or reinstall libvirt's cpu_map files",
+        ));
     }
     findings.dedup();
     let output = if policy.mode == Mode::Audit {

@@ -396,7 +396,7 @@ fn check_level(
             .and_then(|c| child(c, "model"))
             .and_then(text_of)
             .unwrap_or_else(|| "qemu64".to_string());
-        let feats = guaranteed_features(host.cpu_map.model_features(&model), &explicit);
+        let feats = guaranteed_features(host.model_features(&model).as_ref(), &explicit);
         let reached = Level::highest(|f| feats.contains(f));
         if reached < Some(level.value) {
             let missing: Vec<&str> = level
@@ -431,10 +431,7 @@ fn check_level(
     let Some(hm) = &dc.host_model else {
         return;
     };
-    let model_feats = hm
-        .model
-        .as_deref()
-        .and_then(|m| host.cpu_map.model_features(m));
+    let model_feats = hm.model.as_deref().and_then(|m| host.model_features(m));
     let mut host_explicit: Vec<(String, String)> = hm
         .require
         .iter()
@@ -446,7 +443,7 @@ fn check_level(
         )
         .collect();
     host_explicit.extend(explicit.iter().filter(|(_, p)| !policy_present(p)).cloned());
-    let feats = guaranteed_features(model_feats, &host_explicit);
+    let feats = guaranteed_features(model_feats.as_ref(), &host_explicit);
     if Level::highest(|f| feats.contains(f)) < Some(level.value) {
         let missing: Vec<&str> = level
             .value

@@ -964,9 +964,11 @@ fn host_reports_machines_and_host_model_from_the_corpus() {
     out.status(0);
     no_panic(&out);
     assert!(
-        out.stdout.lines().any(|l| l.starts_with("machine limits (x86_64,")
-            && l.contains(" pc-q35-7.2=288")
-            && l.contains("capabilities.xml")),
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("machine limits (x86_64,")
+                && l.contains(" pc-q35-7.2=288")
+                && l.contains("capabilities.xml")),
         "machine line for pc-q35-7.2:\n{}",
         out.stdout
     );
