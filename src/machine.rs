@@ -124,6 +124,22 @@ pub fn builtin_limit(arch: &str, machine: &str) -> Option<BuiltinLimit> {
     None
 }
 
+/// A vCPU count every machine type of this family allows, whatever its version (alias or not):
+/// 240 for x86 `pc*`/`q35`/`pc-q35-*` (RHEL's i440fx is the lowest, 240), 255 for aarch64 `virt*`,
+/// 248 for s390x `s390-ccw-virtio*`. A domain at or below it needs no machine-limit lookup, which
+/// spares the hook from reading libvirt's 300 KiB capability cache on every guest start.
+#[must_use]
+pub fn family_floor(arch: &str, machine: &str) -> Option<u32> {
+    match arch {
+        "x86_64" | "i686" if machine == "pc" || machine == "q35" || machine.starts_with("pc-") => {
+            Some(240)
+        }
+        "aarch64" if machine == "virt" || machine.starts_with("virt-") => Some(255),
+        "s390x" if machine.starts_with("s390-ccw-virtio") => Some(248),
+        _ => None,
+    }
+}
+
 /// Whether a machine type is a q35 (ICH9) one, the only x86 type that allows more than 255 vCPUs
 /// (libvirt: "more than 255 vCPUs are only supported on q35-based machine types").
 #[must_use]
