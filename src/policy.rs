@@ -712,6 +712,43 @@ impl Match {
     }
 }
 
+/// `[hook] on_error` read leniently from a policy that does not parse as a whole, so the hook
+/// honours `on_error = "deny"` even when another key of the same file is broken. None when the
+/// value cannot be found (the default, allow, then applies).
+#[must_use]
+pub fn on_error_hint(text: &str) -> Option<OnError> {
+    if let Ok(table) = toml::from_str::<toml::Table>(text) {
+        return match table.get("hook")?.get("on_error")?.as_str()? {
+            "deny" => Some(OnError::Deny),
+            "allow" => Some(OnError::Allow),
+            _ => None,
+        };
+    }
+    // Not even TOML: look for the key under a [hook] header, line by line.
+    let mut in_hook = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_hook = line.trim_matches(|c| c == '[' || c == ']').trim() == "hook";
+            continue;
+        }
+        let key_value = if in_hook {
+            Some(line)
+        } else {
+            line.strip_prefix("hook.")
+        };
+        if let Some((k, v)) = key_value.and_then(|l| l.split_once('=')) {
+            if k.trim() == "on_error" {
+                return match v.trim().trim_matches('"') {
+                    "deny" => Some(OnError::Deny),
+                    "allow" => Some(OnError::Allow),
+                    _ => None,
+                };
+            }
+        }
+    }
+    None
+}
+
 /// `toml`'s message, with the line and column up front and the dotted key it concerns (the
 /// table header above it plus the key on its line), so every error names its key.
 fn toml_message(text: &str, e: &toml::de::Error) -> String {
@@ -847,6 +884,24 @@ mod tests {
             let e = Policy::parse(text, "p").unwrap_err().to_string();
             assert!(e.contains(needle), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn on_error_is_found_in_broken_policies() {
+        assert_eq!(
+            on_error_hint("[hook]\non_error = \"deny\"\n[[rule]]\nbad = 1\n"),
+            Some(OnError::Deny)
+        );
+        assert_eq!(
+            on_error_hint("[hook]\non_error = \"deny\"\nthis is = = not toml\n"),
+            Some(OnError::Deny)
+        );
+        assert_eq!(
+            on_error_hint("hook.on_error = \"deny\"\n[[[\n"),
+            Some(OnError::Deny)
+        );
+        assert_eq!(on_error_hint("[x]\non_error = \"deny\"\n[[[\n"), None);
+        assert_eq!(on_error_hint("version = 1\n"), None);
     }
 
     #[test]

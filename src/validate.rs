@@ -175,14 +175,17 @@ fn validate_vcpus(dom: &Domain<'_>, host: &Host, out: &mut Vec<Finding>) {
         ));
         return;
     }
-    if count.current == 0 {
+    // With a <vcpus> list libvirt takes the enabled entries as the current count and ignores
+    // `current` (libvirt 9.0 accepts <vcpu current='5'>2</vcpu> with a valid list).
+    let has_list = child(root, "vcpus").is_some();
+    if count.current == 0 && !has_list {
         out.push(Finding::error(
             "vcpu-current",
             "vcpu 0 can't be offline (<vcpu current='0'>)",
             "set current to 1 or more",
         ));
     }
-    if count.current > max {
+    if count.current > max && !has_list {
         out.push(Finding::error(
             "vcpu-current",
             format!(
@@ -262,6 +265,16 @@ fn validate_vcpus(dom: &Domain<'_>, host: &Host, out: &mut Vec<Finding>) {
             ));
         }
     }
+    if intel && !crate::machine::is_q35(dom.machine()) && x86 {
+        let canonical = host.canonical_machine(arch, dom.machine());
+        if !canonical.as_deref().is_some_and(crate::machine::is_q35) {
+            out.push(Finding::error(
+                "iommu-machine",
+                "IOMMU device: 'intel' is only supported with Q35 machines",
+                "use a q35 machine type or remove the Intel IOMMU",
+            ));
+        }
+    }
     if intel && on("eim") && !on("intremap") {
         out.push(Finding::error(
             "iommu-intremap",
@@ -331,6 +344,23 @@ fn validate_vcpus(dom: &Domain<'_>, host: &Host, out: &mut Vec<Finding>) {
                 ));
             }
         }
+        // libvirt: online vCPUs that cannot be unplugged come first, by id.
+        let mut hotplug_seen = false;
+        for (id, (enabled, hot)) in &state {
+            if !enabled {
+                continue;
+            }
+            if hot.as_deref() == Some("yes") {
+                hotplug_seen = true;
+            } else if hotplug_seen {
+                out.push(Finding::error(
+                    "vcpus-order",
+                    format!("online non-hotpluggable vcpus need to be ordered prior to hotplugable vcpus (vcpu '{id}')"),
+                    "give the non-hotpluggable online vCPUs the lowest ids",
+                ));
+                break;
+            }
+        }
     }
     let cells: Vec<Node<'_, '_>> = dom
         .cpus()
@@ -343,10 +373,21 @@ fn validate_vcpus(dom: &Domain<'_>, host: &Host, out: &mut Vec<Finding>) {
         })
         .collect();
     let mut covered = BTreeSet::new();
-    for c in &cells {
+    let mut overlap_reported = false;
+    for (i, c) in cells.iter().enumerate() {
         if let Some(v) = c.attribute("cpus") {
             match crate::vcpu::parse_cpuset(v, max.saturating_add(1 << 16)) {
-                Some(s) => covered.extend(s),
+                Some(s) => {
+                    if !overlap_reported && s.iter().any(|id| covered.contains(id)) {
+                        overlap_reported = true;
+                        out.push(Finding::error(
+                            "numa-overlap",
+                            format!("NUMA cells {i} and an earlier one have overlapping vCPU ids"),
+                            "give every vCPU to one cell only",
+                        ));
+                    }
+                    covered.extend(s);
+                }
                 None => out.push(Finding::error(
                     "numa-invalid",
                     format!("NUMA cell cpus='{v}' is not a valid cpuset"),

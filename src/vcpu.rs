@@ -265,7 +265,27 @@ pub fn apply(
         return r;
     };
     let count = match read_vcpu(vcpu_node) {
-        Ok(c) => c,
+        // With a <vcpus> list, libvirt counts its enabled entries as the current count.
+        Ok(c) => match child(root, "vcpus") {
+            Some(list) => {
+                let enabled = list
+                    .children()
+                    .filter(|e| {
+                        is_libvirt_element(*e, "vcpu") && e.attribute("enabled") == Some("yes")
+                    })
+                    .filter(|e| {
+                        e.attribute("id")
+                            .and_then(|v| v.trim().parse::<u32>().ok())
+                            .is_some_and(|id| id < c.max)
+                    })
+                    .count();
+                VcpuCount {
+                    current: u32::try_from(enabled).unwrap_or(c.current).max(1),
+                    ..c
+                }
+            }
+            None => c,
+        },
         Err(m) => {
             r.findings
                 .push(Finding::error("vcpu-invalid", m, "write a positive integer").rule(rule));

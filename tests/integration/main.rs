@@ -5,6 +5,7 @@
 
 mod cli;
 mod corpus;
+mod differential;
 mod golden;
 mod harness;
 mod libvirt;
