@@ -9,4 +9,5 @@ mod differential;
 mod golden;
 mod harness;
 mod libvirt;
+mod machines;
 mod props;
