@@ -55,6 +55,35 @@ pub enum Command {
     Check(CheckArgs),
     /// Print the host facts found and where each came from.
     Host(HostArgs),
+    /// The libvirt qemu hook: libvirt runs it as `hook GUEST OPERATION SUB-OPERATION EXTRA` with
+    /// the domain XML on stdin; exit 1 with one line on stderr refuses the operation.
+    Hook(HookCmd),
+}
+
+/// `hook` arguments: libvirt's four, plus options for tests and dry runs.
+#[derive(Debug, Args)]
+pub struct HookCmd {
+    /// Policy file (default: /etc/virt-cpu-policy/policy.toml if it exists, else the built-in one).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Extra host-fact files (repeatable).
+    #[arg(long = "caps", value_name = "FILE")]
+    pub caps: Vec<PathBuf>,
+    /// Log to this file instead of journald (default: journald, else /var/log/virt-cpu-policy/hook.log).
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+    /// The daemon's host-fact snapshot directory (default /var/lib/virt-cpu-policy).
+    #[arg(long, value_name = "DIR")]
+    pub snapshot_dir: Option<PathBuf>,
+    /// The guest's name.
+    pub guest: String,
+    /// libvirt's operation: prepare, start, started, stopped, release, migrate, restore, ...
+    pub operation: String,
+    /// libvirt's sub-operation: begin or end.
+    pub sub_operation: String,
+    /// libvirt's extra argument (usually "-").
+    #[arg(allow_hyphen_values = true, default_value = "-")]
+    pub extra: String,
 }
 
 /// Options shared by `rewrite` and `check`.
@@ -179,6 +208,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Rewrite(a) => cmd_rewrite(&a),
         Command::Check(a) => cmd_check(&a),
         Command::Host(a) => cmd_host(&a),
+        Command::Hook(a) => Ok(cmd_hook(&a)),
     };
     match result {
         Ok(code) => code,
@@ -496,6 +526,29 @@ fn machine_lines<'a>(machines: impl Iterator<Item = &'a crate::host::MachineFact
         }
     }
     s
+}
+
+fn cmd_hook(a: &HookCmd) -> i32 {
+    let mut stdin = std::io::stdin().lock();
+    let Some(check) = crate::hook::Check::of(&a.operation, &a.sub_operation) else {
+        // Not an operation the hook checks: no policy, no logging, just let libvirt go on.
+        let _ = std::io::copy(&mut stdin, &mut std::io::sink());
+        return EXIT_OK;
+    };
+    crate::log::init(a.log_file.as_deref());
+    let xml = crate::hook::read_stdin(&mut stdin).unwrap_or_default();
+    let opts = crate::hook::HookOptions {
+        policy: a.policy.clone(),
+        caps: a.caps.clone(),
+        snapshot_dir: a.snapshot_dir.clone(),
+    };
+    match crate::hook::run(&a.guest, check, &xml, &opts) {
+        crate::hook::Verdict::Allow => EXIT_OK,
+        crate::hook::Verdict::Refuse(line) => {
+            eprintln!("{line}");
+            EXIT_REFUSED
+        }
+    }
 }
 
 fn cmd_host(a: &HostArgs) -> Result<i32, Failure> {

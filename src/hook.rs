@@ -1,0 +1,471 @@
+//! The libvirt qemu hook: check guests where libvirt lets a hook check them.
+//!
+//! libvirt runs `/etc/libvirt/hooks/qemu.d/*` for every guest operation with the domain XML on
+//! stdin (libvirt `docs/hooks.rst`). A hook cannot change `<cpu>` or `<vcpu>` (stdout is ignored
+//! at start, and on migrate/restore libvirt refuses any ABI change: DESIGN.md section 2), so this
+//! hook only decides: exit 0 lets libvirt go on, exit 1 with one line on stderr refuses, and libvirt
+//! shows that line to the user ("Hook script execution failed: ... unexpected exit status 1: ...").
+//!
+//! * `prepare begin`: the policy and libvirt's rules on the XML about to start;
+//! * `started begin`: the *live* XML, where libvirt lists the features QEMU could not give as
+//!   `policy='disable'` — the only place silent feature loss can be caught;
+//! * `migrate begin`, `restore begin`: whether this host can run the incoming guest;
+//! * anything else: exit 0 at once, stdin drained, no policy read.
+//!
+//! The hook never calls libvirt (a deadlock is likely), never writes to stdout (on migrate and
+//! restore libvirt would take it as new XML) and never logs domain XML (it carries secrets).
+
+use crate::cpu::Level;
+use crate::domain::{Domain, child, decode, is_libvirt_element, text_of};
+use crate::error::Error;
+use crate::finding::{Finding, Severity};
+use crate::host::{Host, HostOptions};
+use crate::policy::{Mode, OnError, OnViolation, Policy, Target, on_error_hint};
+use crate::rewrite::{guaranteed_features, policy_absent, policy_present, rewrite};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Where the daemon leaves its host-fact snapshot (`virsh capabilities` and domcapabilities),
+/// read by the hook as host facts (DESIGN.md section 5, source 2).
+pub const SNAPSHOT_DIR: &str = "/var/lib/virt-cpu-policy";
+
+/// The operations the hook checks (libvirt's OPERATION SUB-OPERATION pairs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// `prepare begin`.
+    Prepare,
+    /// `started begin`.
+    Started,
+    /// `migrate begin` (this host is the destination).
+    Migrate,
+    /// `restore begin`.
+    Restore,
+}
+
+impl Check {
+    /// The check for an OPERATION SUB-OPERATION pair, or None for operations the hook passes.
+    #[must_use]
+    pub fn of(operation: &str, sub_operation: &str) -> Option<Check> {
+        match (operation, sub_operation) {
+            ("prepare", "begin") => Some(Check::Prepare),
+            ("started", "begin") => Some(Check::Started),
+            ("migrate", "begin") => Some(Check::Migrate),
+            ("restore", "begin") => Some(Check::Restore),
+            _ => None,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Check::Prepare => "prepare",
+            Check::Started => "started",
+            Check::Migrate => "migrate",
+            Check::Restore => "restore",
+        }
+    }
+}
+
+/// What the hook decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Let libvirt go on (exit 0).
+    Allow,
+    /// Refuse with this one line (exit 1), already in the form
+    /// `virt-cpu-policy: guest 'NAME': WHAT (rule 'RULE'); fix: HOW`.
+    Refuse(String),
+}
+
+/// Inputs the hook takes besides the XML.
+#[derive(Debug, Clone, Default)]
+pub struct HookOptions {
+    /// Policy file; None: the installed policy or the built-in one.
+    pub policy: Option<PathBuf>,
+    /// Extra host-fact files (`--caps`).
+    pub caps: Vec<PathBuf>,
+    /// The daemon's snapshot directory; None: [`SNAPSHOT_DIR`].
+    pub snapshot_dir: Option<PathBuf>,
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The refusal line libvirt shows.
+#[must_use]
+pub fn refusal(guest: &str, what: &str, rule: &str, fix: &str) -> String {
+    one_line(&format!(
+        "virt-cpu-policy: guest '{guest}': {what} (rule '{rule}'); fix: {fix}"
+    ))
+}
+
+/// Run the hook for `guest` and `check` with the domain XML in `xml`.
+///
+/// Never panics on bad input: the tool's own failures (policy unreadable or invalid, XML that does
+/// not parse, broken host facts) follow `[hook] on_error`, and `mode = "audit"` never refuses.
+pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict {
+    let policy = match Policy::load(opts.policy.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            let path = opts
+                .policy
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(crate::policy::SYSTEM_POLICY));
+            let on_error = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|t| on_error_hint(&t))
+                .unwrap_or_default();
+            return tool_failure(
+                guest,
+                check,
+                on_error,
+                false,
+                &e,
+                &format!("correct {}", path.display()),
+            );
+        }
+    };
+    let audit = policy.mode == Mode::Audit;
+    let fail =
+        |e: &Error, fix: &str| tool_failure(guest, check, policy.hook.on_error, audit, e, fix);
+    let text = match decode(xml, "the domain XML") {
+        Ok(t) => t,
+        Err(e) => return fail(&e, "report the XML libvirt passed as a bug"),
+    };
+    let mut host_opts = HostOptions {
+        caps: opts.caps.clone(),
+        cpu_map: policy.host.cpu_map.clone(),
+        cpus: policy.host.cpus.map(|value| crate::host::Fact {
+            value,
+            source: format!("[host] cpus in {}", policy.source),
+        }),
+        ..HostOptions::default()
+    };
+    host_opts
+        .caps
+        .extend(policy.host.capabilities.iter().cloned());
+    host_opts.caps.extend(snapshot_files(
+        opts.snapshot_dir
+            .as_deref()
+            .unwrap_or(Path::new(SNAPSHOT_DIR)),
+    ));
+    let host = match Host::discover(&host_opts) {
+        Ok(h) => h,
+        Err(e) => return fail(&e, "repair the host-fact files named in the policy"),
+    };
+    let verdict = match check {
+        Check::Prepare => prepare(guest, text, &policy, &host),
+        Check::Started => started(guest, text, &policy, &host),
+        Check::Migrate | Check::Restore => destination(guest, check, text, &policy, &host),
+    };
+    match verdict {
+        Err(e) => fail(&e, "report the XML libvirt passed as a bug"),
+        Ok(Verdict::Refuse(m)) if audit => {
+            tracing::warn!(guest, operation = check.as_str(), decision = "allow (audit mode)", reason = %m);
+            Verdict::Allow
+        }
+        Ok(v) => v,
+    }
+}
+
+/// The daemon's snapshot files: `*.xml` directly in `dir` (not its backups).
+fn snapshot_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "xml"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn tool_failure(
+    guest: &str,
+    check: Check,
+    on_error: OnError,
+    audit: bool,
+    e: &Error,
+    fix: &str,
+) -> Verdict {
+    let line = refusal(
+        guest,
+        &format!("the hook cannot check this guest: {e}"),
+        "[hook] on_error",
+        fix,
+    );
+    if on_error == OnError::Deny && !audit {
+        tracing::error!(guest, operation = check.as_str(), decision = "refuse (on_error = deny)", error = %e);
+        Verdict::Refuse(line)
+    } else {
+        tracing::error!(guest, operation = check.as_str(), decision = "allow (on_error = allow)", error = %e);
+        Verdict::Allow
+    }
+}
+
+fn violation(guest: &str, check: Check, policy: &Policy, line: String) -> Verdict {
+    match policy.hook.on_violation {
+        OnViolation::Deny => {
+            tracing::warn!(guest, operation = check.as_str(), decision = "refuse (on_violation = deny)", reason = %line);
+            Verdict::Refuse(line)
+        }
+        OnViolation::Warn => {
+            tracing::warn!(guest, operation = check.as_str(), decision = "allow (on_violation = warn)", reason = %line);
+            Verdict::Allow
+        }
+    }
+}
+
+fn finding_line(guest: &str, f: &Finding) -> String {
+    let rule = f
+        .rule
+        .clone()
+        .unwrap_or_else(|| format!("libvirt: {}", f.code));
+    let fix = if f.fix.is_empty() {
+        "see virt-cpu-policy check"
+    } else {
+        &f.fix
+    };
+    refusal(guest, &f.message, &rule, fix)
+}
+
+fn log_warnings(guest: &str, check: Check, findings: &[Finding]) {
+    for f in findings.iter().filter(|f| f.severity == Severity::Warning) {
+        tracing::warn!(guest, operation = check.as_str(), code = f.code, finding = %f.message);
+    }
+}
+
+/// Findings that come from the policy rather than from libvirt's rules.
+const POLICY_CODES: [&str; 4] = ["cpu-level", "policy-conflict", "level-arch", "cpu-multiple"];
+
+/// `prepare begin`: libvirt's own rules on the XML as it will start (it would fail anyway: always
+/// refused), then the policy (a rewrite would change something: `on_violation`).
+fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verdict, Error> {
+    let dom = Domain::parse(text, "the domain XML")?;
+    if !dom.in_scope() {
+        return Ok(Verdict::Allow);
+    }
+    let name = dom.name();
+    let plan = policy.resolve(&Target {
+        name: &name,
+        arch: dom.arch(),
+        machine: dom.machine(),
+        virt_type: dom.virt_type(),
+    });
+    let findings = crate::validate::validate(&dom, &plan, host);
+    log_warnings(guest, Check::Prepare, &findings);
+    if let Some(f) = findings
+        .iter()
+        .find(|f| f.severity == Severity::Error && !POLICY_CODES.contains(&f.code))
+    {
+        tracing::warn!(guest, operation = "prepare", decision = "refuse", code = f.code, reason = %f.message);
+        return Ok(Verdict::Refuse(finding_line(guest, f)));
+    }
+    let o = rewrite(text, "the domain XML", policy, host)?;
+    if !o.changed && !o.has_errors() {
+        tracing::info!(
+            guest,
+            operation = "prepare",
+            decision = "allow",
+            reason = "conforms"
+        );
+        return Ok(Verdict::Allow);
+    }
+    let fix = "rewrite its definition with `virt-cpu-policy rewrite --in-place` (or `virt-cpu-policyd apply`), then start it";
+    let line = if let Some(f) = findings.iter().find(|f| POLICY_CODES.contains(&f.code)) {
+        refusal(
+            guest,
+            &f.message,
+            f.rule.as_deref().unwrap_or("policy"),
+            fix,
+        )
+    } else if let Some(f) = o.findings.iter().find(|f| f.severity == Severity::Error) {
+        finding_line(guest, f)
+    } else {
+        let first = &o.changes[0];
+        // The change's first clause: "<feature policy='require' name='aes'/> added".
+        let short = first
+            .what
+            .split([':', '('])
+            .next()
+            .unwrap_or(&first.what)
+            .trim();
+        let more = if o.changes.len() > 1 {
+            format!(" and {} more change(s)", o.changes.len() - 1)
+        } else {
+            String::new()
+        };
+        refusal(
+            guest,
+            &format!("does not conform to the CPU policy: needs {short}{more}"),
+            &first.rule,
+            fix,
+        )
+    };
+    Ok(violation(guest, Check::Prepare, policy, line))
+}
+
+/// `started begin`: what the guest really got. libvirt's live XML carries the features QEMU could
+/// not give as `<feature policy='disable'>` (seen with libvirt 9.0 on a KVM lacking pni/popcnt).
+fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verdict, Error> {
+    let dom = Domain::parse(text, "the live domain XML")?;
+    if !dom.in_scope() {
+        return Ok(Verdict::Allow);
+    }
+    let name = dom.name();
+    let plan = policy.resolve(&Target {
+        name: &name,
+        arch: dom.arch(),
+        machine: dom.machine(),
+        virt_type: dom.virt_type(),
+    });
+    let Some(cpu) = dom.cpus().first().copied() else {
+        tracing::info!(
+            guest,
+            operation = "started",
+            decision = "allow",
+            reason = "no <cpu> in the live XML"
+        );
+        return Ok(Verdict::Allow);
+    };
+    let model = child(cpu, "model").and_then(text_of);
+    let explicit: Vec<(String, String)> = cpu
+        .children()
+        .filter(|c| is_libvirt_element(*c, "feature"))
+        .filter_map(|f| {
+            let n = f.attribute("name")?;
+            let key = crate::cpu::normalize_feature(n).unwrap_or_else(|| n.to_string());
+            Some((key, f.attribute("policy").unwrap_or("require").to_string()))
+        })
+        .collect();
+    let Some(model) = model else {
+        // host-passthrough / maximum: libvirt's live XML lists no features to check.
+        tracing::info!(
+            guest,
+            operation = "started",
+            decision = "allow",
+            reason = "live CPU has no model (host-passthrough or maximum): nothing to verify"
+        );
+        return Ok(Verdict::Allow);
+    };
+    let feats = guaranteed_features(host.model_features(&model).as_ref(), &explicit);
+    let disabled_by_qemu: Vec<&str> = explicit
+        .iter()
+        .filter(|(_, p)| policy_absent(p))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let mut missing: Vec<String> = Vec::new();
+    let mut rule = String::new();
+    let mut what = String::new();
+    if let Some(level) = &plan.min_level {
+        if dom.arch() == "x86_64" && Level::highest(|f| feats.contains(f)) < Some(level.value) {
+            missing = level
+                .value
+                .features()
+                .into_iter()
+                .filter(|f| !feats.contains(*f))
+                .map(str::to_string)
+                .collect();
+            rule.clone_from(&level.rule);
+            what = format!("the started CPU is not {}", level.value);
+        }
+    }
+    if missing.is_empty() {
+        if let Some(r) = &plan.require {
+            missing = r
+                .value
+                .iter()
+                .filter(|f| {
+                    !feats.contains(*f)
+                        && !explicit.iter().any(|(n, p)| n == *f && policy_present(p))
+                })
+                .cloned()
+                .collect();
+            rule.clone_from(&r.rule);
+            what = "the started CPU lacks required features".into();
+        }
+    }
+    if missing.is_empty() {
+        tracing::info!(
+            guest,
+            operation = "started",
+            decision = "allow",
+            reason = "live CPU satisfies the policy"
+        );
+        return Ok(Verdict::Allow);
+    }
+    let named: Vec<&str> = missing
+        .iter()
+        .map(String::as_str)
+        .filter(|f| disabled_by_qemu.contains(f))
+        .collect();
+    let detail = if named.is_empty() {
+        format!("missing {}", missing.join(", "))
+    } else {
+        format!(
+            "QEMU disabled {} (the host's KVM does not provide them)",
+            named.join(", ")
+        )
+    };
+    let line = refusal(
+        guest,
+        &format!("{what}: {detail}"),
+        &rule,
+        "run the guest on a host whose CPU and KVM provide these features, or under TCG (type='qemu')",
+    );
+    Ok(violation(guest, Check::Started, policy, line))
+}
+
+/// `migrate begin` / `restore begin` on the destination: can this host run the guest?
+fn destination(
+    guest: &str,
+    check: Check,
+    text: &str,
+    policy: &Policy,
+    host: &Host,
+) -> Result<Verdict, Error> {
+    let dom = Domain::parse(text, "the incoming domain XML")?;
+    if !dom.in_scope() {
+        return Ok(Verdict::Allow);
+    }
+    let name = dom.name();
+    let plan = policy.resolve(&Target {
+        name: &name,
+        arch: dom.arch(),
+        machine: dom.machine(),
+        virt_type: dom.virt_type(),
+    });
+    let findings = crate::validate::validate(&dom, &plan, host);
+    // Errors: libvirt or QEMU would refuse here. The model being unusable and the host not
+    // reaching the level are warnings elsewhere, but on the destination they mean this host
+    // cannot give the guest what it had.
+    let blocking = findings.iter().find(|f| {
+        f.severity == Severity::Error || matches!(f.code, "cpu-model-unusable" | "host-level")
+    });
+    if let Some(f) = blocking {
+        tracing::warn!(guest, operation = check.as_str(), decision = "refuse", code = f.code, reason = %f.message);
+        return Ok(Verdict::Refuse(finding_line(guest, f)));
+    }
+    log_warnings(guest, check, &findings);
+    tracing::info!(
+        guest,
+        operation = check.as_str(),
+        decision = "allow",
+        reason = "this host can run the guest"
+    );
+    Ok(Verdict::Allow)
+}
+
+/// Read stdin whole (libvirt writes the XML and closes it), at most
+/// [`crate::domain::MAX_INPUT_BYTES`] + 1 bytes kept; the rest is drained so libvirt never sees
+/// a broken pipe.
+///
+/// # Errors
+/// The read error.
+pub fn read_stdin(stdin: &mut impl Read) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    stdin
+        .take(crate::domain::MAX_INPUT_BYTES as u64 + 1)
+        .read_to_end(&mut buf)?;
+    std::io::copy(stdin, &mut std::io::sink())?;
+    Ok(buf)
+}
