@@ -75,6 +75,9 @@ pub struct HookCmd {
     /// The daemon's host-fact snapshot directory (default /var/lib/virt-cpu-policy).
     #[arg(long, value_name = "DIR")]
     pub snapshot_dir: Option<PathBuf>,
+    #[command(flatten)]
+    /// Machine-limit sources.
+    pub limits: LimitArgs,
     /// The guest's name.
     pub guest: String,
     /// libvirt's operation: prepare, start, started, stopped, release, migrate, restore, ...
@@ -541,6 +544,12 @@ fn cmd_hook(a: &HookCmd) -> i32 {
         policy: a.policy.clone(),
         caps: a.caps.clone(),
         snapshot_dir: a.snapshot_dir.clone(),
+        qemu_cache: if a.limits.no_qemu_caps_cache {
+            Some(PathBuf::new())
+        } else {
+            a.limits.qemu_caps_cache.clone()
+        },
+        kvm_max_vcpus: a.limits.kvm_max_vcpus,
     };
     match crate::hook::run(&a.guest, check, &xml, &opts) {
         crate::hook::Verdict::Allow => EXIT_OK,

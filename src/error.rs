@@ -27,7 +27,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The domain document is larger than [`crate::domain::MAX_INPUT_BYTES`].
-    #[error("{what} is {size} bytes, over the limit of {limit} bytes; refusing to parse it")]
+    #[error("{what} is over the limit of {limit} bytes ({size} bytes read); refusing to parse it")]
     TooLarge {
         /// "the domain XML" or a file name.
         what: String,

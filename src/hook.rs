@@ -84,6 +84,10 @@ pub struct HookOptions {
     pub caps: Vec<PathBuf>,
     /// The daemon's snapshot directory; None: [`SNAPSHOT_DIR`].
     pub snapshot_dir: Option<PathBuf>,
+    /// libvirt's QEMU capability cache: None the default, an empty path disables it.
+    pub qemu_cache: Option<PathBuf>,
+    /// KVM's vCPU limit, instead of asking /dev/kvm.
+    pub kvm_max_vcpus: Option<u32>,
 }
 
 fn one_line(s: &str) -> String {
@@ -138,6 +142,11 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
             value,
             source: format!("[host] cpus in {}", policy.source),
         }),
+        qemu_cache: opts.qemu_cache.clone(),
+        kvm_max_vcpus: opts.kvm_max_vcpus.map(|value| crate::host::Fact {
+            value,
+            source: "--kvm-max-vcpus".into(),
+        }),
         ..HostOptions::default()
     };
     host_opts
@@ -159,10 +168,6 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
     };
     match verdict {
         Err(e) => fail(&e, "report the XML libvirt passed as a bug"),
-        Ok(Verdict::Refuse(m)) if audit => {
-            tracing::warn!(guest, operation = check.as_str(), decision = "allow (audit mode)", reason = %m);
-            Verdict::Allow
-        }
         Ok(v) => v,
     }
 }
@@ -203,6 +208,10 @@ fn tool_failure(
 }
 
 fn violation(guest: &str, check: Check, policy: &Policy, line: String) -> Verdict {
+    if policy.mode == Mode::Audit {
+        tracing::warn!(guest, operation = check.as_str(), decision = "allow (audit mode)", reason = %line);
+        return Verdict::Allow;
+    }
     match policy.hook.on_violation {
         OnViolation::Deny => {
             tracing::warn!(guest, operation = check.as_str(), decision = "refuse (on_violation = deny)", reason = %line);
@@ -213,6 +222,18 @@ fn violation(guest: &str, check: Check, policy: &Policy, line: String) -> Verdic
             Verdict::Allow
         }
     }
+}
+
+/// A refusal libvirt or QEMU would make anyway (not subject to `on_violation`; audit mode only
+/// logs it).
+fn hard_refusal(guest: &str, check: Check, policy: &Policy, f: &Finding) -> Verdict {
+    let line = finding_line(guest, f);
+    if policy.mode == Mode::Audit {
+        tracing::warn!(guest, operation = check.as_str(), decision = "allow (audit mode)", code = f.code, reason = %line);
+        return Verdict::Allow;
+    }
+    tracing::warn!(guest, operation = check.as_str(), decision = "refuse", code = f.code, reason = %f.message);
+    Verdict::Refuse(line)
 }
 
 fn finding_line(guest: &str, f: &Finding) -> String {
@@ -257,8 +278,7 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
         .iter()
         .find(|f| f.severity == Severity::Error && !POLICY_CODES.contains(&f.code))
     {
-        tracing::warn!(guest, operation = "prepare", decision = "refuse", code = f.code, reason = %f.message);
-        return Ok(Verdict::Refuse(finding_line(guest, f)));
+        return Ok(hard_refusal(guest, Check::Prepare, policy, f));
     }
     let o = rewrite(text, "the domain XML", policy, host)?;
     if !o.changed && !o.has_errors() {
@@ -438,12 +458,17 @@ fn destination(
     // Errors: libvirt or QEMU would refuse here. The model being unusable and the host not
     // reaching the level are warnings elsewhere, but on the destination they mean this host
     // cannot give the guest what it had.
+    // The policy's own verdict (cpu-level...) is not a question of this host: libvirt keeps the
+    // guest's CPU on migrate and restore anyway, so it is logged, not refused.
     let blocking = findings.iter().find(|f| {
-        f.severity == Severity::Error || matches!(f.code, "cpu-model-unusable" | "host-level")
+        (f.severity == Severity::Error && !POLICY_CODES.contains(&f.code))
+            || matches!(f.code, "cpu-model-unusable" | "host-level")
     });
     if let Some(f) = blocking {
-        tracing::warn!(guest, operation = check.as_str(), decision = "refuse", code = f.code, reason = %f.message);
-        return Ok(Verdict::Refuse(finding_line(guest, f)));
+        return Ok(hard_refusal(guest, check, policy, f));
+    }
+    for f in findings.iter().filter(|f| POLICY_CODES.contains(&f.code)) {
+        tracing::warn!(guest, operation = check.as_str(), decision = "allow (policy not met; the CPU cannot change on migrate/restore)", code = f.code, reason = %f.message);
     }
     log_warnings(guest, check, &findings);
     tracing::info!(

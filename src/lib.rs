@@ -12,6 +12,8 @@
 
 pub mod cli;
 pub mod cpu;
+#[cfg(feature = "daemon")]
+pub mod daemon;
 pub mod domain;
 pub mod edit;
 pub mod error;

@@ -62,3 +62,26 @@ pub fn init(file: Option<&Path>) -> Target {
         Target::Nowhere
     }
 }
+
+/// Install the daemon's subscriber: stderr when it is a terminal (run by hand), else journald,
+/// else stderr (which systemd captures anyway).
+pub fn init_daemon() {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        if let Ok(layer) = tracing_journald::layer() {
+            let layer = layer.with_syslog_identifier("virt-cpu-policyd".to_string());
+            if tracing_subscriber::registry()
+                .with(layer)
+                .try_init()
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+    let layer = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_target(false)
+        .with_writer(std::io::stderr);
+    let _ = tracing_subscriber::registry().with(layer).try_init();
+}

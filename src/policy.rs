@@ -738,7 +738,8 @@ pub fn on_error_hint(text: &str) -> Option<OnError> {
         };
         if let Some((k, v)) = key_value.and_then(|l| l.split_once('=')) {
             if k.trim() == "on_error" {
-                return match v.trim().trim_matches('"') {
+                let v = v.split('#').next().unwrap_or("").trim();
+                return match v.trim_matches(|c| c == '"' || c == '\'') {
                     "deny" => Some(OnError::Deny),
                     "allow" => Some(OnError::Allow),
                     _ => None,
@@ -901,6 +902,14 @@ mod tests {
             Some(OnError::Deny)
         );
         assert_eq!(on_error_hint("[x]\non_error = \"deny\"\n[[[\n"), None);
+        assert_eq!(
+            on_error_hint("oops {{\n[hook]\non_error = \"deny\"   # \"allow\" | \"deny\"\n"),
+            Some(OnError::Deny)
+        );
+        assert_eq!(
+            on_error_hint("oops {{\n[hook]\non_error = 'deny'\n"),
+            Some(OnError::Deny)
+        );
         assert_eq!(on_error_hint("version = 1\n"), None);
     }
 

@@ -8,6 +8,7 @@ mod corpus;
 mod differential;
 mod golden;
 mod harness;
+mod hook;
 mod libvirt;
 mod machines;
 mod props;

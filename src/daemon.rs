@@ -1,0 +1,728 @@
+//! `virt-cpu-policyd`: keeps the *stored* definitions of persistent guests conforming.
+//!
+//! On a plain libvirt host the stored definition is the one place a rewrite of `<cpu>` and
+//! `<vcpu>` takes effect (a hook cannot change them: DESIGN.md sections 2 and 4). This module is
+//! the only part of the project that talks to libvirt, through the `virt` crate (libvirt's own
+//! bindings). It reads each definition *with secrets* (`VIR_DOMAIN_XML_INACTIVE |
+//! VIR_DOMAIN_XML_SECURE`, so a VNC password survives the round trip), rewrites it with
+//! [`crate::rewrite`], backs the old one up (mode 0600) and defines the new one.
+//!
+//! The daemon listens for libvirt's lifecycle events (`VIR_DOMAIN_EVENT_DEFINED`) and reconciles
+//! the guest at once, reconciles everything at start, on a timer, after SIGHUP and after a
+//! reconnect, and writes the host-fact snapshot the hook reads (`virsh capabilities` and the
+//! domcapabilities in use) atomically under `/var/lib/virt-cpu-policy/`.
+
+use crate::hook::SNAPSHOT_DIR;
+use crate::host::{Host, HostOptions};
+use crate::policy::Policy;
+use crate::rewrite::rewrite;
+use clap::{Args, Parser, Subcommand};
+use std::collections::{BTreeSet, HashMap};
+use std::io::Write;
+use std::os::raw::{c_int, c_void};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use virt::connect::Connect;
+use virt::domain::Domain as VirDomain;
+use virt::sys;
+
+/// Where backups of replaced definitions go.
+pub const BACKUP_DIR: &str = "/var/lib/virt-cpu-policy/backups";
+
+/// The parsed command line of `virt-cpu-policyd`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "virt-cpu-policyd",
+    version,
+    about = "Keep the stored definitions of persistent libvirt guests conforming to the CPU policy"
+)]
+pub struct Cli {
+    /// libvirt connection URI.
+    #[arg(long, global = true, default_value = "qemu:///system")]
+    pub uri: String,
+    /// Policy file (default: /etc/virt-cpu-policy/policy.toml if it exists, else the built-in one).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Where backups of replaced definitions go.
+    #[arg(long, global = true, value_name = "DIR", default_value = BACKUP_DIR)]
+    pub backup_dir: PathBuf,
+    /// Where the host-fact snapshot is written (and read).
+    #[arg(long, global = true, value_name = "DIR", default_value = SNAPSHOT_DIR)]
+    pub snapshot_dir: PathBuf,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Rewrite stored definitions once and report per guest.
+    Apply(ApplyArgs),
+    /// Run until SIGTERM, keeping every persistent guest conforming.
+    Daemon(DaemonArgs),
+}
+
+/// `apply` options.
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// Print the diffs; define nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Every persistent guest.
+    #[arg(long, conflicts_with = "names")]
+    pub all: bool,
+    /// Guest names.
+    #[arg(required_unless_present = "all")]
+    pub names: Vec<String>,
+}
+
+/// `daemon` options.
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    /// Minutes between full reconciliations (besides start, SIGHUP and reconnects).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub interval: u64,
+}
+
+/// What happened to one guest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Report {
+    /// Already conforming.
+    Unchanged,
+    /// Rewritten (or, under `--dry-run`, would be); `running`: the change applies at its next cold
+    /// boot.
+    Changed {
+        /// Whether the guest is running.
+        running: bool,
+        /// The backup of the old definition (None under `--dry-run`).
+        backup: Option<PathBuf>,
+        /// Unified diff of old and new definition.
+        diff: String,
+    },
+    /// Cannot be made to conform, or libvirt refused the new definition.
+    Refused(String),
+    /// A transient guest: it has no stored definition; left alone.
+    Transient,
+}
+
+fn xml_flags() -> sys::virDomainXMLFlags {
+    sys::VIR_DOMAIN_XML_INACTIVE | sys::VIR_DOMAIN_XML_SECURE
+}
+
+/// Rewrite one guest's stored definition.
+pub fn apply_one(
+    conn: &Connect,
+    dom: &VirDomain,
+    policy: &Policy,
+    host: &Host,
+    backup_dir: &Path,
+    dry_run: bool,
+) -> Report {
+    match dom.is_persistent() {
+        Ok(true) => {}
+        Ok(false) => return Report::Transient,
+        Err(e) => return Report::Refused(format!("libvirt: {e}")),
+    }
+    let name = dom.name().unwrap_or_default();
+    let xml = match dom.xml_desc(xml_flags()) {
+        Ok(x) => x,
+        Err(e) => return Report::Refused(format!("cannot read the definition: {e}")),
+    };
+    let outcome = match rewrite(&xml, &format!("the definition of '{name}'"), policy, host) {
+        Ok(o) => o,
+        Err(e) => return Report::Refused(e.to_string()),
+    };
+    if let Some(f) = outcome
+        .findings
+        .iter()
+        .find(|f| f.severity == crate::finding::Severity::Error)
+    {
+        return Report::Refused(f.to_string());
+    }
+    if !outcome.changed || policy.mode == crate::policy::Mode::Audit {
+        return if outcome.changed {
+            Report::Refused("would change, but the policy's mode is audit".into())
+        } else {
+            Report::Unchanged
+        };
+    }
+    let running = dom.is_active().unwrap_or(false);
+    let diff = similar::TextDiff::from_lines(&xml, &outcome.output)
+        .unified_diff()
+        .header(&format!("{name} (stored)"), &format!("{name} (conforming)"))
+        .to_string();
+    if dry_run {
+        return Report::Changed {
+            running,
+            backup: None,
+            diff,
+        };
+    }
+    let uuid = dom.uuid_string().unwrap_or_default();
+    let backup = match write_backup(backup_dir, &name, &uuid, &xml) {
+        Ok(p) => p,
+        Err(e) => return Report::Refused(format!("cannot write the backup, nothing defined: {e}")),
+    };
+    match conn.define_domain_xml(&outcome.output) {
+        Ok(_) => Report::Changed {
+            running,
+            backup: Some(backup),
+            diff,
+        },
+        Err(e) => Report::Refused(format!(
+            "libvirt refused the rewritten definition (old one kept, backup {}): {e}",
+            backup.display()
+        )),
+    }
+}
+
+/// Write `xml` to `DIR/NAME-UUID-TIMESTAMP.xml`, mode 0600 (it holds secrets), directory 0700.
+fn write_backup(dir: &Path, name: &str, uuid: &str, xml: &str) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| format!("{}.{:09}", d.as_secs(), d.subsec_nanos()))
+        .unwrap_or_default();
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let path = dir.join(format!("{safe}-{uuid}-{stamp}.xml"));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    f.write_all(xml.as_bytes())?;
+    f.sync_all()?;
+    Ok(path)
+}
+
+/// Write `data` to `path` atomically (temporary file in the same directory, then rename).
+fn write_atomic(path: &Path, data: &str) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp.{}",
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(data.as_bytes())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+/// Write the host-fact snapshot: `capabilities.xml` and one `domcapabilities-ARCH-MACHINE-TYPE.xml`
+/// per (emulator, arch, machine, virt type) the persistent guests use. Returns the files written.
+pub fn write_snapshot(conn: &Connect, dir: &Path) -> Vec<PathBuf> {
+    let mut written = Vec::new();
+    match conn.capabilities() {
+        Ok(caps) => {
+            let p = dir.join("capabilities.xml");
+            match write_atomic(&p, &caps) {
+                Ok(()) => written.push(p),
+                Err(e) => {
+                    tracing::error!(path = %p.display(), error = %e, "cannot write the snapshot")
+                }
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "virConnectGetCapabilities failed"),
+    }
+    let mut seen = BTreeSet::new();
+    for d in conn.list_all_domains(0).unwrap_or_default() {
+        let Ok(xml) = d.xml_desc(sys::VIR_DOMAIN_XML_INACTIVE) else {
+            continue;
+        };
+        let Ok(dom) = crate::domain::Domain::parse(&xml, "definition") else {
+            continue;
+        };
+        if !dom.in_scope() {
+            continue;
+        }
+        let key = (
+            dom.emulator(),
+            dom.arch().to_string(),
+            dom.machine().to_string(),
+            dom.virt_type().to_string(),
+        );
+        if !seen.insert(key.clone()) {
+            continue;
+        }
+        let (emu, arch, machine, vt) = key;
+        match conn.domain_capabilities(
+            emu.as_deref(),
+            Some(&arch).filter(|a| !a.is_empty()).map(String::as_str),
+            Some(&machine).filter(|m| !m.is_empty()).map(String::as_str),
+            Some(vt.as_str()),
+            0,
+        ) {
+            Ok(dc) => {
+                let safe = |s: &str| -> String {
+                    s.chars()
+                        .map(|c| {
+                            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                                c
+                            } else {
+                                '_'
+                            }
+                        })
+                        .collect()
+                };
+                let p = dir.join(format!(
+                    "domcapabilities-{}-{}-{}.xml",
+                    safe(&arch),
+                    safe(&machine),
+                    safe(&vt)
+                ));
+                match write_atomic(&p, &dc) {
+                    Ok(()) => written.push(p),
+                    Err(e) => {
+                        tracing::error!(path = %p.display(), error = %e, "cannot write the snapshot")
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(arch, machine, virt_type = vt, error = %e, "virConnectGetDomainCapabilities failed")
+            }
+        }
+    }
+    written
+}
+
+fn host_for(policy: &Policy, snapshot: &[PathBuf]) -> Result<Host, crate::Error> {
+    let mut caps: Vec<PathBuf> = policy.host.capabilities.clone();
+    caps.extend(snapshot.iter().cloned());
+    Host::discover(&HostOptions {
+        caps,
+        cpu_map: policy.host.cpu_map.clone(),
+        cpus: policy.host.cpus.map(|value| crate::host::Fact {
+            value,
+            source: format!("[host] cpus in {}", policy.source),
+        }),
+        ..HostOptions::default()
+    })
+}
+
+fn describe(name: &str, r: &Report) -> String {
+    match r {
+        Report::Unchanged => format!("{name}: unchanged (conforms)"),
+        Report::Changed {
+            running, backup, ..
+        } => {
+            let when = if *running {
+                "running: the change applies at its next cold boot"
+            } else {
+                "applies at its next start"
+            };
+            match backup {
+                Some(b) => format!("{name}: changed ({when}); backup {}", b.display()),
+                None => format!("{name}: would change ({when})"),
+            }
+        }
+        Report::Refused(why) => format!("{name}: refused: {why}"),
+        Report::Transient => {
+            format!("{name}: transient guest, left alone (it has no stored definition)")
+        }
+    }
+}
+
+/// `virt-cpu-policyd apply`: exit 0 when every guest is unchanged, changed or transient; 1 when
+/// any was refused; 2 when the policy or the connection fails.
+fn cmd_apply(cli: &Cli, a: &ApplyArgs) -> i32 {
+    let policy = match Policy::load(cli.policy.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("virt-cpu-policyd: {e}");
+            return 2;
+        }
+    };
+    let conn = match Connect::open(Some(&cli.uri)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("virt-cpu-policyd: cannot connect to {}: {e}", cli.uri);
+            return 2;
+        }
+    };
+    let snapshot = if a.dry_run {
+        Vec::new()
+    } else {
+        write_snapshot(&conn, &cli.snapshot_dir)
+    };
+    let host = match host_for(&policy, &snapshot) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("virt-cpu-policyd: {e}");
+            return 2;
+        }
+    };
+    let doms: Vec<(String, Option<VirDomain>)> = if a.all {
+        conn.list_all_domains(0)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| (d.name().unwrap_or_default(), Some(d)))
+            .collect()
+    } else {
+        a.names
+            .iter()
+            .map(|n| (n.clone(), conn.lookup_domain_by_name(n).ok()))
+            .collect()
+    };
+    let mut code = 0;
+    let mut out = String::new();
+    for (name, d) in doms {
+        let r = match d {
+            Some(d) => apply_one(&conn, &d, &policy, &host, &cli.backup_dir, a.dry_run),
+            None => Report::Refused("no such guest".into()),
+        };
+        if a.dry_run {
+            if let Report::Changed { diff, .. } = &r {
+                out.push_str(diff);
+            }
+        }
+        if matches!(r, Report::Refused(_)) {
+            code = 1;
+        }
+        out.push_str(&describe(&name, &r));
+        out.push('\n');
+    }
+    let mut stdout = std::io::stdout().lock();
+    if stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+        .is_err()
+    {
+        return 2;
+    }
+    code
+}
+
+/// What the event callbacks send to the main loop.
+enum Event {
+    /// A guest was defined (added or updated).
+    Defined(String),
+    /// The connection closed (libvirtd went away).
+    Closed,
+}
+
+struct CallbackData {
+    tx: mpsc::Sender<Event>,
+}
+
+extern "C" fn lifecycle_cb(
+    _conn: sys::virConnectPtr,
+    dom: sys::virDomainPtr,
+    event: c_int,
+    _detail: c_int,
+    opaque: *mut c_void,
+) -> c_int {
+    if event != sys::VIR_DOMAIN_EVENT_DEFINED as c_int || opaque.is_null() || dom.is_null() {
+        return 0;
+    }
+    // SAFETY: `opaque` is the CallbackData boxed at registration and freed only by
+    // `free_callback_data`, after libvirt stops calling; `dom` is valid during the call.
+    let data = unsafe { &*(opaque as *const CallbackData) };
+    let name = unsafe { sys::virDomainGetName(dom) };
+    if !name.is_null() {
+        // SAFETY: libvirt returns a NUL-terminated string owned by the domain object.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned();
+        let _ = data.tx.send(Event::Defined(name));
+    }
+    0
+}
+
+extern "C" fn close_cb(_conn: sys::virConnectPtr, _reason: c_int, opaque: *mut c_void) {
+    if opaque.is_null() {
+        return;
+    }
+    // SAFETY: as in `lifecycle_cb`.
+    let data = unsafe { &*(opaque as *const CallbackData) };
+    let _ = data.tx.send(Event::Closed);
+}
+
+extern "C" fn free_callback_data(opaque: *mut c_void) {
+    if !opaque.is_null() {
+        // SAFETY: `opaque` came from Box::into_raw in `register`, and libvirt calls this once.
+        drop(unsafe { Box::from_raw(opaque as *mut CallbackData) });
+    }
+}
+
+/// A connection with its event callbacks registered.
+struct Session {
+    conn: Connect,
+    callback_id: c_int,
+}
+
+impl Session {
+    fn open(uri: &str, tx: &mpsc::Sender<Event>) -> Result<Session, String> {
+        let conn = Connect::open(Some(uri)).map_err(|e| e.to_string())?;
+        // Keepalive makes libvirt notice a dead daemon and run the close callback.
+        let _ = conn.set_keep_alive(5, 3);
+        let data = Box::into_raw(Box::new(CallbackData { tx: tx.clone() })) as *mut c_void;
+        // SAFETY: the callback type matches VIR_DOMAIN_EVENT_ID_LIFECYCLE's signature
+        // (virConnectDomainEventCallback); libvirt owns `data` and frees it with
+        // `free_callback_data` on deregistration.
+        let callback_id = unsafe {
+            let cb: unsafe extern "C" fn(
+                sys::virConnectPtr,
+                sys::virDomainPtr,
+                c_int,
+                c_int,
+                *mut c_void,
+            ) -> c_int = lifecycle_cb;
+            sys::virConnectDomainEventRegisterAny(
+                conn.as_ptr(),
+                std::ptr::null_mut(),
+                sys::VIR_DOMAIN_EVENT_ID_LIFECYCLE as c_int,
+                Some(std::mem::transmute::<
+                    _,
+                    unsafe extern "C" fn(sys::virConnectPtr, sys::virDomainPtr, *mut c_void),
+                >(cb)),
+                data,
+                Some(free_callback_data),
+            )
+        };
+        if callback_id < 0 {
+            free_callback_data(data);
+            return Err("cannot register for domain lifecycle events".into());
+        }
+        let close_data = Box::into_raw(Box::new(CallbackData { tx: tx.clone() })) as *mut c_void;
+        // SAFETY: as above, for virConnectRegisterCloseCallback.
+        let rc = unsafe {
+            sys::virConnectRegisterCloseCallback(
+                conn.as_ptr(),
+                Some(close_cb),
+                close_data,
+                Some(free_callback_data),
+            )
+        };
+        if rc < 0 {
+            free_callback_data(close_data);
+        }
+        Ok(Session { conn, callback_id })
+    }
+
+    fn close(self) {
+        // SAFETY: the id came from a successful registration on this connection.
+        unsafe {
+            sys::virConnectDomainEventDeregisterAny(self.conn.as_ptr(), self.callback_id);
+            sys::virConnectUnregisterCloseCallback(self.conn.as_ptr(), Some(close_cb));
+        }
+        drop(self.conn);
+    }
+}
+
+/// Per-guest memory of our own defines, so our own `define` (which raises a DEFINED event) does
+/// not cause another change, and a definition libvirt keeps changing back does not loop.
+#[derive(Default)]
+struct Recent {
+    defined_at: HashMap<String, Instant>,
+}
+
+fn reconcile(
+    session: &Session,
+    names: Option<&[String]>,
+    policy: &Policy,
+    host: &Host,
+    backup_dir: &Path,
+    recent: &mut Recent,
+) {
+    let doms: Vec<VirDomain> = match names {
+        None => session.conn.list_all_domains(0).unwrap_or_default(),
+        Some(ns) => ns
+            .iter()
+            .filter_map(|n| session.conn.lookup_domain_by_name(n).ok())
+            .collect(),
+    };
+    for d in doms {
+        let name = d.name().unwrap_or_default();
+        let r = apply_one(&session.conn, &d, policy, host, backup_dir, false);
+        match &r {
+            Report::Unchanged | Report::Transient => {
+                tracing::debug!(guest = %name, "{}", describe(&name, &r));
+            }
+            Report::Changed { .. } => {
+                if let Some(t) = recent.defined_at.get(&name) {
+                    if t.elapsed() < Duration::from_secs(10) {
+                        tracing::error!(guest = %name, "defined again within 10 s of our own define: libvirt does not keep the rewritten definition; not retrying until the next full reconciliation");
+                    }
+                }
+                recent.defined_at.insert(name.clone(), Instant::now());
+                tracing::info!(guest = %name, "{}", describe(&name, &r));
+            }
+            Report::Refused(_) => tracing::warn!(guest = %name, "{}", describe(&name, &r)),
+        }
+    }
+}
+
+fn cmd_daemon(cli: &Cli, a: &DaemonArgs) -> i32 {
+    crate::log::init_daemon();
+    let mut policy = match Policy::load(cli.policy.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot load the policy");
+            eprintln!("virt-cpu-policyd: {e}");
+            return 2;
+        }
+    };
+    let hup = Arc::new(AtomicBool::new(false));
+    let term = Arc::new(AtomicBool::new(false));
+    for (sig, flag) in [
+        (signal_hook::consts::SIGHUP, &hup),
+        (signal_hook::consts::SIGTERM, &term),
+        (signal_hook::consts::SIGINT, &term),
+    ] {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(flag)) {
+            eprintln!("virt-cpu-policyd: cannot handle signal {sig}: {e}");
+            return 2;
+        }
+    }
+    if let Err(e) = virt::event::event_register_default_impl() {
+        eprintln!("virt-cpu-policyd: cannot start libvirt's event loop: {e}");
+        return 2;
+    }
+    std::thread::spawn(|| {
+        loop {
+            if virt::event::event_run_default_impl().is_err() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    });
+    let (tx, rx) = mpsc::channel::<Event>();
+    let interval = Duration::from_secs(a.interval * 60);
+    let mut recent = Recent::default();
+    let mut backoff = Duration::from_secs(1);
+    'connect: loop {
+        if term.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let session = match Session::open(&cli.uri, &tx) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(uri = %cli.uri, error = %e, retry_in_s = backoff.as_secs(), "cannot connect to libvirt");
+                let until = Instant::now() + backoff;
+                while Instant::now() < until {
+                    if term.load(Ordering::Relaxed) {
+                        return 0;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+                continue 'connect;
+            }
+        };
+        backoff = Duration::from_secs(1);
+        // Drop events of a previous connection.
+        while rx.try_recv().is_ok() {}
+        let snapshot = write_snapshot(&session.conn, &cli.snapshot_dir);
+        tracing::info!(uri = %cli.uri, snapshot_files = snapshot.len(), policy = %policy.source, "connected; reconciling every guest");
+        let mut host = match host_for(&policy, &snapshot) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::error!(error = %e, "host facts unusable");
+                session.close();
+                return 2;
+            }
+        };
+        reconcile(&session, None, &policy, &host, &cli.backup_dir, &mut recent);
+        let mut next_full = Instant::now() + interval;
+        loop {
+            if term.load(Ordering::Relaxed) {
+                tracing::info!("stopping on SIGTERM/SIGINT");
+                session.close();
+                return 0;
+            }
+            if hup.swap(false, Ordering::Relaxed) {
+                match Policy::load(cli.policy.as_deref()) {
+                    Ok(p) => {
+                        tracing::info!(policy = %p.source, "SIGHUP: policy reloaded; reconciling every guest");
+                        policy = p;
+                        match host_for(&policy, &snapshot) {
+                            Ok(h) => host = h,
+                            Err(e) => {
+                                tracing::error!(error = %e, "host facts unusable; keeping the previous ones")
+                            }
+                        }
+                        reconcile(&session, None, &policy, &host, &cli.backup_dir, &mut recent);
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "SIGHUP: the new policy does not load; keeping the old one")
+                    }
+                }
+            }
+            if Instant::now() >= next_full {
+                reconcile(&session, None, &policy, &host, &cli.backup_dir, &mut recent);
+                next_full = Instant::now() + interval;
+            }
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(Event::Defined(name)) => {
+                    // Coalesce a burst: gather every name already queued.
+                    let mut names = vec![name];
+                    while let Ok(ev) = rx.try_recv() {
+                        match ev {
+                            Event::Defined(n) => names.push(n),
+                            Event::Closed => {
+                                tracing::warn!("libvirt connection closed; reconnecting");
+                                session.close();
+                                continue 'connect;
+                            }
+                        }
+                    }
+                    names.sort();
+                    names.dedup();
+                    reconcile(
+                        &session,
+                        Some(&names),
+                        &policy,
+                        &host,
+                        &cli.backup_dir,
+                        &mut recent,
+                    );
+                }
+                Ok(Event::Closed) => {
+                    tracing::warn!("libvirt connection closed; reconnecting");
+                    session.close();
+                    continue 'connect;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if !session.conn.is_alive().unwrap_or(false) {
+                        tracing::warn!("libvirt connection is dead; reconnecting");
+                        session.close();
+                        continue 'connect;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return 2,
+            }
+        }
+    }
+}
+
+/// Parse the command line and run; returns the exit code.
+#[must_use]
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    match &cli.command {
+        Command::Apply(a) => cmd_apply(&cli, a),
+        Command::Daemon(a) => cmd_daemon(&cli, a),
+    }
+}

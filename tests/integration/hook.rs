@@ -1,0 +1,1173 @@
+//! The libvirt qemu hook (`virt-cpu-policy hook GUEST OPERATION SUB-OPERATION EXTRA`), end to end
+//! with the real binary: which operations are checked, the refusal line libvirt shows, the
+//! `[hook]` settings (`on_violation`, `on_error`, `mode = "audit"`), what is logged (never domain
+//! XML) and what is never written (stdout: on migrate and restore libvirt would take it as new XML).
+//!
+//! Every run passes `--policy`, `--log-file` (a scratch file) and `--snapshot-dir` (an empty
+//! scratch directory), so neither /etc, /var/log nor /var/lib of the machine running the tests
+//! changes or is changed by the results.
+
+use crate::harness::{Cmd, Output, bin, corpus};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------------------------
+
+/// A scratch directory with an empty `snap/` (the snapshot directory), removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "vcp-hook-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("snap")).expect("create scratch dir");
+        Scratch(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    fn write(&self, name: &str, data: impl AsRef<[u8]>) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, data).expect("write scratch file");
+        p
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.path("hook.log")
+    }
+
+    /// The log file's text ("" when it was never written).
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// `hook --policy P --log-file L --snapshot-dir D ARGS...`.
+    fn hook(&self, policy: &Path, args: &[&str]) -> Cmd {
+        Cmd::new(&["hook", "--policy"])
+            .arg(s(policy))
+            .arg("--log-file")
+            .arg(s(&self.log_path()))
+            .arg("--snapshot-dir")
+            .arg(s(&self.path("snap")))
+            .args_from(args)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+trait ArgsFrom {
+    fn args_from(self, a: &[&str]) -> Self;
+}
+
+impl ArgsFrom for Cmd {
+    fn args_from(mut self, a: &[&str]) -> Self {
+        for x in a {
+            self = self.arg(x);
+        }
+        self
+    }
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// A policy: x86-64-v2 for every x86_64 guest, with the given mode and `[hook]` settings.
+fn policy(mode: &str, on_violation: &str, on_error: &str) -> String {
+    format!(
+        r#"version = 1
+mode = "{mode}"
+
+[hook]
+on_violation = "{on_violation}"
+on_error = "{on_error}"
+
+[[rule]]
+name = "x86-64-v2 baseline"
+match = {{ arch = "x86_64" }}
+cpu.min_level = "x86-64-v2"
+"#
+    )
+}
+
+const RULE: &str = "x86-64-v2 baseline";
+
+/// The level features a bare `<cpu>` (QEMU's default, qemu64) lacks.
+const QEMU64_MISSING: [&str; 5] = ["lahf_lm", "popcnt", "sse4.1", "sse4.2", "ssse3"];
+
+/// What CloudStack writes by default: `<cpu>` with only a topology, kvm, x86_64, machine `pc`.
+/// Carries a VNC password and a description marker, neither of which may reach the log.
+fn cloudstack(name: &str) -> String {
+    format!(
+        "<domain type='kvm'>
+  <name>{name}</name>
+  <uuid>6f3c2a5e-4b7d-4e0a-9c61-2d8f0b3e7a14</uuid>
+  <description>DESCRIPTION-MARKER-7f1c</description>
+  <memory>2097152</memory>
+  <currentMemory>2097152</currentMemory>
+  <vcpu>2</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
+  <features><pae/><apic/><acpi/></features>
+  <cpu><topology sockets='1' cores='2' threads='1' /></cpu>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <graphics type='vnc' autoport='yes' listen='0.0.0.0' passwd='TOPSECRET'>
+    </graphics>
+  </devices>
+</domain>
+"
+    )
+}
+
+/// The same guest as the policy's rewrite leaves it (qemu64 written out, level features
+/// required): conforms to the v2 policy.
+fn conforming(name: &str) -> String {
+    cloudstack(name).replace(
+        "<cpu><topology sockets='1' cores='2' threads='1' /></cpu>",
+        "<cpu>
+    <model>qemu64</model>
+    <topology sockets='1' cores='2' threads='1'/>
+    <feature policy='disable' name='svm'/>
+    <feature policy='require' name='lahf_lm'/>
+    <feature policy='require' name='popcnt'/>
+    <feature policy='require' name='sse4.1'/>
+    <feature policy='require' name='sse4.2'/>
+    <feature policy='require' name='ssse3'/>
+  </cpu>",
+    )
+}
+
+/// Live XML (what libvirt passes at `started begin`) of a kvm Nehalem guest, with
+/// `disabled` listed as `<feature policy='disable'>` (what QEMU could not give).
+fn live_nehalem(name: &str, disabled: &[&str]) -> String {
+    let feats: String = disabled
+        .iter()
+        .map(|f| format!("    <feature policy='disable' name='{f}'/>\n"))
+        .collect();
+    format!(
+        "<domain type='kvm' id='7'>
+  <name>{name}</name>
+  <uuid>0c6a3a4e-8f55-4f43-9d51-2f0e9c1f8a01</uuid>
+  <description>DESCRIPTION-MARKER-7f1c</description>
+  <memory unit='KiB'>1048576</memory>
+  <currentMemory unit='KiB'>1048576</currentMemory>
+  <vcpu placement='static'>2</vcpu>
+  <os><type arch='x86_64' machine='pc-q35-7.2'>hvm</type><boot dev='hd'/></os>
+  <features><acpi/><apic/></features>
+  <cpu mode='custom' match='exact' check='full'>
+    <model fallback='forbid'>Nehalem</model>
+    <vendor>Intel</vendor>
+    <topology sockets='1' dies='1' cores='2' threads='1'/>
+{feats}  </cpu>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <graphics type='vnc' port='5900' autoport='yes' listen='127.0.0.1' passwd='TOPSECRET'>
+      <listen type='address' address='127.0.0.1'/>
+    </graphics>
+  </devices>
+</domain>
+"
+    )
+}
+
+/// The five features this machine's KVM does not give a Nehalem guest (DESIGN.md section 1).
+const NEHALEM_DISABLED: [&str; 5] = ["pni", "popcnt", "sse4.1", "sse4.2", "ssse3"];
+
+/// An incoming (migrate/restore) kvm q35 guest with `vcpus` vCPUs and CPU model `model`; above
+/// 255 vCPUs it carries what libvirt needs for that (Intel IOMMU with EIM, split I/O APIC).
+fn incoming(name: &str, vcpus: u32, model: &str) -> String {
+    format!(
+        "<domain type='kvm'>
+  <name>{name}</name>
+  <description>DESCRIPTION-MARKER-7f1c</description>
+  <memory>8388608</memory>
+  <vcpu>{vcpus}</vcpu>
+  <os><type arch='x86_64' machine='pc-q35-7.2'>hvm</type></os>
+  <features><acpi/><apic/><ioapic driver='qemu'/></features>
+  <cpu mode='custom' match='exact' check='partial'>
+    <model fallback='forbid'>{model}</model>
+    <topology sockets='{vcpus}' dies='1' cores='1' threads='1'/>
+  </cpu>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <iommu model='intel'><driver intremap='on' eim='on'/></iommu>
+    <graphics type='vnc' port='-1' autoport='yes' passwd='TOPSECRET'/>
+  </devices>
+</domain>
+"
+    )
+}
+
+/// `../shared/corpus/host-libvirt-9.0-qemu-7.2/NAME`, or None (with a note) without the corpus.
+fn host_file(test: &str, name: &str) -> Option<PathBuf> {
+    let Some(c) = corpus() else {
+        eprintln!("{test}: skipped: ../shared/corpus is absent");
+        return None;
+    };
+    let p = c.join("host-libvirt-9.0-qemu-7.2").join(name);
+    if p.is_file() {
+        Some(p)
+    } else {
+        eprintln!("{test}: skipped: {} is absent", p.display());
+        None
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Assertions
+// ---------------------------------------------------------------------------------------------
+
+/// Exit 0, nothing on stdout, nothing on stderr.
+#[track_caller]
+fn allowed(out: &Output) {
+    out.status(0);
+    assert_eq!(out.stdout, "", "the hook wrote to stdout:\n{}", out.stdout);
+    assert_eq!(
+        out.stderr, "",
+        "an allowed run wrote to stderr:\n{}",
+        out.stderr
+    );
+}
+
+/// Exit 1, nothing on stdout, and exactly one line on stderr:
+/// `virt-cpu-policy: guest 'GUEST': WHAT (rule 'RULE'); fix: HOW` containing every needle.
+/// Returns the line.
+#[track_caller]
+fn refused(out: &Output, guest: &str, rule: &str, needles: &[&str]) -> String {
+    out.status(1);
+    assert_eq!(out.stdout, "", "the hook wrote to stdout:\n{}", out.stdout);
+    let line = out
+        .stderr
+        .strip_suffix('\n')
+        .unwrap_or_else(|| panic!("stderr does not end with one newline: {:?}", out.stderr));
+    assert!(
+        !line.contains('\n') && !line.contains('\r'),
+        "stderr is not one line: {:?}",
+        out.stderr
+    );
+    let head = format!("virt-cpu-policy: guest '{guest}': ");
+    assert!(
+        line.starts_with(&head),
+        "stderr does not start with {head:?}: {line}"
+    );
+    let rule_part = format!(" (rule '{rule}'); fix: ");
+    assert!(
+        line.contains(&rule_part),
+        "stderr lacks {rule_part:?}: {line}"
+    );
+    let (what, fix) = line[head.len()..].split_once(&rule_part).unwrap();
+    assert!(!what.trim().is_empty(), "no WHAT in: {line}");
+    assert!(!fix.trim().is_empty(), "no fix in: {line}");
+    for n in needles {
+        assert!(line.contains(n), "stderr lacks {n:?}: {line}");
+    }
+    assert!(
+        !line.contains("TOPSECRET"),
+        "the refusal shows a secret: {line}"
+    );
+    line.to_string()
+}
+
+/// The log must not carry domain XML or anything from it besides the name.
+#[track_caller]
+fn log_has_no_xml(log: &str) {
+    for bad in [
+        "TOPSECRET",
+        "<domain",
+        "DESCRIPTION-MARKER-7f1c",
+        "<cpu",
+        "passwd",
+    ] {
+        assert!(!log.contains(bad), "the log contains {bad:?}:\n{log}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operations the hook does not check
+// ---------------------------------------------------------------------------------------------
+
+/// OPERATION SUB-OPERATION pairs libvirt sends that the hook passes, plus made-up ones.
+const UNCHECKED: [(&str, &str); 14] = [
+    ("start", "begin"),
+    ("stopped", "end"),
+    ("release", "end"),
+    ("reconnect", "begin"),
+    ("attach", "begin"),
+    ("prepare", "end"),
+    ("migrate", "end"),
+    ("started", "end"),
+    ("restore", "end"),
+    ("shutdown", "end"),
+    ("no-such-operation", "begin"),
+    ("prepare", "middle"),
+    ("PREPARE", "BEGIN"),
+    ("", ""),
+];
+
+#[test]
+fn unchecked_operations_allow_without_reading_the_policy() {
+    let t = Scratch::new("unchecked");
+    let missing = t.path("no-such-policy.toml");
+    // A policy that refuses everything if it is read at all.
+    let broken = t.write(
+        "broken.toml",
+        "this is {{ not toml\n[hook]\non_error = \"deny\"\non_violation = \"deny\"\n",
+    );
+    for (op, sub) in UNCHECKED {
+        for p in [&missing, &broken] {
+            for input in [cloudstack("g1"), "<not xml".to_string(), String::new()] {
+                let out = t.hook(p, &["g1", op, sub, "-"]).stdin(input).run();
+                allowed(&out);
+            }
+            // No stdin at all (closed) also passes.
+            allowed(&t.hook(p, &["g1", op, sub, "-"]).run());
+        }
+    }
+}
+
+/// Send `data` on stdin, wait at most `limit`; returns (exit code, stdout, stderr, whether
+/// every byte was written, elapsed). Writing all of it proves stdin was drained: a hook that
+/// exits without reading gives the writer EPIPE.
+fn run_with_big_stdin(
+    args: &[String],
+    data: Arc<Vec<u8>>,
+    limit: Duration,
+) -> (i32, String, String, bool, Duration) {
+    let start = Instant::now();
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn virt-cpu-policy");
+    let mut w = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let r = w.write_all(&data);
+        drop(w);
+        r.is_ok()
+    });
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            break;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "hook {args:?} did not finish within {limit:?} with {} bytes on stdin",
+                20_000_000
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let elapsed = start.elapsed();
+    let out = child.wait_with_output().expect("wait");
+    let wrote_all = writer.join().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        wrote_all,
+        elapsed,
+    )
+}
+
+#[test]
+fn unchecked_operations_drain_20_mb_of_stdin_quickly() {
+    let t = Scratch::new("drain");
+    let data = Arc::new({
+        let mut v = cloudstack("g1").into_bytes();
+        v.resize(20_000_000, b' ');
+        v
+    });
+    for (op, sub) in &UNCHECKED[..9] {
+        let args: Vec<String> = [
+            "hook",
+            "--policy",
+            &s(&t.path("no-such-policy.toml")),
+            "--log-file",
+            &s(&t.log_path()),
+            "--snapshot-dir",
+            &s(&t.path("snap")),
+            "g1",
+            op,
+            sub,
+            "-",
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+        let (code, stdout, stderr, wrote_all, elapsed) =
+            run_with_big_stdin(&args, Arc::clone(&data), Duration::from_secs(2));
+        assert_eq!(code, 0, "{op} {sub}: exit {code}, stderr {stderr}");
+        assert_eq!(stdout, "", "{op} {sub}: stdout not empty");
+        assert_eq!(stderr, "", "{op} {sub}: stderr not empty");
+        assert!(
+            wrote_all,
+            "{op} {sub}: stdin was not drained (the writer got an error)"
+        );
+        assert!(
+            elapsed < Duration::from_secs(2),
+            "{op} {sub}: took {elapsed:?}"
+        );
+    }
+}
+
+#[test]
+fn checked_operation_drains_oversized_stdin_and_follows_on_error() {
+    let t = Scratch::new("drain-checked");
+    let data = Arc::new({
+        let mut v = cloudstack("g1").into_bytes();
+        v.resize(20_000_000, b' ');
+        v
+    });
+    for on_error in ["allow", "deny"] {
+        let p = t.write("p.toml", policy("enforce", "warn", on_error));
+        let args: Vec<String> = [
+            "hook",
+            "--policy",
+            &s(&p),
+            "--log-file",
+            &s(&t.log_path()),
+            "--snapshot-dir",
+            &s(&t.path("snap")),
+            "g1",
+            "prepare",
+            "begin",
+            "-",
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+        let (code, stdout, stderr, wrote_all, elapsed) =
+            run_with_big_stdin(&args, Arc::clone(&data), Duration::from_secs(2));
+        assert_eq!(stdout, "");
+        assert!(wrote_all, "on_error = {on_error}: stdin was not drained");
+        assert!(elapsed < Duration::from_secs(2), "took {elapsed:?}");
+        if on_error == "allow" {
+            assert_eq!((code, stderr.as_str()), (0, ""), "on_error = allow");
+        } else {
+            let out = Output {
+                code,
+                stdout,
+                stderr,
+            };
+            refused(&out, "g1", "[hook] on_error", &["limit"]);
+        }
+    }
+    log_has_no_xml(&t.log());
+}
+
+// ---------------------------------------------------------------------------------------------
+// prepare begin
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn prepare_allows_a_conforming_guest() {
+    let t = Scratch::new("prepare-ok");
+    for v in ["deny", "warn"] {
+        let p = t.write("p.toml", policy("enforce", v, "deny"));
+        let out = t
+            .hook(&p, &["i-2-14-VM", "prepare", "begin", "-"])
+            .stdin(conforming("i-2-14-VM"))
+            .run();
+        allowed(&out);
+    }
+    let log = t.log();
+    assert!(log.contains("i-2-14-VM"), "decision not logged:\n{log}");
+    log_has_no_xml(&log);
+}
+
+#[test]
+fn prepare_deny_refuses_the_cloudstack_default_naming_rule_and_features() {
+    let t = Scratch::new("prepare-deny");
+    let p = t.write("p.toml", policy("enforce", "deny", "allow"));
+    let out = t
+        .hook(&p, &["i-2-14-VM", "prepare", "begin", "-"])
+        .stdin(cloudstack("i-2-14-VM"))
+        .run();
+    let mut needles = vec!["x86-64-v2"];
+    needles.extend(QEMU64_MISSING);
+    refused(&out, "i-2-14-VM", RULE, &needles);
+    let log = t.log();
+    assert!(log.contains("i-2-14-VM") && log.contains("refuse"), "{log}");
+    log_has_no_xml(&log);
+}
+
+#[test]
+fn prepare_deny_also_for_tcg() {
+    let t = Scratch::new("prepare-deny-tcg");
+    let p = t.write("p.toml", policy("enforce", "deny", "allow"));
+    let xml = cloudstack("tcg-guest").replace("<domain type='kvm'>", "<domain type='qemu'>");
+    let out = t
+        .hook(&p, &["tcg-guest", "prepare", "begin", "-"])
+        .stdin(xml)
+        .run();
+    refused(&out, "tcg-guest", RULE, &QEMU64_MISSING);
+}
+
+#[test]
+fn prepare_warn_allows_and_logs_the_decision() {
+    let t = Scratch::new("prepare-warn");
+    let p = t.write("p.toml", policy("enforce", "warn", "allow"));
+    let out = t
+        .hook(&p, &["i-2-14-VM", "prepare", "begin", "-"])
+        .stdin(cloudstack("i-2-14-VM"))
+        .run();
+    allowed(&out);
+    let log = t.log();
+    assert!(log.contains("i-2-14-VM"), "guest name not logged:\n{log}");
+    assert!(log.contains("prepare"), "operation not logged:\n{log}");
+    assert!(
+        log.contains("on_violation = warn"),
+        "decision not logged:\n{log}"
+    );
+    assert!(log.contains(RULE), "rule not logged:\n{log}");
+    log_has_no_xml(&log);
+}
+
+#[test]
+fn prepare_refuses_what_libvirt_would_refuse_even_under_warn() {
+    let t = Scratch::new("prepare-libvirt");
+    let p = t.write("p.toml", policy("enforce", "warn", "allow"));
+    // Topology product 2, maximum 3.
+    let topo = conforming("g-topo").replace("<vcpu>2</vcpu>", "<vcpu>3</vcpu>");
+    let out = t
+        .hook(&p, &["g-topo", "prepare", "begin", "-"])
+        .stdin(topo)
+        .run();
+    refused(
+        &out,
+        "g-topo",
+        "libvirt: topology-mismatch",
+        &["topology", "3"],
+    );
+    // host-passthrough under TCG.
+    let hp = cloudstack("g-hp")
+        .replace("<domain type='kvm'>", "<domain type='qemu'>")
+        .replace(
+            "<cpu><topology sockets='1' cores='2' threads='1' /></cpu>",
+            "<cpu mode='host-passthrough'/>",
+        );
+    let out = t
+        .hook(&p, &["g-hp", "prepare", "begin", "-"])
+        .stdin(hp)
+        .run();
+    refused(
+        &out,
+        "g-hp",
+        "libvirt: cpu-mode-unsupported",
+        &["host-passthrough"],
+    );
+    log_has_no_xml(&t.log());
+}
+
+#[test]
+fn prepare_audit_never_refuses() {
+    let t = Scratch::new("prepare-audit");
+    let p = t.write("p.toml", policy("audit", "deny", "deny"));
+    let topo = conforming("g").replace("<vcpu>2</vcpu>", "<vcpu>3</vcpu>");
+    let hp = cloudstack("g")
+        .replace("<domain type='kvm'>", "<domain type='qemu'>")
+        .replace(
+            "<cpu><topology sockets='1' cores='2' threads='1' /></cpu>",
+            "<cpu mode='host-passthrough'/>",
+        );
+    for xml in [
+        cloudstack("g"),
+        conforming("g"),
+        topo,
+        hp,
+        "<domain".into(),
+        String::new(),
+    ] {
+        for (op, sub) in [
+            ("prepare", "begin"),
+            ("migrate", "begin"),
+            ("restore", "begin"),
+        ] {
+            let out = t.hook(&p, &["g", op, sub, "-"]).stdin(xml.clone()).run();
+            allowed(&out);
+        }
+    }
+    let out = t
+        .hook(&p, &["g", "started", "begin", "-"])
+        .stdin(live_nehalem("g", &NEHALEM_DISABLED))
+        .run();
+    allowed(&out);
+    let log = t.log();
+    assert!(log.contains("audit"), "audit decisions not logged:\n{log}");
+    log_has_no_xml(&log);
+}
+
+// ---------------------------------------------------------------------------------------------
+// started begin (live XML)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn started_deny_refuses_the_features_qemu_disabled() {
+    let t = Scratch::new("started-deny");
+    let p = t.write("p.toml", policy("enforce", "deny", "allow"));
+    let out = t
+        .hook(&p, &["neh", "started", "begin", "-"])
+        .stdin(live_nehalem("neh", &NEHALEM_DISABLED))
+        .run();
+    let mut needles = vec!["x86-64-v2", "disabled"];
+    needles.extend(NEHALEM_DISABLED);
+    refused(&out, "neh", RULE, &needles);
+    log_has_no_xml(&t.log());
+}
+
+#[test]
+fn started_deny_names_even_a_single_disabled_feature() {
+    let t = Scratch::new("started-one");
+    let p = t.write("p.toml", policy("enforce", "deny", "allow"));
+    let out = t
+        .hook(&p, &["neh", "started", "begin", "-"])
+        .stdin(live_nehalem("neh", &["popcnt"]))
+        .run();
+    let line = refused(&out, "neh", RULE, &["popcnt"]);
+    for f in ["pni", "sse4.1", "sse4.2", "ssse3"] {
+        assert!(
+            !line.contains(f),
+            "names {f}, which QEMU did not disable: {line}"
+        );
+    }
+}
+
+#[test]
+fn started_warn_allows_and_logs() {
+    let t = Scratch::new("started-warn");
+    let p = t.write("p.toml", policy("enforce", "warn", "allow"));
+    let out = t
+        .hook(&p, &["neh", "started", "begin", "-"])
+        .stdin(live_nehalem("neh", &NEHALEM_DISABLED))
+        .run();
+    allowed(&out);
+    let log = t.log();
+    assert!(log.contains("neh"), "guest not logged:\n{log}");
+    assert!(log.contains("started"), "operation not logged:\n{log}");
+    assert!(
+        log.contains("on_violation = warn"),
+        "decision not logged:\n{log}"
+    );
+    assert!(
+        log.contains("popcnt"),
+        "disabled features not logged:\n{log}"
+    );
+    log_has_no_xml(&log);
+}
+
+#[test]
+fn started_allows_a_live_cpu_with_nothing_disabled() {
+    let t = Scratch::new("started-ok");
+    let p = t.write("p.toml", policy("enforce", "deny", "deny"));
+    let out = t
+        .hook(&p, &["neh", "started", "begin", "-"])
+        .stdin(live_nehalem("neh", &[]))
+        .run();
+    allowed(&out);
+    // A disabled feature the level does not need is fine too.
+    let out = t
+        .hook(&p, &["neh", "started", "begin", "-"])
+        .stdin(live_nehalem("neh", &["vme"]))
+        .run();
+    allowed(&out);
+}
+
+#[test]
+fn started_allows_host_passthrough() {
+    let t = Scratch::new("started-hp");
+    let p = t.write("p.toml", policy("enforce", "deny", "deny"));
+    let live = live_nehalem("hp", &[]);
+    let start = live.find("  <cpu mode=").unwrap();
+    let end = live.find("</cpu>\n").unwrap() + "</cpu>\n".len();
+    let hp = format!(
+        "{}  <cpu mode='host-passthrough' check='none' migratable='on'>\n    <topology sockets='1' dies='1' cores='2' threads='1'/>\n  </cpu>\n{}",
+        &live[..start],
+        &live[end..]
+    );
+    let out = t.hook(&p, &["hp", "started", "begin", "-"]).stdin(hp).run();
+    allowed(&out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// migrate begin / restore begin (this host is the destination)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn destination_refuses_more_vcpus_than_the_machine_limit() {
+    let Some(caps) = host_file(
+        "destination_refuses_more_vcpus_than_the_machine_limit",
+        "capabilities.xml",
+    ) else {
+        return;
+    };
+    let t = Scratch::new("dest-limit");
+    let p = t.write("p.toml", policy("enforce", "warn", "allow"));
+    for op in ["migrate", "restore"] {
+        let out = t
+            .hook(&p, &["--caps", &s(&caps), "big", op, "begin", "-"])
+            .stdin(incoming("big", 300, "Skylake-Client"))
+            .run();
+        refused(
+            &out,
+            "big",
+            "libvirt: machine-vcpu-limit",
+            &["288", "300", "pc-q35-7.2"],
+        );
+    }
+    log_has_no_xml(&t.log());
+}
+
+#[test]
+fn destination_allows_a_fine_guest_with_empty_stdout() {
+    let Some(caps) = host_file(
+        "destination_allows_a_fine_guest_with_empty_stdout",
+        "capabilities.xml",
+    ) else {
+        return;
+    };
+    let t = Scratch::new("dest-ok");
+    for v in ["deny", "warn"] {
+        let p = t.write("p.toml", policy("enforce", v, "deny"));
+        for op in ["migrate", "restore"] {
+            let out = t
+                .hook(&p, &["--caps", &s(&caps), "fine", op, "begin", "-"])
+                .stdin(incoming("fine", 8, "Skylake-Client"))
+                .run();
+            allowed(&out);
+            // 288 is exactly the limit: still fine.
+            let out = t
+                .hook(&p, &["--caps", &s(&caps), "fine", op, "begin", "-"])
+                .stdin(incoming("fine", 288, "Skylake-Client"))
+                .run();
+            allowed(&out);
+        }
+    }
+    log_has_no_xml(&t.log());
+}
+
+#[test]
+fn destination_refuses_a_model_unusable_here() {
+    let Some(domcaps) = host_file(
+        "destination_refuses_a_model_unusable_here",
+        "domcapabilities-x86_64-q35-kvm.xml",
+    ) else {
+        return;
+    };
+    let t = Scratch::new("dest-unusable");
+    let p = t.write("p.toml", policy("enforce", "warn", "allow"));
+    for op in ["migrate", "restore"] {
+        let out = t
+            .hook(&p, &["--caps", &s(&domcaps), "neh", op, "begin", "-"])
+            .stdin(incoming("neh", 4, "Nehalem"))
+            .run();
+        refused(
+            &out,
+            "neh",
+            "libvirt: cpu-model-unusable",
+            &["Nehalem", "usable"],
+        );
+    }
+    log_has_no_xml(&t.log());
+}
+
+/// A guest that runs at the source and that this host can run, but that does not reach the
+/// policy's level (every CloudStack guest defined before the policy was installed). The hook
+/// cannot fix it (libvirt refuses any CPU change on migrate/restore: DESIGN.md section 2), and
+/// the shipped default says `on_violation = "warn"`: the migration must go through, logged.
+#[test]
+fn destination_warn_lets_a_nonconforming_but_runnable_guest_in() {
+    let t = Scratch::new("dest-warn");
+    let p = t.write("p.toml", policy("enforce", "warn", "allow"));
+    for op in ["migrate", "restore"] {
+        let out = t
+            .hook(&p, &["i-2-14-VM", op, "begin", "-"])
+            .stdin(cloudstack("i-2-14-VM"))
+            .run();
+        allowed(&out);
+    }
+    let log = t.log();
+    assert!(log.contains("i-2-14-VM"), "{log}");
+    log_has_no_xml(&log);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tool's own failures: [hook] on_error
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn unparsable_or_empty_xml_follows_on_error() {
+    let t = Scratch::new("bad-xml");
+    let inputs: [(&str, &[u8]); 4] = [
+        (
+            "truncated",
+            b"<domain type='kvm'><name>g1</name><devices><graphics passwd='TOPSECRET",
+        ),
+        ("not xml", b"this is not XML at all"),
+        ("empty", b""),
+        ("invalid utf-8", b"<domain type='kvm'>\xff\xfe</domain>"),
+    ];
+    for (op, sub) in [
+        ("prepare", "begin"),
+        ("started", "begin"),
+        ("migrate", "begin"),
+        ("restore", "begin"),
+    ] {
+        for (what, xml) in inputs {
+            let p = t.write("allow.toml", policy("enforce", "deny", "allow"));
+            let out = t.hook(&p, &["g1", op, sub, "-"]).stdin(xml.to_vec()).run();
+            assert_eq!(out.code, 0, "{op} {what} under allow: {}", out.stderr);
+            allowed(&out);
+            let p = t.write("deny.toml", policy("enforce", "warn", "deny"));
+            let out = t.hook(&p, &["g1", op, sub, "-"]).stdin(xml.to_vec()).run();
+            refused(&out, "g1", "[hook] on_error", &["cannot check", "XML"]);
+        }
+    }
+    let log = t.log();
+    assert!(
+        log.contains("on_error = allow"),
+        "allow decisions not logged:\n{log}"
+    );
+    assert!(
+        log.contains("on_error = deny"),
+        "deny decisions not logged:\n{log}"
+    );
+    log_has_no_xml(&log);
+}
+
+#[test]
+fn no_stdin_at_all_follows_on_error() {
+    let t = Scratch::new("no-stdin");
+    let p = t.write("allow.toml", policy("enforce", "deny", "allow"));
+    allowed(&t.hook(&p, &["g1", "prepare", "begin", "-"]).run());
+    let p = t.write("deny.toml", policy("enforce", "deny", "deny"));
+    let out = t.hook(&p, &["g1", "prepare", "begin", "-"]).run();
+    refused(&out, "g1", "[hook] on_error", &["empty"]);
+}
+
+fn broken_policy(on_error: &str) -> String {
+    // Valid TOML, invalid policy: a misspelled key on line 9.
+    format!(
+        "version = 1\nmode = \"enforce\"\n\n[hook]\non_violation = \"warn\"\non_error = \"{on_error}\"\n\n[[rule]]\ncpu.min_levl = \"x86-64-v2\"\nname = \"x\"\n"
+    )
+}
+
+#[test]
+fn broken_policy_follows_on_error() {
+    let t = Scratch::new("bad-policy");
+    let p = t.write("allow.toml", broken_policy("allow"));
+    for (op, xml) in [
+        ("prepare", cloudstack("g1")),
+        ("started", live_nehalem("g1", &NEHALEM_DISABLED)),
+        ("migrate", cloudstack("g1")),
+        ("restore", cloudstack("g1")),
+    ] {
+        allowed(&t.hook(&p, &["g1", op, "begin", "-"]).stdin(xml).run());
+    }
+    let log = t.log();
+    assert!(
+        log.contains("min_levl"),
+        "the policy error is not logged:\n{log}"
+    );
+    assert!(log.contains("on_error = allow"), "{log}");
+
+    let p = t.write("deny.toml", broken_policy("deny"));
+    for (op, xml) in [
+        ("prepare", conforming("g1")),
+        ("started", live_nehalem("g1", &[])),
+        ("migrate", conforming("g1")),
+        ("restore", conforming("g1")),
+    ] {
+        let out = t.hook(&p, &["g1", op, "begin", "-"]).stdin(xml).run();
+        refused(
+            &out,
+            "g1",
+            "[hook] on_error",
+            &["line 9", "column", "min_levl", "deny.toml"],
+        );
+    }
+    log_has_no_xml(&t.log());
+}
+
+#[test]
+fn policy_that_is_not_toml_but_says_deny_refuses() {
+    let t = Scratch::new("not-toml");
+    let p = t.write(
+        "p.toml",
+        "this is {{ not toml at all\n[hook]\non_error = \"deny\"\n",
+    );
+    let out = t
+        .hook(&p, &["g1", "prepare", "begin", "-"])
+        .stdin(conforming("g1"))
+        .run();
+    refused(&out, "g1", "[hook] on_error", &["line", "column"]);
+    // Under a dotted key, too.
+    let p = t.write("q.toml", "[[[ broken\nhook.on_error = \"deny\"\n");
+    let out = t
+        .hook(&p, &["g1", "prepare", "begin", "-"])
+        .stdin(conforming("g1"))
+        .run();
+    refused(&out, "g1", "[hook] on_error", &["line", "column"]);
+    // Not TOML and says allow: allowed.
+    let p = t.write(
+        "r.toml",
+        "this is {{ not toml at all\n[hook]\non_error = \"allow\"\n",
+    );
+    allowed(
+        &t.hook(&p, &["g1", "prepare", "begin", "-"])
+            .stdin(conforming("g1"))
+            .run(),
+    );
+}
+
+/// The README's own policy reference writes `on_error = "allow"          # "allow" | "deny"`:
+/// an operator who sets deny that way and later breaks the file must still get deny.
+#[test]
+fn policy_that_is_not_toml_says_deny_with_a_trailing_comment_refuses() {
+    let t = Scratch::new("not-toml-comment");
+    let p = t.write(
+        "p.toml",
+        "this is {{ not toml at all\n[hook]\non_violation = \"deny\"\non_error = \"deny\"          # \"allow\" | \"deny\"\n",
+    );
+    let out = t
+        .hook(&p, &["g1", "prepare", "begin", "-"])
+        .stdin(conforming("g1"))
+        .run();
+    refused(&out, "g1", "[hook] on_error", &["line", "column"]);
+}
+
+/// TOML literal strings: `on_error = 'deny'` is the same setting as `on_error = "deny"`.
+#[test]
+fn policy_that_is_not_toml_says_deny_in_a_literal_string_refuses() {
+    let t = Scratch::new("not-toml-literal");
+    let p = t.write(
+        "p.toml",
+        "this is {{ not toml at all\n[hook]\non_error = 'deny'\n",
+    );
+    let out = t
+        .hook(&p, &["g1", "prepare", "begin", "-"])
+        .stdin(conforming("g1"))
+        .run();
+    refused(&out, "g1", "[hook] on_error", &["line", "column"]);
+}
+
+#[test]
+fn missing_policy_file_allows_and_logs() {
+    let t = Scratch::new("missing-policy");
+    let p = t.path("no-such-policy.toml");
+    for (op, xml) in [
+        ("prepare", cloudstack("g1")),
+        ("started", live_nehalem("g1", &NEHALEM_DISABLED)),
+        ("migrate", cloudstack("g1")),
+        ("restore", cloudstack("g1")),
+    ] {
+        allowed(&t.hook(&p, &["g1", op, "begin", "-"]).stdin(xml).run());
+    }
+    let log = t.log();
+    assert!(
+        log.contains("no-such-policy.toml"),
+        "the missing file is not logged:\n{log}"
+    );
+    log_has_no_xml(&log);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Logging and output discipline
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_log_never_contains_domain_xml() {
+    let t = Scratch::new("no-xml-in-log");
+    for v in ["deny", "warn"] {
+        let p = t.write("p.toml", policy("enforce", v, "allow"));
+        for (op, xml) in [
+            ("prepare", cloudstack("g1")),
+            ("prepare", conforming("g1")),
+            ("started", live_nehalem("g1", &NEHALEM_DISABLED)),
+            ("started", live_nehalem("g1", &[])),
+            ("migrate", cloudstack("g1")),
+            ("migrate", incoming("g1", 300, "Skylake-Client")),
+            ("restore", incoming("g1", 8, "Skylake-Client")),
+        ] {
+            let out = t.hook(&p, &["g1", op, "begin", "-"]).stdin(xml).run();
+            assert_eq!(out.stdout, "", "{op}: stdout not empty");
+            assert!(
+                out.code == 0 || out.code == 1,
+                "{op}: exit {}: {}",
+                out.code,
+                out.stderr
+            );
+            assert!(!out.stderr.contains("TOPSECRET"), "{op}: {}", out.stderr);
+        }
+    }
+    let log = t.log();
+    assert!(!log.is_empty(), "nothing was logged");
+    assert!(log.contains("g1"));
+    log_has_no_xml(&log);
+}
+
+#[test]
+fn refusal_stderr_is_one_line_even_with_odd_guest_names() {
+    let t = Scratch::new("one-line");
+    let p = t.write("p.toml", policy("enforce", "deny", "deny"));
+    for name in ["i-2-14-VM", "guest with spaces", "é-ünïcode", "x"] {
+        let out = t
+            .hook(&p, &[name, "prepare", "begin", "-"])
+            .stdin(cloudstack(name))
+            .run();
+        refused(&out, name, RULE, &[]);
+        let out = t
+            .hook(&p, &[name, "started", "begin", "-"])
+            .stdin(live_nehalem(name, &NEHALEM_DISABLED))
+            .run();
+        refused(&out, name, RULE, &[]);
+    }
+}
+
+#[test]
+fn refusal_is_one_line_when_the_guest_argument_has_a_newline() {
+    let t = Scratch::new("newline-name");
+    let p = t.write("p.toml", policy("enforce", "deny", "deny"));
+    let out = t
+        .hook(&p, &["evil\nname", "prepare", "begin", "-"])
+        .stdin(cloudstack("evil"))
+        .run();
+    out.status(1);
+    assert_eq!(out.stdout, "");
+    assert_eq!(
+        out.stderr.matches('\n').count(),
+        1,
+        "not one line: {:?}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.starts_with("virt-cpu-policy: guest '"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("(rule '") && out.stderr.contains("; fix: "),
+        "{}",
+        out.stderr
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Concurrency: the policy replaced while hooks run
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn parallel_hooks_while_the_policy_is_replaced_atomically() {
+    let t = Scratch::new("parallel");
+    let deny = policy("enforce", "deny", "deny");
+    let warn = policy("enforce", "warn", "deny");
+    let p = t.write("policy.toml", &deny);
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicUsize::new(0));
+    let swapper = {
+        let stop = Arc::clone(&stop);
+        let swaps = Arc::clone(&swaps);
+        let dir = t.0.clone();
+        let p = p.clone();
+        std::thread::spawn(move || {
+            let mut i = 0usize;
+            while !stop.load(Ordering::SeqCst) {
+                let text = if i % 2 == 0 { &warn } else { &deny };
+                let tmp = dir.join(format!("policy.toml.tmp{i}"));
+                std::fs::write(&tmp, text).unwrap();
+                std::fs::rename(&tmp, &p).unwrap();
+                swaps.fetch_add(1, Ordering::SeqCst);
+                i += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let results = Arc::new(Mutex::new(Vec::new()));
+    let start = Instant::now();
+    let workers: Vec<_> = (0..50)
+        .map(|i| {
+            let results = Arc::clone(&results);
+            let p = p.clone();
+            let log = t.path(&format!("hook-{i}.log"));
+            let snap = t.path("snap");
+            std::thread::spawn(move || {
+                let name = format!("g{i}");
+                let out = Cmd::new(&["hook", "--policy"])
+                    .arg(s(&p))
+                    .arg("--log-file")
+                    .arg(s(&log))
+                    .arg("--snapshot-dir")
+                    .arg(s(&snap))
+                    .args_from(&[&name, "prepare", "begin", "-"])
+                    .stdin(cloudstack(&name))
+                    .run();
+                let logged = std::fs::read_to_string(&log).unwrap_or_default();
+                results.lock().unwrap().push((name, out, logged));
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let elapsed = start.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    swapper.join().unwrap();
+    let results = results.lock().unwrap();
+    assert_eq!(results.len(), 50);
+    let (mut n_allow, mut n_refuse) = (0, 0);
+    for (name, out, logged) in results.iter() {
+        assert_eq!(out.stdout, "", "{name}: stdout not empty");
+        match out.code {
+            0 => {
+                // The warn policy: allowed, logged as such.
+                assert_eq!(out.stderr, "", "{name}");
+                assert!(
+                    logged.contains("allow (on_violation = warn)"),
+                    "{name}: exit 0 but the log does not show the warn policy:\n{logged}"
+                );
+                n_allow += 1;
+            }
+            1 => {
+                // The deny policy: the violation, not a tool failure.
+                let mut needles = vec!["x86-64-v2"];
+                needles.extend(QEMU64_MISSING);
+                refused(out, name, RULE, &needles);
+                assert!(
+                    logged.contains("refuse (on_violation = deny)"),
+                    "{name}: exit 1 but the log does not show the deny policy:\n{logged}"
+                );
+                n_refuse += 1;
+            }
+            c => panic!("{name}: exit {c}\nstderr: {}", out.stderr),
+        }
+        log_has_no_xml(logged);
+    }
+    eprintln!(
+        "parallel: {n_allow} allowed (warn), {n_refuse} refused (deny), {} policy swaps, {elapsed:?}",
+        swaps.load(Ordering::SeqCst)
+    );
+    assert!(
+        elapsed < Duration::from_secs(60),
+        "50 hooks took {elapsed:?}"
+    );
+}
