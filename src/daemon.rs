@@ -423,6 +423,11 @@ enum Event {
     Closed,
 }
 
+/// libvirt's `virConnectDomainEventLifecycleCallback`; registered through the generic callback
+/// type, as libvirt's C API requires (`VIR_DOMAIN_EVENT_CALLBACK`).
+type LifecycleCallback =
+    unsafe extern "C" fn(sys::virConnectPtr, sys::virDomainPtr, c_int, c_int, *mut c_void) -> c_int;
+
 struct CallbackData {
     tx: mpsc::Sender<Event>,
 }
@@ -483,19 +488,13 @@ impl Session {
         // (virConnectDomainEventCallback); libvirt owns `data` and frees it with
         // `free_callback_data` on deregistration.
         let callback_id = unsafe {
-            let cb: unsafe extern "C" fn(
-                sys::virConnectPtr,
-                sys::virDomainPtr,
-                c_int,
-                c_int,
-                *mut c_void,
-            ) -> c_int = lifecycle_cb;
+            let cb: LifecycleCallback = lifecycle_cb;
             sys::virConnectDomainEventRegisterAny(
                 conn.as_ptr(),
                 std::ptr::null_mut(),
                 sys::VIR_DOMAIN_EVENT_ID_LIFECYCLE as c_int,
                 Some(std::mem::transmute::<
-                    _,
+                    LifecycleCallback,
                     unsafe extern "C" fn(sys::virConnectPtr, sys::virDomainPtr, *mut c_void),
                 >(cb)),
                 data,

@@ -147,7 +147,6 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
             value,
             source: "--kvm-max-vcpus".into(),
         }),
-        ..HostOptions::default()
     };
     host_opts
         .caps
