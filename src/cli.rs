@@ -89,9 +89,9 @@ pub struct HookCmd {
     pub extra: String,
 }
 
-/// Options shared by `rewrite` and `check`.
+/// Where host facts and the policy come from: shared by every subcommand that judges a domain.
 #[derive(Debug, Args)]
-pub struct Common {
+pub struct FactArgs {
     /// Policy file (default: /etc/virt-cpu-policy/policy.toml if it exists, else the built-in
     /// policy).
     #[arg(long, value_name = "FILE")]
@@ -109,6 +109,14 @@ pub struct Common {
     #[command(flatten)]
     /// Machine-limit sources.
     pub limits: LimitArgs,
+}
+
+/// Options shared by `rewrite` and `check`.
+#[derive(Debug, Args)]
+pub struct Common {
+    #[command(flatten)]
+    /// Policy and host facts.
+    pub facts: FactArgs,
     /// The domain XML file, or - for stdin (the default).
     #[arg(value_name = "INPUT", default_value = "-")]
     pub input: PathBuf,
@@ -168,21 +176,9 @@ pub struct CheckArgs {
 /// `host` options.
 #[derive(Debug, Args)]
 pub struct HostArgs {
-    /// Policy file whose `[host]` settings apply (default as for `rewrite`).
-    #[arg(long, value_name = "FILE")]
-    pub policy: Option<PathBuf>,
-    /// Capabilities / domcapabilities / QEMU capability cache file (repeatable).
-    #[arg(long = "caps", value_name = "FILE")]
-    pub caps: Vec<PathBuf>,
-    /// The host's online CPU count, instead of sysconf.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub host_cpus: Option<u32>,
-    /// libvirt's cpu_map directory.
-    #[arg(long, value_name = "DIR")]
-    pub cpu_map: Option<PathBuf>,
     #[command(flatten)]
-    /// Machine-limit sources.
-    pub limits: LimitArgs,
+    /// Policy (its `[host]` settings apply) and host facts.
+    pub facts: FactArgs,
 }
 
 /// A failure that ends the command with a message and an exit code.
@@ -224,40 +220,33 @@ pub fn run(cli: Cli) -> i32 {
     }
 }
 
-fn host_options(
-    policy: &Policy,
-    caps: &[PathBuf],
-    cpu_map: Option<&PathBuf>,
-    host_cpus: Option<u32>,
-    limits: &LimitArgs,
-) -> HostOptions {
+fn host_options(policy: &Policy, f: &FactArgs) -> HostOptions {
+    let cpus = f.host_cpus.map(|value| Fact {
+        value,
+        source: "--host-cpus".into(),
+    });
     HostOptions {
-        qemu_cache: if limits.no_qemu_caps_cache {
+        qemu_cache: f.limits.qemu_cache(),
+        kvm_max_vcpus: f.limits.kvm(),
+        ..HostOptions::from_policy(policy, &f.caps, f.cpu_map.as_deref(), cpus)
+    }
+}
+
+impl LimitArgs {
+    /// The capability cache setting: `--no-qemu-caps-cache` is an empty path (disabled).
+    fn qemu_cache(&self) -> Option<PathBuf> {
+        if self.no_qemu_caps_cache {
             Some(PathBuf::new())
         } else {
-            limits.qemu_caps_cache.clone()
-        },
-        kvm_max_vcpus: limits.kvm_max_vcpus.map(|value| Fact {
+            self.qemu_caps_cache.clone()
+        }
+    }
+
+    fn kvm(&self) -> Option<Fact<u32>> {
+        self.kvm_max_vcpus.map(|value| Fact {
             value,
             source: "--kvm-max-vcpus".into(),
-        }),
-        caps: caps
-            .iter()
-            .chain(policy.host.capabilities.iter())
-            .cloned()
-            .collect(),
-        cpu_map: cpu_map.cloned().or_else(|| policy.host.cpu_map.clone()),
-        cpus: host_cpus
-            .map(|value| Fact {
-                value,
-                source: "--host-cpus".into(),
-            })
-            .or_else(|| {
-                policy.host.cpus.map(|value| Fact {
-                    value,
-                    source: format!("[host] cpus in {}", policy.source),
-                })
-            }),
+        })
     }
 }
 
@@ -302,14 +291,8 @@ struct Prepared {
 }
 
 fn prepare(c: &Common) -> Result<Prepared, Failure> {
-    let policy = Policy::load(c.policy.as_deref())?;
-    let host = Host::discover(&host_options(
-        &policy,
-        &c.caps,
-        c.cpu_map.as_ref(),
-        c.host_cpus,
-        &c.limits,
-    ))?;
+    let policy = Policy::load(c.facts.policy.as_deref())?;
+    let host = Host::discover(&host_options(&policy, &c.facts))?;
     let (bytes, what) = read_input(&c.input)?;
     let text = crate::domain::decode(&bytes, &what)?;
     let outcome = rewrite(text, &what, &policy, &host)?;
@@ -544,12 +527,8 @@ fn cmd_hook(a: &HookCmd) -> i32 {
         policy: a.policy.clone(),
         caps: a.caps.clone(),
         snapshot_dir: a.snapshot_dir.clone(),
-        qemu_cache: if a.limits.no_qemu_caps_cache {
-            Some(PathBuf::new())
-        } else {
-            a.limits.qemu_caps_cache.clone()
-        },
-        kvm_max_vcpus: a.limits.kvm_max_vcpus,
+        qemu_cache: a.limits.qemu_cache(),
+        kvm_max_vcpus: a.limits.kvm(),
     };
     match crate::hook::run(&a.guest, check, &xml, &opts) {
         crate::hook::Verdict::Allow => EXIT_OK,
@@ -561,14 +540,8 @@ fn cmd_hook(a: &HookCmd) -> i32 {
 }
 
 fn cmd_host(a: &HostArgs) -> Result<i32, Failure> {
-    let policy = Policy::load(a.policy.as_deref())?;
-    let host = Host::discover(&host_options(
-        &policy,
-        &a.caps,
-        a.cpu_map.as_ref(),
-        a.host_cpus,
-        &a.limits,
-    ))?;
+    let policy = Policy::load(a.facts.policy.as_deref())?;
+    let host = Host::discover(&host_options(&policy, &a.facts))?;
     let mut s = String::new();
     s.push_str(&format!("policy: {}\n", policy.source));
     s.push_str(&format!(

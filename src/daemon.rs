@@ -309,17 +309,7 @@ pub fn write_snapshot(conn: &Connect, dir: &Path) -> Vec<PathBuf> {
 }
 
 fn host_for(policy: &Policy, snapshot: &[PathBuf]) -> Result<Host, crate::Error> {
-    let mut caps: Vec<PathBuf> = policy.host.capabilities.clone();
-    caps.extend(snapshot.iter().cloned());
-    Host::discover(&HostOptions {
-        caps,
-        cpu_map: policy.host.cpu_map.clone(),
-        cpus: policy.host.cpus.map(|value| crate::host::Fact {
-            value,
-            source: format!("[host] cpus in {}", policy.source),
-        }),
-        ..HostOptions::default()
-    })
+    Host::discover(&HostOptions::from_policy(policy, snapshot, None, None))
 }
 
 fn describe(name: &str, r: &Report) -> String {

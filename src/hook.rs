@@ -20,7 +20,7 @@ use crate::domain::{Domain, child, decode, is_libvirt_element, text_of};
 use crate::error::Error;
 use crate::finding::{Finding, Severity};
 use crate::host::{Host, HostOptions};
-use crate::policy::{Mode, OnError, OnViolation, Policy, Target, on_error_hint};
+use crate::policy::{Mode, OnError, OnViolation, Policy, on_error_hint};
 use crate::rewrite::{guaranteed_features, policy_absent, policy_present, rewrite};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -87,7 +87,7 @@ pub struct HookOptions {
     /// libvirt's QEMU capability cache: None the default, an empty path disables it.
     pub qemu_cache: Option<PathBuf>,
     /// KVM's vCPU limit, instead of asking /dev/kvm.
-    pub kvm_max_vcpus: Option<u32>,
+    pub kvm_max_vcpus: Option<crate::host::Fact<u32>>,
 }
 
 fn one_line(s: &str) -> String {
@@ -135,27 +135,17 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
         Ok(t) => t,
         Err(e) => return fail(&e, "report the XML libvirt passed as a bug"),
     };
-    let mut host_opts = HostOptions {
-        caps: opts.caps.clone(),
-        cpu_map: policy.host.cpu_map.clone(),
-        cpus: policy.host.cpus.map(|value| crate::host::Fact {
-            value,
-            source: format!("[host] cpus in {}", policy.source),
-        }),
-        qemu_cache: opts.qemu_cache.clone(),
-        kvm_max_vcpus: opts.kvm_max_vcpus.map(|value| crate::host::Fact {
-            value,
-            source: "--kvm-max-vcpus".into(),
-        }),
-    };
-    host_opts
-        .caps
-        .extend(policy.host.capabilities.iter().cloned());
-    host_opts.caps.extend(snapshot_files(
+    let mut caps = opts.caps.clone();
+    caps.extend(snapshot_files(
         opts.snapshot_dir
             .as_deref()
             .unwrap_or(Path::new(SNAPSHOT_DIR)),
     ));
+    let host_opts = HostOptions {
+        qemu_cache: opts.qemu_cache.clone(),
+        kvm_max_vcpus: opts.kvm_max_vcpus.clone(),
+        ..HostOptions::from_policy(&policy, &caps, None, None)
+    };
     let host = match Host::discover(&host_opts) {
         Ok(h) => h,
         Err(e) => return fail(&e, "repair the host-fact files named in the policy"),
@@ -264,13 +254,7 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
     if !dom.in_scope() {
         return Ok(Verdict::Allow);
     }
-    let name = dom.name();
-    let plan = policy.resolve(&Target {
-        name: &name,
-        arch: dom.arch(),
-        machine: dom.machine(),
-        virt_type: dom.virt_type(),
-    });
+    let plan = policy.plan_for(&dom);
     let findings = crate::validate::validate(&dom, &plan, host);
     log_warnings(guest, Check::Prepare, &findings);
     if let Some(f) = findings
@@ -330,13 +314,7 @@ fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
     if !dom.in_scope() {
         return Ok(Verdict::Allow);
     }
-    let name = dom.name();
-    let plan = policy.resolve(&Target {
-        name: &name,
-        arch: dom.arch(),
-        machine: dom.machine(),
-        virt_type: dom.virt_type(),
-    });
+    let plan = policy.plan_for(&dom);
     let Some(cpu) = dom.cpus().first().copied() else {
         tracing::info!(
             guest,
@@ -446,13 +424,7 @@ fn destination(
     if !dom.in_scope() {
         return Ok(Verdict::Allow);
     }
-    let name = dom.name();
-    let plan = policy.resolve(&Target {
-        name: &name,
-        arch: dom.arch(),
-        machine: dom.machine(),
-        virt_type: dom.virt_type(),
-    });
+    let plan = policy.plan_for(&dom);
     let findings = crate::validate::validate(&dom, &plan, host);
     // Errors: libvirt or QEMU would refuse here. The model being unusable and the host not
     // reaching the level are warnings elsewhere, but on the destination they mean this host

@@ -142,6 +142,36 @@ pub struct HostOptions {
     pub kvm_max_vcpus: Option<Fact<u32>>,
 }
 
+impl HostOptions {
+    /// The policy's `[host]` settings, with overrides (`--caps` files first, then the policy's;
+    /// `--cpu-map`, `--host-cpus` over the policy's `cpu_map`, `cpus`).
+    #[must_use]
+    pub fn from_policy(
+        policy: &crate::policy::Policy,
+        caps: &[PathBuf],
+        cpu_map: Option<&Path>,
+        cpus: Option<Fact<u32>>,
+    ) -> HostOptions {
+        HostOptions {
+            caps: caps
+                .iter()
+                .chain(policy.host.capabilities.iter())
+                .cloned()
+                .collect(),
+            cpu_map: cpu_map
+                .map(Path::to_path_buf)
+                .or_else(|| policy.host.cpu_map.clone()),
+            cpus: cpus.or_else(|| {
+                policy.host.cpus.map(|value| Fact {
+                    value,
+                    source: format!("[host] cpus in {}", policy.source),
+                })
+            }),
+            ..HostOptions::default()
+        }
+    }
+}
+
 /// Largest host-fact file read (libvirt's qemuCaps files are about 300 KiB).
 const MAX_CAPS_BYTES: usize = 16 * 1024 * 1024;
 

@@ -663,6 +663,18 @@ impl Policy {
         Policy::parse(&text, &path.display().to_string())
     }
 
+    /// The plan for a parsed domain (its name, arch, machine and virt type as the target).
+    #[must_use]
+    pub fn plan_for(&self, dom: &crate::domain::Domain<'_>) -> Plan {
+        let name = dom.name();
+        self.resolve(&Target {
+            name: &name,
+            arch: dom.arch(),
+            machine: dom.machine(),
+            virt_type: dom.virt_type(),
+        })
+    }
+
     /// The plan for one domain: the matching rules folded in file order, later keys overriding
     /// earlier ones.
     #[must_use]

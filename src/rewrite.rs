@@ -28,7 +28,7 @@ use crate::edit::{
 use crate::error::{Error, Result};
 use crate::finding::{Finding, Severity};
 use crate::host::Host;
-use crate::policy::{Mode, Plan, Policy, Target};
+use crate::policy::{Mode, Plan, Policy};
 use crate::validate;
 use crate::vcpu;
 use roxmltree::Node;
@@ -613,12 +613,7 @@ pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<O
             findings: Vec::new(),
         });
     }
-    let plan = policy.resolve(&Target {
-        name: &name,
-        arch: dom.arch(),
-        machine: dom.machine(),
-        virt_type: dom.virt_type(),
-    });
+    let plan = policy.plan_for(&dom);
     let mut ctx = Ctx {
         changes: Vec::new(),
         findings: Vec::new(),
