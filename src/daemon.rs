@@ -521,13 +521,23 @@ impl Session {
     }
 }
 
-/// Per-guest memory of our own defines, so our own `define` (which raises a DEFINED event) does
-/// not cause another change, and a definition libvirt keeps changing back does not loop.
+/// Per-guest memory of our own defines. Our own `define` raises a DEFINED event, whose
+/// reconciliation finds the guest conforming (the rewrite is idempotent); should libvirt not keep
+/// a rewritten definition, the event-driven path would loop, so a guest changed
+/// [`LOOP_CHANGES`] times within [`LOOP_WINDOW`] by events is left alone until the next full
+/// reconciliation, with one error logged.
 #[derive(Default)]
 struct Recent {
-    defined_at: HashMap<String, Instant>,
+    changed: HashMap<String, Vec<Instant>>,
+    suspended: BTreeSet<String>,
 }
 
+/// Event-driven changes of one guest that make a loop.
+const LOOP_CHANGES: usize = 3;
+/// The window they must fall in.
+const LOOP_WINDOW: Duration = Duration::from_secs(10);
+
+/// Reconcile `names` (from events) or every guest (`None`: start, timer, SIGHUP, reconnect).
 fn reconcile(
     session: &Session,
     names: Option<&[String]>,
@@ -536,33 +546,53 @@ fn reconcile(
     backup_dir: &Path,
     recent: &mut Recent,
 ) {
+    let from_event = names.is_some();
+    if !from_event {
+        recent.suspended.clear();
+        recent.changed.clear();
+    }
     let doms: Vec<VirDomain> = match names {
         None => session.conn.list_all_domains(0).unwrap_or_default(),
         Some(ns) => ns
             .iter()
+            .filter(|n| !recent.suspended.contains(*n))
             .filter_map(|n| session.conn.lookup_domain_by_name(n).ok())
             .collect(),
     };
     for d in doms {
         let name = d.name().unwrap_or_default();
+        if from_event {
+            let times = recent.changed.entry(name.clone()).or_default();
+            times.retain(|t| t.elapsed() < LOOP_WINDOW);
+            if times.len() >= LOOP_CHANGES {
+                recent.suspended.insert(name.clone());
+                tracing::error!(guest = %name, "changed {LOOP_CHANGES} times within {} s: libvirt does not keep the rewritten definition; left alone until the next full reconciliation", LOOP_WINDOW.as_secs());
+                continue;
+            }
+        }
         let r = apply_one(&session.conn, &d, policy, host, backup_dir, false);
         match &r {
             Report::Unchanged | Report::Transient => {
                 tracing::debug!(guest = %name, "{}", describe(&name, &r));
             }
             Report::Changed { .. } => {
-                if let Some(t) = recent.defined_at.get(&name) {
-                    if t.elapsed() < Duration::from_secs(10) {
-                        tracing::error!(guest = %name, "defined again within 10 s of our own define: libvirt does not keep the rewritten definition; not retrying until the next full reconciliation");
-                    }
+                if from_event {
+                    recent
+                        .changed
+                        .entry(name.clone())
+                        .or_default()
+                        .push(Instant::now());
                 }
-                recent.defined_at.insert(name.clone(), Instant::now());
                 tracing::info!(guest = %name, "{}", describe(&name, &r));
             }
             Report::Refused(_) => tracing::warn!(guest = %name, "{}", describe(&name, &r)),
         }
     }
 }
+
+/// libvirt prints every error on stderr through its default handler; errors reach this program as
+/// `Result`s and are logged through `tracing` instead.
+extern "C" fn quiet_libvirt_errors(_opaque: *mut c_void, _error: sys::virErrorPtr) {}
 
 fn cmd_daemon(cli: &Cli, a: &DaemonArgs) -> i32 {
     crate::log::init_daemon();
@@ -586,6 +616,8 @@ fn cmd_daemon(cli: &Cli, a: &DaemonArgs) -> i32 {
             return 2;
         }
     }
+    // SAFETY: installs a handler that does nothing; no pointer is kept.
+    unsafe { sys::virSetErrorFunc(std::ptr::null_mut(), Some(quiet_libvirt_errors)) };
     if let Err(e) = virt::event::event_register_default_impl() {
         eprintln!("virt-cpu-policyd: cannot start libvirt's event loop: {e}");
         return 2;

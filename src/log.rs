@@ -69,7 +69,9 @@ pub fn init_daemon() {
     use std::io::IsTerminal;
     if !std::io::stderr().is_terminal() {
         if let Ok(layer) = tracing_journald::layer() {
-            let layer = layer.with_syslog_identifier("virt-cpu-policyd".to_string());
+            let layer = layer
+                .with_syslog_identifier("virt-cpu-policyd".to_string())
+                .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
             if tracing_subscriber::registry()
                 .with(layer)
                 .try_init()
@@ -82,6 +84,7 @@ pub fn init_daemon() {
     let layer = tracing_subscriber::fmt::layer()
         .with_ansi(false)
         .with_target(false)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
     let _ = tracing_subscriber::registry().with(layer).try_init();
 }
