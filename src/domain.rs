@@ -26,8 +26,9 @@ pub const MAX_NODES: u32 = 2_000_000;
 /// `what` names the input in messages ("the domain XML", a path).
 ///
 /// # Errors
-/// [`Error::TooLarge`] over [`MAX_INPUT_BYTES`]; [`Error::NotUtf8`] otherwise-invalid bytes
-/// (a UTF-16 document, a byte-order mark of another encoding, a stray Latin-1 byte).
+/// [`Error::TooLarge`] over [`MAX_INPUT_BYTES`]; [`Error::NotUtf8`] for bytes that are not
+/// UTF-8 or are NUL (a UTF-16 document with or without a byte-order mark, a stray Latin-1 byte);
+/// [`Error::Xml`] for an XML declaration naming another encoding.
 pub fn decode<'b>(bytes: &'b [u8], what: &str) -> Result<&'b str> {
     if bytes.len() > MAX_INPUT_BYTES {
         return Err(Error::TooLarge {
@@ -36,10 +37,40 @@ pub fn decode<'b>(bytes: &'b [u8], what: &str) -> Result<&'b str> {
             limit: MAX_INPUT_BYTES,
         });
     }
-    std::str::from_utf8(bytes).map_err(|e| Error::NotUtf8 {
+    // NUL is not an XML character at all; in a document that is otherwise ASCII it means UTF-16
+    // without a byte-order mark, which is valid UTF-8 byte by byte.
+    if let Some(offset) = bytes.iter().position(|b| *b == 0) {
+        return Err(Error::NotUtf8 {
+            what: what.to_string(),
+            offset,
+        });
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| Error::NotUtf8 {
         what: what.to_string(),
         offset: e.valid_up_to(),
-    })
+    })?;
+    if let Some(enc) = declared_encoding(text) {
+        if !enc.eq_ignore_ascii_case("utf-8") && !enc.eq_ignore_ascii_case("utf8") {
+            return Err(Error::Xml {
+                what: what.to_string(),
+                message: format!(
+                    "it declares encoding '{enc}'; libvirt reads and writes domain XML as UTF-8 only"
+                ),
+            });
+        }
+    }
+    Ok(text)
+}
+
+/// The `encoding` of the XML declaration, if the document starts with one.
+fn declared_encoding(text: &str) -> Option<&str> {
+    let decl = text.strip_prefix("<?xml")?;
+    let decl = &decl[..decl.find("?>")?];
+    let rest = &decl[decl.find("encoding")? + "encoding".len()..];
+    let rest = rest.trim_start().strip_prefix('=')?.trim_start();
+    let quote = rest.chars().next().filter(|c| *c == '"' || *c == '\'')?;
+    let value = &rest[1..];
+    Some(&value[..value.find(quote)?])
 }
 
 /// Parse `text` with the project's hardened options: no DTD, a node limit.

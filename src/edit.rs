@@ -118,18 +118,50 @@ pub fn append_child(edits: &mut Edits, text: &str, parent: Node<'_, '_>, markup:
         );
         return;
     }
-    let last = parent
-        .children()
-        .rev()
-        .find(|c| !(c.is_text() && text[c.range()].trim().is_empty()));
+    let last = parent.children().rev().find(|c| !is_blank(text, *c));
     match last {
-        Some(c) => edits.insert(c.range().end, format!("{nl}{cind}{markup}")),
+        Some(c) => edits.insert(raw_range(text, c).end, format!("{nl}{cind}{markup}")),
         None => {
             let start = start_tag_end(text, parent);
             let end = end_tag_start(text, parent).unwrap_or(start);
             edits.replace(start..end, format!("{nl}{cind}{markup}{nl}{ind}"));
         }
     }
+}
+
+/// The bytes a child node stands for in the original text. For elements, comments and processing
+/// instructions that is [`Node::range`]; a text node may merge several pieces (text, CDATA
+/// sections, entity references), so its bytes are everything between its neighbours: the previous
+/// sibling's end (or the parent's start tag) and the next sibling's start (or the parent's end
+/// tag).
+#[must_use]
+pub fn raw_range(text: &str, node: Node<'_, '_>) -> Range<usize> {
+    if !node.is_text() {
+        return node.range();
+    }
+    let start = match (node.prev_sibling(), node.parent()) {
+        (Some(p), _) => p.range().end,
+        (None, Some(parent)) if parent.is_element() => start_tag_end(text, parent),
+        _ => node.range().start,
+    };
+    let end = match (node.next_sibling(), node.parent()) {
+        (Some(n), _) => n.range().start,
+        (None, Some(parent)) if parent.is_element() => {
+            end_tag_start(text, parent).unwrap_or(node.range().end)
+        }
+        _ => node.range().end,
+    };
+    if start <= end {
+        start..end
+    } else {
+        node.range()
+    }
+}
+
+/// Whether `node` is text that is only whitespace in the original (not CDATA, not an entity).
+#[must_use]
+pub fn is_blank(text: &str, node: Node<'_, '_>) -> bool {
+    node.is_text() && text[raw_range(text, node)].trim().is_empty()
 }
 
 /// The whitespace that starts the line `offset` is on, if only whitespace precedes `offset` on
@@ -258,10 +290,8 @@ fn tag_qname_len(text: &str, start: usize) -> usize {
 #[must_use]
 pub fn start_tag_end(text: &str, node: Node<'_, '_>) -> usize {
     let r = node.range();
-    if let Some(first) = node.first_child() {
-        return first.range().start.min(r.end);
-    }
-    // No children: either `<x .../>` or `<x ...></x>`. Find the first '>' outside quotes.
+    // The first '>' outside quotes (a child's range cannot be trusted for this: roxmltree merges
+    // CDATA into text nodes).
     let bytes = text.as_bytes();
     let mut quote: Option<u8> = None;
     for (i, &b) in bytes[r.start..r.end].iter().enumerate() {

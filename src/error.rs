@@ -37,7 +37,9 @@ pub enum Error {
         limit: usize,
     },
     /// The document is not UTF-8 (libvirt writes and reads domain XML as UTF-8).
-    #[error("{what} is not valid UTF-8 (byte offset {offset}); libvirt domain XML is UTF-8")]
+    #[error(
+        "{what} is not valid UTF-8 (bad or NUL byte at offset {offset}; UTF-16?); libvirt domain XML is UTF-8"
+    )]
     NotUtf8 {
         /// "the domain XML" or a file name.
         what: String,

@@ -114,8 +114,11 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
                 .policy
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(crate::policy::SYSTEM_POLICY));
-            let on_error = std::fs::read_to_string(&path)
+            // Only a regular file is read again: a FIFO would block every guest start.
+            let on_error = std::fs::metadata(&path)
                 .ok()
+                .filter(|m| m.is_file() && m.len() <= 1024 * 1024)
+                .and_then(|_| std::fs::read_to_string(&path).ok())
                 .and_then(|t| on_error_hint(&t))
                 .unwrap_or_default();
             return tool_failure(

@@ -328,7 +328,7 @@ impl Host {
             .into_iter()
             .flatten()
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "xml"))
+            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "xml"))
             .collect();
         paths.sort();
         for p in paths {
@@ -369,7 +369,7 @@ impl Host {
             .into_iter()
             .flatten()
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "xml"))
+            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "xml"))
             .collect();
         paths.sort();
         paths

@@ -640,6 +640,13 @@ impl Policy {
                 source: std::io::Error::other("is a directory"),
             });
         }
+        if !meta.is_file() {
+            // A FIFO or a device would block or never end: a policy is a regular file.
+            return Err(Error::Read {
+                path,
+                source: std::io::Error::other("not a regular file"),
+            });
+        }
         if meta.len() > MAX_POLICY {
             return Err(Error::Policy {
                 path: path.display().to_string(),

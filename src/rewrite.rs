@@ -25,6 +25,7 @@ use crate::edit::{
     is_self_closing, line_indent, newline, node_with_line, quote_of, render_element,
     start_tag_attr_end, start_tag_end, with_attrs,
 };
+use crate::edit::{is_blank, raw_range};
 use crate::error::{Error, Result};
 use crate::finding::{Finding, Severity};
 use crate::host::Host;
@@ -565,6 +566,7 @@ fn apply_level(
             .rule(rule),
         );
     }
+    let mut added: Vec<&str> = Vec::new();
     for f in &level_feats {
         let have = d.feature(f).map(|f| f.policy.clone());
         let in_model = model_feats.as_ref().is_some_and(|s| s.contains(*f));
@@ -574,6 +576,7 @@ fn apply_level(
         };
         if !present {
             d.set_feature(f, "require");
+            added.push(f);
             let why = if have.is_some() {
                 format!("re-enabled: {level} needs it; the policy wins over the domain")
             } else {
@@ -585,7 +588,33 @@ fn apply_level(
             );
         }
     }
+    // Features every real CPU with a level feature also has, which guests rely on together.
+    for (with, companion, why) in COMPANIONS {
+        let have = d.feature(companion).map(|f| f.policy.clone());
+        let in_model = model_feats.as_ref().is_some_and(|s| s.contains(companion));
+        if added.contains(&with) && have.is_none() && !in_model {
+            d.set_feature(companion, "require");
+            ctx.change(
+                rule,
+                format!(
+                    "{} (with {with}: {why})",
+                    feature_change(companion, None, "require")
+                ),
+            );
+        }
+    }
 }
+
+/// (feature, companion, why): when a level makes the rewrite require `feature` on a model that
+/// lacks it, `companion` is required too. XSAVEOPT came with XSAVE on every CPU that has AVX (Intel
+/// since Sandy Bridge, AMD since Bulldozer; libvirt's models with `xsave` all list `xsaveopt`),
+/// and Linux 6.1 stops at FPU initialisation under QEMU 7.2's TCG with `xsave` but no `xsaveopt`
+/// (seen: tests/guest/run).
+const COMPANIONS: [(&str, &str, &str); 1] = [(
+    "xsave",
+    "xsaveopt",
+    "every CPU with AVX has it, and Linux stops at FPU initialisation without it under TCG",
+)];
 
 /// Rewrite one domain document under `policy`, with `host` facts.
 ///
@@ -764,7 +793,7 @@ fn emit(
                 }
             }
         } else {
-            items.push((Kind::Other, Item::Verbatim(c.range())));
+            items.push((Kind::Other, Item::Verbatim(raw_range(text, *c))));
         }
     }
     let pos_after = |items: &[(Kind, Item)], kinds: &[Kind]| -> Option<usize> {
@@ -805,7 +834,7 @@ fn emit(
     } else {
         for (it, c) in items.iter().zip(&first_children) {
             match it {
-                Item::Verbatim(r) if *r == c.range() => {}
+                Item::Verbatim(r) if *r == raw_range(text, *c) => {}
                 _ => body_changed = true,
             }
         }
@@ -891,10 +920,6 @@ fn indent_step(text: &str, root: Node<'_, '_>, ind: &str) -> String {
         .filter(|s| !s.is_empty())
         .unwrap_or("  ")
         .to_string()
-}
-
-fn is_blank(text: &str, n: Node<'_, '_>) -> bool {
-    n.is_text() && text[n.range()].trim().is_empty()
 }
 
 fn model_markup(m: &ModelD<'_, '_>, q: char) -> String {
