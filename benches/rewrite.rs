@@ -87,7 +87,11 @@ fn host() -> Host {
     .expect("host facts")
 }
 
-const SIZES: [(&str, usize); 3] = [("8KB", 8 * 1024), ("100KB", 100 * 1024), ("1MB", 1024 * 1024)];
+const SIZES: [(&str, usize); 3] = [
+    ("8KB", 8 * 1024),
+    ("100KB", 100 * 1024),
+    ("1MB", 1024 * 1024),
+];
 
 fn bench(c: &mut Criterion) {
     let policy = Policy::builtin();
@@ -96,7 +100,10 @@ fn bench(c: &mut Criterion) {
     for (name, size) in SIZES {
         let doc = domain(size);
         let o = rewrite(&doc, "bench", &policy, &host).expect("rewrite");
-        assert!(o.changed && !o.has_errors(), "the bench domain must need a rewrite");
+        assert!(
+            o.changed && !o.has_errors(),
+            "the bench domain must need a rewrite"
+        );
         g.throughput(Throughput::Bytes(doc.len() as u64));
         g.bench_with_input(BenchmarkId::from_parameter(name), &doc, |b, doc| {
             b.iter(|| rewrite(black_box(doc), "bench", &policy, &host).expect("rewrite"));
@@ -121,9 +128,15 @@ fn scaling(min: Duration) {
     let policy = Policy::builtin();
     let host = host();
     println!("\nscaling (mean of parse + rewrite, each size run for at least {min:?}):");
-    println!("  {:>6}  {:>9}  {:>12}  {:>8}  {:>8}", "size", "bytes", "time", "ns/byte", "MB/s");
+    println!(
+        "  {:>6}  {:>9}  {:>12}  {:>8}  {:>8}",
+        "size", "bytes", "time", "ns/byte", "MB/s"
+    );
     let mut times = Vec::new();
-    for (name, size) in SIZES {
+    // Past 1 MB as well: a step between sizes that fit the CPU caches and sizes that do not is
+    // not growth; the ratios from 1 MB on show the trend.
+    let more = [("2MB", 2 * 1024 * 1024), ("4MB", 4 * 1024 * 1024)];
+    for (name, size) in SIZES.into_iter().chain(more) {
         let doc = domain(size);
         let t = mean(&doc, &policy, &host, min);
         let ns_per_byte = t.as_nanos() as f64 / doc.len() as f64;
@@ -141,6 +154,12 @@ fn scaling(min: Duration) {
         "  1MB / 100KB: time ratio {:.2} for a size ratio {:.2} (linear: the two are equal)",
         t1m.as_secs_f64() / t100.as_secs_f64(),
         b1m as f64 / b100 as f64
+    );
+    let (b4m, t4m) = times[4];
+    println!(
+        "  4MB / 1MB:   time ratio {:.2} for a size ratio {:.2}",
+        t4m.as_secs_f64() / t1m.as_secs_f64(),
+        b4m as f64 / b1m as f64
     );
 }
 

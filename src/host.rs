@@ -193,11 +193,10 @@ impl Host {
             }
             None => {
                 let dir = Path::new(DEFAULT_CPU_MAP);
-                if dir.join("index.xml").exists() {
-                    match CpuMap::load_models(dir, &[]) {
-                        Ok(_) => (Some(dir.to_path_buf()), None),
-                        Err(e) => (None, Some(format!("{e}; using the built-in table"))),
-                    }
+                // Checked for presence only: a broken file is reported when a model is read
+                // (`cpu-map-unreadable`), so a rewrite reads index.xml once.
+                if dir.join("index.xml").is_file() {
+                    (Some(dir.to_path_buf()), None)
                 } else {
                     (
                         None,

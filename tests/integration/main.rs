@@ -9,6 +9,7 @@ mod differential;
 mod golden;
 mod harness;
 mod hook;
+mod hostile;
 mod libvirt;
 mod machines;
 mod props;

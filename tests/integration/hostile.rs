@@ -1,0 +1,1176 @@
+//! Hostile and broken input (issue 8), through the real binary: each case ends with the documented
+//! exit code, a clear message on stderr and nothing on stdout, in bounded time and memory, and
+//! never with a panic or a signal. Cases `cli.rs` and `hook.rs` already cover (invalid UTF-8, a
+//! UTF-16 document with a BOM, NUL bytes, empty stdin, truncated XML, an entity bomb, 17 MiB of
+//! input, a closed stdout on `rewrite`, a policy that is missing, a directory or empty, a missing
+//! `--caps` file) are not repeated here.
+//!
+//! Also: every crash the fuzz targets (fuzz/) found, replayed from `tests/fuzz-regressions/`.
+
+use crate::harness::{Cmd, Output, bin, root};
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------------------------
+
+/// A scratch directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "vcp-hostile-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create scratch dir");
+        Scratch(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    fn write(&self, name: &str, data: impl AsRef<[u8]>) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, data).expect("write scratch file");
+        p
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// The shipped default policy: x86-64-v2 for every x86_64 guest.
+fn default_policy() -> String {
+    s(&root().join("packaging/policy.toml"))
+}
+
+/// What CloudStack writes: a bare `<cpu>`, so the default policy changes it.
+fn cloudstack_text() -> String {
+    std::fs::read_to_string(root().join("examples/cloudstack-default-cpu.xml")).expect("example")
+}
+
+/// A kvm x86_64 domain with `inner` inside `<domain>` after `<os>`.
+fn kvm_domain(inner: &str) -> String {
+    format!(
+        "<domain type='kvm'>\n  <name>hostile</name>\n  <vcpu>2</vcpu>\n  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n  </os>\n{inner}\n</domain>\n"
+    )
+}
+
+/// One finished run.
+struct Run {
+    code: Option<i32>,
+    signal: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: String,
+    elapsed: Duration,
+    /// Peak resident set size of the tool itself, in KiB (`/usr/bin/time`'s `%M`), when
+    /// `/usr/bin/time` is installed (Debian package `time`).
+    max_rss_kib: Option<i64>,
+}
+
+impl Run {
+    fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// Assert the peak RSS is under `limit_kib`, or say why it was not measured.
+    #[track_caller]
+    fn rss_below(&self, what: &str, limit_kib: i64) {
+        match self.max_rss_kib {
+            Some(k) => assert!(
+                k < limit_kib,
+                "{what}: peak RSS {k} KiB, over the {limit_kib} KiB bound"
+            ),
+            None => eprintln!("{what}: peak RSS not measured (/usr/bin/time not installed)"),
+        }
+    }
+}
+
+const TIME: &str = "/usr/bin/time";
+
+/// The write end of a pipe whose read end is already closed: every write gets EPIPE, however
+/// early the tool writes.
+fn closed_pipe() -> Stdio {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: fds has room for the two descriptors pipe2 returns.
+    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(r, 0, "pipe2: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just returned by pipe2 and are owned here.
+    unsafe {
+        drop(OwnedFd::from_raw_fd(fds[0]));
+        Stdio::from(OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
+/// Run the binary with `args`, `stdin` (None: /dev/null) and at most `limit` of wall time (then it
+/// is killed and the test fails).
+fn run_bounded(args: &[&str], stdin: Option<Vec<u8>>, limit: Duration) -> Run {
+    run_cmd(args, stdin, limit, true)
+}
+
+/// As [`run_bounded`]; `read_stdout = false` closes stdout's read end at once (EPIPE).
+///
+/// Peak RSS: the child is started under `/usr/bin/time -f %M`. `getrusage`/`wait4` of a child
+/// spawned straight from this (large) test process would not do: Linux keeps the high-water mark
+/// of the memory the child shared with its parent before `execve`.
+fn run_cmd(args: &[&str], stdin: Option<Vec<u8>>, limit: Duration, read_stdout: bool) -> Run {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let rss_file = std::env::temp_dir().join(format!(
+        "vcp-hostile-rss-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let timed = Path::new(TIME).exists();
+    let mut cmd = if timed {
+        let mut c = Command::new(TIME);
+        c.arg("-q")
+            .arg("-f")
+            .arg("%M")
+            .arg("-o")
+            .arg(&rss_file)
+            .arg(bin());
+        c
+    } else {
+        Command::new(bin())
+    };
+    cmd.args(args)
+        .process_group(0)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(if read_stdout {
+            Stdio::piped()
+        } else {
+            closed_pipe()
+        })
+        .stderr(Stdio::piped());
+    let t0 = Instant::now();
+    let mut child = cmd.spawn().expect("spawn virt-cpu-policy");
+    let pid = child.id() as libc::pid_t;
+    let writer = stdin.map(|data| {
+        let mut w = child.stdin.take().unwrap();
+        // The tool may stop reading early (a size limit): a write error then is expected.
+        std::thread::spawn(move || {
+            let _ = w.write_all(&data);
+        })
+    });
+    let reader = child.stdout.take().map(|mut out_pipe| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = out_pipe.read_to_end(&mut v);
+            v
+        })
+    });
+    let mut err_pipe = child.stderr.take().unwrap();
+    let err_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err_pipe.read_to_end(&mut v);
+        v
+    });
+    let mut killed = false;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            break st;
+        }
+        if t0.elapsed() > limit && !killed {
+            // SAFETY: signalling our own child's process group.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            killed = true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let elapsed = t0.elapsed();
+    if let Some(w) = writer {
+        let _ = w.join();
+    }
+    let stdout = reader.map(|r| r.join().unwrap()).unwrap_or_default();
+    let stderr = String::from_utf8_lossy(&err_reader.join().unwrap()).into_owned();
+    let rss = std::fs::read_to_string(&rss_file).unwrap_or_default();
+    let _ = std::fs::remove_file(&rss_file);
+    assert!(
+        !killed,
+        "still running after {limit:?}: killed (it must finish in bounded time)\nstderr:\n{stderr}"
+    );
+    // /usr/bin/time exits 128+N when the command died of signal N (and says so in its file).
+    let (code, signal) = match status.code() {
+        Some(c) if timed && c > 128 => (None, Some(c - 128)),
+        Some(c) => (Some(c), None),
+        None => (None, status.signal()),
+    };
+    let max_rss_kib = timed
+        .then(|| {
+            rss.lines()
+                .last()
+                .and_then(|l| l.trim().parse::<i64>().ok())
+        })
+        .flatten();
+    Run {
+        code,
+        signal,
+        stdout,
+        stderr,
+        elapsed,
+        max_rss_kib,
+    }
+}
+
+/// Exit `code` (no signal, no panic), nothing on stdout, one line on stderr prefixed with the
+/// program name and containing every needle (case-insensitive).
+#[track_caller]
+fn refused(r: &Run, code: i32, needles: &[&str]) {
+    assert_eq!(
+        r.signal, None,
+        "killed by signal {:?} (a crash, e.g. a stack overflow)\nstderr:\n{}",
+        r.signal, r.stderr
+    );
+    assert_eq!(
+        r.code,
+        Some(code),
+        "exit code\nstdout:\n{}\nstderr:\n{}",
+        r.stdout_text(),
+        r.stderr
+    );
+    assert!(
+        !r.stderr.contains("panicked") && !r.stderr.contains("RUST_BACKTRACE"),
+        "the tool panicked:\n{}",
+        r.stderr
+    );
+    assert!(
+        r.stdout.is_empty(),
+        "stdout must be empty on exit {code}, got {} bytes:\n{}",
+        r.stdout.len(),
+        r.stdout_text()
+    );
+    assert!(
+        r.stderr.starts_with("virt-cpu-policy: "),
+        "one message prefixed with the program name:\n{}",
+        r.stderr
+    );
+    assert_eq!(
+        r.stderr.trim_end().lines().count(),
+        1,
+        "one message line:\n{}",
+        r.stderr
+    );
+    let lower = r.stderr.to_lowercase();
+    for n in needles {
+        assert!(
+            lower.contains(&n.to_lowercase()),
+            "stderr should mention {n:?}:\n{}",
+            r.stderr
+        );
+    }
+}
+
+#[track_caller]
+fn no_crash(out: &Output) {
+    assert!(
+        out.code >= 0 && !out.stderr.contains("panicked"),
+        "crash (exit {}):\n{}",
+        out.code,
+        out.stderr
+    );
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    let r = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+    assert_eq!(r, 0, "mkfifo: {}", std::io::Error::last_os_error());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 100 MB of input: refused after 16 MiB + 1 byte, fast, in bounded memory
+// ---------------------------------------------------------------------------------------------
+
+/// 100 MB: a kvm domain whose body is one long comment.
+fn hundred_mb() -> Vec<u8> {
+    let head = b"<domain type='kvm'><name>big</name><!-- ";
+    let mut v = Vec::with_capacity(100_000_000);
+    v.extend_from_slice(head);
+    v.resize(100_000_000 - 16, b'x');
+    v.extend_from_slice(b" --></domain>\n");
+    v
+}
+
+/// Peak RSS allowed for a refused 100 MB input: the tool keeps at most 16 MiB + 1 bytes.
+const BIG_RSS_LIMIT_KIB: i64 = 64 * 1024;
+
+#[test]
+fn hundred_mb_on_stdin_is_refused_fast_in_bounded_memory() {
+    for cmd in ["rewrite", "check"] {
+        let r = run_bounded(
+            &[
+                cmd,
+                "--policy",
+                &default_policy(),
+                "--no-qemu-caps-cache",
+                "-",
+            ],
+            Some(hundred_mb()),
+            Duration::from_secs(20),
+        );
+        refused(&r, 2, &["16777216"]);
+        eprintln!(
+            "{cmd}: 100 MB on stdin refused in {:?}, peak RSS {:?} KiB",
+            r.elapsed, r.max_rss_kib
+        );
+        assert!(
+            r.elapsed < Duration::from_secs(5),
+            "{cmd}: took {:?}",
+            r.elapsed
+        );
+        r.rss_below(&format!("{cmd}: a refused 100 MB input"), BIG_RSS_LIMIT_KIB);
+    }
+}
+
+#[test]
+fn hundred_mb_file_is_refused_fast_in_bounded_memory() {
+    let dir = Scratch::new("100mb");
+    let f = dir.write("big.xml", hundred_mb());
+    for (cmd, extra) in [
+        ("rewrite", None),
+        ("rewrite", Some("--in-place")),
+        ("check", None),
+    ] {
+        let mut args = vec![cmd, "--policy"];
+        let pol = default_policy();
+        args.push(&pol);
+        args.extend(extra);
+        let fs = s(&f);
+        args.push(&fs);
+        let r = run_bounded(&args, None, Duration::from_secs(20));
+        refused(&r, 2, &["16777216", "big.xml"]);
+        eprintln!(
+            "{cmd} {extra:?}: 100 MB file refused in {:?}, peak RSS {:?} KiB",
+            r.elapsed, r.max_rss_kib
+        );
+        assert!(r.elapsed < Duration::from_secs(5), "took {:?}", r.elapsed);
+        r.rss_below(
+            &format!("{cmd} {extra:?}: a refused 100 MB file"),
+            BIG_RSS_LIMIT_KIB,
+        );
+    }
+    assert_eq!(
+        std::fs::metadata(&f).unwrap().len(),
+        hundred_mb().len() as u64,
+        "--in-place must leave the refused file alone"
+    );
+}
+
+#[test]
+fn hundred_mb_to_the_hook_is_drained_and_follows_on_error() {
+    // libvirt writes the whole XML: the hook drains it (no EPIPE for libvirt) and, the input being
+    // over the limit, follows on_error (deny here: exit 1, one line naming the limit).
+    let dir = Scratch::new("100mb-hook");
+    let pol = dir.write(
+        "p.toml",
+        "[hook]\non_error = \"deny\"\n[[rule]]\nname = \"v2\"\ncpu.min_level = \"x86-64-v2\"\n",
+    );
+    let snap = dir.path("snap");
+    std::fs::create_dir_all(&snap).unwrap();
+    let log = dir.path("hook.log");
+    let r = run_bounded(
+        &[
+            "hook",
+            "--policy",
+            &s(&pol),
+            "--snapshot-dir",
+            &s(&snap),
+            "--log-file",
+            &s(&log),
+            "--no-qemu-caps-cache",
+            "big",
+            "prepare",
+            "begin",
+            "-",
+        ],
+        Some(hundred_mb()),
+        Duration::from_secs(30),
+    );
+    assert_eq!(r.signal, None);
+    assert_eq!(r.code, Some(1), "stderr:\n{}", r.stderr);
+    assert!(r.stdout.is_empty());
+    assert_eq!(r.stderr.trim_end().lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("16777216"), "{}", r.stderr);
+    eprintln!(
+        "hook: 100 MB drained in {:?}, peak RSS {:?} KiB",
+        r.elapsed, r.max_rss_kib
+    );
+    r.rss_below("hook: 100 MB on stdin", BIG_RSS_LIMIT_KIB);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deep nesting
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn deep_nesting_100000_levels_is_no_stack_overflow() {
+    let depth = 100_000;
+    let open: String = "<a>".repeat(depth);
+    let close: String = "</a>".repeat(depth);
+    for (what, inner) in [
+        (
+            "under <domain>",
+            format!("  <metadata>{open}{close}</metadata>\n  <cpu/>"),
+        ),
+        ("inside <cpu>", format!("  <cpu>{open}{close}</cpu>")),
+        ("unclosed", format!("  <cpu>{open}")),
+    ] {
+        let doc = kvm_domain(&inner);
+        for cmd in ["rewrite", "check"] {
+            let r = run_bounded(
+                &[
+                    cmd,
+                    "--policy",
+                    &default_policy(),
+                    "--no-qemu-caps-cache",
+                    "-",
+                ],
+                Some(doc.clone().into_bytes()),
+                Duration::from_secs(20),
+            );
+            assert_eq!(
+                r.signal, None,
+                "{cmd} {what}: killed by signal {:?} (stack overflow?)\nstderr:\n{}",
+                r.signal, r.stderr
+            );
+            assert!(
+                matches!(r.code, Some(0..=3)),
+                "{cmd} {what}: exit {:?}\n{}",
+                r.code,
+                r.stderr
+            );
+            assert!(!r.stderr.contains("panicked"), "{cmd} {what}: {}", r.stderr);
+            match r.code {
+                Some(2) => refused(&r, 2, &[]),
+                Some(1) => assert!(!r.stderr.trim().is_empty(), "{cmd} {what}: no message"),
+                _ if cmd == "rewrite" => assert!(
+                    roxmltree::Document::parse_with_options(
+                        &r.stdout_text(),
+                        roxmltree::ParsingOptions {
+                            nodes_limit: u32::MAX,
+                            ..Default::default()
+                        }
+                    )
+                    .is_ok(),
+                    "{cmd} {what}: exit 0 with output that does not parse"
+                ),
+                _ => assert!(!r.stdout.is_empty(), "{cmd} {what}: no report"),
+            }
+            r.rss_below(&format!("{cmd} {what}"), 256 * 1024);
+            eprintln!(
+                "{cmd} {what}: exit {:?} in {:?}, peak RSS {:?} KiB: {}",
+                r.code,
+                r.elapsed,
+                r.max_rss_kib,
+                r.stderr.lines().next().unwrap_or("")
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// DTDs and external entities
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn external_entity_is_refused_and_never_read() {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    // A line of /etc/passwd that must never appear in any output.
+    let marker = passwd.lines().next().unwrap_or("root:x:0:0").to_string();
+    let docs = [
+        format!(
+            "<?xml version='1.0'?>\n<!DOCTYPE domain [<!ENTITY x SYSTEM \"file:///etc/passwd\">]>\n{}",
+            kvm_domain("  <description>&x;</description>\n  <cpu/>")
+        ),
+        format!(
+            "<!DOCTYPE domain SYSTEM \"file:///etc/passwd\">\n{}",
+            kvm_domain("  <cpu/>")
+        ),
+        format!(
+            "<!DOCTYPE domain [<!ENTITY % p SYSTEM \"file:///etc/passwd\"> %p;]>\n{}",
+            kvm_domain("  <cpu/>")
+        ),
+        // An entity reference with no DTD: undefined, refused.
+        kvm_domain("  <description>&x;</description>\n  <cpu/>"),
+    ];
+    for doc in &docs {
+        for cmd in ["rewrite", "check"] {
+            let r = run_bounded(
+                &[
+                    cmd,
+                    "--policy",
+                    &default_policy(),
+                    "--no-qemu-caps-cache",
+                    "-",
+                ],
+                Some(doc.clone().into_bytes()),
+                Duration::from_secs(10),
+            );
+            refused(&r, 2, &[]);
+            assert!(
+                !r.stderr.contains(&marker) && !r.stderr.contains("/bin/"),
+                "/etc/passwd content in the message:\n{}",
+                r.stderr
+            );
+        }
+    }
+    // The hook: on_error = allow lets it through, but nothing is written anywhere.
+    let dir = Scratch::new("xxe-hook");
+    let snap = dir.path("snap");
+    std::fs::create_dir_all(&snap).unwrap();
+    let log = dir.path("hook.log");
+    let out = Cmd::new(&[
+        "hook",
+        "--policy",
+        &default_policy(),
+        "--snapshot-dir",
+        &s(&snap),
+        "--log-file",
+        &s(&log),
+        "--no-qemu-caps-cache",
+        "g",
+        "prepare",
+        "begin",
+        "-",
+    ])
+    .stdin(docs[0].clone())
+    .run();
+    no_crash(&out);
+    assert!(out.stdout.is_empty(), "hook stdout: {}", out.stdout);
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !out.stderr.contains(&marker) && !logged.contains(&marker),
+        "/etc/passwd content leaked:\nstderr: {}\nlog: {logged}",
+        out.stderr
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encodings
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn utf16_without_bom_and_utf16_declared_are_refused() {
+    let doc = kvm_domain("  <cpu/>");
+    let le: Vec<u8> = doc.encode_utf16().flat_map(u16::to_le_bytes).collect();
+    let be: Vec<u8> = format!("<?xml version='1.0' encoding='UTF-16'?>{doc}")
+        .encode_utf16()
+        .flat_map(u16::to_be_bytes)
+        .collect();
+    for (what, bytes) in [("UTF-16LE, no BOM", le), ("UTF-16BE, declared", be)] {
+        let r = run_bounded(
+            &["rewrite", "--policy", &default_policy(), "-"],
+            Some(bytes),
+            Duration::from_secs(10),
+        );
+        refused(&r, 2, &["UTF"]);
+        eprintln!("{what}: {}", r.stderr.trim_end());
+    }
+    // Declared UTF-16 but written in UTF-8: libvirt reads UTF-8 only; the tool must not panic.
+    let lying = format!("<?xml version='1.0' encoding='UTF-16'?>\n{doc}");
+    let r = run_bounded(
+        &["rewrite", "--policy", &default_policy(), "-"],
+        Some(lying.into_bytes()),
+        Duration::from_secs(10),
+    );
+    assert_eq!(r.signal, None);
+    assert!(matches!(r.code, Some(0 | 2)), "{:?} {}", r.code, r.stderr);
+    if r.code == Some(2) {
+        refused(&r, 2, &[]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CDATA, comments, processing instructions inside <cpu>; every attribute quoting style
+// ---------------------------------------------------------------------------------------------
+
+/// A policy that needs one change inside `<cpu>`: `aes` required (x86-64-v2 as well).
+const AES: &str = "[[rule]]\nname = \"aes\"\nmatch = { arch = \"x86_64\" }\ncpu.min_level = \"x86-64-v2\"\ncpu.require = [\"aes\", \"x2apic\"]\ncpu.disable = [\"hle\"]\n";
+
+fn rewrite_stdin(policy: &Path, doc: &str) -> Run {
+    run_bounded(
+        &[
+            "rewrite",
+            "--policy",
+            &s(policy),
+            "--no-qemu-caps-cache",
+            "-",
+        ],
+        Some(doc.as_bytes().to_vec()),
+        Duration::from_secs(10),
+    )
+}
+
+/// Byte range of the one top-level `<cpu>`.
+fn cpu_range(text: &str) -> std::ops::Range<usize> {
+    let d = roxmltree::Document::parse(text).expect("output parses");
+    let cpus: Vec<_> = d
+        .root_element()
+        .children()
+        .filter(|n| n.has_tag_name("cpu"))
+        .map(|n| n.range())
+        .collect();
+    assert_eq!(cpus.len(), 1, "one <cpu>:\n{text}");
+    cpus[0].clone()
+}
+
+/// Exit 0; the output parses; everything outside the first `<cpu>` is the input's; every piece
+/// in `kept` appears in the output's `<cpu>` exactly once; a second rewrite changes nothing.
+#[track_caller]
+fn rewritten_keeping(policy: &Path, doc: &str, kept: &[&str]) -> String {
+    let r = rewrite_stdin(policy, doc);
+    assert_eq!(r.signal, None);
+    assert_eq!(r.code, Some(0), "stderr:\n{}", r.stderr);
+    let out = r.stdout_text();
+    let (ri, ro) = (cpu_range(doc), cpu_range(&out));
+    assert_eq!(&out[..ro.start], &doc[..ri.start], "bytes before <cpu>");
+    assert_eq!(&out[ro.end..], &doc[ri.end..], "bytes after <cpu>");
+    let cpu = &out[ro];
+    for k in kept {
+        assert_eq!(
+            cpu.matches(k).count(),
+            1,
+            "{k:?} must be kept byte for byte, once, in:\n{cpu}"
+        );
+    }
+    let again = rewrite_stdin(policy, &out);
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    assert_eq!(again.stdout_text(), out, "not idempotent");
+    out
+}
+
+#[test]
+fn comments_and_cdata_inside_cpu_are_kept() {
+    let dir = Scratch::new("cdata");
+    let pol = dir.write("p.toml", AES);
+    let kept = [
+        "<!-- operator: keep Nehalem for migration to rack 7 -->",
+        "<![CDATA[ raw <text> & ]] > ]]>",
+        "<?vcp note?>",
+        "<!---->",
+        "<!-- a comment\n       over two lines -->",
+    ];
+    let doc = kvm_domain(&format!(
+        "  <cpu mode='custom' match='exact' check='partial'>\n    {}\n    <model fallback='forbid'>Nehalem</model>\n    {}\n    <feature policy='require' name='x2apic'/>\n    {}\n    {}\n    <feature policy='disable' name='hle'/>\n    {}\n  </cpu>",
+        kept[0], kept[1], kept[2], kept[3], kept[4]
+    ));
+    // Needs `aes` only: the comments, CDATA and PI stay where they are.
+    let out = rewritten_keeping(&pol, &doc, &kept);
+    assert!(out.contains("name='aes'"), "{out}");
+    // A conforming one (aes already there) comes out byte-identical.
+    let r = rewrite_stdin(&pol, &out);
+    assert_eq!(r.stdout_text(), out);
+
+    // Comments and CDATA inside <model> text: still the model Nehalem (no change, byte-identical).
+    let doc = kvm_domain(
+        "  <cpu mode='custom' match='exact'>\n    <model fallback='forbid'><!-- c --><![CDATA[Nehalem]]><!-- d --></model>\n    <feature policy='require' name='aes'/>\n    <feature policy='require' name='x2apic'/>\n    <feature policy='disable' name='hle'/>\n  </cpu>",
+    );
+    let r = rewrite_stdin(&pol, &doc);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(
+        r.stdout_text(),
+        doc,
+        "a conforming document comes out byte-identical"
+    );
+}
+
+#[test]
+fn every_attribute_quoting_and_escaping_style_is_kept() {
+    let dir = Scratch::new("quotes");
+    let pol = dir.write("p.toml", AES);
+    // Outside <cpu>: every style, in attributes and text.
+    let outside = "  <description>a &lt;b&gt; &amp; &apos;c&apos; &quot;d&quot; &#x41;&#66;</description>\n  <devices>\n    <disk type=\"file\" device='disk'>\n      <source file=\"/var/lib/it&apos;s &quot;q&quot; &#x41;&lt;&gt;.qcow2\"/>\n      <target dev='vda' bus=\"virtio\"/>\n      <serial>&#x41;B&apos;</serial>\n    </disk>\n    <disk type='file'><source file='/x/&quot;y&quot;&apos;z&apos;&#9;.img'/><target dev = 'vdb'\n      bus\t=\t\"virtio\" /></disk>\n  </devices>";
+    let kept = [
+        "<model fallback=\"forbid\">Nehalem</model>",
+        "<feature policy=\"require\" name='x2&#x61;pic'/>",
+        "<feature\n      policy = 'require'\n      name = \"s&#x73;e4.2\" />",
+        "<topology sockets=\"1\" dies='1' cores=\"2\" threads='1'/>",
+    ];
+    let doc = kvm_domain(&format!(
+        "{outside}\n  <cpu mode=\"custom\" match='exact' check=\"partial\">\n    {}\n    {}\n    {}\n    {}\n    <feature policy='require' name=\"h&#108;e\"/>\n  </cpu>",
+        kept[0], kept[1], kept[2], kept[3]
+    ));
+    let out = rewritten_keeping(&pol, &doc, &kept);
+    // The decoded values: x2apic required once (written as x2&#x61;pic), hle disabled once
+    // (the policy wins over the domain's require), aes added.
+    let d = roxmltree::Document::parse(&out).unwrap();
+    let cpu = d
+        .root_element()
+        .children()
+        .find(|n| n.has_tag_name("cpu"))
+        .unwrap();
+    assert_eq!(
+        (
+            cpu.attribute("mode"),
+            cpu.attribute("match"),
+            cpu.attribute("check")
+        ),
+        (Some("custom"), Some("exact"), Some("partial"))
+    );
+    let feats: Vec<(String, String)> = cpu
+        .children()
+        .filter(|n| n.has_tag_name("feature"))
+        .map(|f| {
+            (
+                f.attribute("name").unwrap_or("").to_string(),
+                f.attribute("policy").unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    for (name, policy) in [
+        ("x2apic", "require"),
+        ("hle", "disable"),
+        ("aes", "require"),
+        ("sse4.2", "require"),
+    ] {
+        let n = feats.iter().filter(|(n, _)| n == name).count();
+        assert_eq!(n, 1, "feature {name} {n} times: {feats:?}\n{out}");
+        assert!(
+            feats.contains(&(name.to_string(), policy.to_string())),
+            "{name} should be {policy}: {feats:?}\n{out}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A closed stdout (EPIPE): `check`, `rewrite --diff`, and `rewrite` of a small document
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn closed_stdout_on_check_and_small_rewrites() {
+    let dir = Scratch::new("epipe");
+    let f = dir.write("d.xml", cloudstack_text());
+    let pol = default_policy();
+    for args in [
+        vec!["check", "--policy", &pol, "--no-qemu-caps-cache"],
+        vec![
+            "check",
+            "--format",
+            "json",
+            "--policy",
+            &pol,
+            "--no-qemu-caps-cache",
+        ],
+        vec!["rewrite", "--policy", &pol, "--no-qemu-caps-cache"],
+        vec![
+            "rewrite",
+            "--diff",
+            "--policy",
+            &pol,
+            "--no-qemu-caps-cache",
+        ],
+    ] {
+        let fs = s(&f);
+        let mut a = args.clone();
+        a.push(&fs);
+        let r = run_cmd(&a, None, Duration::from_secs(10), false);
+        // The write fails with EPIPE: exit 2 (check's own verdict, 3, must not hide it), one line
+        // naming standard output.
+        refused(&r, 2, &["standard output"]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A full disk under --in-place (root only: a 16 KiB tmpfs)
+// ---------------------------------------------------------------------------------------------
+
+struct Mount(PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn full_disk_on_in_place_keeps_the_original_and_leaves_no_temp_file() {
+    if !is_root() {
+        eprintln!("SKIP full_disk_on_in_place: not root (mounting a tiny tmpfs needs root)");
+        return;
+    }
+    let dir = Scratch::new("fulldisk");
+    let mnt = dir.path("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
+        .arg(&mnt)
+        .stderr(Stdio::piped())
+        .output();
+    match ok {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            eprintln!(
+                "SKIP full_disk_on_in_place: mount -t tmpfs failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return;
+        }
+        Err(e) => {
+            eprintln!("SKIP full_disk_on_in_place: cannot run mount: {e}");
+            return;
+        }
+    }
+    let _m = Mount(mnt.clone());
+    let original = cloudstack_text();
+    let domain = mnt.join("i-2-14-VM.xml");
+    std::fs::write(&domain, &original).unwrap();
+    // Fill what is left.
+    {
+        let mut fill = std::fs::File::create(mnt.join("fill")).unwrap();
+        let block = [0u8; 512];
+        while fill.write_all(&block).is_ok() {}
+        let _ = fill.sync_all();
+    }
+    let r = run_bounded(
+        &[
+            "rewrite",
+            "--in-place",
+            "--policy",
+            &default_policy(),
+            "--no-qemu-caps-cache",
+            &s(&domain),
+        ],
+        None,
+        Duration::from_secs(10),
+    );
+    refused(&r, 2, &["i-2-14-VM.xml"]);
+    assert!(
+        r.stderr.to_lowercase().contains("no space"),
+        "the message gives the cause:\n{}",
+        r.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(&domain).unwrap(),
+        original,
+        "the original must be intact"
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["fill", "i-2-14-VM.xml"], "no temporary file left");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Policy files: unreadable, a FIFO, 10 MB
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn policy_unreadable_is_exit_2() {
+    if is_root() {
+        eprintln!(
+            "SKIP policy_unreadable: running as root, which reads a mode-000 file anyway (the FIFO and directory cases cover non-regular files)"
+        );
+        return;
+    }
+    let dir = Scratch::new("pol-000");
+    let p = dir.write("p.toml", "version = 1\n");
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
+    let r = run_bounded(
+        &["rewrite", "--policy", &s(&p), "-"],
+        Some(cloudstack_text().into_bytes()),
+        Duration::from_secs(10),
+    );
+    refused(&r, 2, &["p.toml", "permission denied"]);
+}
+
+#[test]
+fn policy_fifo_does_not_hang() {
+    // A FIFO with no writer: opening it for reading blocks forever. The tool must refuse a policy
+    // that is not a regular file instead of hanging (the hook would hang every guest start).
+    let dir = Scratch::new("pol-fifo");
+    let p = dir.path("p.toml");
+    mkfifo(&p);
+    let r = run_bounded(
+        &["rewrite", "--policy", &s(&p), "-"],
+        Some(cloudstack_text().into_bytes()),
+        Duration::from_secs(10),
+    );
+    refused(&r, 2, &["p.toml"]);
+    let snap = dir.path("snap");
+    std::fs::create_dir_all(&snap).unwrap();
+    let r = run_bounded(
+        &[
+            "hook",
+            "--policy",
+            &s(&p),
+            "--snapshot-dir",
+            &s(&snap),
+            "--log-file",
+            &s(&dir.path("hook.log")),
+            "--no-qemu-caps-cache",
+            "g",
+            "prepare",
+            "begin",
+            "-",
+        ],
+        Some(cloudstack_text().into_bytes()),
+        Duration::from_secs(10),
+    );
+    // on_error cannot be read from a FIFO: the default, allow.
+    assert_eq!(r.code, Some(0), "hook: {}", r.stderr);
+}
+
+#[test]
+fn policy_of_10_mb_is_refused_fast() {
+    let dir = Scratch::new("pol-10mb");
+    // Valid TOML all the way: a comment of 10 MB after a valid policy.
+    let mut text =
+        String::from("version = 1\n[[rule]]\nname = \"v2\"\ncpu.min_level = \"x86-64-v2\"\n# ");
+    text.push_str(&"x".repeat(10 * 1024 * 1024));
+    text.push('\n');
+    let p = dir.write("p.toml", text);
+    let r = run_bounded(
+        &["rewrite", "--policy", &s(&p), "-"],
+        Some(cloudstack_text().into_bytes()),
+        Duration::from_secs(10),
+    );
+    refused(&r, 2, &["p.toml", "1 MiB"]);
+    assert!(r.elapsed < Duration::from_secs(3), "took {:?}", r.elapsed);
+    r.rss_below("a refused 10 MB policy", 32 * 1024);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A corrupt libvirt QEMU capability cache: skipped, never fatal
+// ---------------------------------------------------------------------------------------------
+
+/// A kvm q35 guest whose new vCPU maximum (300 host CPUs) needs the machine type's limit.
+fn needs_machine_limit() -> String {
+    "<domain type='kvm'>\n  <name>big-vm</name>\n  <memory unit='KiB'>4194304</memory>\n  <vcpu placement='static' current='4'>4</vcpu>\n  <os>\n    <type arch='x86_64' machine='pc-q35-7.2'>hvm</type>\n  </os>\n  <features>\n    <acpi/>\n    <apic/>\n  </features>\n  <cpu mode='host-passthrough' check='none' migratable='on'>\n    <topology sockets='4' dies='1' cores='1' threads='1'/>\n  </cpu>\n  <devices>\n    <emulator>/usr/bin/qemu-system-x86_64</emulator>\n  </devices>\n</domain>\n".into()
+}
+
+const VCPU_HOST: &str = "[[rule]]\nname = \"scale\"\nmatch = { type = \"kvm\" }\nvcpu.max = \"host\"\nvcpu.topology = \"sockets\"\n";
+
+#[test]
+fn corrupt_qemu_capability_cache_is_skipped() {
+    let dir = Scratch::new("qcache");
+    let cache = dir.path("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let emu = "<emulator>/usr/bin/qemu-system-x86_64</emulator>";
+    // Truncated mid-document, after naming the very emulator the guest uses.
+    std::fs::write(
+        cache.join("0a1b2c.xml"),
+        format!("<qemuCaps>\n  {emu}\n  <machine type='kvm' name='pc-q35-7.2' maxCpus='2"),
+    )
+    .unwrap();
+    // The emulator named, then garbage bytes and invalid UTF-8.
+    let mut junk = format!("<qemuCaps>{emu}").into_bytes();
+    junk.extend((0..=255u8).cycle().take(70_000));
+    std::fs::write(cache.join("1b2c3d.xml"), junk).unwrap();
+    // A DTD with an entity, a wrong root, an empty file, a directory named *.xml.
+    std::fs::write(
+        cache.join("2c3d4e.xml"),
+        format!("<!DOCTYPE q [<!ENTITY a 'aaaa'>]><qemuCaps>{emu}&a;</qemuCaps>"),
+    )
+    .unwrap();
+    std::fs::write(
+        cache.join("3d4e5f.xml"),
+        format!("<capabilities>{emu}</capabilities>"),
+    )
+    .unwrap();
+    std::fs::write(cache.join("4e5f60.xml"), "").unwrap();
+    std::fs::create_dir_all(cache.join("5f6061.xml")).unwrap();
+    let pol = dir.write("p.toml", VCPU_HOST);
+    let doc = needs_machine_limit();
+    for cmd in ["rewrite", "check"] {
+        let r = run_bounded(
+            &[
+                cmd,
+                "--policy",
+                &s(&pol),
+                "--qemu-caps-cache",
+                &s(&cache),
+                "--host-cpus",
+                "300",
+                "--kvm-max-vcpus",
+                "4096",
+                "-",
+            ],
+            Some(doc.clone().into_bytes()),
+            Duration::from_secs(10),
+        );
+        assert_eq!(r.signal, None);
+        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+        let want = if cmd == "rewrite" { 0 } else { 3 };
+        assert_eq!(r.code, Some(want), "{cmd}: stderr:\n{}", r.stderr);
+        if cmd == "rewrite" {
+            // The built-in table answered: pc-q35-7.2 takes 288.
+            let out = r.stdout_text();
+            let d = roxmltree::Document::parse(&out).expect("output parses");
+            let vcpu = d
+                .root_element()
+                .children()
+                .find(|n| n.has_tag_name("vcpu"))
+                .and_then(|n| n.text())
+                .unwrap_or("");
+            assert_eq!(vcpu, "288", "vCPU maximum from the built-in table:\n{out}");
+        }
+    }
+}
+
+#[test]
+fn qemu_capability_cache_fifo_does_not_hang() {
+    // A FIFO named *.xml in the cache directory: opening it blocks. The hook reads this directory
+    // on guest starts; it must not wait forever.
+    let dir = Scratch::new("qcache-fifo");
+    let cache = dir.path("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    mkfifo(&cache.join("0a1b2c.xml"));
+    let pol = dir.write("p.toml", VCPU_HOST);
+    let r = run_bounded(
+        &[
+            "rewrite",
+            "--policy",
+            &s(&pol),
+            "--qemu-caps-cache",
+            &s(&cache),
+            "--host-cpus",
+            "300",
+            "--kvm-max-vcpus",
+            "4096",
+            "-",
+        ],
+        Some(needs_machine_limit().into_bytes()),
+        Duration::from_secs(10),
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fuzz regressions: every crash fuzz/ found, replayed through the binary
+// ---------------------------------------------------------------------------------------------
+
+/// Replay one fuzz input the way its target used it: `parse-*` and `rewrite-*` files through
+/// `rewrite` and `check` (rewrite inputs: byte 0 picks the policy, see fuzz/fuzz_targets), and
+/// `hook-*` files through the hook. Every run must end without a panic or a signal, in bounded
+/// time, with a documented exit code.
+fn replay(path: &Path) {
+    let data = std::fs::read(path).unwrap();
+    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    let dir = Scratch::new("replay");
+    let (policy, doc): (Option<PathBuf>, Vec<u8>) = if name.starts_with("rewrite-") {
+        let (sel, rest) = data.split_first().map_or((0, &[][..]), |(a, b)| (*a, b));
+        if sel % 8 < 6 {
+            (None, rest.to_vec())
+        } else {
+            let i = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+            let p = dir.write("p.toml", &rest[..i]);
+            (Some(p), rest.get(i + 1..).unwrap_or(&[]).to_vec())
+        }
+    } else if name.starts_with("hook-") {
+        let rest = data.get(2..).unwrap_or(&[]);
+        let i = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+        (None, rest.get(i + 1..).unwrap_or(&[]).to_vec())
+    } else {
+        (None, data.clone())
+    };
+    let pol = policy.map_or_else(default_policy, |p| s(&p));
+    let snap = dir.path("snap");
+    std::fs::create_dir_all(&snap).unwrap();
+    let hook_log = s(&dir.path("hook.log"));
+    let runs: Vec<Vec<String>> = vec![
+        vec![
+            "rewrite".into(),
+            "--policy".into(),
+            pol.clone(),
+            "--no-qemu-caps-cache".into(),
+            "--kvm-max-vcpus".into(),
+            "1024".into(),
+            "--host-cpus".into(),
+            "384".into(),
+            "-".into(),
+        ],
+        vec![
+            "check".into(),
+            "--policy".into(),
+            pol.clone(),
+            "--no-qemu-caps-cache".into(),
+            "--kvm-max-vcpus".into(),
+            "1024".into(),
+            "--host-cpus".into(),
+            "384".into(),
+            "-".into(),
+        ],
+        vec![
+            "hook".into(),
+            "--policy".into(),
+            pol,
+            "--snapshot-dir".into(),
+            s(&snap),
+            "--log-file".into(),
+            hook_log,
+            "--no-qemu-caps-cache".into(),
+            "--kvm-max-vcpus".into(),
+            "1024".into(),
+            "g".into(),
+            "prepare".into(),
+            "begin".into(),
+            "-".into(),
+        ],
+    ];
+    for args in runs {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = run_bounded(&a, Some(doc.clone()), Duration::from_secs(20));
+        assert_eq!(
+            r.signal, None,
+            "{name}: {} killed by signal {:?}\n{}",
+            a[0], r.signal, r.stderr
+        );
+        assert!(
+            matches!(r.code, Some(0..=3)) && !r.stderr.contains("panicked"),
+            "{name}: {} exit {:?}\n{}",
+            a[0],
+            r.code,
+            r.stderr
+        );
+        if a[0] == "rewrite" && r.code == Some(0) {
+            let out = r.stdout_text();
+            assert!(
+                roxmltree::Document::parse(&out).is_ok(),
+                "{name}: rewrite wrote XML that does not parse:\n{out}"
+            );
+        }
+    }
+}
+
+#[test]
+fn fuzz_regressions_replay_without_a_crash() {
+    let dir = root().join("tests/fuzz-regressions");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    files.retain(|p| p.is_file() && p.extension().is_none_or(|x| x != "md"));
+    files.sort();
+    for f in &files {
+        replay(f);
+    }
+    eprintln!("{} fuzz regression input(s) replayed", files.len());
+}
