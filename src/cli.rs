@@ -219,7 +219,7 @@ pub fn fast_path(args: &[std::ffi::OsString]) -> Option<i32> {
     if crate::hook::Check::of(op, sub).is_some() {
         return None;
     }
-    let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+    crate::hook::drain(&mut std::io::stdin().lock());
     Some(EXIT_OK)
 }
 
@@ -405,7 +405,14 @@ fn cmd_rewrite(a: &RewriteArgs) -> Result<i32, Failure> {
     }
     if a.in_place {
         if o.output != p.input {
-            write_atomically(&a.common.input, o.output.as_bytes())?;
+            // Replace the file a symlink points to, not the link.
+            let target = std::fs::canonicalize(&a.common.input).map_err(|source| {
+                Failure::from(Error::Write {
+                    path: a.common.input.clone(),
+                    source,
+                })
+            })?;
+            write_atomically(&target, o.output.as_bytes())?;
         }
         return Ok(EXIT_OK);
     }
@@ -466,12 +473,20 @@ fn cmd_check(a: &CheckArgs) -> Result<i32, Failure> {
     };
     let report = match a.format {
         Format::Json => {
+            // A domain that cannot conform has no rewrite to describe: its changes are not listed
+            // (as in the text report).
+            let changes: &[crate::rewrite::Change] = if verdict == "cannot-conform" {
+                &[]
+            } else {
+                &o.changes
+            };
             let v = serde_json::json!({
                 "guest": o.name,
                 "verdict": verdict,
                 "exit": code,
                 "policy": p.policy.source,
-                "changes": o.changes,
+                "mode": match p.policy.mode { Mode::Enforce => "enforce", Mode::Audit => "audit" },
+                "changes": changes,
                 "findings": o.findings,
                 "note": o.note,
             });
@@ -542,7 +557,7 @@ fn cmd_hook(a: &HookCmd) -> i32 {
     let mut stdin = std::io::stdin().lock();
     let Some(check) = crate::hook::Check::of(&a.operation, &a.sub_operation) else {
         // Not an operation the hook checks: no policy, no logging, just let libvirt go on.
-        let _ = std::io::copy(&mut stdin, &mut std::io::sink());
+        crate::hook::drain(&mut stdin);
         return EXIT_OK;
     };
     crate::log::init(a.log_file.as_deref());

@@ -194,6 +194,13 @@ impl FeatureNames {
     }
 }
 
+/// Whether `name` (libvirt spelling) is an x86 feature libvirt 9.0's cpu_map defines
+/// (`x86_features.xml`). A newer libvirt may know more: callers treat an unknown name as a warning.
+#[must_use]
+pub fn is_known_x86_feature(name: &str) -> bool {
+    feature_names().known.contains(name)
+}
+
 /// The parsed [`X86_FEATURES`] plus [`EXTRA_ALIASES`].
 fn feature_names() -> &'static FeatureNames {
     static NAMES: OnceLock<FeatureNames> = OnceLock::new();

@@ -37,6 +37,10 @@ pub fn decode<'b>(bytes: &'b [u8], what: &str) -> Result<&'b str> {
             limit: MAX_INPUT_BYTES,
         });
     }
+    let text = std::str::from_utf8(bytes).map_err(|e| Error::NotUtf8 {
+        what: what.to_string(),
+        offset: e.valid_up_to(),
+    })?;
     // NUL is not an XML character at all; in a document that is otherwise ASCII it means UTF-16
     // without a byte-order mark, which is valid UTF-8 byte by byte.
     if let Some(offset) = bytes.iter().position(|b| *b == 0) {
@@ -45,10 +49,6 @@ pub fn decode<'b>(bytes: &'b [u8], what: &str) -> Result<&'b str> {
             offset,
         });
     }
-    let text = std::str::from_utf8(bytes).map_err(|e| Error::NotUtf8 {
-        what: what.to_string(),
-        offset: e.valid_up_to(),
-    })?;
     if let Some(enc) = declared_encoding(text) {
         if !enc.eq_ignore_ascii_case("utf-8") && !enc.eq_ignore_ascii_case("utf8") {
             return Err(Error::Xml {
@@ -93,6 +93,18 @@ pub fn parse_xml<'t>(text: &'t str, what: &str) -> Result<Document<'t>> {
         what: what.to_string(),
         message: e.to_string(),
     })
+}
+
+/// The host's arch in libvirt's spelling (`x86_64`, `aarch64`, `s390x`, `ppc64le`, `i686`).
+#[must_use]
+pub fn host_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86" => "i686",
+        "powerpc64" if cfg!(target_endian = "little") => "ppc64le",
+        "powerpc64" => "ppc64",
+        "arm" => "armv7l",
+        other => other,
+    }
 }
 
 /// A parsed domain document and the facts the policy matches on.
@@ -165,12 +177,20 @@ impl<'t> Domain<'t> {
             .unwrap_or_default()
     }
 
-    /// `<os><type arch=...>`, or "" if absent.
+    /// `<os><type arch=...>`; when absent, the host's arch, which is what libvirt fills in
+    /// (`virCapabilitiesDomainDataLookup` picks the host arch for a domain that names none).
     #[must_use]
     pub fn arch(&self) -> &str {
-        self.os_type()
-            .and_then(|t| t.attribute("arch"))
-            .unwrap_or("")
+        match self.os_type().and_then(|t| t.attribute("arch")) {
+            Some(a) => a,
+            None => host_arch(),
+        }
+    }
+
+    /// Whether the domain names its arch itself (`<os><type arch=...>`).
+    #[must_use]
+    pub fn arch_written(&self) -> bool {
+        self.os_type().and_then(|t| t.attribute("arch")).is_some()
     }
 
     /// `<os><type machine=...>` as written (may be an alias such as `q35`), or "" if absent.

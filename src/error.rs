@@ -56,7 +56,9 @@ pub enum Error {
         message: String,
     },
     /// The document is XML but not a libvirt domain (root element is not `<domain>`).
-    #[error("{what} is not a libvirt domain: the root element is <{root}>, expected <domain>")]
+    #[error(
+        "{what} is not a libvirt domain: the root element is <{root}>, expected <domain> in libvirt's namespace (no xmlns)"
+    )]
     NotADomain {
         /// "the domain XML" or a file name.
         what: String,

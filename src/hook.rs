@@ -454,9 +454,18 @@ fn destination(
     Ok(Verdict::Allow)
 }
 
-/// Read stdin whole (libvirt writes the XML and closes it), at most
-/// [`crate::domain::MAX_INPUT_BYTES`] + 1 bytes kept; the rest is drained so libvirt never sees
-/// a broken pipe.
+/// Most bytes drained from stdin after what is kept: libvirt writes a finite document and closes
+/// its end, so the writer never sees a broken pipe; an endless stream is cut off here, so the hook
+/// always ends.
+pub const MAX_DRAIN_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Read and discard stdin, up to [`MAX_DRAIN_BYTES`].
+pub fn drain(stdin: &mut impl Read) {
+    let _ = std::io::copy(&mut stdin.take(MAX_DRAIN_BYTES), &mut std::io::sink());
+}
+
+/// Read stdin (libvirt writes the XML and closes it), keeping at most
+/// [`crate::domain::MAX_INPUT_BYTES`] + 1 bytes; the rest is drained (see [`drain`]).
 ///
 /// # Errors
 /// The read error.
@@ -465,6 +474,6 @@ pub fn read_stdin(stdin: &mut impl Read) -> std::io::Result<Vec<u8>> {
     stdin
         .take(crate::domain::MAX_INPUT_BYTES as u64 + 1)
         .read_to_end(&mut buf)?;
-    std::io::copy(stdin, &mut std::io::sink())?;
+    drain(stdin);
     Ok(buf)
 }

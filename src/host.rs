@@ -269,6 +269,21 @@ impl Host {
         found
     }
 
+    /// Whether libvirt knows the x86 feature `name` (libvirt spelling): libvirt 9.0's list, else the
+    /// host's own `x86_features.xml` (a newer libvirt knows more), read only on a miss.
+    #[must_use]
+    pub fn feature_known(&self, name: &str) -> bool {
+        if crate::cpu::is_known_x86_feature(name) {
+            return true;
+        }
+        self.cpu_map_dir
+            .as_ref()
+            .and_then(|d| std::fs::read_to_string(d.join("x86_features.xml")).ok())
+            .is_some_and(|t| {
+                t.contains(&format!("name='{name}'")) || t.contains(&format!("name=\"{name}\""))
+            })
+    }
+
     /// Where model features come from: the cpu_map directory, or "built-in".
     #[must_use]
     pub fn cpu_map_source(&self) -> String {

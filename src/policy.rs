@@ -423,6 +423,23 @@ impl Checker<'_> {
         .transpose()
     }
 
+    /// `match.type`: a glob that can match `kvm` or `qemu` (other domain types are never
+    /// rewritten, so a rule for them would silently never apply).
+    fn virt_type_glob(&self, v: Option<Spanned<String>>) -> Result<Option<glob::Pattern>> {
+        let span = v.as_ref().map(Spanned::span);
+        let p = self.glob(v, "rule.match.type")?;
+        if let (Some(p), Some(span)) = (&p, span) {
+            if !p.matches("kvm") && !p.matches("qemu") {
+                return Err(self.err(
+                    span,
+                    "rule.match.type",
+                    &format!("`{}` matches neither \"kvm\" nor \"qemu\", the only domain types the tool rewrites", p.as_str()),
+                ));
+            }
+        }
+        Ok(p)
+    }
+
     fn features(&self, v: Option<Vec<Spanned<String>>>, key: &str) -> Result<Option<Vec<String>>> {
         let Some(list) = v else { return Ok(None) };
         let mut out: Vec<String> = Vec::new();
@@ -450,10 +467,10 @@ impl Checker<'_> {
             return Err(self.err(r.name.span(), "rule.name", "must not be empty"));
         }
         let matches = Match {
-            name: self.glob(r.matches.name, "match.name")?,
-            arch: self.glob(r.matches.arch, "match.arch")?,
-            machine: self.glob(r.matches.machine, "match.machine")?,
-            virt_type: self.glob(r.matches.virt_type, "match.type")?,
+            name: self.glob(r.matches.name, "rule.match.name")?,
+            arch: self.glob(r.matches.arch, "rule.match.arch")?,
+            machine: self.glob(r.matches.machine, "rule.match.machine")?,
+            virt_type: self.virt_type_glob(r.matches.virt_type)?,
         };
         let c = r.cpu;
         let min_level = c
@@ -461,14 +478,14 @@ impl Checker<'_> {
             .map(|s| {
                 s.get_ref()
                     .parse::<Level>()
-                    .map_err(|e| self.err(s.span(), "cpu.min_level", &e))
+                    .map_err(|e| self.err(s.span(), "rule.cpu.min_level", &e))
             })
             .transpose()?;
         if let (Some(mode), Some(_)) = (&c.mode, &c.model) {
             if *mode.get_ref() != CpuMode::Custom {
                 return Err(self.err(
                     mode.span(),
-                    "cpu.mode",
+                    "rule.cpu.mode",
                     &format!(
                         "`cpu.model` implies mode \"custom\", but this rule sets \"{}\"",
                         mode.get_ref().as_str()
@@ -484,20 +501,20 @@ impl Checker<'_> {
             if !ok {
                 return Err(self.err(
                     m.span(),
-                    "cpu.model",
+                    "rule.cpu.model",
                     &format!("`{}` is not a libvirt CPU model name", m.get_ref()),
                 ));
             }
         }
         let disable_spans: Vec<_> = c.disable.iter().flatten().map(Spanned::span).collect();
-        let require = self.features(c.require, "cpu.require")?;
-        let disable = self.features(c.disable, "cpu.disable")?;
+        let require = self.features(c.require, "rule.cpu.require")?;
+        let disable = self.features(c.disable, "rule.cpu.disable")?;
         if let (Some(req), Some(dis)) = (&require, &disable) {
             if let Some((i, f)) = dis.iter().enumerate().find(|(_, f)| req.contains(f)) {
                 let span = disable_spans.get(i).cloned().unwrap_or(0..0);
                 return Err(self.err(
                     span,
-                    "cpu.disable",
+                    "rule.cpu.disable",
                     &format!("feature `{f}` is also in `cpu.require`"),
                 ));
             }
@@ -512,7 +529,7 @@ impl Checker<'_> {
                 let span = disable_spans.get(i).cloned().unwrap_or(0..0);
                 return Err(self.err(
                     span,
-                    "cpu.disable",
+                    "rule.cpu.disable",
                     &format!("feature `{f}` is part of `cpu.min_level` {level}"),
                 ));
             }
@@ -530,7 +547,7 @@ impl Checker<'_> {
                     toml::Value::String(s) if s == "machine" => Ok(VcpuMax::Machine),
                     other => Err(self.err(
                         span,
-                        "vcpu.max",
+                        "rule.vcpu.max",
                         &format!(
                             "expected a positive integer, \"host\" or \"machine\", found {other}"
                         ),
@@ -630,22 +647,17 @@ impl Policy {
             }
         };
         const MAX_POLICY: u64 = 1024 * 1024;
-        let meta = std::fs::metadata(&path).map_err(|source| Error::Read {
-            path: path.clone(),
-            source,
-        })?;
+        let unreadable = |e: std::io::Error| Error::Policy {
+            path: path.display().to_string(),
+            message: format!("cannot read it: {e}"),
+        };
+        let meta = std::fs::metadata(&path).map_err(unreadable)?;
         if meta.is_dir() {
-            return Err(Error::Read {
-                path,
-                source: std::io::Error::other("is a directory"),
-            });
+            return Err(unreadable(std::io::Error::other("it is a directory")));
         }
         if !meta.is_file() {
             // A FIFO or a device would block or never end: a policy is a regular file.
-            return Err(Error::Read {
-                path,
-                source: std::io::Error::other("not a regular file"),
-            });
+            return Err(unreadable(std::io::Error::other("not a regular file")));
         }
         if meta.len() > MAX_POLICY {
             return Err(Error::Policy {
@@ -656,10 +668,7 @@ impl Policy {
                 ),
             });
         }
-        let bytes = std::fs::read(&path).map_err(|source| Error::Read {
-            path: path.clone(),
-            source,
-        })?;
+        let bytes = std::fs::read(&path).map_err(unreadable)?;
         let text = String::from_utf8(bytes).map_err(|e| Error::Policy {
             path: path.display().to_string(),
             message: format!(
@@ -775,7 +784,7 @@ fn toml_message(text: &str, e: &toml::de::Error) -> String {
     let msg = e
         .message()
         .trim()
-        .replace("wanted string or table", "wrong type");
+        .replace("wanted string or table", "wrong type: expected a string");
     let Some(span) = e.span() else {
         return msg;
     };
@@ -791,26 +800,66 @@ fn toml_message(text: &str, e: &toml::de::Error) -> String {
 fn key_at(text: &str, offset: usize) -> Option<String> {
     let offset = offset.min(text.len());
     let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
-    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
     let before = &text[line_start..offset];
-    let whole = &text[line_start..line_end];
-    let mut parts: Vec<String> = Vec::new();
-    let mut rest = before;
-    // `k = { a = 1, b = `: every `name =` before offset that is still open.
-    while let Some(eq) = rest.find('=') {
-        let name = rest[..eq].rsplit(['{', ',']).next().unwrap_or("").trim();
-        if !name.is_empty() && !name.starts_with('[') {
-            parts.push(name.trim_matches('"').to_string());
+    // Walk `a.b = { c = 1, d = ` up to the offset: keys whose value is an inline table that is
+    // still open form the path; the last key whose value has not ended is the one at the offset.
+    let mut open: Vec<String> = Vec::new();
+    let mut pending: Option<String> = None;
+    let mut key = String::new();
+    let mut in_str: Option<char> = None;
+    for ch in before.chars() {
+        if let Some(q) = in_str {
+            if ch == q {
+                in_str = None;
+            }
+            continue;
         }
-        rest = &rest[eq + 1..];
-    }
-    if parts.is_empty() {
-        // The span is the key itself (an unknown key): take the key on this line.
-        let name = whole.split('=').next().unwrap_or("").trim();
-        if !name.is_empty() && !name.starts_with('[') && !name.starts_with('#') {
-            parts.push(name.to_string());
+        match ch {
+            '"' | '\'' if pending.is_some() => in_str = Some(ch),
+            '=' => {
+                pending = Some(key.trim().trim_matches('"').to_string());
+                key.clear();
+            }
+            '{' => {
+                if let Some(k) = pending.take() {
+                    open.push(k);
+                }
+                key.clear();
+            }
+            '}' => {
+                open.pop();
+                pending = None;
+                key.clear();
+            }
+            ',' => {
+                pending = None;
+                key.clear();
+            }
+            _ if pending.is_none() => key.push(ch),
+            _ => {}
         }
     }
+    let mut parts = open;
+    match pending {
+        Some(k) if !k.is_empty() => parts.push(k),
+        _ => {
+            // The offset is at a key (an unknown field): read it from the text.
+            let rest = &text[offset..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || "_-.\"".contains(*c))
+                .collect();
+            let name = name.trim_matches('"');
+            let prefix = key.trim();
+            if !prefix.is_empty() && !prefix.starts_with('[') && !prefix.starts_with('#') {
+                parts.push(prefix.trim_end_matches('.').to_string());
+            }
+            if !name.is_empty() {
+                parts.push(name.to_string());
+            }
+        }
+    }
+    parts.retain(|p| !p.is_empty());
     let header = text[..line_start]
         .lines()
         .rev()
@@ -899,6 +948,22 @@ mod tests {
                 "key `rule.match.arch`",
             ),
             ("mode = \"enforc\"\n", "key `mode`"),
+            (
+                "[[rule]]\nname = \"a\"\nmatch = { arch = \"x86_64\", os = \"linux\" }\n",
+                "key `rule.match.os`",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\ncpu.modle = \"x\"\n",
+                "key `rule.cpu.modle`",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\nmatch = { type = \"xen\" }\n",
+                "matches neither",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\ncpu.min_level = \"v9\"\n",
+                "key `rule.cpu.min_level`",
+            ),
             ("[host]\ncpus = 0\n", "host.cpus"),
         ] {
             let e = Policy::parse(text, "p").unwrap_err().to_string();

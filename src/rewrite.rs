@@ -150,6 +150,8 @@ struct Desired<'a, 't> {
     topology_markup: Option<String>,
     /// New markup for the kept `<numa>` (cells follow a changed vCPU maximum).
     numa_markup: Option<String>,
+    /// Feature names listed more than once within one `<cpu>` (libvirt refuses that).
+    duplicates: Vec<String>,
 }
 
 impl Desired<'_, '_> {
@@ -212,6 +214,7 @@ fn merge<'a, 't>(cpus: &[Node<'a, 't>], findings: &mut Vec<Finding>) -> Desired<
         extras: Vec::new(),
         topology_markup: None,
         numa_markup: None,
+        duplicates: Vec::new(),
     };
     let text_key = |n: Node<'_, '_>| -> String {
         let doc_text = n.document().input_text();
@@ -249,6 +252,11 @@ fn merge<'a, 't>(cpus: &[Node<'a, 't>], findings: &mut Vec<Finding>) -> Desired<
                     let key = feature_key(name);
                     let policy = c.attribute("policy").unwrap_or("require").to_string();
                     if let Some(f) = d.features.iter_mut().find(|f| f.key == key) {
+                        let same_cpu = f.f_node.is_some_and(|n| n.parent() == c.parent())
+                            || (f.f_node.is_none() && !first);
+                        if same_cpu && !d.duplicates.contains(&key) {
+                            d.duplicates.push(key.clone());
+                        }
                         f.policy = policy;
                     } else {
                         d.features.push(Feat {
@@ -332,6 +340,40 @@ fn apply_plan(d: &mut Desired<'_, '_>, plan: &Plan, dom: &Domain<'_>, host: &Hos
                     m.value
                 ),
             );
+        }
+    }
+    let x86 = matches!(arch, "x86_64" | "i686");
+    if let (Some(m), true) = (&plan.model, x86) {
+        if host.model_features(&m.value).is_none() {
+            ctx.findings.push(
+                Finding::error(
+                    "cpu-model-unknown",
+                    format!(
+                        "CPU model '{}' is not defined in libvirt's cpu_map ({})",
+                        m.value,
+                        host.cpu_map_source()
+                    ),
+                    "use a model `virsh cpu-models x86_64` lists",
+                )
+                .rule(&m.rule),
+            );
+        }
+    }
+    if x86 {
+        for set in [&plan.require, &plan.disable].into_iter().flatten() {
+            for f in set.value.iter().filter(|f| !host.feature_known(f)) {
+                ctx.findings.push(
+                    Finding::error(
+                        "cpu-feature-unknown",
+                        format!(
+                            "CPU feature '{f}' is not one libvirt knows (x86_features.xml of {})",
+                            host.cpu_map_source()
+                        ),
+                        "use libvirt's feature names (`virsh domcapabilities` lists them)",
+                    )
+                    .rule(&set.rule),
+                );
+            }
         }
     }
     // Rule 3: modes libvirt refuses for this arch and virt type.
@@ -443,6 +485,18 @@ fn apply_plan(d: &mut Desired<'_, '_>, plan: &Plan, dom: &Domain<'_>, host: &Hos
     // Rule 5: the psABI level.
     if let Some(level) = &plan.min_level {
         apply_level(d, level.value, &level.rule, plan, dom, host, ctx);
+    }
+    if let Some(m) = &plan.mode {
+        if x86 && d.mode() == "custom" && d.model.is_none() {
+            ctx.findings.push(
+                Finding::warning(
+                    "cpu-model-default",
+                    "<cpu mode='custom'> without a model: the guest gets QEMU's default model (qemu64 on x86_64, x86-64-v1 only)",
+                    "give cpu.model or cpu.min_level in the policy",
+                )
+                .rule(&m.rule),
+            );
+        }
     }
     // Fallback last: it needs the model a level may have written.
     if let Some(f) = &plan.fallback {
@@ -655,6 +709,13 @@ pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<O
             format!("{} <cpu> elements folded into the first (libvirt reads only the first one's mode, model and features)", cpus.len()),
         );
     }
+    for f in &desired.duplicates {
+        let p = desired.feature(f).map_or("require", |f| f.policy.as_str());
+        ctx.change(
+            BUILTIN_RULE,
+            format!("<feature name='{f}'> listed more than once: kept once, with the last policy '{p}' (libvirt: \"CPU feature '{f}' specified more than once\")"),
+        );
+    }
     apply_plan(&mut desired, &plan, &dom, host, &mut ctx);
     let v = vcpu::apply(&dom, &plan, host, desired.single("topology"), desired.numa);
     desired.topology_markup = v.topology_markup;
@@ -677,7 +738,20 @@ pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<O
     // Validate what would be written (the input itself when nothing changes).
     let mut findings = ctx.findings;
     match Domain::parse(&rewritten, "the rewritten domain") {
-        Ok(out) => findings.extend(validate::validate(&out, &plan, host)),
+        Ok(out) => {
+            // A refusal from planning (topology `keep`, say) and validation of the unchanged
+            // result say the same thing: keep the planning one, which names the rule.
+            let planned: Vec<&'static str> = findings
+                .iter()
+                .filter(|f| f.severity == Severity::Error)
+                .map(|f| f.code)
+                .collect();
+            findings.extend(
+                validate::validate(&out, &plan, host)
+                    .into_iter()
+                    .filter(|f| !planned.contains(&f.code)),
+            );
+        }
         Err(e) => findings.push(Finding::error(
             "internal",
             format!("the rewritten document does not parse: {e}"),
@@ -873,6 +947,19 @@ fn emit(
                     Some(b) => {
                         let gap = &text[start_tag_attr_end(text, f)..start_tag_end(text, f)];
                         format!("{start_tag}{gap}{b}</cpu>")
+                    }
+                    None if !text[f.range()].contains('\n') && !is_self_closing(text, f) => {
+                        // Written on one line (CloudStack writes `<cpu><topology .../></cpu>`):
+                        // it stays on one line.
+                        let mut s = format!("{start_tag}>");
+                        for it in &items {
+                            match it {
+                                Item::Verbatim(r) => s.push_str(text[r.clone()].trim()),
+                                Item::Markup(m) => s.push_str(m),
+                            }
+                        }
+                        s.push_str("</cpu>");
+                        s
                     }
                     None => {
                         let ind = line_indent(text, f.range().start).to_string();

@@ -110,6 +110,14 @@ pub fn validate(dom: &Domain<'_>, plan: &Plan, host: &Host) -> Vec<Finding> {
             ));
             continue;
         };
+        let key = crate::cpu::normalize_feature(name).unwrap_or_else(|| name.to_string());
+        if matches!(arch, "x86_64" | "i686") && !host.feature_known(&key) {
+            out.push(Finding::warning(
+                "cpu-feature-unknown",
+                format!("CPU feature '{name}' is not one libvirt knows (x86_features.xml of {}); libvirt will refuse to start the guest", host.cpu_map_source()),
+                "use libvirt's feature names (`virsh domcapabilities` lists them)",
+            ));
+        }
         if !seen.insert(name) {
             out.push(Finding::error(
                 "cpu-feature-duplicate",

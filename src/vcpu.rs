@@ -318,7 +318,10 @@ pub fn apply(
         r.findings.push(
             Finding::error(
                 "machine-unknown",
-                format!("the vCPU limit of machine type '{}' ({arch}, {vt}) is found nowhere: not in the capabilities given, libvirt's QEMU capability cache, nor the built-in table", dom.machine()),
+                format!(
+                    "the vCPU limit of machine type '{}' ({arch}, {vt}) is found nowhere: not in the capabilities given, libvirt's QEMU capability cache, nor the built-in table",
+                    if dom.machine().is_empty() { "(none given)" } else { dom.machine() }
+                ),
                 "give the host's capabilities with --caps (virsh capabilities > FILE) or use a versioned machine type",
             )
             .rule(rule),

@@ -761,6 +761,41 @@ fn in_place_rewrites_atomically_and_keeps_permissions() {
 }
 
 #[test]
+fn in_place_through_a_symlink_rewrites_the_target_and_keeps_the_link() {
+    let t = Scratch::new("inplace-link");
+    let real = t.write("real.xml", cloudstack_text());
+    let link = t.path("link.xml");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let expected = rewrite(&["--policy", &default_policy(), &s(&real)]).run();
+    let out = rewrite(&["--policy", &default_policy(), "--in-place", &s(&link)]).run();
+    out.status(0);
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the link stays a link"
+    );
+    assert_eq!(std::fs::read_to_string(&real).unwrap(), expected.stdout);
+}
+
+#[test]
+fn check_json_reports_the_mode() {
+    let t = Scratch::new("json-mode");
+    let f = t.write("guest.xml", cloudstack_text());
+    let audit = t.write(
+        "audit.toml",
+        "mode = \"audit\"\n[[rule]]\nname = \"v2\"\ncpu.min_level = \"x86-64-v2\"\n",
+    );
+    for (policy, mode) in [(default_policy(), "enforce"), (s(&audit), "audit")] {
+        let out = check(&["--policy", &policy, "--format", "json", &s(&f)]).run();
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+        assert_eq!(v["mode"], mode, "{}", out.stdout);
+        assert_eq!(v["verdict"], "needs-rewrite");
+    }
+}
+
+#[test]
 fn in_place_leaves_a_conforming_file_untouched() {
     let t = Scratch::new("inplace-noop");
     let f = t.write("guest.xml", CONFORMING);
