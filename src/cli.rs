@@ -591,7 +591,7 @@ fn cmd_host(a: &HostArgs) -> Result<i32, Failure> {
     if let Some(n) = &host.cpu_map_note {
         s.push_str(&format!("  note: {n}\n"));
     }
-    match &host.cpus {
+    match host.cpus() {
         Some(c) => s.push_str(&format!("host CPUs: {} (from {})\n", c.value, c.source)),
         None => s.push_str("host CPUs: unknown\n"),
     }

@@ -18,7 +18,7 @@
 //!   CPU model has; [`CpuMap::builtin`] is a copy of that data generated from
 //!   libvirt 9.0.0 for hosts without libvirt installed.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
@@ -152,11 +152,6 @@ impl fmt::Display for Level {
     }
 }
 
-/// libvirt's x86 feature names and their aliases, generated from libvirt
-/// 9.0.0's `cpu_map/x86_features.xml`; one feature a line, canonical name
-/// first, then its aliases.
-const X86_FEATURES: &str = include_str!("cpu/x86_features.txt");
-
 /// Spellings that libvirt's `x86_features.xml` does not list as aliases but
 /// that QEMU or Linux use (first) for a libvirt feature (second). Some repeat
 /// libvirt's own aliases so that the table in the design document holds even
@@ -176,21 +171,33 @@ const EXTRA_ALIASES: &[(&str, &str)] = &[
     ("tsc_deadline_timer", "tsc-deadline"),
 ];
 
-/// Lookup tables for libvirt feature spellings.
-struct FeatureNames {
-    /// Canonical libvirt names.
-    known: HashSet<&'static str>,
-    /// Alias -> canonical libvirt name.
-    aliases: HashMap<&'static str, &'static str>,
-}
+// KNOWN_FEATURES and FEATURE_ALIASES: sorted tables that build.rs generates from
+// src/cpu/x86_features.txt (libvirt 9.0.0's cpu_map/x86_features.xml: one feature a line, the
+// libvirt name first, then its aliases).
+include!(concat!(env!("OUT_DIR"), "/x86_features.rs"));
+
+/// Lookups in the generated tables: bisection, nothing built at run time.
+struct FeatureNames;
 
 impl FeatureNames {
-    /// The canonical libvirt spelling of `name` if it is a known name or alias.
+    /// Whether `name` is a canonical libvirt name.
+    fn contains(&self, name: &str) -> bool {
+        KNOWN_FEATURES.binary_search(&name).is_ok()
+    }
+
+    /// The canonical libvirt spelling of `name` if it is a known name or alias (libvirt's own
+    /// aliases first, then [`EXTRA_ALIASES`]).
     fn lookup(&self, name: &str) -> Option<&'static str> {
-        self.known
-            .get(name)
-            .copied()
-            .or_else(|| self.aliases.get(name).copied())
+        if let Ok(i) = KNOWN_FEATURES.binary_search(&name) {
+            return Some(KNOWN_FEATURES[i]);
+        }
+        if let Ok(i) = FEATURE_ALIASES.binary_search_by(|(a, _)| a.cmp(&name)) {
+            return Some(FEATURE_ALIASES[i].1);
+        }
+        EXTRA_ALIASES
+            .iter()
+            .find(|(a, _)| *a == name)
+            .map(|(_, n)| *n)
     }
 }
 
@@ -198,29 +205,12 @@ impl FeatureNames {
 /// (`x86_features.xml`). A newer libvirt may know more: callers treat an unknown name as a warning.
 #[must_use]
 pub fn is_known_x86_feature(name: &str) -> bool {
-    feature_names().known.contains(name)
+    feature_names().contains(name)
 }
 
-/// The parsed [`X86_FEATURES`] plus [`EXTRA_ALIASES`].
+/// The feature-name tables.
 fn feature_names() -> &'static FeatureNames {
-    static NAMES: OnceLock<FeatureNames> = OnceLock::new();
-    NAMES.get_or_init(|| {
-        let mut known = HashSet::new();
-        let mut aliases = HashMap::new();
-        for line in data_lines(X86_FEATURES) {
-            let mut words = line.split_whitespace();
-            if let Some(name) = words.next() {
-                known.insert(name);
-                for alias in words {
-                    aliases.insert(alias, name);
-                }
-            }
-        }
-        for &(alias, name) in EXTRA_ALIASES {
-            aliases.entry(alias).or_insert(name);
-        }
-        FeatureNames { known, aliases }
-    })
+    &FeatureNames
 }
 
 /// Non-empty, non-comment (`#`) lines of an embedded data file.
@@ -444,17 +434,14 @@ impl CpuMap {
     /// # Errors
     /// As [`CpuMap::load`], for the files it reads.
     pub fn load_models(dir: &Path, names: &[&str]) -> Result<CpuMap, CpuMapError> {
+        // index.xml is only searched for the include lines (every libvirt release writes them as
+        // `<include filename='x86_NAME.xml'/>`), not parsed: this runs on every guest start.
         let index_path = dir.join("index.xml");
         let index_text = read_file(&index_path)?;
-        let index = parse_xml(&index_path, &index_text)?;
-        check_root(&index_path, &index)?;
-        let includes: BTreeSet<String> = index
-            .root_element()
-            .children()
-            .filter(|n| n.has_tag_name("arch") && n.attribute("name") == Some("x86"))
-            .flat_map(|a| a.children().filter(|n| n.has_tag_name("include")))
-            .filter_map(|n| n.attribute("filename").map(str::to_owned))
-            .collect();
+        let listed = |file: &str| {
+            index_text.contains(&format!("filename='{file}'"))
+                || index_text.contains(&format!("filename=\"{file}\""))
+        };
         let mut raw: BTreeMap<String, RawModel> = BTreeMap::new();
         let mut todo: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut tried = BTreeSet::new();
@@ -463,7 +450,7 @@ impl CpuMap {
                 continue;
             }
             let file = format!("x86_{name}.xml");
-            if !includes.contains(&file) || file.contains('/') {
+            if file.contains('/') || !listed(&file) {
                 continue;
             }
             let path = dir.join(&file);
@@ -773,7 +760,7 @@ mod tests {
         // Every level feature is a libvirt feature name.
         for f in Level::V4.features() {
             assert_eq!(normalize_feature(f).as_deref(), Some(f));
-            assert!(feature_names().known.contains(f), "{f}");
+            assert!(feature_names().contains(f), "{f}");
         }
     }
 

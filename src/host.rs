@@ -100,8 +100,9 @@ pub struct Host {
     models: std::cell::RefCell<std::collections::BTreeMap<String, Option<BTreeSet<String>>>>,
     /// Problems met reading cpu_map files after start (the built-in table answered instead).
     cpu_map_problems: std::cell::RefCell<Vec<String>>,
-    /// The host's online CPU count.
-    pub cpus: Option<Fact<u32>>,
+    /// The host's online CPU count given by an override; see [`Host::cpus`].
+    cpus_override: Option<Fact<u32>>,
+    cpus: std::cell::OnceCell<Option<Fact<u32>>>,
     /// Machine types from capabilities and qemuCaps files.
     pub machines: Vec<MachineFact>,
     /// domcapabilities documents.
@@ -212,7 +213,8 @@ impl Host {
             cpu_map_note,
             models: std::cell::RefCell::default(),
             cpu_map_problems: std::cell::RefCell::default(),
-            cpus: opts.cpus.clone().or_else(sysconf_cpus),
+            cpus_override: opts.cpus.clone(),
+            cpus: std::cell::OnceCell::new(),
             machines: Vec::new(),
             domcaps: Vec::new(),
             files: Vec::new(),
@@ -308,6 +310,14 @@ impl Host {
     #[must_use]
     pub fn cpu_map_problems(&self) -> Vec<String> {
         self.cpu_map_problems.borrow().clone()
+    }
+
+    /// The host's online CPU count: the override, else `sysconf(_SC_NPROCESSORS_ONLN)`, asked once
+    /// (glibc reads sysfs for it, so only when a rule needs it).
+    pub fn cpus(&self) -> Option<&Fact<u32>> {
+        self.cpus
+            .get_or_init(|| self.cpus_override.clone().or_else(sysconf_cpus))
+            .as_ref()
     }
 
     /// KVM's vCPU limit: the override, else the kernel's answer (`KVM_CAP_MAX_VCPUS`), asked once.

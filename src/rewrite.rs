@@ -737,21 +737,22 @@ pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<O
     }
     // Validate what would be written (the input itself when nothing changes).
     let mut findings = ctx.findings;
-    match Domain::parse(&rewritten, "the rewritten domain") {
-        Ok(out) => {
-            // A refusal from planning (topology `keep`, say) and validation of the unchanged
-            // result say the same thing: keep the planning one, which names the rule.
-            let planned: Vec<&'static str> = findings
-                .iter()
-                .filter(|f| f.severity == Severity::Error)
-                .map(|f| f.code)
-                .collect();
-            findings.extend(
-                validate::validate(&out, &plan, host)
-                    .into_iter()
-                    .filter(|f| !planned.contains(&f.code)),
-            );
-        }
+    // A refusal from planning (topology `keep`, say) and validation of the unchanged result say
+    // the same thing: keep the planning one, which names the rule.
+    let planned: Vec<&'static str> = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .map(|f| f.code)
+        .collect();
+    // Validate what will be written; unchanged, that is the parsed input (no second parse).
+    let validated = if changed {
+        Domain::parse(&rewritten, "the rewritten domain")
+            .map(|out| validate::validate(&out, &plan, host))
+    } else {
+        Ok(validate::validate(&dom, &plan, host))
+    };
+    match validated {
+        Ok(v) => findings.extend(v.into_iter().filter(|f| !planned.contains(&f.code))),
         Err(e) => findings.push(Finding::error(
             "internal",
             format!("the rewritten document does not parse: {e}"),

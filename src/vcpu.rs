@@ -295,7 +295,7 @@ pub fn apply(
     let limit = host.machine_limit(arch, vt, dom.machine(), dom.emulator().as_deref());
     let mut max = match want.value {
         VcpuMax::Count(n) => n,
-        VcpuMax::Host => match &host.cpus {
+        VcpuMax::Host => match host.cpus() {
             Some(c) => c.value,
             None => {
                 r.findings.push(

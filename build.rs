@@ -1,0 +1,51 @@
+//! Turns `src/cpu/x86_features.txt` (libvirt's x86 feature names and their aliases, one feature a
+//! line) into sorted static tables, so looking a feature name up costs a bisection and no table
+//! is built at run time: the hook runs on every guest start.
+
+use std::fmt::Write as _;
+
+fn main() {
+    let src = "src/cpu/x86_features.txt";
+    println!("cargo:rerun-if-changed={src}");
+    let text = std::fs::read_to_string(src).expect("read src/cpu/x86_features.txt");
+    let mut known: Vec<&str> = Vec::new();
+    let mut aliases: Vec<(&str, &str)> = Vec::new();
+    for line in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let mut words = line.split_whitespace();
+        if let Some(name) = words.next() {
+            known.push(name);
+            aliases.extend(words.map(|a| (a, name)));
+        }
+    }
+    known.sort_unstable();
+    known.dedup();
+    aliases.sort_by(|a, b| a.0.cmp(b.0));
+    aliases.dedup_by(|later, earlier| later.0 == earlier.0);
+    let mut out = String::new();
+    let _ = writeln!(out, "/// libvirt's x86 feature names, sorted.");
+    let _ = writeln!(out, "static KNOWN_FEATURES: [&str; {}] = [", known.len());
+    for k in &known {
+        let _ = writeln!(out, "    {k:?},");
+    }
+    let _ = writeln!(out, "];");
+    let _ = writeln!(
+        out,
+        "/// (alias, libvirt name) from x86_features.xml, sorted by alias."
+    );
+    let _ = writeln!(
+        out,
+        "static FEATURE_ALIASES: [(&str, &str); {}] = [",
+        aliases.len()
+    );
+    for (a, n) in &aliases {
+        let _ = writeln!(out, "    ({a:?}, {n:?}),");
+    }
+    let _ = writeln!(out, "];");
+    let dest =
+        std::path::Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("x86_features.rs");
+    std::fs::write(dest, out).expect("write x86_features.rs");
+}
