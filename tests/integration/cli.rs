@@ -7,64 +7,16 @@
 //! Every test passes `--policy` explicitly, so a `/etc/virt-cpu-policy/policy.toml` on the machine
 //! running the tests cannot change the results.
 
-use crate::harness::{Cmd, Output, bin, corpus, root};
+use crate::harness::{Cmd, Output, Scratch, bin, corpus, root, s};
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures
 // ---------------------------------------------------------------------------------------------
-
-/// A scratch directory, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "vcp-cli-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create scratch dir");
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    fn write(&self, name: &str, data: impl AsRef<[u8]>) -> PathBuf {
-        let p = self.path(name);
-        std::fs::write(&p, data).expect("write scratch file");
-        p
-    }
-
-    /// File names in the directory, sorted.
-    fn names(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(&self.0)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn s(p: &Path) -> String {
-    p.display().to_string()
-}
 
 /// The shipped default policy (the same text the binary has built in).
 fn default_policy() -> String {

@@ -17,14 +17,13 @@
 //! Domains are named `vcp-diff-<pid>-<i>`; a guard undefines every domain with that prefix, also
 //! when the test fails.
 
-use crate::harness::{Output, bin};
+use crate::harness::{Output, bin, require_libvirtd, virsh};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-const URI: &str = "qemu:///system";
 const CASES: usize = 400;
 const SEED: u64 = 0x5eed_d1ff_2024_0003;
 const HOST_CPUS: [u32; 6] = [2, 8, 64, 256, 300, 384];
@@ -37,27 +36,6 @@ const NOT_CHECKED_AT_DEFINE: &[(&str, &str)] = &[];
 /// Substrings of libvirt define errors for rules the tool deliberately leaves to libvirt (none:
 /// every refusal at define time must be predicted).
 const NOT_PREDICTED: &[(&str, &str)] = &[];
-
-struct Virsh {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-fn virsh(args: &[&str]) -> Virsh {
-    let out = Command::new("virsh")
-        .arg("-c")
-        .arg(URI)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run virsh (apt-get install libvirt-clients)");
-    Virsh {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
 
 /// The name prefix of this run's domains.
 fn prefix() -> String {
@@ -618,12 +596,7 @@ fn define(file: &Path, name: &str) -> Result<(), String> {
 #[ignore = "needs a running libvirtd: .ci/run starts one"]
 #[allow(clippy::too_many_lines)]
 fn check_agrees_with_virsh_define_and_rewrites_are_accepted() {
-    let v = virsh(&["version"]);
-    assert!(
-        v.ok,
-        "libvirtd does not answer on {URI} (run tests/libvirt/start as root):\n{}",
-        v.stderr
-    );
+    require_libvirtd();
     let started = Instant::now();
     let tmp = TempDir::new();
     let _cleanup = Cleanup;

@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Path of the binary under test.
 pub fn bin() -> &'static str {
@@ -101,4 +102,89 @@ impl Output {
         );
         self
     }
+}
+
+/// A scratch directory under the system temp dir, unique per process and call, removed when
+/// dropped.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "vcp-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create scratch dir");
+        Scratch(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    pub fn write(&self, name: &str, data: impl AsRef<[u8]>) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, data).expect("write scratch file");
+        p
+    }
+
+    /// File names in the directory, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&self.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A path as an argument.
+pub fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// libvirt's connection for the tests that need a running libvirtd.
+pub const URI: &str = "qemu:///system";
+
+/// What a finished `virsh` gave.
+pub struct Virsh {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Run `virsh -c qemu:///system ARGS...`.
+pub fn virsh(args: &[&str]) -> Virsh {
+    let out = std::process::Command::new("virsh")
+        .arg("-c")
+        .arg(URI)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run virsh (apt-get install libvirt-clients)");
+    Virsh {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Panic with a clear message when libvirtd does not answer.
+pub fn require_libvirtd() {
+    let v = virsh(&["version"]);
+    assert!(
+        v.ok,
+        "libvirtd does not answer on {URI} (run tests/libvirt/start as root):\n{}",
+        v.stderr
+    );
 }

@@ -7,7 +7,7 @@
 //! scratch directory), so neither /etc, /var/log nor /var/lib of the machine running the tests
 //! changes or is changed by the results.
 
-use crate::harness::{Cmd, Output, bin, corpus};
+use crate::harness::{Cmd, Output, Scratch, bin, corpus, s};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -19,30 +19,12 @@ use std::time::{Duration, Instant};
 // Fixtures
 // ---------------------------------------------------------------------------------------------
 
-/// A scratch directory with an empty `snap/` (the snapshot directory), removed when dropped.
-struct Scratch(PathBuf);
-
 impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "vcp-hook-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("snap")).expect("create scratch dir");
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    fn write(&self, name: &str, data: impl AsRef<[u8]>) -> PathBuf {
-        let p = self.path(name);
-        std::fs::write(&p, data).expect("write scratch file");
-        p
+    /// A scratch directory with an empty `snap/` (the snapshot directory).
+    fn with_snap(tag: &str) -> Scratch {
+        let t = Scratch::new(tag);
+        std::fs::create_dir_all(t.path("snap")).expect("create snap dir");
+        t
     }
 
     fn log_path(&self) -> PathBuf {
@@ -66,12 +48,6 @@ impl Scratch {
     }
 }
 
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 trait ArgsFrom {
     fn args_from(self, a: &[&str]) -> Self;
 }
@@ -83,10 +59,6 @@ impl ArgsFrom for Cmd {
         }
         self
     }
-}
-
-fn s(p: &Path) -> String {
-    p.display().to_string()
 }
 
 /// A policy: x86-64-v2 for every x86_64 guest, with the given mode and `[hook]` settings.
@@ -323,7 +295,7 @@ const UNCHECKED: [(&str, &str); 14] = [
 
 #[test]
 fn unchecked_operations_allow_without_reading_the_policy() {
-    let t = Scratch::new("unchecked");
+    let t = Scratch::with_snap("unchecked");
     let missing = t.path("no-such-policy.toml");
     // A policy that refuses everything if it is read at all.
     let broken = t.write(
@@ -392,7 +364,7 @@ fn run_with_big_stdin(
 
 #[test]
 fn unchecked_operations_drain_20_mb_of_stdin_quickly() {
-    let t = Scratch::new("drain");
+    let t = Scratch::with_snap("drain");
     let data = Arc::new({
         let mut v = cloudstack("g1").into_bytes();
         v.resize(20_000_000, b' ');
@@ -433,7 +405,7 @@ fn unchecked_operations_drain_20_mb_of_stdin_quickly() {
 
 #[test]
 fn checked_operation_drains_oversized_stdin_and_follows_on_error() {
-    let t = Scratch::new("drain-checked");
+    let t = Scratch::with_snap("drain-checked");
     let data = Arc::new({
         let mut v = cloudstack("g1").into_bytes();
         v.resize(20_000_000, b' ');
@@ -482,7 +454,7 @@ fn checked_operation_drains_oversized_stdin_and_follows_on_error() {
 
 #[test]
 fn prepare_allows_a_conforming_guest() {
-    let t = Scratch::new("prepare-ok");
+    let t = Scratch::with_snap("prepare-ok");
     for v in ["deny", "warn"] {
         let p = t.write("p.toml", policy("enforce", v, "deny"));
         let out = t
@@ -498,7 +470,7 @@ fn prepare_allows_a_conforming_guest() {
 
 #[test]
 fn prepare_deny_refuses_the_cloudstack_default_naming_rule_and_features() {
-    let t = Scratch::new("prepare-deny");
+    let t = Scratch::with_snap("prepare-deny");
     let p = t.write("p.toml", policy("enforce", "deny", "allow"));
     let out = t
         .hook(&p, &["i-2-14-VM", "prepare", "begin", "-"])
@@ -514,7 +486,7 @@ fn prepare_deny_refuses_the_cloudstack_default_naming_rule_and_features() {
 
 #[test]
 fn prepare_deny_also_for_tcg() {
-    let t = Scratch::new("prepare-deny-tcg");
+    let t = Scratch::with_snap("prepare-deny-tcg");
     let p = t.write("p.toml", policy("enforce", "deny", "allow"));
     let xml = cloudstack("tcg-guest").replace("<domain type='kvm'>", "<domain type='qemu'>");
     let out = t
@@ -526,7 +498,7 @@ fn prepare_deny_also_for_tcg() {
 
 #[test]
 fn prepare_warn_allows_and_logs_the_decision() {
-    let t = Scratch::new("prepare-warn");
+    let t = Scratch::with_snap("prepare-warn");
     let p = t.write("p.toml", policy("enforce", "warn", "allow"));
     let out = t
         .hook(&p, &["i-2-14-VM", "prepare", "begin", "-"])
@@ -546,7 +518,7 @@ fn prepare_warn_allows_and_logs_the_decision() {
 
 #[test]
 fn prepare_refuses_what_libvirt_would_refuse_even_under_warn() {
-    let t = Scratch::new("prepare-libvirt");
+    let t = Scratch::with_snap("prepare-libvirt");
     let p = t.write("p.toml", policy("enforce", "warn", "allow"));
     // Topology product 2, maximum 3.
     let topo = conforming("g-topo").replace("<vcpu>2</vcpu>", "<vcpu>3</vcpu>");
@@ -582,7 +554,7 @@ fn prepare_refuses_what_libvirt_would_refuse_even_under_warn() {
 
 #[test]
 fn prepare_audit_never_refuses() {
-    let t = Scratch::new("prepare-audit");
+    let t = Scratch::with_snap("prepare-audit");
     let p = t.write("p.toml", policy("audit", "deny", "deny"));
     let topo = conforming("g").replace("<vcpu>2</vcpu>", "<vcpu>3</vcpu>");
     let hp = cloudstack("g")
@@ -624,7 +596,7 @@ fn prepare_audit_never_refuses() {
 
 #[test]
 fn started_deny_refuses_the_features_qemu_disabled() {
-    let t = Scratch::new("started-deny");
+    let t = Scratch::with_snap("started-deny");
     let p = t.write("p.toml", policy("enforce", "deny", "allow"));
     let out = t
         .hook(&p, &["neh", "started", "begin", "-"])
@@ -638,7 +610,7 @@ fn started_deny_refuses_the_features_qemu_disabled() {
 
 #[test]
 fn started_deny_names_even_a_single_disabled_feature() {
-    let t = Scratch::new("started-one");
+    let t = Scratch::with_snap("started-one");
     let p = t.write("p.toml", policy("enforce", "deny", "allow"));
     let out = t
         .hook(&p, &["neh", "started", "begin", "-"])
@@ -655,7 +627,7 @@ fn started_deny_names_even_a_single_disabled_feature() {
 
 #[test]
 fn started_warn_allows_and_logs() {
-    let t = Scratch::new("started-warn");
+    let t = Scratch::with_snap("started-warn");
     let p = t.write("p.toml", policy("enforce", "warn", "allow"));
     let out = t
         .hook(&p, &["neh", "started", "begin", "-"])
@@ -678,7 +650,7 @@ fn started_warn_allows_and_logs() {
 
 #[test]
 fn started_allows_a_live_cpu_with_nothing_disabled() {
-    let t = Scratch::new("started-ok");
+    let t = Scratch::with_snap("started-ok");
     let p = t.write("p.toml", policy("enforce", "deny", "deny"));
     let out = t
         .hook(&p, &["neh", "started", "begin", "-"])
@@ -695,7 +667,7 @@ fn started_allows_a_live_cpu_with_nothing_disabled() {
 
 #[test]
 fn started_allows_host_passthrough() {
-    let t = Scratch::new("started-hp");
+    let t = Scratch::with_snap("started-hp");
     let p = t.write("p.toml", policy("enforce", "deny", "deny"));
     let live = live_nehalem("hp", &[]);
     let start = live.find("  <cpu mode=").unwrap();
@@ -721,7 +693,7 @@ fn destination_refuses_more_vcpus_than_the_machine_limit() {
     ) else {
         return;
     };
-    let t = Scratch::new("dest-limit");
+    let t = Scratch::with_snap("dest-limit");
     let p = t.write("p.toml", policy("enforce", "warn", "allow"));
     for op in ["migrate", "restore"] {
         let out = t
@@ -746,7 +718,7 @@ fn destination_allows_a_fine_guest_with_empty_stdout() {
     ) else {
         return;
     };
-    let t = Scratch::new("dest-ok");
+    let t = Scratch::with_snap("dest-ok");
     for v in ["deny", "warn"] {
         let p = t.write("p.toml", policy("enforce", v, "deny"));
         for op in ["migrate", "restore"] {
@@ -774,7 +746,7 @@ fn destination_refuses_a_model_unusable_here() {
     ) else {
         return;
     };
-    let t = Scratch::new("dest-unusable");
+    let t = Scratch::with_snap("dest-unusable");
     let p = t.write("p.toml", policy("enforce", "warn", "allow"));
     for op in ["migrate", "restore"] {
         let out = t
@@ -797,7 +769,7 @@ fn destination_refuses_a_model_unusable_here() {
 /// the shipped default says `on_violation = "warn"`: the migration must go through, logged.
 #[test]
 fn destination_warn_lets_a_nonconforming_but_runnable_guest_in() {
-    let t = Scratch::new("dest-warn");
+    let t = Scratch::with_snap("dest-warn");
     let p = t.write("p.toml", policy("enforce", "warn", "allow"));
     for op in ["migrate", "restore"] {
         let out = t
@@ -817,7 +789,7 @@ fn destination_warn_lets_a_nonconforming_but_runnable_guest_in() {
 
 #[test]
 fn unparsable_or_empty_xml_follows_on_error() {
-    let t = Scratch::new("bad-xml");
+    let t = Scratch::with_snap("bad-xml");
     let inputs: [(&str, &[u8]); 4] = [
         (
             "truncated",
@@ -857,7 +829,7 @@ fn unparsable_or_empty_xml_follows_on_error() {
 
 #[test]
 fn no_stdin_at_all_follows_on_error() {
-    let t = Scratch::new("no-stdin");
+    let t = Scratch::with_snap("no-stdin");
     let p = t.write("allow.toml", policy("enforce", "deny", "allow"));
     allowed(&t.hook(&p, &["g1", "prepare", "begin", "-"]).run());
     let p = t.write("deny.toml", policy("enforce", "deny", "deny"));
@@ -874,7 +846,7 @@ fn broken_policy(on_error: &str) -> String {
 
 #[test]
 fn broken_policy_follows_on_error() {
-    let t = Scratch::new("bad-policy");
+    let t = Scratch::with_snap("bad-policy");
     let p = t.write("allow.toml", broken_policy("allow"));
     for (op, xml) in [
         ("prepare", cloudstack("g1")),
@@ -911,7 +883,7 @@ fn broken_policy_follows_on_error() {
 
 #[test]
 fn policy_that_is_not_toml_but_says_deny_refuses() {
-    let t = Scratch::new("not-toml");
+    let t = Scratch::with_snap("not-toml");
     let p = t.write(
         "p.toml",
         "this is {{ not toml at all\n[hook]\non_error = \"deny\"\n",
@@ -944,7 +916,7 @@ fn policy_that_is_not_toml_but_says_deny_refuses() {
 /// an operator who sets deny that way and later breaks the file must still get deny.
 #[test]
 fn policy_that_is_not_toml_says_deny_with_a_trailing_comment_refuses() {
-    let t = Scratch::new("not-toml-comment");
+    let t = Scratch::with_snap("not-toml-comment");
     let p = t.write(
         "p.toml",
         "this is {{ not toml at all\n[hook]\non_violation = \"deny\"\non_error = \"deny\"          # \"allow\" | \"deny\"\n",
@@ -959,7 +931,7 @@ fn policy_that_is_not_toml_says_deny_with_a_trailing_comment_refuses() {
 /// TOML literal strings: `on_error = 'deny'` is the same setting as `on_error = "deny"`.
 #[test]
 fn policy_that_is_not_toml_says_deny_in_a_literal_string_refuses() {
-    let t = Scratch::new("not-toml-literal");
+    let t = Scratch::with_snap("not-toml-literal");
     let p = t.write(
         "p.toml",
         "this is {{ not toml at all\n[hook]\non_error = 'deny'\n",
@@ -973,7 +945,7 @@ fn policy_that_is_not_toml_says_deny_in_a_literal_string_refuses() {
 
 #[test]
 fn missing_policy_file_allows_and_logs() {
-    let t = Scratch::new("missing-policy");
+    let t = Scratch::with_snap("missing-policy");
     let p = t.path("no-such-policy.toml");
     for (op, xml) in [
         ("prepare", cloudstack("g1")),
@@ -997,7 +969,7 @@ fn missing_policy_file_allows_and_logs() {
 
 #[test]
 fn the_log_never_contains_domain_xml() {
-    let t = Scratch::new("no-xml-in-log");
+    let t = Scratch::with_snap("no-xml-in-log");
     for v in ["deny", "warn"] {
         let p = t.write("p.toml", policy("enforce", v, "allow"));
         for (op, xml) in [
@@ -1028,7 +1000,7 @@ fn the_log_never_contains_domain_xml() {
 
 #[test]
 fn refusal_stderr_is_one_line_even_with_odd_guest_names() {
-    let t = Scratch::new("one-line");
+    let t = Scratch::with_snap("one-line");
     let p = t.write("p.toml", policy("enforce", "deny", "deny"));
     for name in ["i-2-14-VM", "guest with spaces", "é-ünïcode", "x"] {
         let out = t
@@ -1046,7 +1018,7 @@ fn refusal_stderr_is_one_line_even_with_odd_guest_names() {
 
 #[test]
 fn refusal_is_one_line_when_the_guest_argument_has_a_newline() {
-    let t = Scratch::new("newline-name");
+    let t = Scratch::with_snap("newline-name");
     let p = t.write("p.toml", policy("enforce", "deny", "deny"));
     let out = t
         .hook(&p, &["evil\nname", "prepare", "begin", "-"])
@@ -1078,7 +1050,7 @@ fn refusal_is_one_line_when_the_guest_argument_has_a_newline() {
 
 #[test]
 fn parallel_hooks_while_the_policy_is_replaced_atomically() {
-    let t = Scratch::new("parallel");
+    let t = Scratch::with_snap("parallel");
     let deny = policy("enforce", "deny", "deny");
     let warn = policy("enforce", "warn", "deny");
     let p = t.write("policy.toml", &deny);

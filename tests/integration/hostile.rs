@@ -7,7 +7,7 @@
 //!
 //! Also: every crash the fuzz targets (fuzz/) found, replayed from `tests/fuzz-regressions/`.
 
-use crate::harness::{Cmd, Output, bin, root};
+use crate::harness::{Cmd, Output, Scratch, bin, root, s};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -19,43 +19,6 @@ use std::time::{Duration, Instant};
 // ---------------------------------------------------------------------------------------------
 // Fixtures
 // ---------------------------------------------------------------------------------------------
-
-/// A scratch directory, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "vcp-hostile-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create scratch dir");
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    fn write(&self, name: &str, data: impl AsRef<[u8]>) -> PathBuf {
-        let p = self.path(name);
-        std::fs::write(&p, data).expect("write scratch file");
-        p
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn s(p: &Path) -> String {
-    p.display().to_string()
-}
 
 /// The shipped default policy: x86-64-v2 for every x86_64 guest.
 fn default_policy() -> String {

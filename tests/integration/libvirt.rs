@@ -11,48 +11,14 @@
 //! test fails.
 
 use crate::golden::cases;
-use crate::harness::{Cmd, root};
+use crate::harness::{Cmd, require_libvirtd, root, virsh};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const URI: &str = "qemu:///system";
 /// The x86-64-v2 features beyond v1, in libvirt's spelling.
 const V2: [&str; 7] = [
     "lahf_lm", "popcnt", "sse4.1", "sse4.2", "ssse3", "cx16", "pni",
 ];
-
-/// What a finished `virsh` gave.
-struct Virsh {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-fn virsh(args: &[&str]) -> Virsh {
-    let out = Command::new("virsh")
-        .arg("-c")
-        .arg(URI)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run virsh (apt-get install libvirt-clients)");
-    Virsh {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-/// Panic with a clear message when libvirtd does not answer.
-fn require_libvirtd() {
-    let v = virsh(&["version"]);
-    assert!(
-        v.ok,
-        "libvirtd does not answer on {URI} (run tests/libvirt/start as root):\n{}",
-        v.stderr
-    );
-}
 
 /// A unique test domain name.
 fn test_name(tag: &str) -> String {
