@@ -287,7 +287,14 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
     } else if let Some(f) = o.findings.iter().find(|f| f.severity == Severity::Error) {
         finding_line(guest, f)
     } else {
-        let first = &o.changes[0];
+        let Some(first) = o.changes.first() else {
+            return Ok(violation(
+                guest,
+                Check::Prepare,
+                policy,
+                refusal(guest, "does not conform to the CPU policy", "policy", fix),
+            ));
+        };
         // The change's first clause: "<feature policy='require' name='aes'/> added".
         let short = first
             .what

@@ -152,6 +152,8 @@ struct Desired<'a, 't> {
     numa_markup: Option<String>,
     /// Feature names listed more than once within one `<cpu>` (libvirt refuses that).
     duplicates: Vec<String>,
+    /// Elements that occur once (`model`, `topology`...) written more than once in one `<cpu>`.
+    repeated: Vec<String>,
 }
 
 impl Desired<'_, '_> {
@@ -215,6 +217,7 @@ fn merge<'a, 't>(cpus: &[Node<'a, 't>], findings: &mut Vec<Finding>) -> Desired<
         topology_markup: None,
         numa_markup: None,
         duplicates: Vec::new(),
+        repeated: Vec::new(),
     };
     let text_key = |n: Node<'_, '_>| -> String {
         let doc_text = n.document().input_text();
@@ -236,6 +239,9 @@ fn merge<'a, 't>(cpus: &[Node<'a, 't>], findings: &mut Vec<Finding>) -> Desired<
             }
             match c.tag_name().name() {
                 "model" => {
+                    if d.model.as_ref().and_then(|m| m.src).is_some_and(|m| m.parent() == c.parent()) {
+                        d.repeated.push("model".into());
+                    }
                     d.model = Some(ModelD {
                         text: text_of(c).unwrap_or_default(),
                         fallback: c.attribute("fallback").map(str::to_string),
@@ -278,6 +284,9 @@ fn merge<'a, 't>(cpus: &[Node<'a, 't>], findings: &mut Vec<Finding>) -> Desired<
                 },
                 name if SINGLES.contains(&name) => {
                     if let Some(s) = d.singles.iter_mut().find(|(n, _)| n == name) {
+                        if s.1.parent() == c.parent() {
+                            d.repeated.push(name.to_string());
+                        }
                         s.1 = c;
                     } else {
                         d.singles.push((name.to_string(), c));
@@ -709,6 +718,12 @@ pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<O
             format!("{} <cpu> elements folded into the first (libvirt reads only the first one's mode, model and features)", cpus.len()),
         );
     }
+    for e in &desired.repeated {
+        ctx.change(
+            BUILTIN_RULE,
+            format!("<{e}> given more than once in one <cpu>: the last one kept"),
+        );
+    }
     for f in &desired.duplicates {
         let p = desired.feature(f).map_or("require", |f| f.policy.as_str());
         ctx.change(
@@ -734,6 +749,9 @@ pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<O
     let changed = rewritten != text;
     if !changed {
         ctx.changes.clear();
+    } else if ctx.changes.is_empty() {
+        // Every edit has a reason; this one catches a reshaping no rule above names.
+        ctx.change(BUILTIN_RULE, "<cpu> rewritten into the shape libvirt reads");
     }
     // Validate what would be written (the input itself when nothing changes).
     let mut findings = ctx.findings;

@@ -140,6 +140,11 @@ fn check(input: &str, policy: &Policy, host: &Host) {
         "`changed` disagrees with the output{}",
         show()
     );
+    assert!(
+        !o.changed || !o.changes.is_empty(),
+        "the document changed but no change is explained{}",
+        show()
+    );
     let in_doc = parse(input);
     let out_doc = parse(out);
     let (had, has) = (top_cpus(&in_doc), top_cpus(&out_doc));
