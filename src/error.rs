@@ -3,7 +3,7 @@
 //! These are the "bad input" failures (exit code 2 at the command line): an unreadable or
 //! malformed document or policy, a refused DTD, an oversized input, an unreadable host-fact file.
 //! A domain that can be read but cannot be made to conform is *not* an error here: that is a
-//! [`crate::validate::Finding`] with severity error (exit code 1).
+//! [`crate::finding::Finding`] with severity error (exit code 1).
 
 use std::path::PathBuf;
 
