@@ -830,11 +830,28 @@ fn emit(
     let first_children: Vec<Node<'_, '_>> = first
         .map(|f| f.children().filter(|c| !is_blank(text, *c)).collect())
         .unwrap_or_default();
+    // New features follow the attribute order of the features already there (libvirt writes
+    // `policy` first; Nova and some tools write `name` first).
+    let name_first = cpus
+        .iter()
+        .flat_map(|c| c.children())
+        .find(|c| crate::domain::is_libvirt_element(*c, "feature"))
+        .and_then(|f| {
+            let mut names = f.attributes().map(|a| a.name());
+            let first = names.find(|n| *n == "name" || *n == "policy")?;
+            Some(first == "name")
+        })
+        .unwrap_or(false);
     let feature_item = |f: &Feat<'_, '_>| match f.f_node {
         Some(node) if node.attribute("policy").unwrap_or("require") == f.policy => {
             Item::Verbatim(node.range())
         }
         Some(node) => Item::Markup(with_attrs(text, node, &[("policy", f.policy.as_str())], q)),
+        None if name_first => Item::Markup(format!(
+            "<feature name={q}{}{q} policy={q}{}{q}/>",
+            escape_attr(&f.name),
+            escape_attr(&f.policy)
+        )),
         None => Item::Markup(format!(
             "<feature policy={q}{}{q} name={q}{}{q}/>",
             escape_attr(&f.policy),
