@@ -591,7 +591,12 @@ impl Policy {
         })?;
         let ck = Checker { text, source };
         if raw.host.cpus == Some(0) {
-            let at = text.find("cpus").unwrap_or(0);
+            // The value's position: `cpus` under [host] (or `host.cpus`), then past the `=`.
+            let host = text.find("[host]").unwrap_or(0);
+            let key = text[host..].find("cpus").map_or(0, |i| host + i);
+            let at = text[key..].find('=').map_or(key, |i| {
+                key + i + 1 + text[key + i + 1..].len() - text[key + i + 1..].trim_start().len()
+            });
             return Err(ck.err(at..at, "host.cpus", "must be 1 or more"));
         }
         if let Some(v) = &raw.version {
