@@ -391,16 +391,7 @@ impl CpuMap {
                 match child.tag_name().name() {
                     "include" => {
                         let path = include_path(dir, &index_path, child)?;
-                        let text = read_file(&path)?;
-                        let doc = parse_xml(&path, &text)?;
-                        check_root(&path, &doc)?;
-                        for model in doc
-                            .root_element()
-                            .children()
-                            .filter(|n| n.has_tag_name("model"))
-                        {
-                            parse_model(&path, model, &mut raw)?;
-                        }
+                        read_model_file(&path, &mut raw)?;
                     }
                     "model" => parse_model(&index_path, child, &mut raw)?,
                     _ => {}
@@ -453,17 +444,7 @@ impl CpuMap {
             if file.contains('/') || !listed(&file) {
                 continue;
             }
-            let path = dir.join(&file);
-            let text = read_file(&path)?;
-            let doc = parse_xml(&path, &text)?;
-            check_root(&path, &doc)?;
-            for model in doc
-                .root_element()
-                .children()
-                .filter(|n| n.has_tag_name("model"))
-            {
-                parse_model(&path, model, &mut raw)?;
-            }
+            read_model_file(&dir.join(&file), &mut raw)?;
             if let Some(parent) = raw.get(&name).and_then(|m| m.parent.clone()) {
                 todo.push(parent);
             }
@@ -541,6 +522,21 @@ impl CpuMap {
     pub fn model_names(&self) -> Vec<&str> {
         self.models.keys().map(String::as_str).collect()
     }
+}
+
+/// Reads one `cpu_map` model file (`<cpus><model name=...>...</cpus>`) into `raw`.
+fn read_model_file(path: &Path, raw: &mut BTreeMap<String, RawModel>) -> Result<(), CpuMapError> {
+    let text = read_file(path)?;
+    let doc = parse_xml(path, &text)?;
+    check_root(path, &doc)?;
+    for model in doc
+        .root_element()
+        .children()
+        .filter(|n| n.has_tag_name("model"))
+    {
+        parse_model(path, model, raw)?;
+    }
+    Ok(())
 }
 
 /// Reads a whole `cpu_map` file.
