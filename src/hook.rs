@@ -21,7 +21,7 @@ use crate::error::Error;
 use crate::finding::{Finding, Severity};
 use crate::host::{Host, HostOptions};
 use crate::policy::{Mode, OnError, OnViolation, Policy, on_error_hint};
-use crate::rewrite::{guaranteed_features, policy_absent, policy_present, rewrite};
+use crate::rewrite::{guaranteed_features, policy_absent, policy_present, rewrite_parsed};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -266,7 +266,7 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
     {
         return Ok(hard_refusal(guest, Check::Prepare, policy, f));
     }
-    let o = rewrite(text, "the domain XML", policy, host)?;
+    let o = rewrite_parsed(&dom, "the domain XML", policy, host)?;
     if !o.changed && !o.has_errors() {
         tracing::info!(
             guest,

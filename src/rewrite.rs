@@ -690,6 +690,21 @@ const COMPANIONS: [(&str, &str, &str); 1] = [(
 /// [`Error`] for input that cannot be judged: malformed XML, a DTD, not a `<domain>`.
 pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<Outcome> {
     let dom = Domain::parse(text, what)?;
+    rewrite_parsed(&dom, what, policy, host)
+}
+
+/// [`rewrite`] of a document already parsed (the hook parses once and both validates the input
+/// and rewrites it).
+///
+/// # Errors
+/// As [`rewrite`], for the output.
+pub fn rewrite_parsed(
+    dom: &Domain<'_>,
+    what: &str,
+    policy: &Policy,
+    host: &Host,
+) -> Result<Outcome> {
+    let text = dom.text;
     let name = dom.name();
     if !dom.in_scope() {
         return Ok(Outcome {
@@ -705,7 +720,7 @@ pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<O
             findings: Vec::new(),
         });
     }
-    let plan = policy.plan_for(&dom);
+    let plan = policy.plan_for(dom);
     let mut ctx = Ctx {
         changes: Vec::new(),
         findings: Vec::new(),
@@ -731,13 +746,13 @@ pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<O
             format!("<feature name='{f}'> listed more than once: kept once, with the last policy '{p}' (libvirt: \"CPU feature '{f}' specified more than once\")"),
         );
     }
-    apply_plan(&mut desired, &plan, &dom, host, &mut ctx);
-    let v = vcpu::apply(&dom, &plan, host, desired.single("topology"), desired.numa);
+    apply_plan(&mut desired, &plan, dom, host, &mut ctx);
+    let v = vcpu::apply(dom, &plan, host, desired.single("topology"), desired.numa);
     desired.topology_markup = v.topology_markup;
     desired.numa_markup = v.numa_markup;
     ctx.changes.extend(v.changes);
     ctx.findings.extend(v.findings);
-    let mut edits = emit(&dom, &cpus, &desired).map_err(|e| Error::Xml {
+    let mut edits = emit(dom, &cpus, &desired).map_err(|e| Error::Xml {
         what: what.to_string(),
         message: e,
     })?;
@@ -767,7 +782,7 @@ pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<O
         Domain::parse(&rewritten, "the rewritten domain")
             .map(|out| validate::validate(&out, &plan, host))
     } else {
-        Ok(validate::validate(&dom, &plan, host))
+        Ok(validate::validate(dom, &plan, host))
     };
     match validated {
         Ok(v) => findings.extend(v.into_iter().filter(|f| !planned.contains(&f.code))),

@@ -144,24 +144,11 @@ fn no_panic(out: &Output) {
 }
 
 fn rewrite(args: &[&str]) -> Cmd {
-    Cmd::new(&["rewrite"]).args_from(args)
+    Cmd::new(&["rewrite"]).args(args)
 }
 
 fn check(args: &[&str]) -> Cmd {
-    Cmd::new(&["check"]).args_from(args)
-}
-
-trait ArgsFrom {
-    fn args_from(self, a: &[&str]) -> Self;
-}
-
-impl ArgsFrom for Cmd {
-    fn args_from(mut self, a: &[&str]) -> Self {
-        for x in a {
-            self = self.arg(x);
-        }
-        self
-    }
+    Cmd::new(&["check"]).args(args)
 }
 
 /// Run and time a command.

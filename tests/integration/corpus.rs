@@ -13,7 +13,7 @@
 //! corpus, or without `virt-xml-validate`, it says what it skipped; with `CI=true` either is a
 //! failure.
 
-use crate::harness::{Cmd, Output, corpus, root};
+use crate::harness::{Cmd, Output, Scratch, corpus, root};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -23,24 +23,6 @@ use std::time::Instant;
 
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// A scratch directory under the system temp dir, removed on drop (also when the test panics).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("vcp-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("create temp dir");
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Whether `virt-xml-validate` can be run at all.
@@ -382,7 +364,7 @@ fn corpus_virt_manager_domains() {
     files.sort();
 
     let policy = root().join("packaging/policy.toml");
-    let scratch = TempDir::new("corpus");
+    let scratch = Scratch::new("corpus");
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<(PathBuf, Result<DocResult, String>)>> = Mutex::new(Vec::new());
     let workers = std::thread::available_parallelism()

@@ -17,7 +17,7 @@
 //! Domains are named `vcp-diff-<pid>-<i>`; a guard undefines every domain with that prefix, also
 //! when the test fails.
 
-use crate::harness::{Output, bin, require_libvirtd, virsh};
+use crate::harness::{Output, Scratch, bin, require_libvirtd, virsh};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -71,24 +71,6 @@ impl Drop for Cleanup {
         if n > 0 {
             eprintln!("differential: cleanup undefined {n} leftover domain(s)");
         }
-    }
-}
-
-/// Scratch directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        let p = std::env::temp_dir().join(format!("vcp-diff-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("create temp dir");
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -598,7 +580,7 @@ fn define(file: &Path, name: &str) -> Result<(), String> {
 fn check_agrees_with_virsh_define_and_rewrites_are_accepted() {
     require_libvirtd();
     let started = Instant::now();
-    let tmp = TempDir::new();
+    let tmp = Scratch::new("diff");
     let _cleanup = Cleanup;
     let exe = tmp.0.join("virt-cpu-policy");
     std::fs::copy(bin(), &exe).expect("copy the binary under test");

@@ -51,6 +51,11 @@ impl Cmd {
         self
     }
 
+    pub fn args<S: AsRef<str>>(mut self, a: &[S]) -> Self {
+        self.args.extend(a.iter().map(|x| x.as_ref().to_string()));
+        self
+    }
+
     pub fn stdin(mut self, data: impl Into<Vec<u8>>) -> Self {
         self.stdin = Some(data.into());
         self

@@ -44,20 +44,7 @@ impl Scratch {
             .arg(s(&self.log_path()))
             .arg("--snapshot-dir")
             .arg(s(&self.path("snap")))
-            .args_from(args)
-    }
-}
-
-trait ArgsFrom {
-    fn args_from(self, a: &[&str]) -> Self;
-}
-
-impl ArgsFrom for Cmd {
-    fn args_from(mut self, a: &[&str]) -> Self {
-        for x in a {
-            self = self.arg(x);
-        }
-        self
+            .args(args)
     }
 }
 
@@ -1090,7 +1077,7 @@ fn parallel_hooks_while_the_policy_is_replaced_atomically() {
                     .arg(s(&log))
                     .arg("--snapshot-dir")
                     .arg(s(&snap))
-                    .args_from(&[&name, "prepare", "begin", "-"])
+                    .args(&[&name, "prepare", "begin", "-"])
                     .stdin(cloudstack(&name))
                     .run();
                 let logged = std::fs::read_to_string(&log).unwrap_or_default();

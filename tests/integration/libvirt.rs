@@ -11,8 +11,8 @@
 //! test fails.
 
 use crate::golden::cases;
-use crate::harness::{Cmd, require_libvirtd, root, virsh};
-use std::path::{Path, PathBuf};
+use crate::harness::{Cmd, Scratch, require_libvirtd, root, virsh};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The x86-64-v2 features beyond v1, in libvirt's spelling.
@@ -53,24 +53,6 @@ impl Drop for Cleanup {
             let _ = virsh(&["destroy", n]);
             let _ = virsh(&["undefine", n]);
         }
-    }
-}
-
-/// Scratch directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("vcp-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("create temp dir");
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -206,7 +188,7 @@ fn golden_outputs_are_accepted_by_virsh_define() {
             "libvirt: this host offers no KVM domain type: kvm cases are defined as type='qemu'"
         );
     }
-    let tmp = TempDir::new("define");
+    let tmp = Scratch::new("define");
     let mut cleanup = Cleanup::default();
     let mut defined = Vec::new();
     let mut failures = Vec::new();
@@ -458,7 +440,7 @@ fn wait_running(name: &str) -> String {
 #[ignore = "needs a running libvirtd: .ci/run starts one"]
 fn cloudstack_default_cpu_output_starts_under_tcg() {
     require_libvirtd();
-    let tmp = TempDir::new("tcg");
+    let tmp = Scratch::new("tcg");
     let mut cleanup = Cleanup::default();
 
     let case_input = root().join("tests/cases/cloudstack-default-cpu-v2/input.xml");
