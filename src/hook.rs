@@ -139,7 +139,7 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
         Err(e) => return fail(&e, "report the XML libvirt passed as a bug"),
     };
     let mut caps = opts.caps.clone();
-    caps.extend(snapshot_files(
+    caps.extend(crate::host::xml_files(
         opts.snapshot_dir
             .as_deref()
             .unwrap_or(Path::new(SNAPSHOT_DIR)),
@@ -162,18 +162,6 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
         Err(e) => fail(&e, "report the XML libvirt passed as a bug"),
         Ok(v) => v,
     }
-}
-
-/// The daemon's snapshot files: `*.xml` directly in `dir` (not its backups).
-fn snapshot_files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "xml"))
-        .collect();
-    v.sort();
-    v
 }
 
 fn tool_failure(

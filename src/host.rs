@@ -344,17 +344,11 @@ impl Host {
             return m.clone();
         }
         let mut machines = Vec::new();
-        let entries = self
+        let paths = self
             .qemu_cache_dir
-            .as_ref()
-            .and_then(|dir| std::fs::read_dir(dir).ok());
-        let mut paths: Vec<PathBuf> = entries
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "xml"))
-            .collect();
-        paths.sort();
+            .as_deref()
+            .map(xml_files)
+            .unwrap_or_default();
         for p in paths {
             // The emulator is named in the file's first lines: look before parsing it whole.
             let mut head = Vec::with_capacity(4096);
@@ -386,16 +380,11 @@ impl Host {
     /// `virt-cpu-policy host`); unreadable files are skipped.
     #[must_use]
     pub fn qemu_cache_all(&self) -> Vec<MachineFact> {
-        let Some(dir) = &self.qemu_cache_dir else {
-            return Vec::new();
-        };
-        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "xml"))
-            .collect();
-        paths.sort();
+        let paths = self
+            .qemu_cache_dir
+            .as_deref()
+            .map(xml_files)
+            .unwrap_or_default();
         paths
             .iter()
             .filter_map(|p| match read_fact_file(p) {
@@ -493,6 +482,20 @@ impl Host {
             .find(|m| m.arch == arch && m.name == machine && m.canonical.is_some())
             .and_then(|m| m.canonical.clone())
     }
+}
+
+/// The regular `*.xml` files directly in `dir`, sorted; none when it cannot be read. (A FIFO or
+/// a device would block the hook: only regular files.)
+#[must_use]
+pub fn xml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "xml"))
+        .collect();
+    v.sort();
+    v
 }
 
 /// What one host-fact file holds.
