@@ -11,8 +11,10 @@
 //!
 //! Output is built whole in memory and written once, so a failure never leaves partial output.
 
+mod host;
+
 use crate::error::Error;
-use crate::host::{Fact, Host, HostOptions};
+use crate::host::{Fact, Host, HostOptions, LibvirtVersion};
 use crate::policy::{Mode, Policy};
 use crate::rewrite::{Outcome, rewrite};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -122,7 +124,8 @@ pub struct Common {
     pub input: PathBuf,
 }
 
-/// Where machine-type and KVM vCPU limits come from, besides `--caps`.
+/// Host facts given on the command line besides `--caps`: where machine-type and KVM vCPU limits
+/// come from, and the libvirt version.
 #[derive(Debug, Args, Clone, Default)]
 pub struct LimitArgs {
     /// libvirt's QEMU capability cache directory (default /var/cache/libvirt/qemu/capabilities).
@@ -134,6 +137,10 @@ pub struct LimitArgs {
     /// KVM's vCPU limit, instead of asking /dev/kvm (KVM_CAP_MAX_VCPUS).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub kvm_max_vcpus: Option<u32>,
+    /// The host's libvirt version (MAJOR.MINOR.MICRO), instead of libvirt's QEMU capability
+    /// cache (for dry runs of another host's rules).
+    #[arg(long, value_name = "VERSION")]
+    pub libvirt_version: Option<LibvirtVersion>,
 }
 
 /// `rewrite` options.
@@ -148,6 +155,9 @@ pub struct RewriteArgs {
     /// Also print, on stderr, each change and the rule that caused it.
     #[arg(long)]
     pub explain: bool,
+    /// Format of `--explain`: text, or the JSON object `check --format json` prints.
+    #[arg(long, value_enum, default_value = "text", requires = "explain")]
+    pub format: Format,
     /// Replace INPUT with the result (atomically; untouched when nothing changes).
     #[arg(long)]
     pub in_place: bool,
@@ -179,6 +189,12 @@ pub struct HostArgs {
     #[command(flatten)]
     /// Policy (its `[host]` settings apply) and host facts.
     pub facts: FactArgs,
+    /// List every machine type on its own line instead of folding families into version ranges.
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// Report format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
 }
 
 /// A failure that ends the command with a message and an exit code.
@@ -252,6 +268,7 @@ fn host_options(policy: &Policy, f: &FactArgs) -> HostOptions {
     HostOptions {
         qemu_cache: f.limits.qemu_cache(),
         kvm_max_vcpus: f.limits.kvm(),
+        libvirt_version: f.limits.libvirt(),
         ..HostOptions::from_policy(policy, &f.caps, f.cpu_map.as_deref(), cpus)
     }
 }
@@ -270,6 +287,13 @@ impl LimitArgs {
         self.kvm_max_vcpus.map(|value| Fact {
             value,
             source: "--kvm-max-vcpus".into(),
+        })
+    }
+
+    fn libvirt(&self) -> Option<Fact<LibvirtVersion>> {
+        self.libvirt_version.map(|value| Fact {
+            value,
+            source: "--libvirt-version".into(),
         })
     }
 }
@@ -384,10 +408,11 @@ fn cmd_rewrite(a: &RewriteArgs) -> Result<i32, Failure> {
     let p = prepare(&a.common)?;
     let o = &p.outcome;
     let audit = p.policy.mode == Mode::Audit;
-    let mut err = findings_text(o);
-    if a.explain || audit {
-        err = explain(o, audit) + &err;
-    }
+    let err = match a.format {
+        Format::Json => format!("{}\n", report_json(o, &p.policy)),
+        Format::Text if a.explain || audit => explain(o, audit) + &findings_text(o),
+        Format::Text => findings_text(o),
+    };
     eprint!("{err}");
     if o.has_errors() && !audit {
         return Ok(EXIT_REFUSED);
@@ -459,10 +484,10 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
     Ok(())
 }
 
-fn cmd_check(a: &CheckArgs) -> Result<i32, Failure> {
-    let p = prepare(&a.common)?;
-    let o = &p.outcome;
-    let (verdict, code) = if !o.in_scope {
+/// The verdict on a rewrite's outcome and the exit code `check` gives it.
+#[must_use]
+pub fn verdict(o: &Outcome) -> (&'static str, i32) {
+    if !o.in_scope {
         ("out-of-scope", EXIT_OK)
     } else if o.has_errors() {
         ("cannot-conform", EXIT_REFUSED)
@@ -470,87 +495,68 @@ fn cmd_check(a: &CheckArgs) -> Result<i32, Failure> {
         ("needs-rewrite", EXIT_NEEDS_REWRITE)
     } else {
         ("conforms", EXIT_OK)
-    };
-    let report = match a.format {
-        Format::Json => {
-            // A domain that cannot conform has no rewrite to describe: its changes are not listed
-            // (as in the text report).
-            let changes: &[crate::rewrite::Change] = if verdict == "cannot-conform" {
-                &[]
-            } else {
-                &o.changes
-            };
-            let v = serde_json::json!({
-                "guest": o.name,
-                "verdict": verdict,
-                "exit": code,
-                "policy": p.policy.source,
-                "mode": match p.policy.mode { Mode::Enforce => "enforce", Mode::Audit => "audit" },
-                "changes": changes,
-                "findings": o.findings,
-                "note": o.note,
-            });
-            format!("{v}\n")
-        }
-        Format::Text => {
-            let label = guest_label(o);
-            let mut s = match verdict {
-                "out-of-scope" => format!("{label}: {}\n", o.note.clone().unwrap_or_default()),
-                "cannot-conform" => format!("{label}: cannot conform to the policy\n"),
-                "needs-rewrite" => format!(
-                    "{label}: conforms only after a rewrite ({} change(s))\n",
-                    o.changes.len()
-                ),
-                _ => format!("{label}: conforms\n"),
-            };
-            if verdict != "cannot-conform" {
-                for c in &o.changes {
-                    s.push_str(&format!("  - rule '{}': {}\n", c.rule, c.what));
-                }
-            }
-            for f in &o.findings {
-                s.push_str(&format!("  {f}\n"));
-            }
-            s
-        }
-    };
-    write_stdout(report.as_bytes())?;
-    Ok(code)
+    }
 }
 
-/// One line per (source, arch, virt type): every machine type's vCPU limit, then the aliases.
-fn machine_lines<'a>(machines: impl Iterator<Item = &'a crate::host::MachineFact>) -> String {
-    type Group = (Vec<String>, Vec<String>);
-    let mut groups: std::collections::BTreeMap<(String, String, String), Group> =
-        std::collections::BTreeMap::new();
-    for m in machines {
-        let key = (
-            m.source.clone(),
-            m.arch.clone(),
-            m.virt_type.clone().unwrap_or_else(|| "any".into()),
-        );
-        let g = groups.entry(key).or_default();
-        match (&m.canonical, m.max_cpus) {
-            (Some(c), _) => g.1.push(format!("{} -> {c}", m.name)),
-            (None, Some(n)) => g.0.push(format!("{}={n}", m.name)),
-            (None, None) => {}
+/// Version of the JSON reports (`check`, `rewrite --explain --format json`, `host`); README.md
+/// ("JSON output") documents each field.
+pub const JSON_SCHEMA_VERSION: u32 = 1;
+
+/// The JSON report on one domain (README.md, "JSON output").
+#[must_use]
+pub fn report_json(o: &Outcome, policy: &Policy) -> serde_json::Value {
+    let (verdict, code) = verdict(o);
+    // A domain that cannot conform has no rewrite to describe: its changes are not listed (as in
+    // the text report).
+    let changes: &[crate::change::Change] = if verdict == "cannot-conform" {
+        &[]
+    } else {
+        &o.changes
+    };
+    serde_json::json!({
+        "schema_version": JSON_SCHEMA_VERSION,
+        "guest": o.name,
+        "verdict": verdict,
+        "exit": code,
+        "policy": policy.source,
+        "mode": match policy.mode { Mode::Enforce => "enforce", Mode::Audit => "audit" },
+        "changes": changes,
+        "findings": o.findings,
+        "note": o.note,
+    })
+}
+
+fn report_text(o: &Outcome) -> String {
+    let (verdict, _) = verdict(o);
+    let label = guest_label(o);
+    let mut s = match verdict {
+        "out-of-scope" => format!("{label}: {}\n", o.note.clone().unwrap_or_default()),
+        "cannot-conform" => format!("{label}: cannot conform to the policy\n"),
+        "needs-rewrite" => format!(
+            "{label}: conforms only after a rewrite ({} change(s))\n",
+            o.changes.len()
+        ),
+        _ => format!("{label}: conforms\n"),
+    };
+    if verdict != "cannot-conform" {
+        for c in &o.changes {
+            s.push_str(&format!("  - rule '{}': {}\n", c.rule, c.what));
         }
     }
-    let mut s = String::new();
-    for ((src, arch, vt), (mut limits, mut aliases)) in groups {
-        limits.sort();
-        limits.dedup();
-        aliases.sort();
-        aliases.dedup();
-        s.push_str(&format!(
-            "machine limits ({arch}, {vt}) from {src}: {}\n",
-            limits.join(" ")
-        ));
-        if !aliases.is_empty() {
-            s.push_str(&format!("  aliases: {}\n", aliases.join(", ")));
-        }
+    for f in &o.findings {
+        s.push_str(&format!("  {f}\n"));
     }
     s
+}
+
+fn cmd_check(a: &CheckArgs) -> Result<i32, Failure> {
+    let p = prepare(&a.common)?;
+    let report = match a.format {
+        Format::Json => format!("{}\n", report_json(&p.outcome, &p.policy)),
+        Format::Text => report_text(&p.outcome),
+    };
+    write_stdout(report.as_bytes())?;
+    Ok(verdict(&p.outcome).1)
 }
 
 fn cmd_hook(a: &HookCmd) -> i32 {
@@ -568,6 +574,7 @@ fn cmd_hook(a: &HookCmd) -> i32 {
         snapshot_dir: a.snapshot_dir.clone(),
         qemu_cache: a.limits.qemu_cache(),
         kvm_max_vcpus: a.limits.kvm(),
+        libvirt_version: a.limits.libvirt(),
     };
     match crate::hook::run(&a.guest, check, &xml, &opts) {
         crate::hook::Verdict::Allow => EXIT_OK,
@@ -581,74 +588,11 @@ fn cmd_hook(a: &HookCmd) -> i32 {
 fn cmd_host(a: &HostArgs) -> Result<i32, Failure> {
     let policy = Policy::load(a.facts.policy.as_deref())?;
     let host = Host::discover(&host_options(&policy, &a.facts))?;
-    let mut s = String::new();
-    s.push_str(&format!("policy: {}\n", policy.source));
-    s.push_str(&format!(
-        "cpu_map: {} x86 models from {}\n",
-        host.full_cpu_map()?.len(),
-        host.cpu_map_source()
-    ));
-    if let Some(n) = &host.cpu_map_note {
-        s.push_str(&format!("  note: {n}\n"));
-    }
-    match host.cpus() {
-        Some(c) => s.push_str(&format!("host CPUs: {} (from {})\n", c.value, c.source)),
-        None => s.push_str("host CPUs: unknown\n"),
-    }
-    if host.files.is_empty() {
-        s.push_str("capability files: none (give --caps FILE)\n");
-    }
-    for f in &host.files {
-        s.push_str(&format!("capability file: {f}\n"));
-    }
-    match host.kvm_limit() {
-        Some(k) => s.push_str(&format!("KVM max vCPUs: {} (from {})\n", k.value, k.source)),
-        None => s.push_str("KVM max vCPUs: unknown (/dev/kvm not readable)\n"),
-    }
-    let cached = host.qemu_cache_all();
-    if cached.is_empty() {
-        s.push_str(&format!(
-            "QEMU capability cache: nothing read from {}\n",
-            host.qemu_cache_dir
-                .as_ref()
-                .map_or("(disabled)".into(), |d| d.display().to_string())
-        ));
-    }
-    s.push_str(&machine_lines(host.machines.iter().chain(cached.iter())));
-    for d in &host.domcaps {
-        s.push_str(&format!(
-            "domcapabilities: {} {} {}: vcpu max {}, modes {} (from {})\n",
-            d.arch,
-            d.virt_type,
-            d.machine,
-            d.vcpu_max.map_or("unknown".into(), |v| v.to_string()),
-            d.modes.iter().cloned().collect::<Vec<_>>().join(","),
-            d.source
-        ));
-        if let Some(hm) = &d.host_model {
-            let model = hm.model.as_deref().unwrap_or("(none)");
-            let feats = crate::rewrite::guaranteed_features(
-                host.model_features(model).as_ref(),
-                &hm.require
-                    .iter()
-                    .map(|f| (f.clone(), "require".into()))
-                    .chain(hm.disable.iter().map(|f| (f.clone(), "disable".into())))
-                    .collect::<Vec<_>>(),
-            );
-            let level = crate::cpu::Level::highest(|f| feats.contains(f))
-                .map_or("below x86-64-v1".into(), |l| l.to_string());
-            s.push_str(&format!(
-                "  host-model: {model} + {} required, {} disabled: reaches {level}\n",
-                hm.require.len(),
-                hm.disable.len()
-            ));
-        }
-        let usable = d.models.iter().filter(|(_, u)| *u).count();
-        s.push_str(&format!(
-            "  custom models: {usable} of {} usable\n",
-            d.models.len()
-        ));
-    }
-    write_stdout(s.as_bytes())?;
+    let models = host.full_cpu_map()?.len();
+    let out = match a.format {
+        Format::Text => host::text(&policy, &host, models, a.verbose),
+        Format::Json => format!("{}\n", host::json(&policy, &host, models)),
+    };
+    write_stdout(out.as_bytes())?;
     Ok(EXIT_OK)
 }

@@ -594,34 +594,44 @@ fn reconcile(
 /// `Result`s and are logged through `tracing` instead.
 extern "C" fn quiet_libvirt_errors(_opaque: *mut c_void, _error: sys::virErrorPtr) {}
 
-fn cmd_daemon(cli: &Cli, a: &DaemonArgs) -> i32 {
-    crate::log::init_daemon();
-    let mut policy = match Policy::load(cli.policy.as_deref()) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot load the policy");
-            eprintln!("virt-cpu-policyd: {e}");
-            return 2;
+/// SIGHUP (reload) and SIGTERM/SIGINT (stop), as flags the main loop polls.
+struct Signals {
+    hup: Arc<AtomicBool>,
+    term: Arc<AtomicBool>,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, String> {
+        let hup = Arc::new(AtomicBool::new(false));
+        let term = Arc::new(AtomicBool::new(false));
+        for (sig, flag) in [
+            (signal_hook::consts::SIGHUP, &hup),
+            (signal_hook::consts::SIGTERM, &term),
+            (signal_hook::consts::SIGINT, &term),
+        ] {
+            signal_hook::flag::register(sig, Arc::clone(flag))
+                .map_err(|e| format!("cannot handle signal {sig}: {e}"))?;
         }
-    };
-    let hup = Arc::new(AtomicBool::new(false));
-    let term = Arc::new(AtomicBool::new(false));
-    for (sig, flag) in [
-        (signal_hook::consts::SIGHUP, &hup),
-        (signal_hook::consts::SIGTERM, &term),
-        (signal_hook::consts::SIGINT, &term),
-    ] {
-        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(flag)) {
-            eprintln!("virt-cpu-policyd: cannot handle signal {sig}: {e}");
-            return 2;
-        }
+        Ok(Signals { hup, term })
     }
+
+    fn stop(&self) -> bool {
+        self.term.load(Ordering::Relaxed)
+    }
+
+    /// Whether a SIGHUP came since the last call.
+    fn reload(&self) -> bool {
+        self.hup.swap(false, Ordering::Relaxed)
+    }
+}
+
+/// libvirt's default event loop, run on its own thread (the lifecycle and close callbacks are
+/// called from it).
+fn start_libvirt_event_loop() -> Result<(), String> {
     // SAFETY: installs a handler that does nothing; no pointer is kept.
     unsafe { sys::virSetErrorFunc(std::ptr::null_mut(), Some(quiet_libvirt_errors)) };
-    if let Err(e) = virt::event::event_register_default_impl() {
-        eprintln!("virt-cpu-policyd: cannot start libvirt's event loop: {e}");
-        return 2;
-    }
+    virt::event::event_register_default_impl()
+        .map_err(|e| format!("cannot start libvirt's event loop: {e}"))?;
     std::thread::spawn(|| {
         loop {
             if virt::event::event_run_default_impl().is_err() {
@@ -629,111 +639,183 @@ fn cmd_daemon(cli: &Cli, a: &DaemonArgs) -> i32 {
             }
         }
     });
-    let (tx, rx) = mpsc::channel::<Event>();
-    let interval = Duration::from_secs(a.interval * 60);
-    let mut recent = Recent::default();
+    Ok(())
+}
+
+/// Connect, retrying with backoff (1 s, doubling up to 30 s); None when SIGTERM comes first.
+fn connect_with_backoff(uri: &str, tx: &mpsc::Sender<Event>, signals: &Signals) -> Option<Session> {
     let mut backoff = Duration::from_secs(1);
-    'connect: loop {
-        if term.load(Ordering::Relaxed) {
-            return 0;
+    loop {
+        if signals.stop() {
+            return None;
         }
-        let session = match Session::open(&cli.uri, &tx) {
-            Ok(s) => s,
+        match Session::open(uri, tx) {
+            Ok(s) => return Some(s),
             Err(e) => {
-                tracing::warn!(uri = %cli.uri, error = %e, retry_in_s = backoff.as_secs(), "cannot connect to libvirt");
+                tracing::warn!(uri, error = %e, retry_in_s = backoff.as_secs(), "cannot connect to libvirt");
                 let until = Instant::now() + backoff;
                 while Instant::now() < until {
-                    if term.load(Ordering::Relaxed) {
-                        return 0;
+                    if signals.stop() {
+                        return None;
                     }
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(30));
-                continue 'connect;
             }
-        };
-        backoff = Duration::from_secs(1);
+        }
+    }
+}
+
+/// What ended a connection's loop.
+enum After {
+    /// Exit with this code.
+    Exit(i32),
+    /// libvirtd went away: connect again.
+    Reconnect,
+}
+
+/// The daemon's state across connections.
+struct Daemon<'c> {
+    cli: &'c Cli,
+    interval: Duration,
+    policy: Policy,
+    recent: Recent,
+}
+
+impl Daemon<'_> {
+    /// One connection: snapshot, full reconciliation, then events, SIGHUP and the timer until the
+    /// connection dies or SIGTERM.
+    fn serve(&mut self, session: &Session, rx: &mpsc::Receiver<Event>, signals: &Signals) -> After {
         // Drop events of a previous connection.
         while rx.try_recv().is_ok() {}
-        let snapshot = write_snapshot(&session.conn, &cli.snapshot_dir);
-        tracing::info!(uri = %cli.uri, snapshot_files = snapshot.len(), policy = %policy.source, "connected; reconciling every guest");
-        let mut host = match host_for(&policy, &snapshot) {
+        let snapshot = write_snapshot(&session.conn, &self.cli.snapshot_dir);
+        tracing::info!(uri = %self.cli.uri, snapshot_files = snapshot.len(), policy = %self.policy.source, "connected; reconciling every guest");
+        let mut host = match host_for(&self.policy, &snapshot) {
             Ok(h) => h,
             Err(e) => {
                 tracing::error!(error = %e, "host facts unusable");
-                session.close();
-                return 2;
+                return After::Exit(2);
             }
         };
-        reconcile(&session, None, &policy, &host, &cli.backup_dir, &mut recent);
-        let mut next_full = Instant::now() + interval;
+        self.reconcile(session, None, &host);
+        let mut next_full = Instant::now() + self.interval;
         loop {
-            if term.load(Ordering::Relaxed) {
+            if signals.stop() {
                 tracing::info!("stopping on SIGTERM/SIGINT");
-                session.close();
-                return 0;
+                return After::Exit(0);
             }
-            if hup.swap(false, Ordering::Relaxed) {
-                match Policy::load(cli.policy.as_deref()) {
-                    Ok(p) => {
-                        tracing::info!(policy = %p.source, "SIGHUP: policy reloaded; reconciling every guest");
-                        policy = p;
-                        match host_for(&policy, &snapshot) {
-                            Ok(h) => host = h,
-                            Err(e) => {
-                                tracing::error!(error = %e, "host facts unusable; keeping the previous ones")
-                            }
-                        }
-                        reconcile(&session, None, &policy, &host, &cli.backup_dir, &mut recent);
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "SIGHUP: the new policy does not load; keeping the old one")
-                    }
-                }
+            if signals.reload() {
+                self.reload(session, &snapshot, &mut host);
             }
             if Instant::now() >= next_full {
-                reconcile(&session, None, &policy, &host, &cli.backup_dir, &mut recent);
-                next_full = Instant::now() + interval;
+                self.reconcile(session, None, &host);
+                next_full = Instant::now() + self.interval;
             }
             match rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(Event::Defined(name)) => {
-                    // Coalesce a burst: gather every name already queued.
-                    let mut names = vec![name];
-                    while let Ok(ev) = rx.try_recv() {
-                        match ev {
-                            Event::Defined(n) => names.push(n),
-                            Event::Closed => {
-                                tracing::warn!("libvirt connection closed; reconnecting");
-                                session.close();
-                                continue 'connect;
-                            }
-                        }
-                    }
-                    names.sort();
-                    names.dedup();
-                    reconcile(
-                        &session,
-                        Some(&names),
-                        &policy,
-                        &host,
-                        &cli.backup_dir,
-                        &mut recent,
-                    );
+                    let Some(names) = coalesce(name, rx) else {
+                        tracing::warn!("libvirt connection closed; reconnecting");
+                        return After::Reconnect;
+                    };
+                    self.reconcile(session, Some(&names), &host);
                 }
                 Ok(Event::Closed) => {
                     tracing::warn!("libvirt connection closed; reconnecting");
-                    session.close();
-                    continue 'connect;
+                    return After::Reconnect;
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     if !session.conn.is_alive().unwrap_or(false) {
                         tracing::warn!("libvirt connection is dead; reconnecting");
-                        session.close();
-                        continue 'connect;
+                        return After::Reconnect;
                     }
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => return 2,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return After::Exit(2),
             }
+        }
+    }
+
+    fn reconcile(&mut self, session: &Session, names: Option<&[String]>, host: &Host) {
+        let backup_dir = &self.cli.backup_dir;
+        reconcile(
+            session,
+            names,
+            &self.policy,
+            host,
+            backup_dir,
+            &mut self.recent,
+        );
+    }
+
+    /// SIGHUP: load the policy again and reconcile everything; a policy that does not load is
+    /// logged and the old one kept.
+    fn reload(&mut self, session: &Session, snapshot: &[PathBuf], host: &mut Host) {
+        match Policy::load(self.cli.policy.as_deref()) {
+            Ok(p) => {
+                tracing::info!(policy = %p.source, "SIGHUP: policy reloaded; reconciling every guest");
+                self.policy = p;
+                match host_for(&self.policy, snapshot) {
+                    Ok(h) => *host = h,
+                    Err(e) => {
+                        tracing::error!(error = %e, "host facts unusable; keeping the previous ones")
+                    }
+                }
+                self.reconcile(session, None, host);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "SIGHUP: the new policy does not load; keeping the old one")
+            }
+        }
+    }
+}
+
+/// A burst of events: `first` and every name already queued, sorted and unique; None when the
+/// connection closed meanwhile.
+fn coalesce(first: String, rx: &mpsc::Receiver<Event>) -> Option<Vec<String>> {
+    let mut names = vec![first];
+    while let Ok(ev) = rx.try_recv() {
+        match ev {
+            Event::Defined(n) => names.push(n),
+            Event::Closed => return None,
+        }
+    }
+    names.sort();
+    names.dedup();
+    Some(names)
+}
+
+fn cmd_daemon(cli: &Cli, a: &DaemonArgs) -> i32 {
+    crate::log::init_daemon();
+    let policy = match Policy::load(cli.policy.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot load the policy");
+            eprintln!("virt-cpu-policyd: {e}");
+            return 2;
+        }
+    };
+    let signals = match Signals::install().and_then(|s| start_libvirt_event_loop().map(|()| s)) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("virt-cpu-policyd: {e}");
+            return 2;
+        }
+    };
+    let (tx, rx) = mpsc::channel::<Event>();
+    let mut daemon = Daemon {
+        cli,
+        interval: Duration::from_secs(a.interval * 60),
+        policy,
+        recent: Recent::default(),
+    };
+    loop {
+        let Some(session) = connect_with_backoff(&cli.uri, &tx, &signals) else {
+            return 0;
+        };
+        let after = daemon.serve(&session, &rx, &signals);
+        session.close();
+        match after {
+            After::Exit(code) => return code,
+            After::Reconnect => {}
         }
     }
 }

@@ -139,6 +139,22 @@ pub fn text_of(node: Node<'_, '_>) -> Option<String> {
     (!s.is_empty()).then(|| s.to_string())
 }
 
+/// The `<feature>` children of a `<cpu>` (or of a domcapabilities `<mode>`) as (libvirt feature
+/// name, policy) pairs in document order: names normalised to libvirt's spelling
+/// ([`crate::cpu::normalize_feature`]), the policy `require` when absent (libvirt's default);
+/// features without a name are skipped.
+#[must_use]
+pub fn cpu_features(cpu: Node<'_, '_>) -> Vec<(String, String)> {
+    cpu.children()
+        .filter(|c| is_libvirt_element(*c, "feature"))
+        .filter_map(|f| {
+            let name = f.attribute("name")?;
+            let key = crate::cpu::normalize_feature(name).unwrap_or_else(|| name.to_string());
+            Some((key, f.attribute("policy").unwrap_or("require").to_string()))
+        })
+        .collect()
+}
+
 impl<'t> Domain<'t> {
     /// Parse a domain document.
     ///

@@ -15,13 +15,15 @@
 //! The hook never calls libvirt (a deadlock is likely), never writes to stdout (on migrate and
 //! restore libvirt would take it as new XML) and never logs domain XML (it carries secrets).
 
-use crate::cpu::Level;
-use crate::domain::{Domain, child, decode, is_libvirt_element, text_of};
+use crate::cpu::{Level, guaranteed_features, policy_absent, policy_present};
+use crate::domain::{Domain, child, cpu_features, decode, text_of};
 use crate::error::Error;
+use crate::facts::Facts;
 use crate::finding::{Finding, Severity};
 use crate::host::{Host, HostOptions};
-use crate::policy::{Mode, OnError, OnViolation, Policy, on_error_hint};
-use crate::rewrite::{guaranteed_features, policy_absent, policy_present, rewrite_parsed};
+use crate::policy::{Mode, OnError, OnViolation, Plan, Policy, on_error_hint};
+use crate::rewrite::rewrite_planned;
+use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -88,6 +90,8 @@ pub struct HookOptions {
     pub qemu_cache: Option<PathBuf>,
     /// KVM's vCPU limit, instead of asking /dev/kvm.
     pub kvm_max_vcpus: Option<crate::host::Fact<u32>>,
+    /// The host's libvirt version, instead of libvirt's QEMU capability cache.
+    pub libvirt_version: Option<crate::host::Fact<crate::host::LibvirtVersion>>,
 }
 
 fn one_line(s: &str) -> String {
@@ -147,6 +151,7 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
     let host_opts = HostOptions {
         qemu_cache: opts.qemu_cache.clone(),
         kvm_max_vcpus: opts.kvm_max_vcpus.clone(),
+        libvirt_version: opts.libvirt_version.clone(),
         ..HostOptions::from_policy(&policy, &caps, None, None)
     };
     let host = match Host::discover(&host_opts) {
@@ -246,7 +251,8 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
         return Ok(Verdict::Allow);
     }
     let plan = policy.plan_for(&dom);
-    let findings = crate::validate::validate(&dom, &plan, host);
+    let facts = Facts::resolve(&dom, &plan, host);
+    let findings = crate::validate::validate(&dom, &plan, &facts);
     log_warnings(guest, Check::Prepare, &findings);
     if let Some(f) = findings
         .iter()
@@ -254,7 +260,7 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
     {
         return Ok(hard_refusal(guest, Check::Prepare, policy, f));
     }
-    let o = rewrite_parsed(&dom, "the domain XML", policy, host)?;
+    let o = rewrite_planned(&dom, "the domain XML", policy, &plan, &facts)?;
     if !o.changed && !o.has_errors() {
         tracing::info!(
             guest,
@@ -312,102 +318,89 @@ fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
     if !dom.in_scope() {
         return Ok(Verdict::Allow);
     }
-    let plan = policy.plan_for(&dom);
+    let allow = |reason: &str| {
+        tracing::info!(guest, operation = "started", decision = "allow", reason);
+        Ok(Verdict::Allow)
+    };
     let Some(cpu) = dom.cpus().first().copied() else {
-        tracing::info!(
-            guest,
-            operation = "started",
-            decision = "allow",
-            reason = "no <cpu> in the live XML"
-        );
-        return Ok(Verdict::Allow);
+        return allow("no <cpu> in the live XML");
     };
-    let model = child(cpu, "model").and_then(text_of);
-    let explicit: Vec<(String, String)> = cpu
-        .children()
-        .filter(|c| is_libvirt_element(*c, "feature"))
-        .filter_map(|f| {
-            let n = f.attribute("name")?;
-            let key = crate::cpu::normalize_feature(n).unwrap_or_else(|| n.to_string());
-            Some((key, f.attribute("policy").unwrap_or("require").to_string()))
-        })
-        .collect();
-    let Some(model) = model else {
+    let Some(model) = child(cpu, "model").and_then(text_of) else {
         // host-passthrough / maximum: libvirt's live XML lists no features to check.
-        tracing::info!(
-            guest,
-            operation = "started",
-            decision = "allow",
-            reason = "live CPU has no model (host-passthrough or maximum): nothing to verify"
-        );
-        return Ok(Verdict::Allow);
+        return allow("live CPU has no model (host-passthrough or maximum): nothing to verify");
     };
-    let feats = guaranteed_features(host.model_features(&model).as_ref(), &explicit);
-    let disabled_by_qemu: Vec<&str> = explicit
-        .iter()
-        .filter(|(_, p)| policy_absent(p))
-        .map(|(n, _)| n.as_str())
-        .collect();
-    let mut missing: Vec<String> = Vec::new();
-    let mut rule = String::new();
-    let mut what = String::new();
-    if let Some(level) = &plan.min_level {
-        if dom.arch() == "x86_64" && Level::highest(|f| feats.contains(f)) < Some(level.value) {
-            missing = level
-                .value
-                .features()
-                .into_iter()
-                .filter(|f| !feats.contains(*f))
-                .map(str::to_string)
-                .collect();
-            rule.clone_from(&level.rule);
-            what = format!("the started CPU is not {}", level.value);
-        }
-    }
-    if missing.is_empty() {
-        if let Some(r) = &plan.require {
-            missing = r
-                .value
-                .iter()
-                .filter(|f| {
-                    !feats.contains(*f)
-                        && !explicit.iter().any(|(n, p)| n == *f && policy_present(p))
-                })
-                .cloned()
-                .collect();
-            rule.clone_from(&r.rule);
-            what = "the started CPU lacks required features".into();
-        }
-    }
-    if missing.is_empty() {
-        tracing::info!(
-            guest,
-            operation = "started",
-            decision = "allow",
-            reason = "live CPU satisfies the policy"
-        );
-        return Ok(Verdict::Allow);
-    }
-    let named: Vec<&str> = missing
+    let plan = policy.plan_for(&dom);
+    let facts = Facts::resolve(&dom, &plan, host);
+    let explicit = cpu_features(cpu);
+    let feats = guaranteed_features(facts.model_features(&model), &explicit);
+    let Some(short) = live_shortfall(&dom, &plan, &feats, &explicit) else {
+        return allow("live CPU satisfies the policy");
+    };
+    let disabled_by_qemu: Vec<&str> = short
+        .missing
         .iter()
         .map(String::as_str)
-        .filter(|f| disabled_by_qemu.contains(f))
+        .filter(|f| explicit.iter().any(|(n, p)| n == f && policy_absent(p)))
         .collect();
-    let detail = if named.is_empty() {
-        format!("missing {}", missing.join(", "))
+    let detail = if disabled_by_qemu.is_empty() {
+        format!("missing {}", short.missing.join(", "))
     } else {
         format!(
             "QEMU disabled {} (the host's KVM does not provide them)",
-            named.join(", ")
+            disabled_by_qemu.join(", ")
         )
     };
     let line = refusal(
         guest,
-        &format!("{what}: {detail}"),
-        &rule,
+        &format!("{}: {detail}", short.what),
+        &short.rule,
         "run the guest on a host whose CPU and KVM provide these features, or under TCG (type='qemu')",
     );
     Ok(violation(guest, Check::Started, policy, line))
+}
+
+/// What the started CPU lacks for the policy: the level's features first, else `require`'s.
+struct Shortfall {
+    missing: Vec<String>,
+    rule: String,
+    what: String,
+}
+
+fn live_shortfall(
+    dom: &Domain<'_>,
+    plan: &Plan,
+    feats: &BTreeSet<String>,
+    explicit: &[(String, String)],
+) -> Option<Shortfall> {
+    if let Some(level) = &plan.min_level {
+        if dom.arch() == "x86_64" && Level::highest(|f| feats.contains(f)) < Some(level.value) {
+            return Some(Shortfall {
+                missing: level
+                    .value
+                    .features()
+                    .into_iter()
+                    .filter(|f| !feats.contains(*f))
+                    .map(str::to_string)
+                    .collect(),
+                rule: level.rule.clone(),
+                what: format!("the started CPU is not {}", level.value),
+            });
+        }
+    }
+    let r = plan.require.as_ref()?;
+    let missing: Vec<String> = r
+        .value
+        .iter()
+        .filter(|f| {
+            !feats.contains(*f) && !explicit.iter().any(|(n, p)| n == *f && policy_present(p))
+        })
+        .cloned()
+        .collect();
+    (!missing.is_empty()).then(|| Shortfall {
+        missing,
+        rule: r.rule.clone(),
+        what: "the started CPU lacks required features".into(),
+    })
 }
 
 /// `migrate begin` / `restore begin` on the destination: can this host run the guest?
@@ -423,7 +416,8 @@ fn destination(
         return Ok(Verdict::Allow);
     }
     let plan = policy.plan_for(&dom);
-    let findings = crate::validate::validate(&dom, &plan, host);
+    let facts = Facts::resolve(&dom, &plan, host);
+    let findings = crate::validate::validate(&dom, &plan, &facts);
     // Errors: libvirt or QEMU would refuse here. The model being unusable and the host not
     // reaching the level are warnings elsewhere, but on the destination they mean this host
     // cannot give the guest what it had.

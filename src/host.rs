@@ -27,6 +27,62 @@ pub struct Fact<T> {
     pub source: String,
 }
 
+/// A libvirt release, `MAJOR.MINOR.MICRO`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LibvirtVersion {
+    /// Major (`11` of 11.3.0).
+    pub major: u32,
+    /// Minor.
+    pub minor: u32,
+    /// Micro.
+    pub micro: u32,
+}
+
+impl LibvirtVersion {
+    /// A version from libvirt's number encoding, `major * 1,000,000 + minor * 1,000 + micro`
+    /// (`virConnectGetLibVersion`, and `<selfvers>` in libvirt's QEMU capability cache:
+    /// `9000000` is 9.0.0, `11003000` 11.3.0).
+    #[must_use]
+    pub fn from_number(n: u64) -> LibvirtVersion {
+        let part = |x: u64| u32::try_from(x % 1000).unwrap_or(0);
+        LibvirtVersion {
+            major: u32::try_from(n / 1_000_000).unwrap_or(u32::MAX),
+            minor: part(n / 1000),
+            micro: part(n),
+        }
+    }
+}
+
+impl std::str::FromStr for LibvirtVersion {
+    type Err = String;
+
+    /// `MAJOR[.MINOR[.MICRO]]` (`9.0.0`, `11.3`).
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        let bad = || format!("'{s}' is not a libvirt version (MAJOR.MINOR.MICRO, e.g. 11.3.0)");
+        let mut parts = s
+            .trim()
+            .split('.')
+            .map(|p| p.parse::<u32>().map_err(|_| bad()));
+        let major = parts.next().ok_or_else(bad)??;
+        let minor = parts.next().transpose()?.unwrap_or(0);
+        let micro = parts.next().transpose()?.unwrap_or(0);
+        if parts.next().is_some() {
+            return Err(bad());
+        }
+        Ok(LibvirtVersion {
+            major,
+            minor,
+            micro,
+        })
+    }
+}
+
+impl std::fmt::Display for LibvirtVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.micro)
+    }
+}
+
 /// One machine type from a capabilities or qemuCaps file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MachineFact {
@@ -114,6 +170,8 @@ pub struct Host {
     qemu_cache: std::cell::RefCell<std::collections::HashMap<String, Vec<MachineFact>>>,
     kvm_limit: std::cell::OnceCell<Option<Fact<u32>>>,
     kvm_override: Option<Fact<u32>>,
+    libvirt_version: std::cell::OnceCell<Option<Fact<LibvirtVersion>>>,
+    libvirt_override: Option<Fact<LibvirtVersion>>,
 }
 
 /// A machine type's vCPU limit and where it came from.
@@ -141,6 +199,9 @@ pub struct HostOptions {
     pub qemu_cache: Option<PathBuf>,
     /// KVM's vCPU limit override (`--kvm-max-vcpus`), instead of asking `/dev/kvm`.
     pub kvm_max_vcpus: Option<Fact<u32>>,
+    /// The host's libvirt version (`--libvirt-version`), instead of libvirt's QEMU capability
+    /// cache.
+    pub libvirt_version: Option<Fact<LibvirtVersion>>,
 }
 
 impl HostOptions {
@@ -226,6 +287,8 @@ impl Host {
             qemu_cache: std::cell::RefCell::default(),
             kvm_limit: std::cell::OnceCell::new(),
             kvm_override: opts.kvm_max_vcpus.clone(),
+            libvirt_version: std::cell::OnceCell::new(),
+            libvirt_override: opts.libvirt_version.clone(),
         };
         for path in &opts.caps {
             host.read_caps_file(path)?;
@@ -334,6 +397,27 @@ impl Host {
             .as_ref()
     }
 
+    /// The host's libvirt version: the override (`--libvirt-version`), else `<selfvers>` of
+    /// libvirt's QEMU capability cache (the version of the libvirtd that wrote it), asked once.
+    /// Only the first 4 KiB of each cache file are read.
+    pub fn libvirt_version(&self) -> Option<&Fact<LibvirtVersion>> {
+        self.libvirt_version
+            .get_or_init(|| {
+                self.libvirt_override.clone().or_else(|| {
+                    let dir = self.qemu_cache_dir.as_deref()?;
+                    xml_files(dir).into_iter().find_map(|p| {
+                        let head = file_head(&p)?;
+                        let n: u64 = element_text(&head, "selfvers")?.trim().parse().ok()?;
+                        Some(Fact {
+                            value: LibvirtVersion::from_number(n),
+                            source: format!("<selfvers> in {}", p.display()),
+                        })
+                    })
+                })
+            })
+            .as_ref()
+    }
+
     /// Machine types from libvirt's QEMU capability cache for the domain's emulator (or, without
     /// one, for `qemu-system-ARCH`), read once. Files that cannot be read or parsed are skipped:
     /// the cache is libvirt's, and a corrupt file must not stop a guest.
@@ -351,18 +435,10 @@ impl Host {
             .unwrap_or_default();
         for p in paths {
             // The emulator is named in the file's first lines: look before parsing it whole.
-            let mut head = Vec::with_capacity(4096);
-            let Ok(f) = std::fs::File::open(&p) else {
+            let Some(head) = file_head(&p) else {
                 continue;
             };
-            if std::io::Read::read_to_end(&mut std::io::Read::take(f, 4096), &mut head).is_err() {
-                continue;
-            }
-            let head = String::from_utf8_lossy(&head);
-            let matches = head
-                .split("<emulator>")
-                .nth(1)
-                .and_then(|r| r.split("</emulator>").next())
+            let matches = element_text(&head, "emulator")
                 .is_some_and(|e| e == wanted || e.ends_with(&wanted));
             if matches {
                 if let Ok(FactFile::Machines(m)) = read_fact_file(&p) {
@@ -496,6 +572,21 @@ pub fn xml_files(dir: &Path) -> Vec<PathBuf> {
         .collect();
     v.sort();
     v
+}
+
+/// The first 4 KiB of a file, as text (libvirt's QEMU capability cache names its emulator and
+/// libvirt version there); None when it cannot be read.
+fn file_head(path: &Path) -> Option<String> {
+    let f = std::fs::File::open(path).ok()?;
+    let mut head = Vec::with_capacity(4096);
+    std::io::Read::read_to_end(&mut std::io::Read::take(f, 4096), &mut head).ok()?;
+    Some(String::from_utf8_lossy(&head).into_owned())
+}
+
+/// The text of the first `<name>...</name>` in `text`, unparsed (for a file head).
+fn element_text<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let rest = text.split(&format!("<{name}>")).nth(1)?;
+    rest.split(&format!("</{name}>")).next()
 }
 
 /// What one host-fact file holds.

@@ -1,30 +1,45 @@
 //! virt-cpu-policy: the guest CPU of libvirt domains as a declared, checked policy.
 //!
 //! A host's policy (TOML, [`policy`]) says what every guest must get: CPU mode, model and
-//! features, a minimum x86-64 psABI level. [`rewrite::rewrite`] edits a domain's XML to reach it
-//! with the smallest possible change (one `<cpu>`, untouched bytes kept), and [`validate`] checks
-//! the result the way libvirt and QEMU will. Host facts come from files only ([`host`]): the
-//! libvirt hook must never call back into libvirt.
+//! features, a minimum x86-64 psABI level, the vCPU maximum. [`rewrite::rewrite`] edits a
+//! domain's XML to reach it with the smallest possible change (one `<cpu>`, untouched bytes kept),
+//! and [`validate`] checks the result the way libvirt and QEMU will. Host facts come from files
+//! only ([`host`]): the libvirt hook must never call back into libvirt.
 //!
-//! Data flows one way: [`domain`] (a read-only view of the document) and [`policy::Plan`] go into
-//! [`rewrite`], which produces [`edit`] splices and a new document, which [`validate`] judges.
+//! Data flows one way, and the modules below are listed in that order (none imports one listed
+//! after it): domain → policy plan → host facts → desired CPU/vCPU → edits, validated, then the
+//! front ends (hook, daemon, command line) that drive it.
 #![deny(missing_docs)]
 
-pub mod cli;
+// Shared records and knowledge, imported by everything below them.
+pub mod change;
 pub mod cpu;
-#[cfg(feature = "daemon")]
-pub mod daemon;
-pub mod domain;
-pub mod edit;
 pub mod error;
 pub mod finding;
-pub mod hook;
-pub mod host;
-pub mod log;
 pub mod machine;
+
+// The document.
+pub mod domain;
+pub mod topology;
+
+// The plan.
 pub mod policy;
+
+// Host facts: where they come from, then the ones one domain needs.
+pub mod facts;
+pub mod host;
+
+// The checks of a result, then the desired CPU/vCPU and the edits that reach it (the rewrite
+// validates what it writes).
+pub mod edit;
 pub mod rewrite;
 pub mod validate;
-pub mod vcpu;
+
+// Front ends.
+pub mod cli;
+#[cfg(feature = "daemon")]
+pub mod daemon;
+pub mod hook;
+pub mod log;
 
 pub use error::{Error, Result};

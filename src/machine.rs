@@ -22,6 +22,106 @@ fn version(v: &str) -> Option<(u32, u32)> {
     Some((major, minor))
 }
 
+/// Which versions of a machine-type family a row of [`TABLE`] covers.
+#[derive(Clone, Copy)]
+enum Versions {
+    /// Any name with the prefix, versioned or not.
+    Any,
+    /// A parsable version up to MAJOR.MINOR inclusive.
+    Through(u32, u32),
+    /// Any parsable version.
+    All,
+}
+
+/// One row: guest arches, machine-type name prefix, versions, limit, and the rule for messages.
+struct Row(
+    &'static [&'static str],
+    &'static str,
+    Versions,
+    u32,
+    &'static str,
+);
+
+const X86: &[&str] = &["x86_64", "i686"];
+
+/// QEMU's limits, first matching row wins (rows of one prefix in version order; RHEL's before
+/// upstream's, whose prefix they share).
+const TABLE: &[Row] = &[
+    Row(
+        X86,
+        "pc-i440fx-rhel",
+        Versions::Any,
+        240,
+        "pc-i440fx-rhel*: 240",
+    ),
+    Row(X86, "pc-i440fx-", Versions::All, 255, "pc-i440fx-*: 255"),
+    Row(
+        X86,
+        "pc-q35-rhel",
+        Versions::Through(8, u32::MAX),
+        384,
+        "pc-q35-rhel7/8.*: 384",
+    ),
+    Row(
+        X86,
+        "pc-q35-rhel",
+        Versions::Through(9, u32::MAX),
+        710,
+        "pc-q35-rhel9.*: 710",
+    ),
+    Row(
+        X86,
+        "pc-q35-rhel",
+        Versions::All,
+        4096,
+        "pc-q35-rhel10.*: 4096",
+    ),
+    Row(
+        X86,
+        "pc-q35-",
+        Versions::Through(2, 7),
+        255,
+        "pc-q35-2.7 and older: 255",
+    ),
+    Row(
+        X86,
+        "pc-q35-",
+        Versions::Through(8, 0),
+        288,
+        "pc-q35-2.8 to 8.0: 288",
+    ),
+    Row(
+        X86,
+        "pc-q35-",
+        Versions::Through(8, u32::MAX),
+        1024,
+        "pc-q35-8.1 and 8.2: 1024",
+    ),
+    Row(
+        X86,
+        "pc-q35-",
+        Versions::All,
+        4096,
+        "pc-q35-9.0 and later: 4096",
+    ),
+    // pc-0.11 … pc-1.3: the old names of pc-i440fx.
+    Row(X86, "pc-", Versions::All, 255, "pc-* (i440fx): 255"),
+    Row(
+        &["aarch64"],
+        "virt-",
+        Versions::Through(2, 12),
+        255,
+        "virt-2.12 and older: 255",
+    ),
+    Row(
+        &["aarch64"],
+        "virt-",
+        Versions::All,
+        512,
+        "virt-3.0 and later: 512",
+    ),
+];
+
 /// The built-in vCPU limit of a versioned machine type, or None when the name matches no known
 /// version pattern (an alias such as `pc`/`q35`/`virt` included: its version depends on the QEMU
 /// installed).
@@ -33,87 +133,6 @@ fn version(v: &str) -> Option<(u32, u32)> {
 /// 255, newer 512; `s390-ccw-virtio-*` 248.
 #[must_use]
 pub fn builtin_limit(arch: &str, machine: &str) -> Option<BuiltinLimit> {
-    let x86 = matches!(arch, "x86_64" | "i686");
-    if x86 {
-        if machine.starts_with("pc-i440fx-rhel") {
-            return Some(BuiltinLimit {
-                max_cpus: 240,
-                rule: "pc-i440fx-rhel*: 240",
-            });
-        }
-        if let Some(v) = machine.strip_prefix("pc-i440fx-") {
-            version(v)?;
-            return Some(BuiltinLimit {
-                max_cpus: 255,
-                rule: "pc-i440fx-*: 255",
-            });
-        }
-        if let Some(v) = machine.strip_prefix("pc-q35-rhel") {
-            let major: u32 = v.split('.').next()?.parse().ok()?;
-            return Some(match major {
-                10.. => BuiltinLimit {
-                    max_cpus: 4096,
-                    rule: "pc-q35-rhel10.*: 4096",
-                },
-                9 => BuiltinLimit {
-                    max_cpus: 710,
-                    rule: "pc-q35-rhel9.*: 710",
-                },
-                _ => BuiltinLimit {
-                    max_cpus: 384,
-                    rule: "pc-q35-rhel7/8.*: 384",
-                },
-            });
-        }
-        if let Some(v) = machine.strip_prefix("pc-q35-") {
-            let ver = version(v)?;
-            return Some(if ver <= (2, 7) {
-                BuiltinLimit {
-                    max_cpus: 255,
-                    rule: "pc-q35-2.7 and older: 255",
-                }
-            } else if ver <= (8, 0) {
-                BuiltinLimit {
-                    max_cpus: 288,
-                    rule: "pc-q35-2.8 to 8.0: 288",
-                }
-            } else if ver < (9, 0) {
-                BuiltinLimit {
-                    max_cpus: 1024,
-                    rule: "pc-q35-8.1 and 8.2: 1024",
-                }
-            } else {
-                BuiltinLimit {
-                    max_cpus: 4096,
-                    rule: "pc-q35-9.0 and later: 4096",
-                }
-            });
-        }
-        if let Some(v) = machine.strip_prefix("pc-") {
-            // pc-0.11 … pc-1.3: the old names of pc-i440fx.
-            version(v)?;
-            return Some(BuiltinLimit {
-                max_cpus: 255,
-                rule: "pc-* (i440fx): 255",
-            });
-        }
-        return None;
-    }
-    if arch == "aarch64" {
-        let v = machine.strip_prefix("virt-")?;
-        let ver = version(v)?;
-        return Some(if ver <= (2, 12) {
-            BuiltinLimit {
-                max_cpus: 255,
-                rule: "virt-2.12 and older: 255",
-            }
-        } else {
-            BuiltinLimit {
-                max_cpus: 512,
-                rule: "virt-3.0 and later: 512",
-            }
-        });
-    }
     if arch == "s390x" && (machine == "s390-ccw-virtio" || machine.starts_with("s390-ccw-virtio-"))
     {
         return Some(BuiltinLimit {
@@ -121,7 +140,23 @@ pub fn builtin_limit(arch: &str, machine: &str) -> Option<BuiltinLimit> {
             rule: "s390-ccw-virtio: 248",
         });
     }
-    None
+    TABLE
+        .iter()
+        .filter(|Row(arches, ..)| arches.contains(&arch))
+        .find(|Row(_, prefix, versions, ..)| {
+            let Some(rest) = machine.strip_prefix(prefix) else {
+                return false;
+            };
+            match (versions, version(rest)) {
+                (Versions::Any, _) => true,
+                (Versions::All, v) => v.is_some(),
+                (Versions::Through(major, minor), v) => v.is_some_and(|v| v <= (*major, *minor)),
+            }
+        })
+        .map(|Row(.., max_cpus, rule)| BuiltinLimit {
+            max_cpus: *max_cpus,
+            rule,
+        })
 }
 
 /// A vCPU count every machine type of this family allows, whatever its version (alias or not):

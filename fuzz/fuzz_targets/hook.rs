@@ -125,6 +125,7 @@ fuzz_target!(|data: &[u8]| {
             value: 1024,
             source: "fuzz".into(),
         }),
+        ..HookOptions::default()
     };
     let Some(check) = Check::of(operation, sub) else {
         return;

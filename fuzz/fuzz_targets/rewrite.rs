@@ -45,6 +45,7 @@ thread_local! {
         cpus: Some(Fact { value: 384, source: "fuzz".into() }),
         qemu_cache: Some(std::path::PathBuf::new()),
         kvm_max_vcpus: Some(Fact { value: 1024, source: "fuzz".into() }),
+        ..HostOptions::default()
     })
     .expect("host facts");
 }

@@ -274,10 +274,39 @@ fn check_exit_3_when_a_rewrite_is_needed() {
     j.status(3);
     assert_eq!(json_verdict(&j), ("needs-rewrite".to_string(), 3));
     let v: serde_json::Value = serde_json::from_str(&j.stdout).unwrap();
-    assert!(
-        v["changes"].as_array().is_some_and(|a| !a.is_empty()),
-        "changes listed in JSON: {v}"
+    assert_eq!(v["schema_version"], 1, "{v}");
+    let changes = v["changes"].as_array().expect("changes listed in JSON");
+    // Each change as data: CloudStack's bare <cpu> gets qemu64 written out, svm disabled and the
+    // v2 features required.
+    let find = |element: &str, name: Option<&str>| {
+        changes
+            .iter()
+            .find(|c| c["element"] == element && (name.is_none() || c["name"] == name.unwrap()))
+            .unwrap_or_else(|| panic!("no change of <{element}> {name:?} in {v}"))
+    };
+    let model = find("model", None);
+    assert_eq!(
+        (&model["action"], &model["old"], &model["new"]),
+        (
+            &serde_json::json!("add"),
+            &serde_json::Value::Null,
+            &serde_json::json!("qemu64")
+        )
     );
+    let popcnt = find("feature", Some("popcnt"));
+    assert_eq!(popcnt["action"], "add");
+    assert_eq!(popcnt["attribute"], "policy");
+    assert_eq!(popcnt["new"], "require");
+    assert_eq!(popcnt["rule"], "x86-64-v2 baseline");
+    assert!(popcnt["what"].as_str().unwrap().contains("popcnt"));
+    let svm = find("feature", Some("svm"));
+    assert_eq!(svm["new"], "disable");
+    // rewrite --explain --format json gives the same report on stderr, the document on stdout.
+    let r = rewrite(&["--policy", &p, "--explain", "--format", "json", &c]).run();
+    r.status(0);
+    let e: serde_json::Value = serde_json::from_str(r.stderr.trim()).expect("JSON on stderr");
+    assert_eq!(e["changes"], v["changes"]);
+    assert!(r.stdout.contains("<model>qemu64</model>"), "{}", r.stdout);
     // The rewritten document then conforms.
     let r = rewrite(&["--policy", &p, &c]).run();
     r.status(0);
@@ -937,15 +966,67 @@ fn host_reports_machines_and_host_model_from_the_corpus() {
     .run();
     out.status(0);
     no_panic(&out);
+    // Families folded into version ranges under their source, aliases resolved.
+    let x86 = out
+        .stdout
+        .split("machine types (x86_64) from ")
+        .nth(1)
+        .expect("an x86_64 machine group");
+    assert!(x86.starts_with(&format!("{caps}:\n")), "{}", out.stdout);
+    for line in [
+        "  pc-i440fx-1.4…7.2: 255\n",
+        "  pc-q35-2.4…2.7: 255\n",
+        "  pc-q35-2.8…7.2: 288\n",
+        "  aliases: pc → pc-i440fx-7.2, q35 → pc-q35-7.2\n",
+    ] {
+        assert!(x86.contains(line), "{line:?} in:\n{}", out.stdout);
+    }
+    // The arm boards are counted, not listed.
     assert!(
-        out.stdout
-            .lines()
-            .any(|l| l.starts_with("machine limits (x86_64,")
-                && l.contains(" pc-q35-7.2=288")
-                && l.contains("capabilities.xml")),
-        "machine line for pc-q35-7.2:\n{}",
+        out.stdout.contains("unversioned machine types (boards)") && !out.stdout.contains("raspi"),
+        "{}",
         out.stdout
     );
+    let verbose = Cmd::new(&[
+        "host",
+        "--verbose",
+        "--policy",
+        &default_policy(),
+        "--caps",
+        &caps,
+    ])
+    .arg("--no-qemu-caps-cache")
+    .run();
+    verbose.status(0);
+    for line in [
+        "  pc-q35-7.2: 288\n",
+        "  pc-q35-2.7: 255\n",
+        "  raspi3b: 4\n",
+    ] {
+        assert!(
+            verbose.stdout.contains(line),
+            "{line:?} in:\n{}",
+            verbose.stdout
+        );
+    }
+    let json = Cmd::new(&["host", "--format", "json", "--policy", &default_policy()])
+        .args(&["--caps", &caps, "--caps", &dcaps, "--no-qemu-caps-cache"])
+        .args(&["--libvirt-version", "9.0.0"])
+        .run();
+    json.status(0);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).expect("one JSON object");
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["libvirt_version"]["value"], "9.0.0");
+    assert_eq!(v["libvirt_version"]["source"], "--libvirt-version");
+    let q35 = v["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "pc-q35-7.2" && m["arch"] == "x86_64")
+        .expect("pc-q35-7.2 listed");
+    assert_eq!(q35["max_cpus"], 288);
+    assert_eq!(v["domcapabilities"][0]["host_model"]["model"], "kvm64");
+    assert_eq!(v["domcapabilities"][0]["host_model"]["level"], "x86-64-v1");
     assert!(
         out.stdout.lines().any(|l| l.contains("domcapabilities")
             && l.contains("pc-q35-7.2")

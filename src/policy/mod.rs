@@ -9,18 +9,19 @@
 //! apply in file order and a later matching rule overrides an earlier one key by key; every value
 //! in the plan remembers the rule that set it, for `--explain` and for messages.
 
-use crate::cpu::{Level, normalize_feature};
+mod read;
+
+use crate::cpu::Level;
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
-use toml::Spanned;
 
 /// Where the installed policy lives; read when no `--policy` is given.
 pub const SYSTEM_POLICY: &str = "/etc/virt-cpu-policy/policy.toml";
 
 /// The built-in default policy, also shipped as `packaging/policy.toml`: x86-64-v2 for every
 /// x86_64 guest. (The aarch64 and TCG mode fixes of [`crate::rewrite`] apply to every domain.)
-pub const DEFAULT_POLICY: &str = include_str!("../packaging/policy.toml");
+pub const DEFAULT_POLICY: &str = include_str!("../../packaging/policy.toml");
 
 /// What the tool does with a non-conforming domain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -334,248 +335,6 @@ impl Plan {
     }
 }
 
-// ---- raw serde shapes (spans kept for semantic errors) ----
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPolicy {
-    version: Option<Spanned<i64>>,
-    #[serde(default)]
-    mode: Mode,
-    #[serde(default)]
-    hook: HookSettings,
-    #[serde(default)]
-    host: HostSettings,
-    #[serde(default)]
-    rule: Vec<RawRule>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRule {
-    name: Spanned<String>,
-    #[serde(default, rename = "match")]
-    matches: RawMatch,
-    #[serde(default)]
-    cpu: RawCpu,
-    #[serde(default)]
-    vcpu: RawVcpu,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawMatch {
-    name: Option<Spanned<String>>,
-    arch: Option<Spanned<String>>,
-    machine: Option<Spanned<String>>,
-    #[serde(rename = "type")]
-    virt_type: Option<Spanned<String>>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawCpu {
-    mode: Option<Spanned<CpuMode>>,
-    model: Option<Spanned<String>>,
-    fallback: Option<Fallback>,
-    check: Option<Check>,
-    min_level: Option<Spanned<String>>,
-    require: Option<Vec<Spanned<String>>>,
-    disable: Option<Vec<Spanned<String>>>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawVcpu {
-    max: Option<Spanned<toml::Value>>,
-    topology: Option<TopologyStrategy>,
-    iommu: Option<IommuStrategy>,
-}
-
-/// 1-based line and column of byte `offset` in `text`.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let offset = offset.min(text.len());
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rfind('\n').map_or(offset, |i| offset - i - 1) + 1;
-    (line, col)
-}
-
-struct Checker<'a> {
-    text: &'a str,
-    source: &'a str,
-}
-
-impl Checker<'_> {
-    fn err(&self, span: std::ops::Range<usize>, key: &str, msg: &str) -> Error {
-        let (line, col) = line_col(self.text, span.start);
-        Error::Policy {
-            path: self.source.to_string(),
-            message: format!("line {line}, column {col}: key `{key}`: {msg}"),
-        }
-    }
-
-    fn glob(&self, v: Option<Spanned<String>>, key: &str) -> Result<Option<glob::Pattern>> {
-        v.map(|s| {
-            glob::Pattern::new(s.get_ref())
-                .map_err(|e| self.err(s.span(), key, &format!("not a valid shell glob: {e}")))
-        })
-        .transpose()
-    }
-
-    /// `match.type`: a glob that can match `kvm` or `qemu` (other domain types are never
-    /// rewritten, so a rule for them would silently never apply).
-    fn virt_type_glob(&self, v: Option<Spanned<String>>) -> Result<Option<glob::Pattern>> {
-        let span = v.as_ref().map(Spanned::span);
-        let p = self.glob(v, "rule.match.type")?;
-        if let (Some(p), Some(span)) = (&p, span) {
-            if !p.matches("kvm") && !p.matches("qemu") {
-                return Err(self.err(
-                    span,
-                    "rule.match.type",
-                    &format!("`{}` matches neither \"kvm\" nor \"qemu\", the only domain types the tool rewrites", p.as_str()),
-                ));
-            }
-        }
-        Ok(p)
-    }
-
-    fn features(&self, v: Option<Vec<Spanned<String>>>, key: &str) -> Result<Option<Vec<String>>> {
-        let Some(list) = v else { return Ok(None) };
-        let mut out: Vec<String> = Vec::new();
-        for f in list {
-            let n = normalize_feature(f.get_ref()).ok_or_else(|| {
-                self.err(
-                    f.span(),
-                    key,
-                    &format!(
-                        "`{}` is not a CPU feature name (letters, digits, '.', '_' and '-' only)",
-                        f.get_ref()
-                    ),
-                )
-            })?;
-            if !out.contains(&n) {
-                out.push(n);
-            }
-        }
-        Ok(Some(out))
-    }
-
-    fn rule(&self, r: RawRule) -> Result<Rule> {
-        let name = r.name.get_ref().trim().to_string();
-        if name.is_empty() {
-            return Err(self.err(r.name.span(), "rule.name", "must not be empty"));
-        }
-        let matches = Match {
-            name: self.glob(r.matches.name, "rule.match.name")?,
-            arch: self.glob(r.matches.arch, "rule.match.arch")?,
-            machine: self.glob(r.matches.machine, "rule.match.machine")?,
-            virt_type: self.virt_type_glob(r.matches.virt_type)?,
-        };
-        let c = r.cpu;
-        let min_level = c
-            .min_level
-            .map(|s| {
-                s.get_ref()
-                    .parse::<Level>()
-                    .map_err(|e| self.err(s.span(), "rule.cpu.min_level", &e))
-            })
-            .transpose()?;
-        if let (Some(mode), Some(_)) = (&c.mode, &c.model) {
-            if *mode.get_ref() != CpuMode::Custom {
-                return Err(self.err(
-                    mode.span(),
-                    "rule.cpu.mode",
-                    &format!(
-                        "`cpu.model` implies mode \"custom\", but this rule sets \"{}\"",
-                        mode.get_ref().as_str()
-                    ),
-                ));
-            }
-        }
-        if let Some(m) = &c.model {
-            let ok = !m.get_ref().is_empty()
-                && m.get_ref()
-                    .chars()
-                    .all(|ch| ch.is_ascii_alphanumeric() || "-_.,".contains(ch));
-            if !ok {
-                return Err(self.err(
-                    m.span(),
-                    "rule.cpu.model",
-                    &format!("`{}` is not a libvirt CPU model name", m.get_ref()),
-                ));
-            }
-        }
-        let disable_spans: Vec<_> = c.disable.iter().flatten().map(Spanned::span).collect();
-        let require = self.features(c.require, "rule.cpu.require")?;
-        let disable = self.features(c.disable, "rule.cpu.disable")?;
-        if let (Some(req), Some(dis)) = (&require, &disable) {
-            if let Some((i, f)) = dis.iter().enumerate().find(|(_, f)| req.contains(f)) {
-                let span = disable_spans.get(i).cloned().unwrap_or(0..0);
-                return Err(self.err(
-                    span,
-                    "rule.cpu.disable",
-                    &format!("feature `{f}` is also in `cpu.require`"),
-                ));
-            }
-        }
-        if let (Some(level), Some(dis)) = (min_level, &disable) {
-            let lf = level.features();
-            if let Some((i, f)) = dis
-                .iter()
-                .enumerate()
-                .find(|(_, f)| lf.contains(&f.as_str()))
-            {
-                let span = disable_spans.get(i).cloned().unwrap_or(0..0);
-                return Err(self.err(
-                    span,
-                    "rule.cpu.disable",
-                    &format!("feature `{f}` is part of `cpu.min_level` {level}"),
-                ));
-            }
-        }
-        let max = r
-            .vcpu
-            .max
-            .map(|v| {
-                let span = v.span();
-                match v.into_inner() {
-                    toml::Value::Integer(n) if (1..=i64::from(u32::MAX)).contains(&n) => {
-                        Ok(VcpuMax::Count(u32::try_from(n).unwrap_or(u32::MAX)))
-                    }
-                    toml::Value::String(s) if s == "host" => Ok(VcpuMax::Host),
-                    toml::Value::String(s) if s == "machine" => Ok(VcpuMax::Machine),
-                    other => Err(self.err(
-                        span,
-                        "rule.vcpu.max",
-                        &format!(
-                            "expected a positive integer, \"host\" or \"machine\", found {other}"
-                        ),
-                    )),
-                }
-            })
-            .transpose()?;
-        Ok(Rule {
-            name,
-            matches,
-            cpu: CpuRule {
-                mode: c.mode.map(Spanned::into_inner),
-                model: c.model.map(Spanned::into_inner),
-                fallback: c.fallback,
-                check: c.check,
-                min_level,
-                require,
-                disable,
-            },
-            vcpu: VcpuRule {
-                max,
-                topology: r.vcpu.topology,
-                iommu: r.vcpu.iommu,
-            },
-        })
-    }
-}
-
 impl Policy {
     /// Parse a policy from TOML text; `source` names it in messages.
     ///
@@ -585,43 +344,7 @@ impl Policy {
     /// a feature both required and disabled, a disabled feature that `min_level` needs, a model
     /// with a non-custom mode.
     pub fn parse(text: &str, source: &str) -> Result<Policy> {
-        let raw: RawPolicy = toml::from_str(text).map_err(|e| Error::Policy {
-            path: source.to_string(),
-            message: toml_message(text, &e),
-        })?;
-        let ck = Checker { text, source };
-        if raw.host.cpus == Some(0) {
-            // The value's position: `cpus` under [host] (or `host.cpus`), then past the `=`.
-            let host = text.find("[host]").unwrap_or(0);
-            let key = text[host..].find("cpus").map_or(0, |i| host + i);
-            let at = text[key..].find('=').map_or(key, |i| {
-                key + i + 1 + text[key + i + 1..].len() - text[key + i + 1..].trim_start().len()
-            });
-            return Err(ck.err(at..at, "host.cpus", "must be 1 or more"));
-        }
-        if let Some(v) = &raw.version {
-            if *v.get_ref() != 1 {
-                return Err(ck.err(
-                    v.span(),
-                    "version",
-                    &format!(
-                        "schema version {} is not supported (this tool reads version 1)",
-                        v.get_ref()
-                    ),
-                ));
-            }
-        }
-        let mut rules = Vec::with_capacity(raw.rule.len());
-        for r in raw.rule {
-            rules.push(ck.rule(r)?);
-        }
-        Ok(Policy {
-            source: source.to_string(),
-            mode: raw.mode,
-            hook: raw.hook,
-            host: raw.host,
-            rules,
-        })
+        read::parse(text, source)
     }
 
     /// The built-in default policy ([`DEFAULT_POLICY`]).
@@ -783,107 +506,6 @@ pub fn on_error_hint(text: &str) -> Option<OnError> {
     None
 }
 
-/// `toml`'s message, with the line and column up front and the dotted key it concerns (the
-/// table header above it plus the key on its line), so every error names its key.
-fn toml_message(text: &str, e: &toml::de::Error) -> String {
-    let msg = e
-        .message()
-        .trim()
-        .replace("wanted string or table", "wrong type: expected a string");
-    let Some(span) = e.span() else {
-        return msg;
-    };
-    let (line, col) = line_col(text, span.start);
-    match key_at(text, span.start) {
-        Some(key) => format!("line {line}, column {col}: key `{key}`: {msg}"),
-        None => format!("line {line}, column {col}: {msg}"),
-    }
-}
-
-/// The dotted key whose key or value is at byte `offset`: the nearest `[table]`/`[[table]]`
-/// header above, then the `a.b =` keys before `offset` on its line (inline tables included).
-fn key_at(text: &str, offset: usize) -> Option<String> {
-    let offset = offset.min(text.len());
-    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
-    let before = &text[line_start..offset];
-    // Walk `a.b = { c = 1, d = ` up to the offset: keys whose value is an inline table that is
-    // still open form the path; the last key whose value has not ended is the one at the offset.
-    let mut open: Vec<String> = Vec::new();
-    let mut pending: Option<String> = None;
-    let mut key = String::new();
-    let mut in_str: Option<char> = None;
-    for ch in before.chars() {
-        if let Some(q) = in_str {
-            if ch == q {
-                in_str = None;
-            }
-            continue;
-        }
-        match ch {
-            '"' | '\'' if pending.is_some() => in_str = Some(ch),
-            '=' => {
-                pending = Some(key.trim().trim_matches('"').to_string());
-                key.clear();
-            }
-            '{' => {
-                if let Some(k) = pending.take() {
-                    open.push(k);
-                }
-                key.clear();
-            }
-            '}' => {
-                open.pop();
-                pending = None;
-                key.clear();
-            }
-            ',' => {
-                pending = None;
-                key.clear();
-            }
-            _ if pending.is_none() => key.push(ch),
-            _ => {}
-        }
-    }
-    let mut parts = open;
-    match pending {
-        Some(k) if !k.is_empty() => parts.push(k),
-        _ => {
-            // The offset is at a key (an unknown field): read it from the text.
-            let rest = &text[offset..];
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || "_-.\"".contains(*c))
-                .collect();
-            let name = name.trim_matches('"');
-            let prefix = key.trim();
-            if !prefix.is_empty() && !prefix.starts_with('[') && !prefix.starts_with('#') {
-                parts.push(prefix.trim_end_matches('.').to_string());
-            }
-            if !name.is_empty() {
-                parts.push(name.to_string());
-            }
-        }
-    }
-    parts.retain(|p| !p.is_empty());
-    let header = text[..line_start]
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| l.starts_with('['))
-        .map(|h| h.trim_matches(|c| c == '[' || c == ']').trim().to_string());
-    if parts.is_empty() && header.is_none() {
-        return None;
-    }
-    let mut key = header.unwrap_or_default();
-    for p in parts {
-        if !key.is_empty() {
-            key.push('.');
-        }
-        key.push_str(&p);
-    }
-    Some(key)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -973,6 +595,30 @@ mod tests {
         ] {
             let e = Policy::parse(text, "p").unwrap_err().to_string();
             assert!(e.contains(needle), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn every_mistake_is_reported_with_its_position() {
+        let text = "mode = \"enforc\"\n[hook]\non_error = true\n[[rule]]\nname = \"a\"\ncpu.modle = \"x\"\ncpu.min_level = \"v9\"\nvcpu.max = 0\n[[rule]]\nname = \"b\"\nmatch = { type = \"xen\" }\n";
+        let e = Policy::parse(text, "p").unwrap_err().to_string();
+        let lines: Vec<&str> = e.lines().collect();
+        assert_eq!(lines[0], "policy p: 6 errors:", "{e}");
+        for (i, (line, key)) in [
+            ("line 1, column 8", "key `mode`"),
+            ("line 3, column 12", "key `hook.on_error`"),
+            ("line 6, column 5", "key `rule.cpu.modle`"),
+            ("line 7, column 17", "key `rule.cpu.min_level`"),
+            ("line 8, column 12", "key `rule.vcpu.max`"),
+            ("line 11, column 18", "key `rule.match.type`"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            assert!(
+                lines[i + 1].contains(line) && lines[i + 1].contains(key),
+                "{i}: {e}"
+            );
         }
     }
 

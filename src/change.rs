@@ -1,0 +1,155 @@
+//! One change the rewrite makes to a domain, as data.
+//!
+//! A change is what `--explain` prints and what `check --format json` lists. It is a record, not
+//! a sentence: the element it touches (libvirt's element name), what happened to it
+//! ([`Action`]), the feature or attribute concerned, the old and new values, the policy rule that
+//! caused it, and the sentence for people. A program can then tell "feature popcnt added" from
+//! "model replaced" without parsing English (README.md, "JSON output").
+
+use crate::finding::Finding;
+use serde::Serialize;
+
+/// The name under which changes that follow libvirt's own rules are explained (they are not a
+/// policy rule: libvirt refuses the alternative).
+pub const BUILTIN_RULE: &str = "built-in: libvirt rules";
+
+/// What happened to the element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// The element (or the feature named by `name`) was added.
+    Add,
+    /// The element, or its attribute `attribute`, was removed.
+    Remove,
+    /// The element's text or its attribute `attribute` was given a new value.
+    Set,
+    /// Several copies (of `<cpu>`, of a `<feature>`, of a child written twice) were folded into
+    /// one.
+    Fold,
+}
+
+/// One change the rewrite made (or, in audit mode and under `check`, would make).
+///
+/// Serialised (JSON) with every key present, `null` where it does not apply:
+/// `{"rule", "element", "action", "name", "attribute", "old", "new", "what"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Change {
+    /// The policy rule that caused it, or [`BUILTIN_RULE`].
+    pub rule: String,
+    /// libvirt's element name: `cpu`, `model`, `vendor`, `feature`, `topology`, `numa`, `vcpu`,
+    /// `vcpus`, `iommu`, `ioapic`.
+    pub element: &'static str,
+    /// What happened to it.
+    pub action: Action,
+    /// The feature's name, for `<feature>` changes.
+    pub name: Option<String>,
+    /// The attribute changed (`mode`, `match`, `check`, `migratable`, `fallback`, `policy`,
+    /// `driver`, `cpus`), or None when the element itself or its text changed.
+    pub attribute: Option<&'static str>,
+    /// The value before (None when there was none).
+    pub old: Option<String>,
+    /// The value after (None when removed).
+    pub new: Option<String>,
+    /// What changed and why, in libvirt's element and attribute names.
+    pub what: String,
+}
+
+impl Change {
+    /// A change of `element` by `action` under `rule`, explained by `what`; the other fields are
+    /// set with the builder methods below.
+    #[must_use]
+    pub fn new(
+        rule: &str,
+        action: Action,
+        element: &'static str,
+        what: impl Into<String>,
+    ) -> Change {
+        Change {
+            rule: rule.to_string(),
+            element,
+            action,
+            name: None,
+            attribute: None,
+            old: None,
+            new: None,
+            what: what.into(),
+        }
+    }
+
+    /// The feature's name.
+    #[must_use]
+    pub fn name(mut self, name: &str) -> Change {
+        self.name = Some(name.to_string());
+        self
+    }
+
+    /// The attribute changed.
+    #[must_use]
+    pub fn attribute(mut self, attribute: &'static str) -> Change {
+        self.attribute = Some(attribute);
+        self
+    }
+
+    /// The value before.
+    #[must_use]
+    pub fn old(mut self, old: Option<impl Into<String>>) -> Change {
+        self.old = old.map(Into::into);
+        self
+    }
+
+    /// The value after.
+    #[must_use]
+    pub fn new_value(mut self, new: impl Into<String>) -> Change {
+        self.new = Some(new.into());
+        self
+    }
+}
+
+/// What a step of the rewrite has to say: the changes it made, in order, and the findings it
+/// raised (a refusal is an error finding; a clamp a warning).
+#[derive(Debug, Default)]
+pub struct Notes {
+    /// Changes, in the order they were made.
+    pub changes: Vec<Change>,
+    /// Findings about the domain or the policy.
+    pub findings: Vec<Finding>,
+}
+
+impl Notes {
+    /// Record a change.
+    pub fn change(&mut self, c: Change) {
+        self.changes.push(c);
+    }
+
+    /// Record a finding.
+    pub fn finding(&mut self, f: Finding) {
+        self.findings.push(f);
+    }
+
+    /// Take over everything `other` recorded, after what is here.
+    pub fn extend(&mut self, other: Notes) {
+        self.changes.extend(other.changes);
+        self.findings.extend(other.findings);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serialises_every_key() {
+        let c = Change::new("r", Action::Add, "feature", "<feature> added")
+            .name("popcnt")
+            .attribute("policy")
+            .new_value("require");
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "rule": "r", "element": "feature", "action": "add", "name": "popcnt",
+                "attribute": "policy", "old": null, "new": "require", "what": "<feature> added"
+            })
+        );
+    }
+}

@@ -1,0 +1,354 @@
+//! `virt-cpu-policy host`: the host facts the tool found and where each came from, for people
+//! (a summary, machine-type families folded into version ranges), in full (`--verbose`: every
+//! machine type on its own line) or for programs (`--format json`).
+
+use crate::cpu::{Level, guaranteed_features};
+use crate::host::{DomCaps, Fact, Host, MachineFact};
+use crate::policy::Policy;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// Unversioned machine types (boards, `isapc`, `microvm`...) listed by name in the summary up to
+/// this many per group; more are counted (`--verbose` lists them).
+const MAX_NAMED_OTHERS: usize = 6;
+
+/// The machine types of one emulator (or capabilities file) for one arch: the same list for every
+/// virt type it was read under is shown once.
+struct Group<'h> {
+    source: &'h str,
+    arch: &'h str,
+    virt_types: Vec<String>,
+    machines: Vec<&'h MachineFact>,
+}
+
+/// `host` in text: the summary, or with `verbose` every machine type.
+pub(super) fn text(policy: &Policy, host: &Host, models: usize, verbose: bool) -> String {
+    let mut s = String::new();
+    s.push_str(&format!("policy: {}\n", policy.source));
+    let version = host.libvirt_version();
+    s.push_str(&format!(
+        "cpu_map: {} x86 models from {}{}\n",
+        models,
+        host.cpu_map_source(),
+        cpu_map_version(host, version)
+    ));
+    if let Some(n) = &host.cpu_map_note {
+        s.push_str(&format!("  note: {n}\n"));
+    }
+    s.push_str(&fact_line(
+        "libvirt",
+        version,
+        "unknown (give --libvirt-version: libvirt's QEMU capability cache names none)",
+    ));
+    s.push_str(&fact_line("host CPUs", host.cpus(), "unknown"));
+    s.push_str(&fact_line(
+        "KVM max vCPUs",
+        host.kvm_limit(),
+        "unknown (/dev/kvm not readable)",
+    ));
+    if host.files.is_empty() {
+        s.push_str("capability files: none (give --caps FILE)\n");
+    }
+    for f in &host.files {
+        s.push_str(&format!("capability file: {f}\n"));
+    }
+    let cached = host.qemu_cache_all();
+    if cached.is_empty() {
+        s.push_str(&format!(
+            "QEMU capability cache: nothing read from {}\n",
+            host.qemu_cache_dir
+                .as_ref()
+                .map_or("(disabled)".into(), |d| d.display().to_string())
+        ));
+    }
+    let all: Vec<&MachineFact> = host.machines.iter().chain(cached.iter()).collect();
+    for g in groups(&all) {
+        s.push_str(&group_text(&g, verbose));
+    }
+    for d in &host.domcaps {
+        s.push_str(&domcaps_text(host, d));
+    }
+    if !verbose && !all.is_empty() {
+        s.push_str("(--verbose lists every machine type; --format json gives everything)\n");
+    }
+    s
+}
+
+/// ` (libvirt X)` when the cpu_map is the installed libvirt's own and its version is known.
+fn cpu_map_version(host: &Host, version: Option<&Fact<crate::host::LibvirtVersion>>) -> String {
+    match (&host.cpu_map_dir, version) {
+        (None, _) => " (libvirt 9.0.0's, built in)".into(),
+        (Some(d), Some(v)) if d.as_path() == std::path::Path::new(crate::host::DEFAULT_CPU_MAP) => {
+            format!(" (libvirt {})", v.value)
+        }
+        _ => String::new(),
+    }
+}
+
+fn fact_line<T: std::fmt::Display>(name: &str, fact: Option<&Fact<T>>, unknown: &str) -> String {
+    match fact {
+        Some(f) => format!("{name}: {} (from {})\n", f.value, f.source),
+        None => format!("{name}: {unknown}\n"),
+    }
+}
+
+/// Machine types grouped by (source, arch); virt types whose lists are the same share a group.
+fn groups<'h>(machines: &[&'h MachineFact]) -> Vec<Group<'h>> {
+    let mut by_key: BTreeMap<(&str, &str, String), Vec<&MachineFact>> = BTreeMap::new();
+    for m in machines {
+        let vt = m.virt_type.clone().unwrap_or_else(|| "any".into());
+        by_key
+            .entry((m.source.as_str(), m.arch.as_str(), vt))
+            .or_default()
+            .push(m);
+    }
+    let mut out: Vec<Group<'h>> = Vec::new();
+    for ((source, arch, vt), list) in by_key {
+        let same = out
+            .iter_mut()
+            .find(|g| g.source == source && g.arch == arch && same_machines(&g.machines, &list));
+        match same {
+            Some(g) => g.virt_types.push(vt),
+            None => out.push(Group {
+                source,
+                arch,
+                virt_types: vec![vt],
+                machines: list,
+            }),
+        }
+    }
+    out
+}
+
+fn same_machines(a: &[&MachineFact], b: &[&MachineFact]) -> bool {
+    let key = |l: &[&MachineFact]| {
+        let mut v: Vec<(String, Option<u32>, Option<String>)> = l
+            .iter()
+            .map(|m| (m.name.clone(), m.max_cpus, m.canonical.clone()))
+            .collect();
+        v.sort();
+        v
+    };
+    key(a) == key(b)
+}
+
+/// A machine type's family and version: `pc-q35-7.2` → (`pc-q35-`, [7, 2]); None for names
+/// without a version (`isapc`, boards, aliases).
+fn family_version(name: &str) -> Option<(&str, Vec<u32>)> {
+    let start = name
+        .char_indices()
+        .rev()
+        .take_while(|(_, c)| c.is_ascii_digit() || *c == '.')
+        .last()?
+        .0;
+    let (family, version) = name.split_at(start);
+    if family.is_empty() || version.starts_with('.') || version.ends_with('.') {
+        return None;
+    }
+    let parts: Option<Vec<u32>> = version.split('.').map(|p| p.parse().ok()).collect();
+    parts.filter(|p| p.len() >= 2).map(|p| (family, p))
+}
+
+/// One group: its families folded into version ranges of equal limit (`pc-q35-2.8…7.2: 288`),
+/// the unversioned types, the aliases; or with `verbose` every type.
+fn group_text(g: &Group<'_>, verbose: bool) -> String {
+    // A capabilities file lists machine types per arch for every virt type.
+    let types = match g.virt_types.as_slice() {
+        [any] if any == "any" => String::new(),
+        types => format!("; {}", types.join(", ")),
+    };
+    let mut s = format!("machine types ({}{types}) from {}:\n", g.arch, g.source);
+    let mut families: BTreeMap<&str, Vec<Versioned<'_>>> = BTreeMap::new();
+    let mut others: Vec<(&str, u32)> = Vec::new();
+    let mut aliases: Vec<String> = Vec::new();
+    for m in &g.machines {
+        match (&m.canonical, m.max_cpus) {
+            (Some(c), _) => aliases.push(format!("{} → {c}", m.name)),
+            (None, Some(n)) => match family_version(&m.name) {
+                Some((fam, ver)) if !verbose => {
+                    families.entry(fam).or_default().push((ver, &m.name, n));
+                }
+                _ => others.push((&m.name, n)),
+            },
+            (None, None) => {}
+        }
+    }
+    for (family, mut list) in families {
+        list.sort();
+        list.dedup();
+        for (first, last, n) in runs(&list) {
+            let range = if first == last {
+                first.to_string()
+            } else {
+                format!("{first}…{}", last.trim_start_matches(family))
+            };
+            s.push_str(&format!("  {range}: {n}\n"));
+        }
+    }
+    others.sort_unstable();
+    others.dedup();
+    s.push_str(&others_text(&others, verbose));
+    aliases.sort();
+    aliases.dedup();
+    if !aliases.is_empty() {
+        s.push_str(&format!("  aliases: {}\n", aliases.join(", ")));
+    }
+    s
+}
+
+/// A versioned machine type: (version, name, vCPU limit).
+type Versioned<'a> = (Vec<u32>, &'a str, u32);
+
+/// Consecutive versions with the same limit: (first name, last name, limit).
+fn runs<'a>(list: &[Versioned<'a>]) -> Vec<(&'a str, &'a str, u32)> {
+    let mut out: Vec<(&str, &str, u32)> = Vec::new();
+    for (_, name, n) in list {
+        match out.last_mut() {
+            Some(run) if run.2 == *n => run.1 = name,
+            _ => out.push((name, name, *n)),
+        }
+    }
+    out
+}
+
+fn others_text(others: &[(&str, u32)], verbose: bool) -> String {
+    if others.is_empty() {
+        return String::new();
+    }
+    if verbose {
+        return others
+            .iter()
+            .map(|(name, n)| format!("  {name}: {n}\n"))
+            .collect();
+    }
+    if others.len() <= MAX_NAMED_OTHERS {
+        let named: Vec<String> = others.iter().map(|(m, n)| format!("{m}: {n}")).collect();
+        return format!("  other: {}\n", named.join(", "));
+    }
+    let low = others.iter().map(|(_, n)| *n).min().unwrap_or(0);
+    let high = others.iter().map(|(_, n)| *n).max().unwrap_or(0);
+    format!(
+        "  and {} unversioned machine types (boards), limits {low}…{high}\n",
+        others.len()
+    )
+}
+
+/// The level a host-model CPU reaches, by its model's features (cpu_map) and the listed ones.
+fn host_model_level(host: &Host, d: &DomCaps) -> Option<(String, Option<Level>)> {
+    let hm = d.host_model.as_ref()?;
+    let model = hm.model.clone().unwrap_or_else(|| "(none)".into());
+    let explicit: Vec<(String, String)> = hm
+        .require
+        .iter()
+        .map(|f| (f.clone(), "require".into()))
+        .chain(hm.disable.iter().map(|f| (f.clone(), "disable".into())))
+        .collect();
+    let feats = guaranteed_features(host.model_features(&model).as_ref(), &explicit);
+    Some((model, Level::highest(|f| feats.contains(f))))
+}
+
+fn domcaps_text(host: &Host, d: &DomCaps) -> String {
+    let mut s = format!(
+        "domcapabilities: {} {} {}: vcpu max {}, modes {} (from {})\n",
+        d.arch,
+        d.virt_type,
+        d.machine,
+        d.vcpu_max.map_or("unknown".into(), |v| v.to_string()),
+        d.modes.iter().cloned().collect::<Vec<_>>().join(","),
+        d.source
+    );
+    if let (Some(hm), Some((model, level))) = (&d.host_model, host_model_level(host, d)) {
+        let level = level.map_or("below x86-64-v1".into(), |l| l.to_string());
+        s.push_str(&format!(
+            "  host-model: {model} + {} required, {} disabled: reaches {level}\n",
+            hm.require.len(),
+            hm.disable.len()
+        ));
+    }
+    let usable = d.models.iter().filter(|(_, u)| *u).count();
+    s.push_str(&format!(
+        "  custom models: {usable} of {} usable\n",
+        d.models.len()
+    ));
+    s
+}
+
+fn fact_json<T: std::fmt::Display>(f: Option<&Fact<T>>) -> Value {
+    f.map_or(
+        Value::Null,
+        |f| json!({"value": f.value.to_string(), "source": f.source}),
+    )
+}
+
+/// `host --format json`: every fact, each with its source (README.md, "JSON output").
+pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
+    let cached = host.qemu_cache_all();
+    let machines: Vec<Value> = host
+        .machines
+        .iter()
+        .chain(cached.iter())
+        .map(|m| {
+            json!({"arch": m.arch, "virt_type": m.virt_type, "name": m.name,
+                   "canonical": m.canonical, "max_cpus": m.max_cpus, "source": m.source})
+        })
+        .collect();
+    let domcaps: Vec<Value> = host
+        .domcaps
+        .iter()
+        .map(|d| {
+            let hm = host_model_level(host, d).map(|(model, level)| {
+                let hm = d.host_model.as_ref();
+                json!({"model": model,
+                       "require": hm.map(|h| h.require.iter().collect::<Vec<_>>()),
+                       "disable": hm.map(|h| h.disable.iter().collect::<Vec<_>>()),
+                       "level": level.map(Level::as_str)})
+            });
+            json!({"arch": d.arch, "virt_type": d.virt_type, "machine": d.machine,
+                   "vcpu_max": d.vcpu_max, "modes": d.modes, "host_model": hm,
+                   "models": d.models.len(),
+                   "models_usable": d.models.iter().filter(|(_, u)| *u).count(),
+                   "source": d.source})
+        })
+        .collect();
+    json!({
+        "schema_version": 1,
+        "policy": policy.source,
+        "cpu_map": {"source": host.cpu_map_source(), "models": models, "note": host.cpu_map_note},
+        "libvirt_version": fact_json(host.libvirt_version()),
+        "host_cpus": fact_json(host.cpus()),
+        "kvm_max_vcpus": fact_json(host.kvm_limit()),
+        "capability_files": host.files,
+        "qemu_caps_cache": host.qemu_cache_dir,
+        "machines": machines,
+        "domcapabilities": domcaps,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_and_runs() {
+        assert_eq!(family_version("pc-q35-7.2"), Some(("pc-q35-", vec![7, 2])));
+        assert_eq!(
+            family_version("pc-q35-rhel9.4.0"),
+            Some(("pc-q35-rhel", vec![9, 4, 0]))
+        );
+        assert_eq!(family_version("isapc"), None);
+        assert_eq!(family_version("raspi3b"), None);
+        let list = vec![
+            (vec![2, 7], "pc-q35-2.7", 255),
+            (vec![2, 8], "pc-q35-2.8", 288),
+            (vec![2, 10], "pc-q35-2.10", 288),
+            (vec![7, 2], "pc-q35-7.2", 288),
+        ];
+        assert_eq!(
+            runs(&list),
+            vec![
+                ("pc-q35-2.7", "pc-q35-2.7", 255),
+                ("pc-q35-2.8", "pc-q35-7.2", 288)
+            ]
+        );
+    }
+}

@@ -1,0 +1,154 @@
+//! The host facts one domain needs, resolved once, before anything is decided.
+//!
+//! [`crate::host::Host`] knows where facts come from (files, libvirt's caches, the kernel) and
+//! reads them lazily. [`Facts::resolve`] asks it, for one domain and its plan, every question the
+//! rewrite and the validator will have: the features of each CPU model the result can name,
+//! which feature names libvirt does not know, the domcapabilities that describe the domain, the
+//! machine type's vCPU limit, KVM's limit, the host's CPU count. Planning, editing and validation
+//! then read this value and never call `Host`, so a rule is a function of (domain, plan, facts).
+//!
+//! What is resolved is what can be asked: the models of the result are the domain's own, the
+//! policy's and the arch's default ([`crate::cpu::default_model`]); its features are the domain's,
+//! the policy's and the psABI levels' (all known to libvirt). Costly facts are resolved only when a
+//! rule can need them, as before: the machine-type limit (libvirt's 300 KiB capability cache) only
+//! for a vCPU maximum above what every machine type of the family allows or a `vcpu.max` rule,
+//! KVM's limit only for KVM guests above 240 vCPUs or with `vcpu.max`.
+
+use crate::cpu::{default_model, is_known_x86_feature};
+use crate::domain::{Domain, child, cpu_features, text_of};
+use crate::host::{DomCaps, Fact, Host, MachineLimit};
+use crate::machine::family_floor;
+use crate::policy::{Plan, VcpuMax};
+use crate::topology::read_vcpu;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Every host fact the rewrite and the validator of one domain use.
+#[derive(Debug, Clone)]
+pub struct Facts<'h> {
+    /// Model name → its features (libvirt spellings), None for a model cpu_map does not define.
+    models: BTreeMap<String, Option<BTreeSet<String>>>,
+    /// Feature names (libvirt spelling) from the domain and the policy that libvirt does not know.
+    unknown_features: BTreeSet<String>,
+    /// Where model features came from: a cpu_map directory or "built-in".
+    pub cpu_map_source: String,
+    /// Problems met reading cpu_map model files (each answered from the built-in table).
+    pub cpu_map_problems: Vec<String>,
+    /// The domcapabilities for the domain's arch, virt type and machine type, when given.
+    pub domcaps: Option<&'h DomCaps>,
+    /// The machine type's vCPU limit, when a rule can need it and a source knows it.
+    pub machine_limit: Option<MachineLimit>,
+    /// KVM's vCPU limit, when a rule can need it and the kernel (or an override) says.
+    pub kvm_limit: Option<Fact<u32>>,
+    /// The host's online CPU count, when `vcpu.max = "host"` needs it.
+    pub host_cpus: Option<Fact<u32>>,
+    /// The versioned machine type the domain's alias stands for, when a host file says.
+    pub canonical_machine: Option<String>,
+}
+
+/// Every vCPU count a machine type of any family allows is at least 240 (RHEL i440fx) and every
+/// KVM since Linux 4.x allows at least 240 vCPUs on the arches libvirt's QEMU driver runs: below
+/// that neither limit is looked up.
+pub const KVM_FLOOR: u32 = 240;
+
+impl<'h> Facts<'h> {
+    /// Resolve the facts `dom` under `plan` needs from `host`.
+    #[must_use]
+    pub fn resolve(dom: &Domain<'_>, plan: &Plan, host: &'h Host) -> Facts<'h> {
+        let (arch, vt, machine) = (dom.arch(), dom.virt_type(), dom.machine());
+        let domcaps = host.domcaps_for(arch, vt, machine);
+        let mut models = BTreeMap::new();
+        for name in model_names(dom, plan, domcaps) {
+            let features = host.model_features(&name);
+            models.insert(name, features);
+        }
+        let unknown_features = feature_names(dom, plan)
+            .into_iter()
+            .filter(|f| !host.feature_known(f))
+            .collect();
+        let max = child(dom.root(), "vcpu")
+            .and_then(|v| read_vcpu(v).ok())
+            .map_or(1, |c| c.max);
+        let planned_max = plan.vcpu_max.is_some();
+        let machine_limit = (planned_max || family_floor(arch, machine).is_none_or(|f| max > f))
+            .then(|| host.machine_limit(arch, vt, machine, dom.emulator().as_deref()))
+            .flatten();
+        let kvm_limit = (vt == "kvm" && (planned_max || max > KVM_FLOOR))
+            .then(|| host.kvm_limit().cloned())
+            .flatten();
+        let host_cpus = plan
+            .vcpu_max
+            .as_ref()
+            .is_some_and(|m| m.value == VcpuMax::Host)
+            .then(|| host.cpus().cloned())
+            .flatten();
+        Facts {
+            models,
+            unknown_features,
+            cpu_map_source: host.cpu_map_source(),
+            cpu_map_problems: host.cpu_map_problems(),
+            domcaps,
+            machine_limit,
+            kvm_limit,
+            host_cpus,
+            canonical_machine: host.canonical_machine(arch, machine),
+        }
+    }
+
+    /// The features of `model` (libvirt spellings), or None when cpu_map does not define it.
+    ///
+    /// Only models [`Facts::resolve`] saw can be asked: the domain's, the policy's, the arch's
+    /// default and the host-model CPU's.
+    #[must_use]
+    pub fn model_features(&self, model: &str) -> Option<&BTreeSet<String>> {
+        debug_assert!(
+            self.models.contains_key(model),
+            "model '{model}' was not resolved"
+        );
+        self.models.get(model).and_then(Option::as_ref)
+    }
+
+    /// Whether libvirt knows the x86 feature `name` (libvirt spelling). Only the domain's and the
+    /// policy's feature names are looked up; the psABI levels' are libvirt 9.0's own.
+    #[must_use]
+    pub fn feature_known(&self, name: &str) -> bool {
+        !self.unknown_features.contains(name)
+    }
+}
+
+/// The models the result can name: the domain's (any `<cpu>`), the plan's, the arch's default,
+/// and the host-model CPU's (for the level a host-model guest reaches).
+fn model_names(dom: &Domain<'_>, plan: &Plan, domcaps: Option<&DomCaps>) -> BTreeSet<String> {
+    let mut names: BTreeSet<String> = dom
+        .cpus()
+        .iter()
+        .flat_map(|c| {
+            c.children()
+                .filter(|n| crate::domain::is_libvirt_element(*n, "model"))
+        })
+        .map(|m| text_of(m).unwrap_or_default())
+        .collect();
+    names.extend(plan.model.as_ref().map(|m| m.value.clone()));
+    names.extend(default_model(dom.arch()).map(str::to_string));
+    names.extend(
+        domcaps
+            .and_then(|d| d.host_model.as_ref())
+            .and_then(|h| h.model.clone()),
+    );
+    names
+}
+
+/// Feature names of the domain's `<cpu>` elements and the plan's `require`/`disable`, libvirt
+/// spellings, minus libvirt 9.0's own (known without reading a file).
+fn feature_names(dom: &Domain<'_>, plan: &Plan) -> BTreeSet<String> {
+    let mut names: BTreeSet<String> = dom
+        .cpus()
+        .iter()
+        .flat_map(|c| cpu_features(*c))
+        .map(|(name, _)| name)
+        .collect();
+    for set in [&plan.require, &plan.disable].into_iter().flatten() {
+        names.extend(set.value.iter().cloned());
+    }
+    names.retain(|n| !is_known_x86_feature(n));
+    names
+}

@@ -1,0 +1,504 @@
+//! The `cpu.*` keys of a plan, and libvirt's own mode rules, applied to the desired `<cpu>`
+//! (rules 2–5 of README's "What the rewrite does"), in this order:
+//!
+//! 1. mode and model ([`set_mode`], [`set_model`]), after checking the policy's names against
+//!    libvirt's cpu_map ([`check_policy_names`]);
+//! 2. the modes libvirt refuses for the arch and virt type ([`fix_unsupported_mode`]);
+//! 3. what the mode forbids ([`drop_what_mode_forbids`]) and `check` ([`set_check`]);
+//! 4. `require` and `disable` ([`apply_require`], [`apply_disable`]);
+//! 5. the psABI level ([`apply_level`]), then `fallback`, which needs the model a level may
+//!    have written ([`set_fallback`]).
+//!
+//! Every function reads host facts from [`Facts`] only, and records each change with its rule.
+
+use super::desired::{Desired, ModelD};
+use crate::change::{Action, BUILTIN_RULE, Change, Notes};
+use crate::cpu::{Level, default_model, policy_absent, policy_present};
+use crate::domain::Domain;
+use crate::facts::Facts;
+use crate::finding::Finding;
+use crate::policy::Plan;
+
+/// Apply the plan's `cpu.*` keys and libvirt's mode rules to `d`.
+pub(crate) fn apply(
+    d: &mut Desired<'_, '_>,
+    plan: &Plan,
+    dom: &Domain<'_>,
+    facts: &Facts<'_>,
+    n: &mut Notes,
+) {
+    set_mode(d, plan, n);
+    set_model(d, plan, n);
+    check_policy_names(plan, dom.arch(), facts, n);
+    fix_unsupported_mode(d, dom.arch(), dom.virt_type(), n);
+    drop_what_mode_forbids(d, plan, n);
+    set_check(d, plan, n);
+    report_require_disable_conflicts(plan, n);
+    apply_require(d, plan, facts, n);
+    apply_disable(d, plan, n);
+    if let Some(r) = plan.require.as_ref().or(plan.disable.as_ref()) {
+        if d.model.is_none() && !d.features.is_empty() {
+            ensure_model(d, dom.arch(), &r.rule, facts, n);
+        }
+    }
+    if let Some(level) = &plan.min_level {
+        apply_level(d, level.value, &level.rule, plan, dom.arch(), facts, n);
+    }
+    warn_custom_without_model(d, plan, dom.arch(), n);
+    set_fallback(d, plan, n);
+}
+
+fn is_x86(arch: &str) -> bool {
+    matches!(arch, "x86_64" | "i686")
+}
+
+/// `cpu.mode`. A model in the policy implies custom, which a `<cpu>` without `mode` already is.
+fn set_mode(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
+    let Some(m) = &plan.mode else { return };
+    let want = m.value.as_str();
+    let have = d.mode();
+    let explicit_custom = plan.model.is_some() && want == "custom";
+    if have != want && !(explicit_custom && d.attr("mode").is_none()) {
+        d.set_attr("mode", want);
+        n.change(mode_change(&m.rule, &have, want, ""));
+    }
+}
+
+fn mode_change(rule: &str, have: &str, want: &str, why: &str) -> Change {
+    Change::new(
+        rule,
+        Action::Set,
+        "cpu",
+        format!("<cpu mode>: '{have}' -> '{want}'{why}"),
+    )
+    .attribute("mode")
+    .old(Some(have))
+    .new_value(want)
+}
+
+/// `cpu.model`: the model is replaced; its `fallback` stays.
+fn set_model(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
+    let Some(m) = &plan.model else { return };
+    let have = d.model.as_ref().map(|m| m.text.clone());
+    if have.as_deref() == Some(m.value.as_str()) {
+        return;
+    }
+    let fallback = d.model.as_ref().and_then(|m| m.fallback.clone());
+    d.model = Some(ModelD {
+        text: m.value.clone(),
+        fallback,
+        src: None,
+    });
+    let action = if have.is_some() {
+        Action::Set
+    } else {
+        Action::Add
+    };
+    let what = format!(
+        "<model>: {} -> {}",
+        have.as_deref().unwrap_or("(none)"),
+        m.value
+    );
+    n.change(
+        Change::new(&m.rule, action, "model", what)
+            .old(have)
+            .new_value(&m.value),
+    );
+}
+
+/// A model or feature the policy names that libvirt's cpu_map does not define is the policy's
+/// mistake (`cpu-model-unknown`, `cpu-feature-unknown`: errors; in the domain they are warnings).
+fn check_policy_names(plan: &Plan, arch: &str, facts: &Facts<'_>, n: &mut Notes) {
+    if !is_x86(arch) {
+        return;
+    }
+    if let Some(m) = &plan.model {
+        if facts.model_features(&m.value).is_none() {
+            n.finding(
+                Finding::error(
+                    "cpu-model-unknown",
+                    format!(
+                        "CPU model '{}' is not defined in libvirt's cpu_map ({})",
+                        m.value, facts.cpu_map_source
+                    ),
+                    "use a model `virsh cpu-models x86_64` lists",
+                )
+                .rule(&m.rule),
+            );
+        }
+    }
+    for set in [&plan.require, &plan.disable].into_iter().flatten() {
+        for f in set.value.iter().filter(|f| !facts.feature_known(f)) {
+            n.finding(
+                Finding::error(
+                    "cpu-feature-unknown",
+                    format!(
+                        "CPU feature '{f}' is not one libvirt knows (x86_features.xml of {})",
+                        facts.cpu_map_source
+                    ),
+                    "use libvirt's feature names (`virsh domcapabilities` lists them)",
+                )
+                .rule(&set.rule),
+            );
+        }
+    }
+}
+
+/// libvirt refuses `host-model` for aarch64 KVM and `host-passthrough` under TCG; the nearest
+/// mode that exists is used instead, with or without a rule.
+fn fix_unsupported_mode(d: &mut Desired<'_, '_>, arch: &str, vt: &str, n: &mut Notes) {
+    if arch == "aarch64" && vt == "kvm" && d.mode() == "host-model" {
+        d.set_attr("mode", "host-passthrough");
+        n.change(mode_change(
+            BUILTIN_RULE,
+            "host-model",
+            "host-passthrough",
+            " (libvirt: \"CPU mode 'host-model' for aarch64 kvm domain on aarch64 host is not supported by hypervisor\")",
+        ));
+    }
+    if vt == "qemu" && d.mode() == "host-passthrough" {
+        d.set_attr("mode", "maximum");
+        n.change(mode_change(
+            BUILTIN_RULE,
+            "host-passthrough",
+            "maximum",
+            &format!(" (TCG has no host CPU to pass through; libvirt refuses host-passthrough for a {arch} qemu domain, maximum gives every feature TCG emulates)"),
+        ));
+    }
+}
+
+/// A model and vendor mean nothing under `host-passthrough`/`maximum`, `match` only applies to
+/// custom models, and libvirt allows `migratable` only with `host-passthrough`/`maximum`.
+fn drop_what_mode_forbids(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
+    let mode = d.mode();
+    let rule = plan
+        .mode
+        .as_ref()
+        .map_or(BUILTIN_RULE.to_string(), |m| m.rule.clone());
+    let passthrough_like = matches!(mode.as_str(), "host-passthrough" | "maximum");
+    if passthrough_like {
+        if let Some(m) = d.model.take() {
+            let what = format!("<model>{}</model> removed: {mode} takes no model", m.text);
+            n.change(Change::new(&rule, Action::Remove, "model", what).old(Some(m.text)));
+        }
+        if let Some(v) = d.remove_single("vendor") {
+            let what = format!("<vendor> removed: {mode} takes no vendor");
+            n.change(
+                Change::new(&rule, Action::Remove, "vendor", what).old(crate::domain::text_of(v)),
+            );
+        }
+    }
+    if matches!(mode.as_str(), "host-model" | "host-passthrough" | "maximum") {
+        if let Some(v) = d.remove_attr("match") {
+            let what = format!("<cpu match='{v}'> removed: it applies to custom models only");
+            n.change(attr_removed(&rule, "match", v, what));
+        }
+    }
+    if !passthrough_like {
+        if let Some(v) = d.remove_attr("migratable") {
+            let what = format!(
+                "<cpu migratable='{v}'> removed: libvirt allows it only with host-passthrough and maximum"
+            );
+            n.change(attr_removed(&rule, "migratable", v, what));
+        }
+    }
+}
+
+fn attr_removed(rule: &str, attribute: &'static str, old: String, what: String) -> Change {
+    Change::new(rule, Action::Remove, "cpu", what)
+        .attribute(attribute)
+        .old(Some(old))
+}
+
+/// `cpu.check`.
+fn set_check(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
+    let Some(c) = &plan.check else { return };
+    let want = c.value.as_str();
+    let have = d.attr("check").map(str::to_string);
+    if have.as_deref() != Some(want) {
+        d.set_attr("check", want);
+        n.change(
+            Change::new(&c.rule, Action::Set, "cpu", format!("<cpu check='{want}'>"))
+                .attribute("check")
+                .old(have)
+                .new_value(want),
+        );
+    }
+}
+
+/// Two rules that require and disable the same feature: the policy contradicts itself.
+fn report_require_disable_conflicts(plan: &Plan, n: &mut Notes) {
+    let (Some(r), Some(x)) = (&plan.require, &plan.disable) else {
+        return;
+    };
+    for f in r.value.iter().filter(|f| x.value.contains(f)) {
+        n.finding(
+            Finding::error(
+                "policy-conflict",
+                format!(
+                    "feature '{f}' is required by rule '{}' and disabled by rule '{}'",
+                    r.rule, x.rule
+                ),
+                "remove the feature from one of the rules",
+            )
+            .rule(&x.rule),
+        );
+    }
+}
+
+/// `cpu.require`: each feature present, by the custom model (per cpu_map) or a
+/// `<feature policy='require'>`.
+fn apply_require(d: &mut Desired<'_, '_>, plan: &Plan, facts: &Facts<'_>, n: &mut Notes) {
+    let Some(r) = &plan.require else { return };
+    let model_feats = (d.mode() == "custom")
+        .then_some(d.model.as_ref())
+        .flatten()
+        .and_then(|m| facts.model_features(&m.text))
+        .cloned();
+    for f in &r.value {
+        let have = d.feature_policy(f);
+        let from_model = have.is_none() && model_feats.as_ref().is_some_and(|s| s.contains(f));
+        if !from_model && !have.as_deref().is_some_and(policy_present) {
+            d.set_feature(f, "require");
+            n.change(feature_change(&r.rule, f, have.as_deref(), "require", ""));
+        }
+    }
+}
+
+/// `cpu.disable`: each feature absent (a feature another rule requires is left to the conflict
+/// finding).
+fn apply_disable(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
+    let Some(x) = &plan.disable else { return };
+    for f in &x.value {
+        if plan.require.as_ref().is_some_and(|r| r.value.contains(f)) {
+            continue;
+        }
+        let have = d.feature_policy(f);
+        if !have.as_deref().is_some_and(policy_absent) {
+            d.set_feature(f, "disable");
+            n.change(feature_change(&x.rule, f, have.as_deref(), "disable", ""));
+        }
+    }
+}
+
+/// A `<feature>` added or given another policy; `why` (with its leading space) ends the sentence.
+fn feature_change(rule: &str, f: &str, have: Option<&str>, want: &str, why: &str) -> Change {
+    let (action, what) = match have {
+        Some(p) => (
+            Action::Set,
+            format!("<feature name='{f}'>: policy '{p}' -> '{want}'{why}"),
+        ),
+        None => (
+            Action::Add,
+            format!("<feature policy='{want}' name='{f}'/> added{why}"),
+        ),
+    };
+    Change::new(rule, action, "feature", what)
+        .name(f)
+        .attribute("policy")
+        .old(have)
+        .new_value(want)
+}
+
+/// Write the machine's default model out when a custom `<cpu>` names none, so features can be
+/// listed (libvirt: "Non-empty feature list specified without CPU model"): QEMU's `qemu64` on
+/// x86_64, with `svm` disabled as libvirt does for its own implicit default CPU.
+fn ensure_model(d: &mut Desired<'_, '_>, arch: &str, rule: &str, facts: &Facts<'_>, n: &mut Notes) {
+    if d.model.is_some() || d.mode() != "custom" {
+        return;
+    }
+    let Some(model) = default_model(arch) else {
+        return;
+    };
+    d.model = Some(ModelD {
+        text: model.to_string(),
+        fallback: None,
+        src: None,
+    });
+    n.change(
+        Change::new(rule, Action::Add, "model", format!("<model>{model}</model> added: the domain names no model, so QEMU would use its default {model}; it is written out so features can be listed (libvirt refuses features without a model)"))
+            .new_value(model),
+    );
+    let has_svm = facts
+        .model_features(model)
+        .is_some_and(|s| s.contains("svm"));
+    if has_svm && d.feature("svm").is_none() {
+        d.set_feature("svm", "disable");
+        n.change(feature_change(rule, "svm", None, "disable", &format!(": libvirt's {model} lists svm (AMD-V), which KVM on Intel hosts cannot give (\"Host CPU does not provide required features: svm\"); libvirt disables it for its own implicit default CPU, and the guest keeps the same CPU under KVM and TCG")));
+    }
+}
+
+/// `cpu.min_level`: the level's features present in the guest CPU.
+fn apply_level(
+    d: &mut Desired<'_, '_>,
+    level: Level,
+    rule: &str,
+    plan: &Plan,
+    arch: &str,
+    facts: &Facts<'_>,
+    n: &mut Notes,
+) {
+    if arch != "x86_64" {
+        n.finding(
+            Finding::error(
+                "level-arch",
+                format!("cpu.min_level {level} applies to x86_64 guests, but this guest's arch is '{arch}'"),
+                "add `match = { arch = \"x86_64\" }` to the rule",
+            )
+            .rule(rule),
+        );
+        return;
+    }
+    report_level_conflicts(level, rule, plan, n);
+    if d.mode() != "custom" {
+        reenable_level_features(d, level, rule, n);
+        return;
+    }
+    ensure_model(d, arch, rule, facts, n);
+    let Some(model) = d.model.as_ref().map(|m| m.text.clone()) else {
+        return;
+    };
+    let model_feats = facts.model_features(&model);
+    if model_feats.is_none() {
+        n.finding(
+            Finding::warning(
+                "cpu-model-unknown",
+                format!("CPU model '{model}' is not in libvirt's cpu_map ({}); every {level} feature is required explicitly", facts.cpu_map_source),
+                "use a model libvirt knows (`virsh cpu-models x86_64`)",
+            )
+            .rule(rule),
+        );
+    }
+    let added = require_level_features(d, level, rule, &model, model_feats, n);
+    require_companions(d, &added, rule, model_feats, n);
+}
+
+/// A rule disabling a feature another rule's level needs.
+fn report_level_conflicts(level: Level, rule: &str, plan: &Plan, n: &mut Notes) {
+    let Some(x) = &plan.disable else { return };
+    for f in level
+        .features()
+        .iter()
+        .filter(|f| x.value.iter().any(|v| v == *f))
+    {
+        n.finding(
+            Finding::error(
+                "policy-conflict",
+                format!("feature '{f}' is disabled by rule '{}' but cpu.min_level {level} of rule '{rule}' needs it", x.rule),
+                "remove the feature from cpu.disable or lower cpu.min_level",
+            )
+            .rule(&x.rule),
+        );
+    }
+}
+
+/// Outside custom mode the guest's features come from the host: the document can only make sure
+/// none of the level's features is switched off; whether the host has them is a host check.
+fn reenable_level_features(d: &mut Desired<'_, '_>, level: Level, rule: &str, n: &mut Notes) {
+    for f in level.features() {
+        let have = d.feature_policy(f);
+        if have.as_deref().is_some_and(|p| !policy_present(p)) {
+            d.set_feature(f, "require");
+            let why = format!(" (re-enabled: {level} needs it; the policy wins over the domain)");
+            n.change(feature_change(rule, f, have.as_deref(), "require", &why));
+        }
+    }
+}
+
+/// Each level feature the custom model lacks (per cpu_map) or the domain switches off gets
+/// `<feature policy='require'>`; returns the features added.
+fn require_level_features(
+    d: &mut Desired<'_, '_>,
+    level: Level,
+    rule: &str,
+    model: &str,
+    model_feats: Option<&std::collections::BTreeSet<String>>,
+    n: &mut Notes,
+) -> Vec<&'static str> {
+    let mut added = Vec::new();
+    for f in level.features() {
+        let have = d.feature_policy(f);
+        let present = match have.as_deref() {
+            Some(p) => policy_present(p),
+            None => model_feats.is_some_and(|s| s.contains(f)),
+        };
+        if present {
+            continue;
+        }
+        d.set_feature(f, "require");
+        added.push(f);
+        let why = if have.is_some() {
+            format!(" (re-enabled: {level} needs it; the policy wins over the domain)")
+        } else {
+            format!(" ({level} needs it and libvirt's {model} does not have it)")
+        };
+        n.change(feature_change(rule, f, have.as_deref(), "require", &why));
+    }
+    added
+}
+
+/// (feature, companion, why): when a level makes the rewrite require `feature` on a model that
+/// lacks it, `companion` is required too. XSAVEOPT came with XSAVE on every CPU that has AVX (Intel
+/// since Sandy Bridge, AMD since Bulldozer; libvirt's models with `xsave` all list `xsaveopt`),
+/// and Linux 6.1 stops at FPU initialisation under QEMU 7.2's TCG with `xsave` but no `xsaveopt`
+/// (seen: tests/guest/run).
+const COMPANIONS: [(&str, &str, &str); 1] = [(
+    "xsave",
+    "xsaveopt",
+    "every CPU with AVX has it, and Linux stops at FPU initialisation without it under TCG",
+)];
+
+/// Features every real CPU with a level feature also has, which guests rely on together.
+fn require_companions(
+    d: &mut Desired<'_, '_>,
+    added: &[&str],
+    rule: &str,
+    model_feats: Option<&std::collections::BTreeSet<String>>,
+    n: &mut Notes,
+) {
+    for (with, companion, why) in COMPANIONS {
+        let in_model = model_feats.is_some_and(|s| s.contains(companion));
+        if added.contains(&with) && d.feature(companion).is_none() && !in_model {
+            d.set_feature(companion, "require");
+            let why = format!(" (with {with}: {why})");
+            n.change(feature_change(rule, companion, None, "require", &why));
+        }
+    }
+}
+
+/// `<cpu mode='custom'>` without a model gives QEMU's default model, x86-64-v1 only.
+fn warn_custom_without_model(d: &Desired<'_, '_>, plan: &Plan, arch: &str, n: &mut Notes) {
+    let Some(m) = &plan.mode else { return };
+    if is_x86(arch) && d.mode() == "custom" && d.model.is_none() {
+        n.finding(
+            Finding::warning(
+                "cpu-model-default",
+                "<cpu mode='custom'> without a model: the guest gets QEMU's default model (qemu64 on x86_64, x86-64-v1 only)",
+                "give cpu.model or cpu.min_level in the policy",
+            )
+            .rule(&m.rule),
+        );
+    }
+}
+
+/// `cpu.fallback`, last: it needs the model a level may have written.
+fn set_fallback(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
+    let Some(f) = &plan.fallback else { return };
+    let Some(m) = d.model.as_mut() else { return };
+    let want = f.value.as_str();
+    if m.fallback.as_deref() != Some(want) {
+        let old = m.fallback.replace(want.to_string());
+        m.src = None;
+        n.change(
+            Change::new(
+                &f.rule,
+                Action::Set,
+                "model",
+                format!("<model fallback='{want}'>"),
+            )
+            .attribute("fallback")
+            .old(old)
+            .new_value(want),
+        );
+    }
+}

@@ -1,0 +1,230 @@
+//! The desired `<cpu>`: every top-level `<cpu>` folded into one (rule 1 of README's "What the
+//! rewrite does"), before the plan is applied to it.
+//!
+//! libvirt reads mode, model and features from the first `<cpu>` only and silently ignores the
+//! rest (DESIGN.md section 1), so an appended `<cpu>` is an operator's override that never took
+//! effect: a later element's attributes and children override the earlier ones', features merge
+//! by name, `<numa>` is kept once. Each kept child remembers the node it came from, so the emitter
+//! can copy it byte for byte.
+
+use crate::cpu::normalize_feature;
+use crate::domain::text_of;
+use crate::finding::Finding;
+use roxmltree::Node;
+
+/// Children that occur once; a later `<cpu>`'s replaces the first one's.
+pub(crate) const SINGLES: [&str; 4] = ["vendor", "topology", "cache", "maxphysaddr"];
+
+/// One `<feature>` of the desired `<cpu>`.
+pub(crate) struct Feat<'a, 't> {
+    /// The name in libvirt's spelling (the key features merge by).
+    pub(crate) key: String,
+    /// The name as first written (kept when the element is copied).
+    pub(crate) name: String,
+    /// `policy`, `require` when absent (libvirt's default).
+    pub(crate) policy: String,
+    /// The first `<feature>` of the first `<cpu>` with this name, kept in place.
+    pub(crate) f_node: Option<Node<'a, 't>>,
+}
+
+/// The desired `<model>`.
+pub(crate) struct ModelD<'a, 't> {
+    /// The model name.
+    pub(crate) text: String,
+    /// `fallback`, when written.
+    pub(crate) fallback: Option<String>,
+    /// The element it was read from, while it is unchanged (copied byte for byte).
+    pub(crate) src: Option<Node<'a, 't>>,
+}
+
+/// The `<cpu>` the rewrite aims at.
+#[derive(Default)]
+pub(crate) struct Desired<'a, 't> {
+    /// Attributes of `<cpu>` in order (mode, match, check, migratable...).
+    pub(crate) attrs: Vec<(String, String)>,
+    pub(crate) model: Option<ModelD<'a, 't>>,
+    /// The [`SINGLES`] present, each with the node it comes from.
+    pub(crate) singles: Vec<(String, Node<'a, 't>)>,
+    pub(crate) numa: Option<Node<'a, 't>>,
+    pub(crate) features: Vec<Feat<'a, 't>>,
+    /// Unknown or foreign children of later `<cpu>` elements, moved into the first.
+    pub(crate) extras: Vec<Node<'a, 't>>,
+    /// New markup for the kept `<topology>` (the vCPU rules reshape it).
+    pub(crate) topology_markup: Option<String>,
+    /// New markup for the kept `<numa>` (cells follow the vCPU maximum).
+    pub(crate) numa_markup: Option<String>,
+    /// Feature names listed more than once within one `<cpu>` (libvirt refuses that).
+    pub(crate) duplicates: Vec<String>,
+    /// Elements that occur once (`model`, `topology`...) written more than once in one `<cpu>`.
+    pub(crate) repeated: Vec<String>,
+}
+
+impl<'a, 't> Desired<'a, 't> {
+    pub(crate) fn attr(&self, name: &str) -> Option<&str> {
+        self.attrs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub(crate) fn set_attr(&mut self, name: &str, value: &str) {
+        if let Some(a) = self.attrs.iter_mut().find(|(n, _)| n == name) {
+            a.1 = value.to_string();
+        } else {
+            self.attrs.push((name.to_string(), value.to_string()));
+        }
+    }
+
+    pub(crate) fn remove_attr(&mut self, name: &str) -> Option<String> {
+        let i = self.attrs.iter().position(|(n, _)| n == name)?;
+        Some(self.attrs.remove(i).1)
+    }
+
+    /// `mode`, libvirt's default `custom` when absent.
+    pub(crate) fn mode(&self) -> String {
+        self.attr("mode").unwrap_or("custom").to_string()
+    }
+
+    pub(crate) fn feature(&self, key: &str) -> Option<&Feat<'a, 't>> {
+        self.features.iter().find(|f| f.key == key)
+    }
+
+    /// The policy `key` had before, if it was listed.
+    pub(crate) fn feature_policy(&self, key: &str) -> Option<String> {
+        self.feature(key).map(|f| f.policy.clone())
+    }
+
+    /// Give `key` the policy `policy`; returns the previous policy when it was listed.
+    pub(crate) fn set_feature(&mut self, key: &str, policy: &str) -> Option<String> {
+        if let Some(f) = self.features.iter_mut().find(|f| f.key == key) {
+            let old = std::mem::replace(&mut f.policy, policy.to_string());
+            return Some(old);
+        }
+        self.features.push(Feat {
+            key: key.to_string(),
+            name: key.to_string(),
+            policy: policy.to_string(),
+            f_node: None,
+        });
+        None
+    }
+
+    pub(crate) fn single(&self, name: &str) -> Option<Node<'a, 't>> {
+        self.singles
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| *s)
+    }
+
+    /// Drop the single child `name`; returns its node when it was there.
+    pub(crate) fn remove_single(&mut self, name: &str) -> Option<Node<'a, 't>> {
+        let i = self.singles.iter().position(|(n, _)| n == name)?;
+        Some(self.singles.remove(i).1)
+    }
+}
+
+/// Fold all `<cpu>` elements into one desired state. Two different `<numa>` elements are a
+/// `cpu-numa-conflict` error in `findings`.
+pub(crate) fn merge<'a, 't>(cpus: &[Node<'a, 't>], findings: &mut Vec<Finding>) -> Desired<'a, 't> {
+    let mut d = Desired::default();
+    for (i, cpu) in cpus.iter().enumerate() {
+        let first = i == 0;
+        for a in cpu.attributes() {
+            if a.namespace().is_none() {
+                d.set_attr(a.name(), a.value());
+            }
+        }
+        for c in cpu.children().filter(Node::is_element) {
+            let ours = c.tag_name().namespace().is_none();
+            let taken = ours
+                && match c.tag_name().name() {
+                    "model" => merge_model(&mut d, c),
+                    "feature" => merge_feature(&mut d, c, first),
+                    "numa" => merge_numa(&mut d, c, findings),
+                    name if SINGLES.contains(&name) => merge_single(&mut d, name, c),
+                    _ => false,
+                };
+            // The first <cpu>'s other children stay where they are; a later one's move in.
+            if !taken && !first {
+                d.extras.push(c);
+            }
+        }
+    }
+    d
+}
+
+fn merge_model<'a, 't>(d: &mut Desired<'a, 't>, c: Node<'a, 't>) -> bool {
+    if d.model
+        .as_ref()
+        .and_then(|m| m.src)
+        .is_some_and(|m| m.parent() == c.parent())
+    {
+        d.repeated.push("model".into());
+    }
+    d.model = Some(ModelD {
+        text: text_of(c).unwrap_or_default(),
+        fallback: c.attribute("fallback").map(str::to_string),
+        src: Some(c),
+    });
+    true
+}
+
+/// A `<feature>` without a name is not a feature to merge: it is kept as it is.
+fn merge_feature<'a, 't>(d: &mut Desired<'a, 't>, c: Node<'a, 't>, first: bool) -> bool {
+    let Some(name) = c.attribute("name") else {
+        return false;
+    };
+    let key = normalize_feature(name).unwrap_or_else(|| name.to_string());
+    let policy = c.attribute("policy").unwrap_or("require").to_string();
+    if let Some(f) = d.features.iter_mut().find(|f| f.key == key) {
+        let same_cpu =
+            f.f_node.is_some_and(|n| n.parent() == c.parent()) || (f.f_node.is_none() && !first);
+        if same_cpu && !d.duplicates.contains(&key) {
+            d.duplicates.push(key.clone());
+        }
+        f.policy = policy;
+    } else {
+        d.features.push(Feat {
+            key,
+            name: name.to_string(),
+            policy,
+            f_node: first.then_some(c),
+        });
+    }
+    true
+}
+
+fn merge_numa<'a, 't>(
+    d: &mut Desired<'a, 't>,
+    c: Node<'a, 't>,
+    findings: &mut Vec<Finding>,
+) -> bool {
+    // Whitespace aside, the same <numa> twice is one <numa>.
+    let text_key = |n: Node<'_, '_>| -> String {
+        n.document().input_text()[n.range()]
+            .split_whitespace()
+            .collect::<String>()
+    };
+    match d.numa {
+        Some(prev) if text_key(prev) != text_key(c) => findings.push(Finding::error(
+            "cpu-numa-conflict",
+            "two different <numa> elements in separate <cpu> elements; libvirt would use one and ignore the other",
+            "keep a single <numa> in the domain's <cpu>",
+        )),
+        Some(_) => {}
+        None => d.numa = Some(c),
+    }
+    true
+}
+
+fn merge_single<'a, 't>(d: &mut Desired<'a, 't>, name: &str, c: Node<'a, 't>) -> bool {
+    if let Some(s) = d.singles.iter_mut().find(|(n, _)| n == name) {
+        if s.1.parent() == c.parent() {
+            d.repeated.push(name.to_string());
+        }
+        s.1 = c;
+    } else {
+        d.singles.push((name.to_string(), c));
+    }
+    true
+}

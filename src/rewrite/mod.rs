@@ -1,0 +1,318 @@
+//! The rewrite: the smallest edit of a domain's text that makes it conform to the policy.
+//!
+//! One direction, one step per module:
+//! 1. `desired`: every top-level `<cpu>` folded into one desired `<cpu>`;
+//! 2. `cpu`: the plan's `cpu.*` keys and libvirt's mode rules applied to it;
+//! 3. `vcpu`: the plan's `vcpu.*` keys: the maximum and what follows it (`<vcpu>`,
+//!    `<topology>`, `<vcpus>`, NUMA cells, IOMMU);
+//! 4. `emit`: the desired `<cpu>` written back as splices on the original text;
+//! 5. [`crate::validate`] on the result.
+//!
+//! Host facts are resolved once, first ([`Facts::resolve`]); no step asks the host anything.
+//! Everything outside an edited element is untouched, so a conforming domain comes out identical
+//! and `rewrite(rewrite(x)) == rewrite(x)`.
+
+mod cpu;
+mod desired;
+mod emit;
+mod vcpu;
+
+pub use vcpu::reshape;
+
+use crate::change::{Action, BUILTIN_RULE, Change, Notes};
+use crate::domain::Domain;
+use crate::error::{Error, Result};
+use crate::facts::Facts;
+use crate::finding::{Finding, Severity};
+use crate::host::Host;
+use crate::policy::{Mode, Plan, Policy};
+use crate::validate;
+use serde::Serialize;
+
+/// The result of rewriting one document.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// `<name>` of the domain.
+    pub name: String,
+    /// Whether the domain's type is one the tool rewrites (`kvm`, `qemu`).
+    pub in_scope: bool,
+    /// The text to write: the rewritten document, or the input itself (audit mode, out of scope,
+    /// already conforming).
+    #[serde(skip)]
+    pub output: String,
+    /// Whether the rewritten document differs from the input (in audit mode: would differ).
+    pub changed: bool,
+    /// What changed and why.
+    pub changes: Vec<Change>,
+    /// Errors and warnings about the result.
+    pub findings: Vec<Finding>,
+    /// A note for out-of-scope domains.
+    pub note: Option<String>,
+}
+
+impl Outcome {
+    /// Whether any finding is an error.
+    #[must_use]
+    pub fn has_errors(&self) -> bool {
+        self.findings.iter().any(|f| f.severity == Severity::Error)
+    }
+}
+
+/// Rewrite one domain document under `policy`, with `host` facts.
+///
+/// The returned [`Outcome::output`] is the input itself when the domain is out of scope, already
+/// conforms, or the policy's mode is audit; otherwise the rewritten document. Findings of
+/// severity error mean the document cannot be made to conform (the command line exits 1 and
+/// writes nothing).
+///
+/// # Errors
+/// [`Error`] for input that cannot be judged: malformed XML, a DTD, not a `<domain>`.
+pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<Outcome> {
+    let dom = Domain::parse(text, what)?;
+    rewrite_parsed(&dom, what, policy, host)
+}
+
+/// [`rewrite`] of a document already parsed.
+///
+/// # Errors
+/// As [`rewrite`], for the output.
+pub fn rewrite_parsed(
+    dom: &Domain<'_>,
+    what: &str,
+    policy: &Policy,
+    host: &Host,
+) -> Result<Outcome> {
+    if !dom.in_scope() {
+        return Ok(out_of_scope(dom));
+    }
+    let plan = policy.plan_for(dom);
+    let facts = Facts::resolve(dom, &plan, host);
+    rewrite_planned(dom, what, policy, &plan, &facts)
+}
+
+/// [`rewrite`] of a document already parsed, planned and with its facts resolved (the hook
+/// validates the input and rewrites it with the same plan and facts).
+///
+/// # Errors
+/// As [`rewrite`], for the output.
+pub fn rewrite_planned(
+    dom: &Domain<'_>,
+    what: &str,
+    policy: &Policy,
+    plan: &Plan,
+    facts: &Facts<'_>,
+) -> Result<Outcome> {
+    if !dom.in_scope() {
+        return Ok(out_of_scope(dom));
+    }
+    let text = dom.text;
+    let mut notes = Notes::default();
+    let cpus = dom.cpus();
+    let mut desired = desired::merge(&cpus, &mut notes.findings);
+    explain_merge(&desired, cpus.len(), &mut notes);
+    cpu::apply(&mut desired, plan, dom, facts, &mut notes);
+    let v = vcpu::apply(dom, plan, facts, desired.single("topology"), desired.numa);
+    desired.topology_markup = v.topology_markup;
+    desired.numa_markup = v.numa_markup;
+    notes.extend(v.notes);
+    let xml_error = |message: String| Error::Xml {
+        what: what.to_string(),
+        message,
+    };
+    let mut edits = emit::emit(dom, &cpus, &desired).map_err(xml_error)?;
+    edits.extend(v.edits);
+    let rewritten = edits.apply(text).map_err(|e| xml_error(e.to_string()))?;
+    let changed = rewritten != text;
+    if !changed {
+        notes.changes.clear();
+    } else if notes.changes.is_empty() {
+        // Every edit has a reason; this one catches a reshaping no rule above names.
+        notes.change(Change::new(
+            BUILTIN_RULE,
+            Action::Set,
+            "cpu",
+            "<cpu> rewritten into the shape libvirt reads",
+        ));
+    }
+    let findings = validate_result(dom, &rewritten, changed, plan, facts, notes.findings);
+    let output = if policy.mode == Mode::Audit {
+        text.to_string()
+    } else {
+        rewritten
+    };
+    Ok(Outcome {
+        name: dom.name(),
+        in_scope: true,
+        output,
+        changed,
+        changes: notes.changes,
+        findings,
+        note: None,
+    })
+}
+
+fn out_of_scope(dom: &Domain<'_>) -> Outcome {
+    Outcome {
+        note: Some(format!(
+            "domain type '{}' is not handled (only kvm and qemu are); passed through unchanged",
+            dom.virt_type()
+        )),
+        name: dom.name(),
+        in_scope: false,
+        output: dom.text.to_string(),
+        changed: false,
+        changes: Vec::new(),
+        findings: Vec::new(),
+    }
+}
+
+/// The folding of several `<cpu>` elements, of a child written twice and of a feature listed
+/// twice, each explained.
+fn explain_merge(desired: &desired::Desired<'_, '_>, cpus: usize, notes: &mut Notes) {
+    if cpus > 1 {
+        let what = format!(
+            "{cpus} <cpu> elements folded into the first (libvirt reads only the first one's mode, model and features)"
+        );
+        notes.change(
+            Change::new(BUILTIN_RULE, Action::Fold, "cpu", what)
+                .old(Some(cpus.to_string()))
+                .new_value("1"),
+        );
+    }
+    for e in &desired.repeated {
+        let element = desired::SINGLES
+            .into_iter()
+            .find(|s| s == e)
+            .unwrap_or("model");
+        let what = format!("<{e}> given more than once in one <cpu>: the last one kept");
+        notes.change(Change::new(BUILTIN_RULE, Action::Fold, element, what));
+    }
+    for f in &desired.duplicates {
+        let p = desired.feature(f).map_or("require", |f| f.policy.as_str());
+        let what = format!(
+            "<feature name='{f}'> listed more than once: kept once, with the last policy '{p}' (libvirt: \"CPU feature '{f}' specified more than once\")"
+        );
+        notes.change(
+            Change::new(BUILTIN_RULE, Action::Fold, "feature", what)
+                .name(f)
+                .attribute("policy")
+                .new_value(p),
+        );
+    }
+}
+
+/// The findings of planning, then validation's of what will be written (the input itself when
+/// nothing changes: no second parse), then cpu_map problems. A refusal from planning (topology
+/// `keep`, say) and validation of the unchanged result say the same thing: the planning one,
+/// which names the rule, is kept.
+fn validate_result(
+    dom: &Domain<'_>,
+    rewritten: &str,
+    changed: bool,
+    plan: &Plan,
+    facts: &Facts<'_>,
+    mut findings: Vec<Finding>,
+) -> Vec<Finding> {
+    let planned: Vec<&'static str> = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .map(|f| f.code)
+        .collect();
+    let validated = if changed {
+        Domain::parse(rewritten, "the rewritten domain")
+            .map(|out| validate::validate(&out, plan, facts))
+    } else {
+        Ok(validate::validate(dom, plan, facts))
+    };
+    match validated {
+        Ok(v) => findings.extend(v.into_iter().filter(|f| !planned.contains(&f.code))),
+        Err(e) => findings.push(Finding::error(
+            "internal",
+            format!("the rewritten document does not parse: {e}"),
+            "report this as a bug",
+        )),
+    }
+    for p in &facts.cpu_map_problems {
+        findings.push(Finding::warning(
+            "cpu-map-unreadable",
+            p.clone(),
+            "repair or reinstall libvirt's cpu_map files",
+        ));
+    }
+    findings.dedup();
+    findings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::HostOptions;
+
+    fn run(xml: &str, policy: &str) -> Outcome {
+        let p = Policy::parse(policy, "test").unwrap();
+        let h = Host::discover(&HostOptions::default()).unwrap();
+        rewrite(xml, "test", &p, &h).unwrap()
+    }
+
+    const V2: &str =
+        "[[rule]]\nname = \"v2\"\nmatch = { arch = \"x86_64\" }\ncpu.min_level = \"x86-64-v2\"\n";
+
+    #[test]
+    fn bare_cpu_gets_default_model_and_level() {
+        let x = "<domain type='kvm'>\n  <os>\n    <type arch='x86_64'>hvm</type>\n  </os>\n  <cpu>\n    <topology sockets='1' cores='2' threads='1'/>\n  </cpu>\n</domain>\n";
+        let o = run(x, V2);
+        assert!(o.output.contains("<model>qemu64</model>"), "{}", o.output);
+        for f in ["lahf_lm", "popcnt", "sse4.1", "sse4.2", "ssse3"] {
+            assert!(
+                o.output
+                    .contains(&format!("<feature policy='require' name='{f}'/>")),
+                "{f}: {}",
+                o.output
+            );
+        }
+        assert!(o.output.contains("<feature policy='disable' name='svm'/>"));
+        assert!(
+            o.output
+                .contains("    <topology sockets='1' cores='2' threads='1'/>\n")
+        );
+        let again = run(&o.output, V2);
+        assert_eq!(again.output, o.output);
+        assert!(!again.changed);
+    }
+
+    #[test]
+    fn conforming_is_identical_and_other_types_pass() {
+        let x = "<domain type=\"kvm\"><os><type arch=\"x86_64\">hvm</type></os><cpu mode=\"custom\"><model>Nehalem</model></cpu></domain>";
+        let o = run(x, V2);
+        assert_eq!(o.output, x);
+        assert!(!o.changed);
+        let x = "<domain type='xen'><os><type arch='x86_64'>hvm</type></os><cpu/></domain>";
+        let o = run(x, V2);
+        assert_eq!(o.output, x);
+        assert!(!o.in_scope);
+    }
+
+    #[test]
+    fn second_cpu_folds_into_first() {
+        let x = "<domain type='qemu'>\n  <os><type arch='x86_64'>hvm</type></os>\n  <cpu mode='host-passthrough'/>\n  <cpu>\n    <numa>\n      <cell id='0' cpus='0-1' memory='1024'/>\n    </numa>\n  </cpu>\n</domain>";
+        let o = run(x, V2);
+        assert_eq!(o.output.matches("<cpu").count(), 1, "{}", o.output);
+        assert!(o.output.contains("mode='maximum'"), "{}", o.output);
+        assert!(o.output.contains("<numa>"));
+        assert_eq!(run(&o.output, V2).output, o.output);
+    }
+
+    #[test]
+    fn changes_are_structured() {
+        let x = "<domain type='kvm'><os><type arch='x86_64'>hvm</type></os><cpu><model>Penryn</model></cpu><cpu mode='host-model'/></domain>";
+        let o = run(x, V2);
+        let fold = o.changes.iter().find(|c| c.action == Action::Fold).unwrap();
+        assert_eq!((fold.element, fold.old.as_deref()), ("cpu", Some("2")));
+        let mode = o.changes.iter().find(|c| c.attribute == Some("mode"));
+        assert!(
+            mode.is_none(),
+            "host-model from the later <cpu> wins: {:?}",
+            o.changes
+        );
+    }
+}

@@ -1,0 +1,702 @@
+//! The `vcpu.*` keys of a plan: the vCPU maximum, and everything that must follow it —
+//! `<topology>`, `<vcpus>`, NUMA cells, and on x86 above 255 vCPUs the IOMMU and split I/O APIC.
+//!
+//! A dynamically scalable guest needs a maximum above its current count so vCPUs can be
+//! hot-plugged while it runs. libvirt refuses a maximum above the machine type's limit, a topology
+//! whose product differs from the maximum, and more than 255 x86 vCPUs without q35, an Intel IOMMU
+//! in extended interrupt mode and a split I/O APIC (libvirt 9.0, DESIGN.md section 6). The steps,
+//! in order: read the counts ([`read_counts`]), the maximum the rule asks for clamped to what the
+//! host runs ([`target_maximum`]), the x86 rule above 255 vCPUs ([`x86_xapic_rule`], [`add_iommu`]),
+//! then the new maximum in `<vcpu>` ([`set_vcpu_max`]) and what follows it ([`reshape_topology`],
+//! [`regenerate_vcpus`], [`numa_cover`]). `current` is never lowered.
+
+use crate::change::{Action, Change, Notes};
+use crate::domain::{Domain, child, is_libvirt_element};
+use crate::edit::{
+    Edits, Item, append_child, child_indent, document_quote, line_indent, newline, node_with_line,
+    render_element, start_tag_attr_end, with_attrs,
+};
+use crate::facts::Facts;
+use crate::finding::Finding;
+use crate::machine::is_q35;
+use crate::policy::{IommuStrategy, Plan, Set, TopologyStrategy, VcpuMax};
+use crate::topology::{
+    Topology, VcpuCount, X86_XAPIC_LIMIT, format_cpuset, parse_cpuset, read_vcpu,
+};
+use roxmltree::Node;
+use std::collections::BTreeSet;
+
+/// What the vCPU rules decided.
+#[derive(Debug, Default)]
+pub(crate) struct VcpuResult {
+    /// Splices outside `<cpu>`: `<vcpu>`, `<vcpus>`, `<features>`, `<devices>`.
+    pub(crate) edits: Edits,
+    /// New markup for the `<topology>` that stays in `<cpu>`.
+    pub(crate) topology_markup: Option<String>,
+    /// New markup for the `<numa>` that stays in `<cpu>`.
+    pub(crate) numa_markup: Option<String>,
+    /// Changes with their rules; findings (clamps are warnings, impossible requests errors).
+    pub(crate) notes: Notes,
+}
+
+/// The topology reshaped to hold exactly `max` vCPUs: `sockets` keeps the per-socket shape when
+/// `max` is a multiple of it, else sockets = max and the rest 1; `cores` does the same with
+/// cores; `keep` gives None when the product is not `max`.
+#[must_use]
+pub fn reshape(t: &Topology, max: u32, strategy: TopologyStrategy) -> Option<Topology> {
+    if t.product() == u64::from(max) {
+        return Some(*t);
+    }
+    // The dimension that grows, and the product of the others.
+    let (per, with): (u64, fn(Topology, u32) -> Topology) = match strategy {
+        TopologyStrategy::Keep => return None,
+        TopologyStrategy::Sockets => (t.product() / u64::from(t.sockets), |t, n| Topology {
+            sockets: n,
+            ..t
+        }),
+        TopologyStrategy::Cores => (t.product() / u64::from(t.cores), |t, n| Topology {
+            cores: n,
+            ..t
+        }),
+    };
+    let max64 = u64::from(max);
+    Some(if max64 % per == 0 {
+        with(*t, u32::try_from(max64 / per).ok()?)
+    } else {
+        with(Topology::ONE, max)
+    })
+}
+
+/// Apply `vcpu.*` of the plan to the domain. `topology` and `numa` are the nodes that remain in
+/// the merged `<cpu>` (possibly from a later `<cpu>` element).
+pub(crate) fn apply(
+    dom: &Domain<'_>,
+    plan: &Plan,
+    facts: &Facts<'_>,
+    topology: Option<Node<'_, '_>>,
+    numa: Option<Node<'_, '_>>,
+) -> VcpuResult {
+    let mut r = VcpuResult::default();
+    let Some(want) = &plan.vcpu_max else {
+        return r;
+    };
+    let rule = want.rule.as_str();
+    let text = dom.text;
+    let q = document_quote(text, &dom.doc);
+    let Some((vcpu_node, count)) = read_counts(dom, rule, &mut r.notes) else {
+        return r;
+    };
+    let Some(max) = target_maximum(dom, want, facts, &mut r.notes) else {
+        return r;
+    };
+    let (max, need_iommu) = x86_xapic_rule(dom, plan, facts, max, rule, &mut r.notes);
+    if count.current > max {
+        r.notes.finding(Finding::error(
+            "vcpu-current",
+            format!("current vCPU count {} is above the new maximum {max}: libvirt says \"maximum vCPU count must not be less than current vCPU count\"", count.current),
+            "lower <vcpu current> or raise vcpu.max",
+        ).rule(rule));
+        return r;
+    }
+    if need_iommu && !add_iommu(dom, q, rule, &mut r) {
+        return r;
+    }
+    if max == count.max {
+        return r;
+    }
+    set_vcpu_max(text, vcpu_node, count, max, q, rule, &mut r);
+    if let Some(t) = topology {
+        if !reshape_topology(dom, plan, t, max, q, rule, &mut r) {
+            return r;
+        }
+    }
+    if let Some(list) = child(dom.root(), "vcpus") {
+        regenerate_vcpus(text, list, max, count.current, q, rule, &mut r);
+    }
+    if let Some(n) = numa {
+        numa_cover(text, n, max, q, rule, &mut r);
+    }
+    r
+}
+
+/// `<vcpu>` and the current count libvirt uses: with a `<vcpus>` list, the number of its enabled
+/// entries (libvirt ignores `current` then). None, with an error finding, when `<vcpu>` is
+/// missing or not a number.
+fn read_counts<'a, 't>(
+    dom: &'a Domain<'t>,
+    rule: &str,
+    n: &mut Notes,
+) -> Option<(Node<'a, 't>, VcpuCount)> {
+    let root = dom.root();
+    let Some(vcpu_node) = child(root, "vcpu") else {
+        n.finding(
+            Finding::error(
+                "vcpu-missing",
+                "the domain has no <vcpu> element; there is no current count to keep",
+                "add <vcpu current='N'>MAX</vcpu>",
+            )
+            .rule(rule),
+        );
+        return None;
+    };
+    let c = match read_vcpu(vcpu_node) {
+        Ok(c) => c,
+        Err(m) => {
+            n.finding(Finding::error("vcpu-invalid", m, "write a positive integer").rule(rule));
+            return None;
+        }
+    };
+    let Some(list) = child(root, "vcpus") else {
+        return Some((vcpu_node, c));
+    };
+    let enabled = list
+        .children()
+        .filter(|e| is_libvirt_element(*e, "vcpu") && e.attribute("enabled") == Some("yes"))
+        .filter(|e| {
+            e.attribute("id")
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                .is_some_and(|id| id < c.max)
+        })
+        .count();
+    let current = u32::try_from(enabled).unwrap_or(c.current).max(1);
+    Some((vcpu_node, VcpuCount { current, ..c }))
+}
+
+/// The maximum `vcpu.max` asks for, clamped to the machine type's limit and, for KVM, KVM's
+/// (warnings that name both numbers and their sources). None, with an error finding, when the
+/// host CPU count or the machine type's limit is unknown.
+fn target_maximum(
+    dom: &Domain<'_>,
+    want: &Set<VcpuMax>,
+    facts: &Facts<'_>,
+    n: &mut Notes,
+) -> Option<u32> {
+    let rule = want.rule.as_str();
+    let (arch, vt) = (dom.arch(), dom.virt_type());
+    let requested = match want.value {
+        VcpuMax::Count(c) => Some(c),
+        VcpuMax::Machine => None,
+        VcpuMax::Host => match &facts.host_cpus {
+            Some(c) => Some(c.value),
+            None => {
+                n.finding(
+                    Finding::error(
+                        "host-cpus-unknown",
+                        "vcpu.max = \"host\" but the host's CPU count is unknown",
+                        "give --host-cpus N or [host] cpus",
+                    )
+                    .rule(rule),
+                );
+                return None;
+            }
+        },
+    };
+    let Some(limit) = &facts.machine_limit else {
+        let machine = if dom.machine().is_empty() {
+            "(none given)"
+        } else {
+            dom.machine()
+        };
+        n.finding(Finding::error(
+            "machine-unknown",
+            format!("the vCPU limit of machine type '{machine}' ({arch}, {vt}) is found nowhere: not in the capabilities given, libvirt's QEMU capability cache, nor the built-in table"),
+            "give the host's capabilities with --caps (virsh capabilities > FILE) or use a versioned machine type",
+        ).rule(rule));
+        return None;
+    };
+    let mut max = requested.unwrap_or(limit.max_cpus);
+    if max > limit.max_cpus {
+        let what = format!(
+            "vCPU maximum {max} clamped to {}: machine type {} allows {} (from {})",
+            limit.max_cpus, limit.machine, limit.max_cpus, limit.source
+        );
+        n.finding(Finding::warning("vcpu-clamped", what, "").rule(rule));
+        max = limit.max_cpus;
+    }
+    if let (Some(k), "kvm") = (&facts.kvm_limit, vt) {
+        if max > k.value {
+            let what = format!(
+                "vCPU maximum {max} clamped to {}: KVM allows {} (from {})",
+                k.value, k.value, k.source
+            );
+            n.finding(Finding::warning("vcpu-clamped", what, "").rule(rule));
+            max = k.value;
+        }
+    }
+    Some(max)
+}
+
+/// More than 255 x86 vCPUs need q35 and an IOMMU in extended interrupt mode: on another machine
+/// type, or under `vcpu.iommu = "never"`, the maximum is clamped to 255. Returns the maximum and
+/// whether the IOMMU must be added.
+fn x86_xapic_rule(
+    dom: &Domain<'_>,
+    plan: &Plan,
+    facts: &Facts<'_>,
+    max: u32,
+    rule: &str,
+    n: &mut Notes,
+) -> (u32, bool) {
+    if !matches!(dom.arch(), "x86_64" | "i686") || max <= X86_XAPIC_LIMIT {
+        return (max, false);
+    }
+    let machine = facts
+        .machine_limit
+        .as_ref()
+        .map_or(dom.machine(), |l| l.machine.as_str());
+    let iommu = plan.iommu.as_ref();
+    if !is_q35(machine) && !is_q35(dom.machine()) {
+        n.finding(Finding::warning("vcpu-clamped", format!("vCPU maximum {max} clamped to {X86_XAPIC_LIMIT}: more than 255 vCPUs are only supported on q35-based machine types, and this guest's is {}", dom.machine()), "use a q35 machine type to go higher").rule(rule));
+        (X86_XAPIC_LIMIT, false)
+    } else if let Some(i) = iommu.filter(|i| i.value == IommuStrategy::Never) {
+        n.finding(Finding::warning("vcpu-clamped", format!("vCPU maximum {max} clamped to {X86_XAPIC_LIMIT}: vcpu.iommu = \"never\", and more than 255 vCPUs need an IOMMU in extended interrupt mode"), "").rule(&i.rule));
+        (X86_XAPIC_LIMIT, false)
+    } else {
+        (max, true)
+    }
+}
+
+/// `<vcpu>`: the maximum changes, `current` stays (written out when it was implicit).
+fn set_vcpu_max(
+    text: &str,
+    vcpu_node: Node<'_, '_>,
+    count: VcpuCount,
+    max: u32,
+    q: char,
+    rule: &str,
+    r: &mut VcpuResult,
+) {
+    let mut e = Edits::new();
+    let base = vcpu_node.range().start;
+    if let Some(t) = vcpu_node.children().find(Node::is_text) {
+        e.replace(
+            t.range().start - base..t.range().end - base,
+            max.to_string(),
+        );
+    }
+    let with_text = e.apply(&text[vcpu_node.range()]).unwrap_or_default();
+    let new_vcpu = match roxmltree::Document::parse(&with_text) {
+        Ok(d) if !count.current_written => {
+            let current = count.current.to_string();
+            with_attrs(&with_text, d.root_element(), &[("current", &current)], q)
+        }
+        _ => with_text,
+    };
+    r.edits.replace(vcpu_node.range(), new_vcpu);
+    let what = format!(
+        "<vcpu>: maximum {} -> {max}, current {} kept",
+        count.max, count.current
+    );
+    r.notes.change(
+        Change::new(rule, Action::Set, "vcpu", what)
+            .old(Some(count.max.to_string()))
+            .new_value(max.to_string()),
+    );
+}
+
+/// `<topology>` reshaped by `vcpu.topology` to hold the new maximum; `clusters` is never added on
+/// x86. Returns false when `keep` cannot hold it (an error finding; nothing else follows).
+fn reshape_topology(
+    dom: &Domain<'_>,
+    plan: &Plan,
+    t: Node<'_, '_>,
+    max: u32,
+    q: char,
+    rule: &str,
+    r: &mut VcpuResult,
+) -> bool {
+    let topo_rule = plan.topology.as_ref().map_or(rule, |s| s.rule.as_str());
+    let Some(topo) = Topology::read(t) else {
+        r.notes.finding(
+            Finding::error(
+                "topology-invalid",
+                "<topology> has an attribute that is not a positive integer",
+                "fix <topology>",
+            )
+            .rule(rule),
+        );
+        return true;
+    };
+    let strategy = plan
+        .topology
+        .as_ref()
+        .map_or(TopologyStrategy::Sockets, |s| s.value);
+    let Some(new) = reshape(&topo, max, strategy) else {
+        r.notes.finding(Finding::error(
+            "topology-mismatch",
+            format!("vcpu.topology = \"keep\" but <topology> {} holds {} vCPUs, not {max} (libvirt: \"CPU topology doesn't match maximum vcpu count\")", topo.describe(), topo.product()),
+            "use vcpu.topology = \"sockets\" or \"cores\", or a maximum the topology holds",
+        ).rule(topo_rule));
+        return false;
+    };
+    if new == topo {
+        return true;
+    }
+    let x86 = matches!(dom.arch(), "x86_64" | "i686");
+    let mut set: Vec<(&str, String)> = vec![("sockets", new.sockets.to_string())];
+    for (name, v, old) in [
+        ("dies", new.dies, topo.dies),
+        ("clusters", new.clusters, topo.clusters),
+        ("cores", new.cores, topo.cores),
+        ("threads", new.threads, topo.threads),
+    ] {
+        let written = t.attribute(name).is_some();
+        if name == "clusters" && x86 && !written {
+            continue;
+        }
+        if written || v != old || (name != "clusters" && v != 1) {
+            set.push((name, v.to_string()));
+        }
+    }
+    let a: Vec<(&str, &str)> = set.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    r.topology_markup = Some(with_attrs(dom.text, t, &a, q));
+    let what = format!(
+        "<topology>: {} -> {} ({max} vCPUs)",
+        topo.describe(),
+        new.describe()
+    );
+    r.notes.change(
+        Change::new(topo_rule, Action::Set, "topology", what)
+            .old(Some(topo.describe()))
+            .new_value(new.describe()),
+    );
+    true
+}
+
+/// `<vcpus>`: entries past the new maximum leave, new ids are added disabled and hotpluggable;
+/// when the list could not stay consistent (vCPU 0 enabled and not hotpluggable, the enabled count
+/// the current count), it is dropped with a warning and libvirt rebuilds it.
+fn regenerate_vcpus(
+    text: &str,
+    list: Node<'_, '_>,
+    max: u32,
+    current: u32,
+    q: char,
+    rule: &str,
+    r: &mut VcpuResult,
+) {
+    let entries: Vec<Node<'_, '_>> = list
+        .children()
+        .filter(|c| is_libvirt_element(*c, "vcpu"))
+        .collect();
+    let mut kept: Vec<(u32, Node<'_, '_>)> = Vec::new();
+    for e in &entries {
+        let Some(id) = e.attribute("id").and_then(|v| v.trim().parse::<u32>().ok()) else {
+            r.notes.finding(Finding::warning("vcpus-dropped", "<vcpus> dropped: an entry has no valid id; libvirt rebuilds the list from <vcpu current>", "").rule(rule));
+            r.edits.delete(node_with_line(text, list));
+            return;
+        };
+        if id < max {
+            kept.push((id, *e));
+        }
+    }
+    let known: BTreeSet<u32> = kept.iter().map(|(i, _)| *i).collect();
+    if !vcpus_consistent(&kept, &known, current) {
+        r.notes.finding(Finding::warning(
+            "vcpus-dropped",
+            format!("<vcpus> dropped: after the maximum change it would not have vCPU 0 enabled and not hotpluggable with {current} enabled; libvirt rebuilds the list from <vcpu current>"),
+            "",
+        ).rule(rule));
+        r.edits.delete(node_with_line(text, list));
+        r.notes.change(Change::new(
+            rule,
+            Action::Remove,
+            "vcpus",
+            "<vcpus> removed (libvirt regenerates it)",
+        ));
+        return;
+    }
+    let added: BTreeSet<u32> = (0..max).filter(|i| !known.contains(i)).collect();
+    r.edits
+        .replace(list.range(), rebuilt_vcpus(text, list, &kept, &added, q));
+    if !added.is_empty() {
+        let what = format!(
+            "<vcpus>: {} vCPU(s) added, disabled and hotpluggable",
+            added.len()
+        );
+        r.notes
+            .change(Change::new(rule, Action::Add, "vcpus", what).new_value(format_cpuset(&added)));
+    }
+    let removed: BTreeSet<u32> = entries
+        .iter()
+        .filter_map(|e| e.attribute("id")?.trim().parse::<u32>().ok())
+        .filter(|id| *id >= max)
+        .collect();
+    if kept.len() < entries.len() {
+        let what = format!(
+            "<vcpus>: {} entr(ies) past the new maximum removed",
+            entries.len() - kept.len()
+        );
+        r.notes.change(
+            Change::new(rule, Action::Remove, "vcpus", what).old(Some(format_cpuset(&removed))),
+        );
+    }
+}
+
+/// `<vcpus>` with the `kept` entries as written and the `added` ids, disabled and hotpluggable.
+fn rebuilt_vcpus(
+    text: &str,
+    list: Node<'_, '_>,
+    kept: &[(u32, Node<'_, '_>)],
+    added: &BTreeSet<u32>,
+    q: char,
+) -> String {
+    let mut items: Vec<Item> = list
+        .children()
+        .filter(|c| !(c.is_text() && text[c.range()].trim().is_empty()))
+        .filter(|c| !is_libvirt_element(*c, "vcpu") || kept.iter().any(|(_, e)| e == c))
+        .map(|c| Item::Verbatim(c.range()))
+        .collect();
+    for id in added {
+        items.push(Item::Markup(format!(
+            "<vcpu id={q}{id}{q} enabled={q}no{q} hotpluggable={q}yes{q}/>"
+        )));
+    }
+    let start_tag = &text[list.range().start..start_tag_attr_end(text, list)];
+    let ind = line_indent(text, list.range().start);
+    let cind = child_indent(text, list);
+    render_element(text, "vcpus", start_tag, &items, ind, &cind)
+}
+
+/// The kept `<vcpus>` entries are what libvirt accepts: `current` of them enabled, vCPU 0 enabled
+/// and not hotpluggable, no id twice.
+fn vcpus_consistent(kept: &[(u32, Node<'_, '_>)], known: &BTreeSet<u32>, current: u32) -> bool {
+    let enabled = kept
+        .iter()
+        .filter(|(_, e)| e.attribute("enabled") == Some("yes"))
+        .count();
+    let first_ok = kept.iter().any(|(i, e)| {
+        *i == 0
+            && e.attribute("enabled") == Some("yes")
+            && e.attribute("hotpluggable") != Some("yes")
+    });
+    u32::try_from(enabled).ok() == Some(current) && first_ok && known.len() == kept.len()
+}
+
+/// NUMA cells cover 0..max-1: new vCPUs join the last cell; ids past the maximum leave.
+fn numa_cover(text: &str, numa: Node<'_, '_>, max: u32, q: char, rule: &str, r: &mut VcpuResult) {
+    let cells: Vec<Node<'_, '_>> = numa
+        .children()
+        .filter(|c| is_libvirt_element(*c, "cell"))
+        .collect();
+    if cells.is_empty() {
+        return;
+    }
+    let limit = max.saturating_add(1 << 16);
+    let mut sets = Vec::new();
+    for c in &cells {
+        match c.attribute("cpus").map(|v| parse_cpuset(v, limit)) {
+            Some(Some(s)) => sets.push(s),
+            None => sets.push(BTreeSet::new()),
+            Some(None) => {
+                let v = c.attribute("cpus").unwrap_or("");
+                r.notes.finding(
+                    Finding::error(
+                        "numa-invalid",
+                        format!("NUMA cell cpus='{v}' is not a valid cpuset"),
+                        "fix the cell's cpus",
+                    )
+                    .rule(rule),
+                );
+                return;
+            }
+        }
+    }
+    let covered: BTreeSet<u32> = sets.iter().flatten().copied().collect();
+    let mut new_sets = sets.clone();
+    for s in &mut new_sets {
+        s.retain(|i| *i < max);
+    }
+    let last = new_sets.len() - 1;
+    new_sets[last].extend((0..max).filter(|i| !covered.contains(i)));
+    if new_sets == sets {
+        return;
+    }
+    if let Some(i) = (0..sets.len()).find(|i| new_sets[*i].is_empty() && !sets[*i].is_empty()) {
+        r.notes.finding(
+            Finding::error(
+                "numa-cell-empty",
+                format!("NUMA cell {i} would have no vCPU left under the new maximum {max}"),
+                "raise vcpu.max or reshape the NUMA cells",
+            )
+            .rule(rule),
+        );
+        return;
+    }
+    let base = numa.range().start;
+    let mut e = Edits::new();
+    for (i, c) in cells.iter().enumerate() {
+        if new_sets[i] != sets[i] {
+            let new = with_attrs(text, *c, &[("cpus", &format_cpuset(&new_sets[i]))], q);
+            e.replace(c.range().start - base..c.range().end - base, new);
+        }
+    }
+    if let Ok(m) = e.apply(&text[numa.range()]) {
+        r.numa_markup = Some(m);
+        let what = format!(
+            "<numa>: cells cover vCPUs 0-{} (new vCPUs join the last cell)",
+            max - 1
+        );
+        r.notes.change(
+            Change::new(rule, Action::Set, "numa", what)
+                .attribute("cpus")
+                .new_value(format!("0-{}", max - 1)),
+        );
+    }
+}
+
+/// Make the domain able to run more than 255 x86 vCPUs: an Intel IOMMU with interrupt remapping
+/// and extended interrupt mode, and a split I/O APIC. Returns false (with an error finding) when
+/// an IOMMU of another model is already there, or there is no `<devices>` to add it to.
+fn add_iommu(dom: &Domain<'_>, q: char, rule: &str, r: &mut VcpuResult) -> bool {
+    let devices = child(dom.root(), "devices");
+    let done = match devices.and_then(|d| child(d, "iommu")) {
+        Some(i) => intel_iommu_eim(dom.text, i, q, rule, r),
+        None => match devices {
+            Some(devs) => {
+                add_intel_iommu(dom.text, devs, q, rule, r);
+                true
+            }
+            None => {
+                r.notes.finding(
+                    Finding::error(
+                        "iommu-no-devices",
+                        "more than 255 vCPUs need an IOMMU, but the domain has no <devices>",
+                        "add <devices>",
+                    )
+                    .rule(rule),
+                );
+                false
+            }
+        },
+    };
+    if done {
+        split_ioapic(dom, q, rule, r);
+    }
+    done
+}
+
+/// An existing IOMMU must be Intel's with `intremap` and `eim` on; another model cannot do eim.
+fn intel_iommu_eim(text: &str, i: Node<'_, '_>, q: char, rule: &str, r: &mut VcpuResult) -> bool {
+    let model = i.attribute("model").unwrap_or("");
+    if model != "intel" {
+        r.notes.finding(Finding::error(
+            "iommu-model",
+            format!("more than 255 vCPUs need an Intel IOMMU in extended interrupt mode, but the domain has <iommu model='{model}'>, which cannot do eim"),
+            "replace the IOMMU with <iommu model='intel'>, or set vcpu.iommu = \"never\"",
+        ).rule(rule));
+        return false;
+    }
+    let driver_change = |action, what: &str| {
+        Change::new(rule, action, "iommu", what)
+            .attribute("driver")
+            .new_value("intremap='on' eim='on'")
+    };
+    match child(i, "driver") {
+        Some(d) if d.attribute("intremap") == Some("on") && d.attribute("eim") == Some("on") => {}
+        Some(d) => {
+            r.edits.replace(
+                d.range(),
+                with_attrs(text, d, &[("intremap", "on"), ("eim", "on")], q),
+            );
+            r.notes.change(driver_change(
+                Action::Set,
+                "<iommu model='intel'><driver intremap='on' eim='on'/> set (more than 255 vCPUs)",
+            ));
+        }
+        None => {
+            let markup = format!("<driver intremap={q}on{q} eim={q}on{q}/>");
+            append_child(&mut r.edits, text, i, &markup);
+            r.notes.change(driver_change(Action::Add, "<iommu model='intel'>: <driver intremap='on' eim='on'/> added (more than 255 vCPUs)"));
+        }
+    }
+    true
+}
+
+fn add_intel_iommu(text: &str, devs: Node<'_, '_>, q: char, rule: &str, r: &mut VcpuResult) {
+    let nl = newline(text);
+    let cind = child_indent(text, devs);
+    let step = cind
+        .strip_prefix(line_indent(text, devs.range().start))
+        .filter(|s| !s.is_empty())
+        .unwrap_or("  ");
+    let markup = format!(
+        "<iommu model={q}intel{q}>{nl}{cind}{step}<driver intremap={q}on{q} eim={q}on{q}/>{nl}{cind}</iommu>"
+    );
+    append_child(&mut r.edits, text, devs, &markup);
+    r.notes.change(Change::new(rule, Action::Add, "iommu", "<iommu model='intel'> with <driver intremap='on' eim='on'/> added (libvirt: \"more than 255 vCPUs require extended interrupt mode enabled on the iommu device\")").new_value("intel"));
+}
+
+/// `<features><ioapic driver='qemu'/>`: interrupt remapping needs the split I/O APIC.
+fn split_ioapic(dom: &Domain<'_>, q: char, rule: &str, r: &mut VcpuResult) {
+    let (text, root) = (dom.text, dom.root());
+    let features = child(root, "features");
+    let ioapic = features.and_then(|f| child(f, "ioapic"));
+    let change = |action, what: &str, old: Option<&str>| {
+        Change::new(rule, action, "ioapic", what)
+            .attribute("driver")
+            .old(old)
+            .new_value("qemu")
+    };
+    match ioapic {
+        Some(io) if io.attribute("driver") == Some("qemu") => {}
+        Some(io) => {
+            r.edits
+                .replace(io.range(), with_attrs(text, io, &[("driver", "qemu")], q));
+            r.notes.change(change(Action::Set, "<ioapic driver='qemu'/> set (libvirt: \"IOMMU interrupt remapping requires split I/O APIC\")", io.attribute("driver")));
+        }
+        None => {
+            let markup = format!("<ioapic driver={q}qemu{q}/>");
+            match features {
+                Some(f) => append_child(&mut r.edits, text, f, &markup),
+                None => add_features_element(dom, &markup, &mut r.edits),
+            }
+            r.notes.change(change(Action::Add, "<features><ioapic driver='qemu'/> added (libvirt: \"IOMMU interrupt remapping requires split I/O APIC\")", None));
+        }
+    }
+}
+
+/// A new `<features>` holding `markup`, after `<os>` where libvirt writes it.
+fn add_features_element(dom: &Domain<'_>, markup: &str, edits: &mut Edits) {
+    let (text, root) = (dom.text, dom.root());
+    let nl = newline(text);
+    let ind = child_indent(text, root);
+    let cind = format!(
+        "{ind}{}",
+        ind.strip_prefix(line_indent(text, root.range().start))
+            .filter(|s| !s.is_empty())
+            .unwrap_or("  ")
+    );
+    let el = format!("<features>{nl}{cind}{markup}{nl}{ind}</features>");
+    match child(root, "os") {
+        Some(os) => edits.insert(os.range().end, format!("{nl}{ind}{el}")),
+        None => append_child(edits, text, root, &el),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reshapes() {
+        let t = Topology {
+            cores: 2,
+            ..Topology::ONE
+        };
+        assert_eq!(
+            reshape(&t, 8, TopologyStrategy::Sockets).unwrap().sockets,
+            4
+        );
+        let t3 = Topology {
+            cores: 3,
+            ..Topology::ONE
+        };
+        let r = reshape(&t3, 8, TopologyStrategy::Sockets).unwrap();
+        assert_eq!((r.sockets, r.cores), (8, 1));
+        let r = reshape(&t, 8, TopologyStrategy::Cores).unwrap();
+        assert_eq!((r.sockets, r.cores), (1, 8));
+        assert!(reshape(&t, 8, TopologyStrategy::Keep).is_none());
+        assert_eq!(reshape(&t, 2, TopologyStrategy::Keep), Some(t));
+    }
+}

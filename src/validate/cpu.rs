@@ -1,0 +1,265 @@
+//! Checks of the `<cpu>` element (libvirt `src/conf/cpu_conf.c`, `src/qemu/qemu_validate.c`)
+//! and of the psABI level the guest CPU reaches.
+
+use crate::cpu::{Level, guaranteed_features, normalize_feature, policy_present};
+use crate::domain::{Domain, child, cpu_features, is_libvirt_element, text_of};
+use crate::facts::Facts;
+use crate::finding::Finding;
+use crate::policy::Plan;
+use roxmltree::Node;
+use std::collections::BTreeSet;
+
+/// libvirt's `<feature policy>` values (`src/conf/cpu_conf.c`, `virCPUFeaturePolicy`).
+const FEATURE_POLICIES: [&str; 5] = ["force", "require", "optional", "disable", "forbid"];
+
+/// The checks of the first `<cpu>` (`cpu`, None when there is none: only the level applies).
+pub(super) fn check(
+    dom: &Domain<'_>,
+    cpu: Option<Node<'_, '_>>,
+    plan: &Plan,
+    facts: &Facts<'_>,
+    out: &mut Vec<Finding>,
+) {
+    let Some(cpu) = cpu else {
+        check_level(dom, None, plan, facts, out);
+        return;
+    };
+    let mode = cpu.attribute("mode").unwrap_or("custom");
+    if !matches!(
+        mode,
+        "custom" | "host-model" | "host-passthrough" | "maximum"
+    ) {
+        out.push(Finding::error(
+            "cpu-mode-invalid",
+            format!("Invalid mode attribute '{mode}' (libvirt accepts custom, host-model, host-passthrough, maximum)"),
+            "set <cpu mode> to one of those",
+        ));
+        return;
+    }
+    check_mode_supported(dom.arch(), dom.virt_type(), mode, out);
+    check_mode_attributes(cpu, mode, out);
+    let model = child(cpu, "model").and_then(text_of);
+    check_model_presence(cpu, mode, model.as_deref(), out);
+    check_features(cpu, mode, dom.arch(), facts, out);
+    if let (Some(m), "custom") = (&model, mode) {
+        check_model_usable(m, dom.virt_type(), facts, out);
+    }
+    check_level(dom, Some(cpu), plan, facts, out);
+}
+
+/// Modes libvirt refuses for the arch and virt type ("CPU mode '...' for ... domain on ... host is
+/// not supported by hypervisor").
+fn check_mode_supported(arch: &str, vt: &str, mode: &str, out: &mut Vec<Finding>) {
+    if arch == "aarch64" && vt == "kvm" && mode == "host-model" {
+        out.push(Finding::error(
+            "cpu-mode-unsupported",
+            "CPU mode 'host-model' for aarch64 kvm domain on aarch64 host is not supported by hypervisor",
+            "use mode='host-passthrough' (what Nova uses on aarch64)",
+        ));
+    }
+    if vt == "qemu" && mode == "host-passthrough" {
+        out.push(Finding::error(
+            "cpu-mode-unsupported",
+            format!("CPU mode 'host-passthrough' for {arch} qemu domain on {arch} host is not supported by hypervisor"),
+            "use mode='maximum' for TCG guests",
+        ));
+    }
+}
+
+/// `match` means nothing under host-model; `migratable` is allowed with host-passthrough and
+/// maximum only.
+fn check_mode_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) {
+    if mode == "host-model" && cpu.attribute("match").is_some() {
+        out.push(Finding::warning(
+            "cpu-match-host-model",
+            "<cpu match> has no meaning with mode='host-model'",
+            "remove the match attribute",
+        ));
+    }
+    if cpu.attribute("migratable").is_some() && !matches!(mode, "host-passthrough" | "maximum") {
+        out.push(Finding::error(
+            "cpu-migratable-mode",
+            "Attribute migratable is only allowed for 'host-passthrough' / 'maximum' CPU mode",
+            "remove the migratable attribute",
+        ));
+    }
+}
+
+/// Features in custom mode and a vendor need a model.
+fn check_model_presence(
+    cpu: Node<'_, '_>,
+    mode: &str,
+    model: Option<&str>,
+    out: &mut Vec<Finding>,
+) {
+    let has_features = cpu.children().any(|c| is_libvirt_element(c, "feature"));
+    if mode == "custom" && model.is_none() && has_features {
+        out.push(Finding::error(
+            "cpu-features-without-model",
+            "Non-empty feature list specified without CPU model",
+            "add a <model> (the machine's default is qemu64 on x86_64)",
+        ));
+    }
+    if child(cpu, "vendor").is_some() && model.is_none() {
+        out.push(Finding::error(
+            "cpu-vendor-without-model",
+            "CPU vendor specified without CPU model",
+            "add a <model> or remove <vendor>",
+        ));
+    }
+}
+
+/// Every `<feature>`: a name, known to libvirt, listed once, with a valid policy.
+fn check_features(
+    cpu: Node<'_, '_>,
+    mode: &str,
+    arch: &str,
+    facts: &Facts<'_>,
+    out: &mut Vec<Finding>,
+) {
+    let mut seen = BTreeSet::new();
+    for f in cpu.children().filter(|c| is_libvirt_element(*c, "feature")) {
+        let Some(name) = f.attribute("name") else {
+            out.push(Finding::error(
+                "cpu-feature-invalid",
+                "Missing CPU feature name",
+                "give every <feature> a name attribute",
+            ));
+            continue;
+        };
+        let key = normalize_feature(name).unwrap_or_else(|| name.to_string());
+        if matches!(arch, "x86_64" | "i686") && !facts.feature_known(&key) {
+            out.push(Finding::warning(
+                "cpu-feature-unknown",
+                format!("CPU feature '{name}' is not one libvirt knows (x86_features.xml of {}); libvirt will refuse to start the guest", facts.cpu_map_source),
+                "use libvirt's feature names (`virsh domcapabilities` lists them)",
+            ));
+        }
+        if !seen.insert(name) {
+            out.push(Finding::error(
+                "cpu-feature-duplicate",
+                format!("CPU feature '{name}' specified more than once"),
+                "keep one <feature> per name",
+            ));
+        }
+        if let Some(p) = f.attribute("policy") {
+            if !FEATURE_POLICIES.contains(&p) && mode != "host-passthrough" && mode != "maximum" {
+                out.push(Finding::error(
+                    "cpu-feature-invalid",
+                    format!("Invalid CPU feature policy '{p}' for feature '{name}'"),
+                    "use force, require, optional, disable or forbid",
+                ));
+            }
+        }
+    }
+}
+
+/// A custom model domcapabilities lists `usable='no'` starts only without the features the host
+/// lacks.
+fn check_model_usable(model: &str, vt: &str, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+    let Some(dc) = facts.domcaps else { return };
+    if dc.model_usable(model) == Some(false) {
+        out.push(Finding::warning(
+            "cpu-model-unusable",
+            format!("CPU model '{model}' is usable='no' for {vt} on this host ({}): features the host lacks fail the start (check='partial'/'full') or are dropped silently", dc.source),
+            "disable the features the host lacks, or choose a usable model",
+        ));
+    }
+}
+
+/// The features of `level` missing from `feats`, in the level's order.
+fn missing_features(level: Level, feats: &BTreeSet<String>) -> Vec<&'static str> {
+    level
+        .features()
+        .into_iter()
+        .filter(|f| !feats.contains(*f))
+        .collect()
+}
+
+/// `cpu.min_level`: for a custom CPU, the model's features (cpu_map) with the listed ones must
+/// reach it (`cpu-level`); for host-model/host-passthrough/maximum under KVM the host decides, and
+/// domcapabilities' host-model CPU says what it gives (`host-level`, a warning).
+fn check_level(
+    dom: &Domain<'_>,
+    cpu: Option<Node<'_, '_>>,
+    plan: &Plan,
+    facts: &Facts<'_>,
+    out: &mut Vec<Finding>,
+) {
+    let Some(level) = &plan.min_level else {
+        return;
+    };
+    if dom.arch() != "x86_64" {
+        return;
+    }
+    let mode = cpu.and_then(|c| c.attribute("mode")).unwrap_or("custom");
+    let explicit = cpu.map(cpu_features).unwrap_or_default();
+    if mode == "custom" {
+        let model = cpu
+            .and_then(|c| child(c, "model"))
+            .and_then(text_of)
+            .unwrap_or_else(|| "qemu64".to_string());
+        let feats = guaranteed_features(facts.model_features(&model), &explicit);
+        if Level::highest(|f| feats.contains(f)) < Some(level.value) {
+            let missing = missing_features(level.value, &feats);
+            out.push(
+                Finding::error(
+                    "cpu-level",
+                    format!(
+                        "the guest CPU (model {model}) does not reach {}: missing {}",
+                        level.value,
+                        missing.join(", ")
+                    ),
+                    "require the missing features (virt-cpu-policy rewrite does)",
+                )
+                .rule(&level.rule),
+            );
+        }
+        return;
+    }
+    // Under TCG, `maximum` emulates every psABI feature.
+    if dom.virt_type() == "qemu" {
+        return;
+    }
+    let Some(feats) = host_model_features(facts, &explicit) else {
+        return;
+    };
+    if Level::highest(|f| feats.contains(f)) < Some(level.value) {
+        let missing = missing_features(level.value, &feats);
+        let source = facts.domcaps.map_or("", |d| d.source.as_str());
+        out.push(
+            Finding::warning(
+                "host-level",
+                format!(
+                    "this host's {mode} CPU (per {source}) does not reach {}: missing {}; KVM will not provide them",
+                    level.value,
+                    missing.join(", ")
+                ),
+                "run the guest on a host whose CPU and KVM provide them, or under TCG (type='qemu')",
+            )
+            .rule(&level.rule),
+        );
+    }
+}
+
+/// The features the host's host-model CPU (domcapabilities) gives, minus those the domain
+/// switches off; None without domcapabilities.
+fn host_model_features(
+    facts: &Facts<'_>,
+    explicit: &[(String, String)],
+) -> Option<BTreeSet<String>> {
+    let hm = facts.domcaps?.host_model.as_ref()?;
+    let model_feats = hm.model.as_deref().and_then(|m| facts.model_features(m));
+    let mut host_explicit: Vec<(String, String)> = hm
+        .require
+        .iter()
+        .map(|f| (f.clone(), "require".to_string()))
+        .chain(
+            hm.disable
+                .iter()
+                .map(|f| (f.clone(), "disable".to_string())),
+        )
+        .collect();
+    host_explicit.extend(explicit.iter().filter(|(_, p)| !policy_present(p)).cloned());
+    Some(guaranteed_features(model_feats, &host_explicit))
+}

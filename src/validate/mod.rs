@@ -1,0 +1,39 @@
+//! The checks libvirt and QEMU will make, run on the rewritten domain (DESIGN.md section 6).
+//!
+//! Each check mirrors a rule of libvirt 9.0 / QEMU 7.2 and quotes the error text libvirt gives,
+//! so an operator can match a finding to what `virsh define` or `virsh start` would have said.
+//! `cpu` judges the `<cpu>` element and the psABI level, `vcpu` the vCPU counts, topology,
+//! machine and KVM limits, IOMMU, `<vcpus>` and NUMA cells. Checks never change the document and
+//! read host facts from [`Facts`] only.
+
+mod cpu;
+mod vcpu;
+
+use crate::domain::Domain;
+use crate::facts::Facts;
+use crate::finding::Finding;
+use crate::policy::Plan;
+
+/// Run every check on `dom` (the document as it will be written), with `plan` for the level and
+/// `facts` for the host.
+///
+/// Returns findings in a fixed order: several `<cpu>`, vCPU checks, then the `<cpu>` element's
+/// mode, features, model and level.
+#[must_use]
+pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &Facts<'_>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    if !dom.in_scope() {
+        return out;
+    }
+    let cpus = dom.cpus();
+    if cpus.len() > 1 {
+        out.push(Finding::error(
+            "cpu-multiple",
+            format!("{} <cpu> elements: libvirt reads mode, model and features from the first only and silently ignores the rest (virt-xml-validate: \"Extra element cpu in interleave\")", cpus.len()),
+            "merge them into one <cpu> (virt-cpu-policy rewrite does)",
+        ));
+    }
+    vcpu::check(dom, facts, &mut out);
+    cpu::check(dom, cpus.first().copied(), plan, facts, &mut out);
+    out
+}

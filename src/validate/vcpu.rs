@@ -1,0 +1,333 @@
+//! The vCPU checks of libvirt 9.0 (`src/conf/domain_validate.c`, `src/qemu/qemu_validate.c`) and
+//! QEMU: counts, topology, machine-type and KVM limits, the x86 rules above 255 vCPUs, `<vcpus>`,
+//! NUMA cells and memory hotplug. Error texts are libvirt's.
+
+use crate::domain::{Domain, child, is_libvirt_element};
+use crate::facts::{Facts, KVM_FLOOR};
+use crate::finding::Finding;
+use crate::machine::{family_floor, is_q35};
+use crate::topology::{Topology, VcpuCount, X86_XAPIC_LIMIT, parse_cpuset, read_vcpu};
+use roxmltree::Node;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Every vCPU check, in libvirt's order.
+pub(super) fn check(dom: &Domain<'_>, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+    let Some(count) = check_counts(dom, out) else {
+        return;
+    };
+    let max = count.max;
+    check_topology(dom, max, out);
+    check_limits(dom, max, facts, out);
+    check_iommu(dom, facts, out);
+    if let Some(list) = child(dom.root(), "vcpus") {
+        check_vcpus_list(list, max, out);
+    }
+    check_numa(dom, max, out);
+}
+
+fn is_x86(dom: &Domain<'_>) -> bool {
+    matches!(dom.arch(), "x86_64" | "i686")
+}
+
+/// `<vcpu>`: a positive maximum, `current` between 1 and the maximum. With a `<vcpus>` list
+/// libvirt takes the enabled entries as the current count and ignores `current` (libvirt 9.0
+/// accepts `<vcpu current='5'>2</vcpu>` with a valid list). None when the maximum is unusable.
+fn check_counts(dom: &Domain<'_>, out: &mut Vec<Finding>) -> Option<VcpuCount> {
+    let root = dom.root();
+    let count = match child(root, "vcpu").map(read_vcpu) {
+        None => VcpuCount {
+            max: 1,
+            current: 1,
+            current_written: false,
+        },
+        Some(Ok(c)) => c,
+        Some(Err(m)) => {
+            out.push(Finding::error(
+                "vcpu-invalid",
+                m,
+                "write a positive integer",
+            ));
+            return None;
+        }
+    };
+    let max = count.max;
+    if max == 0 {
+        out.push(Finding::error(
+            "vcpu-invalid",
+            "<vcpu> is 0: a guest needs at least one vCPU",
+            "write a positive integer",
+        ));
+        return None;
+    }
+    let has_list = child(root, "vcpus").is_some();
+    if count.current == 0 && !has_list {
+        out.push(Finding::error(
+            "vcpu-current",
+            "vcpu 0 can't be offline (<vcpu current='0'>)",
+            "set current to 1 or more",
+        ));
+    }
+    if count.current > max && !has_list {
+        out.push(Finding::error(
+            "vcpu-current",
+            format!(
+                "maximum vCPU count must not be less than current vCPU count ({} > {max})",
+                count.current
+            ),
+            "lower <vcpu current> or raise the maximum",
+        ));
+    }
+    Some(count)
+}
+
+/// sockets × dies × clusters × cores × threads must equal the maximum; no `clusters` on x86.
+fn check_topology(dom: &Domain<'_>, max: u32, out: &mut Vec<Finding>) {
+    let Some(topo) = dom.cpus().first().and_then(|c| child(*c, "topology")) else {
+        return;
+    };
+    let Some(t) = Topology::read(topo) else {
+        out.push(Finding::error(
+            "topology-invalid",
+            "<topology> has an attribute that is not a positive integer",
+            "fix <topology>",
+        ));
+        return;
+    };
+    if t.product() != u64::from(max) {
+        out.push(Finding::error(
+            "topology-mismatch",
+            format!("CPU topology doesn't match maximum vcpu count (sockets × dies × clusters × cores × threads = {}, maximum {max})", t.product()),
+            "make the product equal the maximum (vcpu.topology reshapes it)",
+        ));
+    }
+    if is_x86(dom) && topo.attribute("clusters").is_some() {
+        out.push(Finding::warning(
+            "topology-clusters",
+            "<topology clusters> on x86: QEMU 9.0 and later refuse clusters on x86 machine types",
+            "remove the clusters attribute",
+        ));
+    }
+}
+
+/// The machine type's limit (not looked up when every type of the family allows the maximum),
+/// KVM's limit, and above 255 x86 vCPUs q35 and an IOMMU in extended interrupt mode.
+fn check_limits(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+    let below_floor = family_floor(dom.arch(), dom.machine()).is_some_and(|floor| max <= floor);
+    let limit = facts.machine_limit.as_ref().filter(|_| !below_floor);
+    if let Some(l) = limit {
+        if max > l.max_cpus {
+            out.push(Finding::error(
+                "machine-vcpu-limit",
+                format!("Maximum CPUs greater than specified machine type limit {} (machine type {}, from {}; maximum {max})", l.max_cpus, l.machine, l.source),
+                format!("lower the maximum to {} or use a machine type with a higher limit", l.max_cpus),
+            ));
+        }
+    }
+    if let (Some(k), "kvm", true) = (&facts.kvm_limit, dom.virt_type(), max > KVM_FLOOR) {
+        if max > k.value {
+            out.push(Finding::error(
+                "kvm-vcpu-limit",
+                format!(
+                    "maximum {max} vCPUs exceeds the maximum cpus supported by KVM ({}, from {})",
+                    k.value, k.source
+                ),
+                format!("lower the maximum to {}", k.value),
+            ));
+        }
+    }
+    if !is_x86(dom) || max <= X86_XAPIC_LIMIT {
+        return;
+    }
+    let machine = limit.map_or(dom.machine(), |l| l.machine.as_str());
+    if !is_q35(machine) && !is_q35(dom.machine()) {
+        if limit.is_none() {
+            out.push(Finding::error("x86-vcpu-q35", format!("more than 255 vCPUs are only supported on q35-based machine types (machine type {})", dom.machine()), "use a q35 machine type or at most 255 vCPUs"));
+        }
+    } else if !iommu_driver(dom).is_some_and(|d| d.intel && d.on("eim")) {
+        out.push(Finding::error(
+            "iommu-eim",
+            "more than 255 vCPUs require extended interrupt mode enabled on the iommu device",
+            "add <iommu model='intel'><driver intremap='on' eim='on'/></iommu> and <features><ioapic driver='qemu'/></features> (virt-cpu-policy does with vcpu.max)",
+        ));
+    }
+}
+
+/// `<devices><iommu>`: whether it is Intel's and its `<driver>`.
+struct Iommu<'a, 't> {
+    intel: bool,
+    driver: Option<Node<'a, 't>>,
+}
+
+impl Iommu<'_, '_> {
+    fn on(&self, attribute: &str) -> bool {
+        self.driver.and_then(|d| d.attribute(attribute)) == Some("on")
+    }
+}
+
+fn iommu_driver<'a, 't>(dom: &'a Domain<'t>) -> Option<Iommu<'a, 't>> {
+    let iommu = child(dom.root(), "devices").and_then(|d| child(d, "iommu"))?;
+    Some(Iommu {
+        intel: iommu.attribute("model") == Some("intel"),
+        driver: child(iommu, "driver"),
+    })
+}
+
+/// An Intel IOMMU needs q35; `eim` needs `intremap`; `intremap` needs the split I/O APIC.
+fn check_iommu(dom: &Domain<'_>, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+    let Some(iommu) = iommu_driver(dom).filter(|i| i.intel) else {
+        return;
+    };
+    if is_x86(dom)
+        && !is_q35(dom.machine())
+        && !facts.canonical_machine.as_deref().is_some_and(is_q35)
+    {
+        out.push(Finding::error(
+            "iommu-machine",
+            "IOMMU device: 'intel' is only supported with Q35 machines",
+            "use a q35 machine type or remove the Intel IOMMU",
+        ));
+    }
+    if iommu.on("eim") && !iommu.on("intremap") {
+        out.push(Finding::error(
+            "iommu-intremap",
+            "IOMMU eim requires interrupt remapping to be enabled",
+            "set <driver intremap='on'>",
+        ));
+    }
+    if iommu.on("intremap") {
+        let split = child(dom.root(), "features")
+            .and_then(|f| child(f, "ioapic"))
+            .and_then(|i| i.attribute("driver"))
+            == Some("qemu");
+        if !split {
+            out.push(Finding::error(
+                "ioapic-split",
+                "IOMMU interrupt remapping requires split I/O APIC (ioapic driver='qemu')",
+                "add <features><ioapic driver='qemu'/></features>",
+            ));
+        }
+    }
+}
+
+/// `<vcpus>`: ids below the maximum, vCPU 0 online and not hotpluggable, offline ones
+/// hotpluggable, online non-hotpluggable ones first.
+fn check_vcpus_list(list: Node<'_, '_>, max: u32, out: &mut Vec<Finding>) {
+    let mut state: BTreeMap<u32, (bool, Option<String>)> = BTreeMap::new();
+    for e in list.children().filter(|c| is_libvirt_element(*c, "vcpu")) {
+        let Some(id) = e.attribute("id").and_then(|v| v.trim().parse::<u32>().ok()) else {
+            out.push(Finding::error(
+                "vcpus-invalid",
+                "a <vcpus><vcpu> has no valid id",
+                "give every entry an id",
+            ));
+            continue;
+        };
+        if id >= max {
+            out.push(Finding::error(
+                "vcpus-invalid",
+                format!("vcpu id '{id}' is out of range of maximum vcpu count"),
+                "remove the entry or raise the maximum",
+            ));
+            continue;
+        }
+        let enabled = e.attribute("enabled") == Some("yes");
+        state.insert(
+            id,
+            (enabled, e.attribute("hotpluggable").map(str::to_string)),
+        );
+    }
+    for (id, (enabled, hot)) in &state {
+        let hot = hot.as_deref();
+        let bad = match (*id, enabled, hot) {
+            (0, false, _) => Some(("vcpu 0 can't be offline".to_string(), "enable vCPU 0")),
+            (0, true, Some("yes")) => Some((
+                "vcpu0 can't be hotpluggable".to_string(),
+                "set hotpluggable='no' on vCPU 0",
+            )),
+            (_, false, Some("no")) => Some((
+                format!("vcpu '{id}' is both offline and not hotpluggable"),
+                "make it hotpluggable or enable it",
+            )),
+            _ => None,
+        };
+        if let Some((message, fix)) = bad {
+            out.push(Finding::error("vcpus-invalid", message, fix));
+        }
+    }
+    check_vcpus_order(&state, out);
+}
+
+/// libvirt: online vCPUs that cannot be unplugged come first, by id.
+fn check_vcpus_order(state: &BTreeMap<u32, (bool, Option<String>)>, out: &mut Vec<Finding>) {
+    let mut hotplug_seen = false;
+    for (id, (enabled, hot)) in state {
+        if !enabled {
+            continue;
+        }
+        if hot.as_deref() == Some("yes") {
+            hotplug_seen = true;
+        } else if hotplug_seen {
+            out.push(Finding::error(
+                "vcpus-order",
+                format!("online non-hotpluggable vcpus need to be ordered prior to hotplugable vcpus (vcpu '{id}')"),
+                "give the non-hotpluggable online vCPUs the lowest ids",
+            ));
+            return;
+        }
+    }
+}
+
+/// NUMA cells: valid cpusets, no vCPU in two cells, none past the maximum, every vCPU in a cell
+/// (a warning: QEMU puts the rest in node 0); `<maxMemory>` needs a cell.
+fn check_numa(dom: &Domain<'_>, max: u32, out: &mut Vec<Finding>) {
+    let cells: Vec<Node<'_, '_>> = dom
+        .cpus()
+        .iter()
+        .filter_map(|c| child(*c, "numa"))
+        .flat_map(|n| {
+            n.children()
+                .filter(|c| is_libvirt_element(*c, "cell"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut covered = BTreeSet::new();
+    let mut overlap_reported = false;
+    for (i, c) in cells.iter().enumerate() {
+        let Some(v) = c.attribute("cpus") else {
+            continue;
+        };
+        let Some(s) = parse_cpuset(v, max.saturating_add(1 << 16)) else {
+            out.push(Finding::error(
+                "numa-invalid",
+                format!("NUMA cell cpus='{v}' is not a valid cpuset"),
+                "fix the cell's cpus",
+            ));
+            continue;
+        };
+        if !overlap_reported && s.iter().any(|id| covered.contains(id)) {
+            overlap_reported = true;
+            out.push(Finding::error(
+                "numa-overlap",
+                format!("NUMA cells {i} and an earlier one have overlapping vCPU ids"),
+                "give every vCPU to one cell only",
+            ));
+        }
+        covered.extend(s);
+    }
+    if covered.iter().any(|i| *i >= max) {
+        out.push(Finding::error(
+            "numa-vcpus",
+            "Number of CPUs in <numa> exceeds the <vcpu> count",
+            "keep every cell's cpus below the maximum",
+        ));
+    } else if !cells.is_empty() && u32::try_from(covered.len()).ok() != Some(max) {
+        out.push(Finding::warning("numa-coverage", format!("NUMA cells cover {} of {max} vCPUs; QEMU puts the others in node 0 and warns that this is deprecated", covered.len()), "assign every vCPU to a cell"));
+    }
+    if child(dom.root(), "maxMemory").is_some() && cells.is_empty() {
+        out.push(Finding::error(
+            "memory-hotplug-numa",
+            "At least one numa node has to be configured when enabling memory hotplug",
+            "add a <numa> cell, or remove <maxMemory>",
+        ));
+    }
+}
