@@ -43,6 +43,11 @@ pub struct Facts<'h> {
     pub host_cpus: Option<Fact<u32>>,
     /// The versioned machine type the domain's alias stands for, when a host file says.
     pub canonical_machine: Option<String>,
+    /// The domain's arch, virt type, and the arch of the host that runs it
+    /// ([`crate::domain::host_arch`]), for the CPU modes libvirt offers.
+    arch: String,
+    virt_type: String,
+    host_arch: &'static str,
 }
 
 /// Every vCPU count a machine type of any family allows is at least 240 (RHEL i440fx) and every
@@ -91,7 +96,43 @@ impl<'h> Facts<'h> {
             kvm_limit,
             host_cpus,
             canonical_machine: host.canonical_machine(arch, machine),
+            arch: arch.to_string(),
+            virt_type: vt.to_string(),
+            host_arch: crate::domain::host_arch(),
         }
+    }
+
+    /// Whether libvirt offers the CPU `mode` to this domain: domcapabilities' `<mode
+    /// supported='yes'>` when a file gives them for its arch and virt type, else the built-in
+    /// table ([`crate::modes::builtin_supported`]); None when neither says.
+    #[must_use]
+    pub fn mode_supported(&self, mode: &str) -> Option<bool> {
+        match self.domcaps {
+            Some(d) => Some(d.modes.contains(mode)),
+            None => {
+                crate::modes::builtin_supported(mode, &self.arch, &self.virt_type, self.host_arch)
+            }
+        }
+    }
+
+    /// Where [`Facts::mode_supported`] answers from: a domcapabilities file or the built-in table.
+    #[must_use]
+    pub fn modes_source(&self) -> String {
+        self.domcaps.map_or_else(
+            || "the built-in table of CPU modes".to_string(),
+            |d| d.source.clone(),
+        )
+    }
+
+    /// libvirt's refusal of `mode` for this domain ("CPU mode 'host-model' for aarch64 qemu domain
+    /// on x86_64 host is not supported by hypervisor", `src/qemu/qemu_validate.c`).
+    #[must_use]
+    pub fn mode_refusal(&self, mode: &str) -> String {
+        let host = crate::modes::host_arch_for(&self.arch, &self.virt_type, self.host_arch);
+        format!(
+            "CPU mode '{mode}' for {} {} domain on {host} host is not supported by hypervisor",
+            self.arch, self.virt_type
+        )
     }
 
     /// The features of `model` (libvirt spellings), or None when cpu_map does not define it.

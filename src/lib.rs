@@ -17,6 +17,7 @@ pub mod cpu;
 pub mod error;
 pub mod finding;
 pub mod machine;
+pub mod modes;
 
 // The document.
 pub mod domain;

@@ -30,7 +30,7 @@ pub(crate) fn apply(
     set_mode(d, plan, n);
     set_model(d, plan, n);
     check_policy_names(plan, dom.arch(), facts, n);
-    fix_unsupported_mode(d, dom.arch(), dom.virt_type(), n);
+    fix_unsupported_mode(d, facts, n);
     drop_what_mode_forbids(d, plan, n);
     set_check(d, plan, n);
     report_require_disable_conflicts(plan, n);
@@ -61,6 +61,74 @@ fn set_mode(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
     if have != want && !(explicit_custom && d.attr("mode").is_none()) {
         d.set_attr("mode", want);
         n.change(mode_change(&m.rule, &have, want, ""));
+        if have == "custom" {
+            leave_custom(d, plan, &m.rule, want, n);
+        }
+    }
+}
+
+/// The `check` libvirt writes for a mode when none is given (seen with libvirt 9.0: `virsh
+/// define` of `<cpu mode='host-model'/>` stores `check='partial'`, host-passthrough and maximum
+/// `check='none'`).
+fn default_check(mode: &str) -> &'static str {
+    if mode == "host-model" {
+        "partial"
+    } else {
+        "none"
+    }
+}
+
+/// Leaving `custom` for a host-based mode: the model, its vendor, its features and its `check`
+/// described the old custom CPU (a definition imported from another host carries that host's
+/// expanded CPU); under host-model libvirt would apply those features on top of this host's CPU,
+/// so they go, and the policy's own `require`/`disable` (rule 4) are what remains. What does not
+/// describe the model stays: topology, NUMA, cache, maxphysaddr.
+fn leave_custom(d: &mut Desired<'_, '_>, plan: &Plan, rule: &str, want: &str, n: &mut Notes) {
+    let why = format!("it described the old custom CPU, and {want} takes this host's");
+    if let Some(m) = d.model.take() {
+        let what = format!("<model>{}</model> removed: {why}", m.text);
+        n.change(Change::new(rule, Action::Remove, "model", what).old(Some(m.text)));
+    }
+    if let Some(v) = d.remove_single("vendor") {
+        let what = format!("<vendor> removed: {why}");
+        n.change(Change::new(rule, Action::Remove, "vendor", what).old(crate::domain::text_of(v)));
+    }
+    let named = |f: &str| {
+        [&plan.require, &plan.disable]
+            .into_iter()
+            .flatten()
+            .any(|set| set.value.iter().any(|v| v == f))
+    };
+    let (keep, drop): (Vec<_>, Vec<_>) = std::mem::take(&mut d.features)
+        .into_iter()
+        .partition(|f| named(&f.key));
+    d.features = keep;
+    for f in drop {
+        let what = format!(
+            "<feature policy='{}' name='{}'/> removed: {why}",
+            f.policy, f.name
+        );
+        n.change(
+            Change::new(rule, Action::Remove, "feature", what)
+                .name(&f.key)
+                .attribute("policy")
+                .old(Some(f.policy)),
+        );
+    }
+    let default = default_check(want);
+    if let (None, Some(c)) = (&plan.check, d.attr("check").map(str::to_string)) {
+        if c != default {
+            d.set_attr("check", default);
+            let what = format!(
+                "<cpu check='{c}'> -> '{default}': the old custom CPU's check; libvirt's default for {want}"
+            );
+            n.change(
+                Change::new(rule, Action::Set, "cpu", what)
+                    .attribute("check")
+                    .old(Some(c))
+                    .new_value(default),
+            );
+        }
     }
 }
 
@@ -144,27 +212,27 @@ fn check_policy_names(plan: &Plan, arch: &str, facts: &Facts<'_>, n: &mut Notes)
     }
 }
 
-/// libvirt refuses `host-model` for aarch64 KVM and `host-passthrough` under TCG; the nearest
-/// mode that exists is used instead, with or without a rule.
-fn fix_unsupported_mode(d: &mut Desired<'_, '_>, arch: &str, vt: &str, n: &mut Notes) {
-    if arch == "aarch64" && vt == "kvm" && d.mode() == "host-model" {
-        d.set_attr("mode", "host-passthrough");
-        n.change(mode_change(
-            BUILTIN_RULE,
-            "host-model",
-            "host-passthrough",
-            " (libvirt: \"CPU mode 'host-model' for aarch64 kvm domain on aarch64 host is not supported by hypervisor\")",
-        ));
+/// A mode libvirt does not offer this guest (`host-model` on Arm, `host-passthrough` under TCG,
+/// `host-model` for a foreign arch under TCG; [`Facts::mode_supported`]) becomes the nearest one it
+/// does ([`crate::modes::fallbacks`]), with or without a rule.
+fn fix_unsupported_mode(d: &mut Desired<'_, '_>, facts: &Facts<'_>, n: &mut Notes) {
+    let mode = d.mode();
+    if facts.mode_supported(&mode) != Some(false) {
+        return;
     }
-    if vt == "qemu" && d.mode() == "host-passthrough" {
-        d.set_attr("mode", "maximum");
-        n.change(mode_change(
-            BUILTIN_RULE,
-            "host-passthrough",
-            "maximum",
-            &format!(" (TCG has no host CPU to pass through; libvirt refuses host-passthrough for a {arch} qemu domain, maximum gives every feature TCG emulates)"),
-        ));
-    }
+    let Some(new) = crate::modes::fallbacks(&mode)
+        .iter()
+        .find(|m| facts.mode_supported(m) == Some(true))
+    else {
+        return;
+    };
+    d.set_attr("mode", new);
+    let why = format!(
+        " (libvirt: \"{}\"; per {})",
+        facts.mode_refusal(&mode),
+        facts.modes_source()
+    );
+    n.change(mode_change(BUILTIN_RULE, &mode, new, &why));
 }
 
 /// A model and vendor mean nothing under `host-passthrough`/`maximum`, `match` only applies to

@@ -69,6 +69,11 @@ pub fn reshape(t: &Topology, max: u32, strategy: TopologyStrategy) -> Option<Top
 
 /// Apply `vcpu.*` of the plan to the domain. `topology` and `numa` are the nodes that remain in
 /// the merged `<cpu>` (possibly from a later `<cpu>` element).
+///
+/// Each key is a rule of its own about the document as it stands: `vcpu.max` changes the maximum
+/// the others work from; `vcpu.topology` makes `<topology>` hold the maximum, new or not;
+/// `vcpu.iommu = "auto"` adds what more than 255 x86 vCPUs need on q35, new or not. `<vcpus>`
+/// and NUMA cells follow a new maximum and a reshaped topology alike.
 pub(crate) fn apply(
     dom: &Domain<'_>,
     plan: &Plan,
@@ -77,19 +82,22 @@ pub(crate) fn apply(
     numa: Option<Node<'_, '_>>,
 ) -> VcpuResult {
     let mut r = VcpuResult::default();
-    let Some(want) = &plan.vcpu_max else {
+    let Some(rule) = vcpu_rule(plan) else {
         return r;
     };
-    let rule = want.rule.as_str();
     let text = dom.text;
     let q = document_quote(text, &dom.doc);
-    let Some((vcpu_node, count)) = read_counts(dom, rule, &mut r.notes) else {
+    let Some((vcpu_node, count)) = read_counts(dom, plan, rule, &mut r.notes) else {
         return r;
     };
-    let Some(max) = target_maximum(dom, want, facts, &mut r.notes) else {
-        return r;
+    let max = match &plan.vcpu_max {
+        Some(want) => match target_maximum(dom, want, facts, &mut r.notes) {
+            Some(max) => max,
+            None => return r,
+        },
+        None => count.max,
     };
-    let (max, need_iommu) = x86_xapic_rule(dom, plan, facts, max, rule, &mut r.notes);
+    let (max, need_iommu) = x86_xapic_rule(dom, plan, facts, max, &mut r.notes);
     if count.current > max {
         r.notes.finding(Finding::error(
             "vcpu-current",
@@ -98,37 +106,67 @@ pub(crate) fn apply(
         ).rule(rule));
         return r;
     }
-    if need_iommu && !add_iommu(dom, q, rule, &mut r) {
+    let iommu_rule = plan.iommu.as_ref().map_or(rule, |i| i.rule.as_str());
+    if need_iommu && !add_iommu(dom, q, iommu_rule, &mut r) {
         return r;
     }
-    if max == count.max {
-        return r;
+    let new_max = max != count.max;
+    if let (true, Some(node)) = (new_max, vcpu_node) {
+        set_vcpu_max(text, node, count, max, q, rule, &mut r);
     }
-    set_vcpu_max(text, vcpu_node, count, max, q, rule, &mut r);
-    if let Some(t) = topology {
-        if !reshape_topology(dom, plan, t, max, q, rule, &mut r) {
-            return r;
+    let mut reshaped = false;
+    if let Some(t) = topology.filter(|_| new_max || plan.topology.is_some()) {
+        match reshape_topology(dom, plan, t, max, q, rule, &mut r) {
+            Some(changed) => reshaped = changed,
+            None => return r,
         }
     }
-    if let Some(list) = child(dom.root(), "vcpus") {
-        regenerate_vcpus(text, list, max, count.current, q, rule, &mut r);
-    }
-    if let Some(n) = numa {
-        numa_cover(text, n, max, q, rule, &mut r);
+    if new_max || reshaped {
+        let follow_rule = if new_max {
+            rule
+        } else {
+            plan.topology.as_ref().map_or(rule, |t| t.rule.as_str())
+        };
+        if let Some(list) = child(dom.root(), "vcpus") {
+            regenerate_vcpus(text, list, max, count.current, q, follow_rule, &mut r);
+        }
+        if let Some(n) = numa {
+            numa_cover(text, n, max, q, follow_rule, &mut r);
+        }
     }
     r
 }
 
+/// The rule named in messages about the vCPU counts: `vcpu.max`'s, else `vcpu.topology`'s, else
+/// `vcpu.iommu`'s; None when the plan has no `vcpu.*` key.
+fn vcpu_rule(plan: &Plan) -> Option<&str> {
+    plan.vcpu_max
+        .as_ref()
+        .map(|s| s.rule.as_str())
+        .or_else(|| plan.topology.as_ref().map(|s| s.rule.as_str()))
+        .or_else(|| plan.iommu.as_ref().map(|s| s.rule.as_str()))
+}
+
 /// `<vcpu>` and the current count libvirt uses: with a `<vcpus>` list, the number of its enabled
-/// entries (libvirt ignores `current` then). None, with an error finding, when `<vcpu>` is
-/// missing or not a number.
+/// entries (libvirt ignores `current` then). Without `<vcpu>` the guest has libvirt's default of
+/// one vCPU, but `vcpu.max` has no current count to keep (an error). None, with an error
+/// finding, when `<vcpu>` is not a number.
 fn read_counts<'a, 't>(
     dom: &'a Domain<'t>,
+    plan: &Plan,
     rule: &str,
     n: &mut Notes,
-) -> Option<(Node<'a, 't>, VcpuCount)> {
+) -> Option<(Option<Node<'a, 't>>, VcpuCount)> {
     let root = dom.root();
     let Some(vcpu_node) = child(root, "vcpu") else {
+        if plan.vcpu_max.is_none() {
+            let one = VcpuCount {
+                max: 1,
+                current: 1,
+                current_written: false,
+            };
+            return Some((None, one));
+        }
         n.finding(
             Finding::error(
                 "vcpu-missing",
@@ -147,7 +185,7 @@ fn read_counts<'a, 't>(
         }
     };
     let Some(list) = child(root, "vcpus") else {
-        return Some((vcpu_node, c));
+        return Some((Some(vcpu_node), c));
     };
     let enabled = list
         .children()
@@ -159,7 +197,7 @@ fn read_counts<'a, 't>(
         })
         .count();
     let current = u32::try_from(enabled).unwrap_or(c.current).max(1);
-    Some((vcpu_node, VcpuCount { current, ..c }))
+    Some((Some(vcpu_node), VcpuCount { current, ..c }))
 }
 
 /// The maximum `vcpu.max` asks for, clamped to the machine type's limit and, for KVM, KVM's
@@ -226,15 +264,16 @@ fn target_maximum(
     Some(max)
 }
 
-/// More than 255 x86 vCPUs need q35 and an IOMMU in extended interrupt mode: on another machine
-/// type, or under `vcpu.iommu = "never"`, the maximum is clamped to 255. Returns the maximum and
-/// whether the IOMMU must be added.
+/// More than 255 x86 vCPUs need q35 and an IOMMU in extended interrupt mode. A maximum `vcpu.max`
+/// asks for is clamped to 255 on another machine type, or under `vcpu.iommu = "never"`; a
+/// maximum the domain already has is not lowered (validation says why it cannot start). Returns
+/// the maximum and whether the IOMMU must be added: under `vcpu.iommu = "auto"`, which is also
+/// what `vcpu.max` implies when `vcpu.iommu` is not given.
 fn x86_xapic_rule(
     dom: &Domain<'_>,
     plan: &Plan,
     facts: &Facts<'_>,
     max: u32,
-    rule: &str,
     n: &mut Notes,
 ) -> (u32, bool) {
     if !matches!(dom.arch(), "x86_64" | "i686") || max <= X86_XAPIC_LIMIT {
@@ -244,15 +283,23 @@ fn x86_xapic_rule(
         .machine_limit
         .as_ref()
         .map_or(dom.machine(), |l| l.machine.as_str());
+    let asked = plan.vcpu_max.as_ref();
     let iommu = plan.iommu.as_ref();
     if !is_q35(machine) && !is_q35(dom.machine()) {
-        n.finding(Finding::warning("vcpu-clamped", format!("vCPU maximum {max} clamped to {X86_XAPIC_LIMIT}: more than 255 vCPUs are only supported on q35-based machine types, and this guest's is {}", dom.machine()), "use a q35 machine type to go higher").rule(rule));
-        (X86_XAPIC_LIMIT, false)
-    } else if let Some(i) = iommu.filter(|i| i.value == IommuStrategy::Never) {
-        n.finding(Finding::warning("vcpu-clamped", format!("vCPU maximum {max} clamped to {X86_XAPIC_LIMIT}: vcpu.iommu = \"never\", and more than 255 vCPUs need an IOMMU in extended interrupt mode"), "").rule(&i.rule));
-        (X86_XAPIC_LIMIT, false)
-    } else {
-        (max, true)
+        if let Some(want) = asked {
+            n.finding(Finding::warning("vcpu-clamped", format!("vCPU maximum {max} clamped to {X86_XAPIC_LIMIT}: more than 255 vCPUs are only supported on q35-based machine types, and this guest's is {}", dom.machine()), "use a q35 machine type to go higher").rule(&want.rule));
+            return (X86_XAPIC_LIMIT, false);
+        }
+        return (max, false);
+    }
+    match (iommu.map(|i| i.value), asked) {
+        (Some(IommuStrategy::Never), Some(_)) => {
+            let rule = iommu.map_or("", |i| i.rule.as_str());
+            n.finding(Finding::warning("vcpu-clamped", format!("vCPU maximum {max} clamped to {X86_XAPIC_LIMIT}: vcpu.iommu = \"never\", and more than 255 vCPUs need an IOMMU in extended interrupt mode"), "").rule(rule));
+            (X86_XAPIC_LIMIT, false)
+        }
+        (Some(IommuStrategy::Auto), _) | (None, Some(_)) => (max, true),
+        _ => (max, false),
     }
 }
 
@@ -294,8 +341,9 @@ fn set_vcpu_max(
     );
 }
 
-/// `<topology>` reshaped by `vcpu.topology` to hold the new maximum; `clusters` is never added on
-/// x86. Returns false when `keep` cannot hold it (an error finding; nothing else follows).
+/// `<topology>` reshaped by `vcpu.topology` (default `sockets`) to hold the maximum; `clusters`
+/// is never added on x86. Returns whether it changed, or None when `keep` cannot hold the maximum
+/// (an error finding; nothing else follows).
 fn reshape_topology(
     dom: &Domain<'_>,
     plan: &Plan,
@@ -304,7 +352,7 @@ fn reshape_topology(
     q: char,
     rule: &str,
     r: &mut VcpuResult,
-) -> bool {
+) -> Option<bool> {
     let topo_rule = plan.topology.as_ref().map_or(rule, |s| s.rule.as_str());
     let Some(topo) = Topology::read(t) else {
         r.notes.finding(
@@ -315,7 +363,7 @@ fn reshape_topology(
             )
             .rule(rule),
         );
-        return true;
+        return Some(false);
     };
     let strategy = plan
         .topology
@@ -327,10 +375,10 @@ fn reshape_topology(
             format!("vcpu.topology = \"keep\" but <topology> {} holds {} vCPUs, not {max} (libvirt: \"CPU topology doesn't match maximum vcpu count\")", topo.describe(), topo.product()),
             "use vcpu.topology = \"sockets\" or \"cores\", or a maximum the topology holds",
         ).rule(topo_rule));
-        return false;
+        return None;
     };
     if new == topo {
-        return true;
+        return Some(false);
     }
     let x86 = matches!(dom.arch(), "x86_64" | "i686");
     let mut set: Vec<(&str, String)> = vec![("sockets", new.sockets.to_string())];
@@ -360,7 +408,7 @@ fn reshape_topology(
             .old(Some(topo.describe()))
             .new_value(new.describe()),
     );
-    true
+    Some(true)
 }
 
 /// `<vcpus>`: entries past the new maximum leave, new ids are added disabled and hotpluggable;
@@ -391,7 +439,13 @@ fn regenerate_vcpus(
         }
     }
     let known: BTreeSet<u32> = kept.iter().map(|(i, _)| *i).collect();
-    if !vcpus_consistent(&kept, &known, current) {
+    let added: BTreeSet<u32> = (0..max).filter(|i| !known.contains(i)).collect();
+    let consistent = vcpus_consistent(&kept, &known, current);
+    if consistent && added.is_empty() && kept.len() == entries.len() {
+        // The list already holds exactly 0..max-1 (a reshaped topology keeps the ids).
+        return;
+    }
+    if !consistent {
         r.notes.finding(Finding::warning(
             "vcpus-dropped",
             format!("<vcpus> dropped: after the maximum change it would not have vCPU 0 enabled and not hotpluggable with {current} enabled; libvirt rebuilds the list from <vcpu current>"),
@@ -406,7 +460,6 @@ fn regenerate_vcpus(
         ));
         return;
     }
-    let added: BTreeSet<u32> = (0..max).filter(|i| !known.contains(i)).collect();
     r.edits
         .replace(list.range(), rebuilt_vcpus(text, list, &kept, &added, q));
     if !added.is_empty() {

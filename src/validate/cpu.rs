@@ -36,7 +36,7 @@ pub(super) fn check(
         ));
         return;
     }
-    check_mode_supported(dom.arch(), dom.virt_type(), mode, out);
+    check_mode_supported(mode, facts, out);
     check_mode_attributes(cpu, mode, out);
     let model = child(cpu, "model").and_then(text_of);
     check_model_presence(cpu, mode, model.as_deref(), out);
@@ -48,22 +48,30 @@ pub(super) fn check(
 }
 
 /// Modes libvirt refuses for the arch and virt type ("CPU mode '...' for ... domain on ... host is
-/// not supported by hypervisor").
-fn check_mode_supported(arch: &str, vt: &str, mode: &str, out: &mut Vec<Finding>) {
-    if arch == "aarch64" && vt == "kvm" && mode == "host-model" {
-        out.push(Finding::error(
-            "cpu-mode-unsupported",
-            "CPU mode 'host-model' for aarch64 kvm domain on aarch64 host is not supported by hypervisor",
-            "use mode='host-passthrough' (what Nova uses on aarch64)",
-        ));
+/// not supported by hypervisor"), per domcapabilities or the built-in table.
+fn check_mode_supported(mode: &str, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+    if facts.mode_supported(mode) != Some(false) {
+        return;
     }
-    if vt == "qemu" && mode == "host-passthrough" {
-        out.push(Finding::error(
-            "cpu-mode-unsupported",
-            format!("CPU mode 'host-passthrough' for {arch} qemu domain on {arch} host is not supported by hypervisor"),
-            "use mode='maximum' for TCG guests",
-        ));
-    }
+    let instead: Vec<String> = crate::modes::MODES
+        .iter()
+        .filter(|m| facts.mode_supported(m) == Some(true))
+        .map(|m| format!("mode='{m}'"))
+        .collect();
+    let fix = if instead.is_empty() {
+        "use a CPU mode libvirt offers this guest (virsh domcapabilities lists them)".to_string()
+    } else {
+        format!(
+            "use {} (per {})",
+            instead.join(" or "),
+            facts.modes_source()
+        )
+    };
+    out.push(Finding::error(
+        "cpu-mode-unsupported",
+        facts.mode_refusal(mode),
+        fix,
+    ));
 }
 
 /// `match` means nothing under host-model; `migratable` is allowed with host-passthrough and

@@ -97,7 +97,7 @@ fn check_topology(dom: &Domain<'_>, max: u32, out: &mut Vec<Finding>) {
         out.push(Finding::error(
             "topology-mismatch",
             format!("CPU topology doesn't match maximum vcpu count (sockets × dies × clusters × cores × threads = {}, maximum {max})", t.product()),
-            "make the product equal the maximum (vcpu.topology reshapes it)",
+            "make the product equal the maximum (a rule with vcpu.topology = \"sockets\" or \"cores\" reshapes it)",
         ));
     }
     if is_x86(dom) && topo.attribute("clusters").is_some() {
@@ -147,7 +147,7 @@ fn check_limits(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Fin
         out.push(Finding::error(
             "iommu-eim",
             "more than 255 vCPUs require extended interrupt mode enabled on the iommu device",
-            "add <iommu model='intel'><driver intremap='on' eim='on'/></iommu> and <features><ioapic driver='qemu'/></features> (virt-cpu-policy does with vcpu.max)",
+            "add <iommu model='intel'><driver intremap='on' eim='on'/></iommu> and <features><ioapic driver='qemu'/></features> (a rule with vcpu.iommu = \"auto\" or vcpu.max does), or keep the maximum at 255",
         ));
     }
 }

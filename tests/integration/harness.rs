@@ -170,9 +170,14 @@ pub struct Virsh {
 
 /// Run `virsh -c qemu:///system ARGS...`.
 pub fn virsh(args: &[&str]) -> Virsh {
+    virsh_at(URI, args)
+}
+
+/// Run `virsh -c URI ARGS...`.
+pub fn virsh_at(uri: &str, args: &[&str]) -> Virsh {
     let out = std::process::Command::new("virsh")
         .arg("-c")
-        .arg(URI)
+        .arg(uri)
         .args(args)
         .stdin(Stdio::null())
         .output()

@@ -1,7 +1,7 @@
 //! Real libvirt as the oracle (`virsh -c qemu:///system`, as root; `.ci/run` installs Debian's
 //! libvirt and QEMU and starts the daemons with `tests/libvirt/start`).
 //!
-//! * Every x86_64 KVM/TCG golden `expected.xml` is accepted by `virsh define`.
+//! * Every x86_64 KVM/TCG and Arm TCG golden `expected.xml` is accepted by `virsh define`.
 //! * The CloudStack default-CPU domain, rewritten with the default policy, starts under TCG and the
 //!   live XML disables none of the x86-64-v2 features. The same domain under KVM is tried too and
 //!   what happened is printed (this machine's KVM lacks `pni` and `popcnt`, DESIGN.md section 1);
@@ -128,6 +128,19 @@ fn x86_kvm_or_tcg(text: &str) -> Option<&'static str> {
     }
 }
 
+/// An Arm TCG domain (`type='qemu'`, aarch64 or armv7l): this x86_64 host emulates it when
+/// Debian's qemu-system-arm is installed.
+fn arm_tcg(text: &str) -> Option<&'static str> {
+    let doc = roxmltree::Document::parse(text).ok()?;
+    let dom = doc.root_element();
+    let arch = dom
+        .descendants()
+        .find(|n| n.has_tag_name("type") && n.parent().is_some_and(|p| p.has_tag_name("os")))
+        .and_then(|t| t.attribute("arch"))?;
+    (dom.attribute("type") == Some("qemu") && matches!(arch, "aarch64" | "armv7l"))
+        .then_some("qemu")
+}
+
 /// A copy of a domain for `virsh define`: the top-level `<name>` replaced, `<uuid>` removed, an
 /// `<emulator>` that does not exist on this host removed (libvirt then picks its own), and, when
 /// `virt_type` is given, `<domain type>` set to it. Returns the text and notes on what was changed
@@ -202,7 +215,7 @@ fn golden_outputs_are_accepted_by_virsh_define() {
             continue;
         };
         let text = std::fs::read_to_string(&exp).unwrap();
-        let Some(vt) = x86_kvm_or_tcg(&text) else {
+        let Some(vt) = x86_kvm_or_tcg(&text).or_else(|| arm_tcg(&text)) else {
             continue;
         };
         let machine = roxmltree::Document::parse(&text).ok().and_then(|d| {
@@ -254,7 +267,7 @@ fn golden_outputs_are_accepted_by_virsh_define() {
         }
     }
     eprintln!(
-        "libvirt: {} x86_64 golden output(s) accepted by virsh define: {}; {} not run here (machine type unknown to this QEMU): {}",
+        "libvirt: {} x86_64 and Arm TCG golden output(s) accepted by virsh define: {}; {} not run here (machine type unknown to this QEMU): {}",
         defined.len(),
         defined.join(", "),
         not_here.len(),

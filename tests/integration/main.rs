@@ -12,4 +12,5 @@ mod hook;
 mod hostile;
 mod libvirt;
 mod machines;
+mod modes;
 mod props;

@@ -1,0 +1,205 @@
+//! The CPU modes libvirt offers, per guest arch and virt type, against libvirt itself.
+//!
+//! For every arch this machine's QEMU emulates (x86_64, i686, aarch64, armv7l: `virsh
+//! capabilities`) and each virt type it runs (`qemu`; `kvm` for the host's own arch family), a
+//! tiny guest in each of the four modes is defined and started. libvirt's verdict — it runs, or
+//! it refuses with "CPU mode '...' ... is not supported by hypervisor" — must equal the tool's
+//! (its built-in table, `src/modes.rs`, with no host files), and what domcapabilities says.
+//! Any other failure to start fails the test: it would not be a question of the mode.
+//!
+//! Then the aarch64 case: `<cpu mode='host-model'>` under TCG on this x86_64 host is
+//! defined but refused at start; the tool rewrites it to `maximum`, which starts.
+
+use crate::harness::{Cmd, Scratch, require_libvirtd, s, virsh};
+
+/// A custom model each arch's QEMU has, so `custom` is judged on the mode alone.
+fn custom_model(arch: &str) -> &'static str {
+    match arch {
+        "aarch64" => "cortex-a57",
+        "armv7l" => "cortex-a15",
+        _ => "qemu64",
+    }
+}
+
+fn machine(arch: &str) -> &'static str {
+    match arch {
+        "aarch64" | "armv7l" => "virt",
+        _ => "pc",
+    }
+}
+
+/// A guest that starts with nothing to boot (firmware alone runs), in `mode`.
+fn guest(name: &str, arch: &str, virt_type: &str, mode: &str) -> String {
+    // check='none': the test is about the mode; KVM here lacks some features of qemu64.
+    let cpu = if mode == "custom" {
+        format!(
+            "<cpu mode='custom' check='none'><model>{}</model></cpu>",
+            custom_model(arch)
+        )
+    } else {
+        format!("<cpu mode='{mode}'/>")
+    };
+    format!(
+        "<domain type='{virt_type}'>\n  <name>{name}</name>\n  <memory unit='MiB'>128</memory>\n  <vcpu>1</vcpu>\n  <os>\n    <type arch='{arch}' machine='{}'>hvm</type>\n  </os>\n  {cpu}\n  <on_poweroff>destroy</on_poweroff>\n  <devices>\n    <console type='pty'/>\n    <memballoon model='none'/>\n  </devices>\n</domain>\n",
+        machine(arch)
+    )
+}
+
+/// libvirt's verdict on a guest: Some(true) it started, Some(false) libvirt refused the mode,
+/// Err(message) anything else.
+fn libvirt_verdict(dir: &Scratch, name: &str, xml: &str) -> Result<bool, String> {
+    let file = dir.write(&format!("{name}.xml"), xml);
+    let d = virsh(&["define", &s(&file)]);
+    if !d.ok {
+        return Err(format!("define: {}", d.stderr.trim()));
+    }
+    let started = virsh(&["start", name]);
+    let _ = virsh(&["destroy", name]);
+    let _ = virsh(&["undefine", "--nvram", name]);
+    let _ = virsh(&["undefine", name]);
+    if started.ok {
+        Ok(true)
+    } else if started.stderr.contains("is not supported by hypervisor") {
+        Ok(false)
+    } else {
+        Err(format!("start: {}", started.stderr.trim()))
+    }
+}
+
+/// The tool's verdict with no policy rule and no host file: Some(false) when it says the mode is
+/// not offered (it rewrites it, or refuses it), Some(true) when the document conforms.
+fn tool_verdict(dir: &Scratch, xml: &str) -> Result<bool, String> {
+    let policy = dir.write("empty-policy.toml", "version = 1\n");
+    let out = Cmd::new(&["check", "--format", "json", "--no-qemu-caps-cache"])
+        .args(&["--policy", &s(&policy)])
+        .stdin(xml)
+        .run();
+    let v: serde_json::Value = serde_json::from_str(&out.stdout)
+        .map_err(|e| format!("check JSON: {e}: {}", out.stderr))?;
+    let mode_changed = v["changes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["attribute"] == "mode");
+    let refused = v["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|f| f["code"] == "cpu-mode-unsupported");
+    match v["verdict"].as_str() {
+        Some("conforms") => Ok(true),
+        _ if mode_changed || refused => Ok(false),
+        other => Err(format!("verdict {other:?}: {v}")),
+    }
+}
+
+/// domcapabilities' `supported` for `mode`.
+fn domcaps_supported(arch: &str, virt_type: &str, mode: &str) -> Option<bool> {
+    let dc = virsh(&[
+        "domcapabilities",
+        "--arch",
+        arch,
+        "--virttype",
+        virt_type,
+        "--machine",
+        machine(arch),
+    ]);
+    let doc = roxmltree::Document::parse(&dc.stdout).ok()?;
+    doc.descendants()
+        .find(|n| n.has_tag_name("mode") && n.attribute("name") == Some(mode))
+        .map(|n| n.attribute("supported") == Some("yes"))
+}
+
+/// (arch, virt types) this libvirt runs, from `virsh capabilities`.
+fn emulated() -> Vec<(String, Vec<String>)> {
+    let caps = virsh(&["capabilities"]);
+    let doc = roxmltree::Document::parse(&caps.stdout).expect("capabilities parse");
+    let mut out = Vec::new();
+    for arch in doc
+        .descendants()
+        .filter(|n| n.has_tag_name("arch") && n.parent().is_some_and(|p| p.has_tag_name("guest")))
+    {
+        let name = arch.attribute("name").unwrap_or("");
+        if !["x86_64", "i686", "aarch64", "armv7l"].contains(&name) {
+            continue;
+        }
+        let types: Vec<String> = arch
+            .children()
+            .filter(|d| d.has_tag_name("domain"))
+            .filter_map(|d| d.attribute("type").map(str::to_string))
+            .filter(|t| t == "qemu" || t == "kvm")
+            .collect();
+        out.push((name.to_string(), types));
+    }
+    out
+}
+
+#[test]
+#[ignore = "needs a running libvirtd: .ci/run starts one"]
+fn cpu_mode_table_matches_libvirt() {
+    require_libvirtd();
+    let dir = Scratch::new("modes");
+    let archs = emulated();
+    let arm = archs.iter().any(|(a, _)| a == "aarch64");
+    assert!(
+        arm,
+        "qemu-system-aarch64 is not installed (apt-get install qemu-system-arm): the aarch64 cells cannot be checked"
+    );
+    let mut rows = Vec::new();
+    let mut disagreements = Vec::new();
+    for (arch, types) in &archs {
+        for vt in types {
+            for mode in virt_cpu_policy::modes::MODES {
+                let name = format!("vcp-test-{}-mode-{arch}-{vt}-{mode}", std::process::id());
+                let xml = guest(&name, arch, vt, mode);
+                let lv = libvirt_verdict(&dir, &name, &xml);
+                let tool = tool_verdict(&dir, &xml);
+                let dc = domcaps_supported(arch, vt, mode);
+                let row = format!(
+                    "{arch:7} {vt:4} {mode:16} libvirt {lv:?}, domcapabilities {dc:?}, tool {tool:?}"
+                );
+                eprintln!("modes: {row}");
+                match (&lv, &tool) {
+                    (Ok(l), Ok(t)) if l == t && dc == Some(*l) => rows.push(row),
+                    _ => disagreements.push(row),
+                }
+            }
+        }
+    }
+    eprintln!(
+        "modes: {} cells agree (libvirt start, domcapabilities, the tool's table), {} do not",
+        rows.len(),
+        disagreements.len()
+    );
+    assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
+    assert!(rows.len() >= 24, "only {} cells checked", rows.len());
+}
+
+#[test]
+#[ignore = "needs a running libvirtd and qemu-system-aarch64: .ci/run installs and starts them"]
+fn aarch64_tcg_host_model_is_rewritten_to_a_mode_that_starts() {
+    require_libvirtd();
+    let dir = Scratch::new("arm-tcg");
+    let input = std::fs::read_to_string(
+        crate::harness::root().join("tests/cases/aarch64-tcg-host-model-to-maximum/input.xml"),
+    )
+    .unwrap();
+    let name = format!("vcp-test-{}-arm-tcg", std::process::id());
+    let input = input.replace("vcp-golden-arm-tcg-host-model", &name);
+    // libvirt 9.0 defines the input and refuses to start it.
+    match libvirt_verdict(&dir, &name, &input) {
+        Ok(false) => {}
+        other => panic!("the host-model input should be refused at start: {other:?}"),
+    }
+    let out = Cmd::new(&["rewrite", "--no-qemu-caps-cache"])
+        .stdin(input)
+        .run();
+    out.status(0);
+    assert!(
+        out.stdout.contains("<cpu mode='maximum'/>"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(libvirt_verdict(&dir, &name, &out.stdout), Ok(true));
+    eprintln!("modes: aarch64 TCG host-model refused at start; rewritten to maximum, it starts");
+}
