@@ -16,7 +16,7 @@
 
 use crate::cpu::{default_model, is_known_x86_feature};
 use crate::domain::{Domain, child, cpu_features, text_of};
-use crate::host::{DomCaps, Fact, Host, MachineLimit};
+use crate::host::{DomCaps, Fact, Host, LibvirtVersion, MachineLimit};
 use crate::machine::family_floor;
 use crate::policy::{Plan, VcpuMax};
 use crate::topology::read_vcpu;
@@ -43,6 +43,9 @@ pub struct Facts<'h> {
     pub host_cpus: Option<Fact<u32>>,
     /// The versioned machine type the domain's alias stands for, when a host file says.
     pub canonical_machine: Option<String>,
+    /// The host's libvirt version, when a version rule can matter and a source says
+    /// ([`Host::libvirt_version`]); unknown, libvirt 9.0's rules apply.
+    pub libvirt: Option<Fact<LibvirtVersion>>,
     /// The domain's arch, virt type, and the arch of the host that runs it
     /// ([`crate::domain::host_arch`]), for the CPU modes libvirt offers.
     arch: String,
@@ -80,6 +83,9 @@ impl<'h> Facts<'h> {
         let kvm_limit = (vt == "kvm" && (planned_max || max > KVM_FLOOR))
             .then(|| host.kvm_limit().cloned())
             .flatten();
+        let libvirt = needs_version(dom, plan, max)
+            .then(|| host.libvirt_version().cloned())
+            .flatten();
         let host_cpus = plan
             .vcpu_max
             .as_ref()
@@ -96,6 +102,7 @@ impl<'h> Facts<'h> {
             kvm_limit,
             host_cpus,
             canonical_machine: host.canonical_machine(arch, machine),
+            libvirt,
             arch: arch.to_string(),
             virt_type: vt.to_string(),
             host_arch: crate::domain::host_arch(),
@@ -135,6 +142,25 @@ impl<'h> Facts<'h> {
         )
     }
 
+    /// Whether the host's libvirt has the behaviour `rule` (its version is at least the release
+    /// that brought it). An unknown version means libvirt 9.0's rules (the built-in cpu_map's).
+    #[must_use]
+    pub fn applies(&self, rule: VersionRule) -> bool {
+        self.libvirt
+            .as_ref()
+            .is_some_and(|v| v.value >= rule.since())
+    }
+
+    /// Which libvirt's rules are used, for messages: `libvirt 11.3.0 (from SOURCE)`, or
+    /// `libvirt 9.0's rules (the host's libvirt version is unknown)`.
+    #[must_use]
+    pub fn libvirt_rules(&self) -> String {
+        match &self.libvirt {
+            Some(v) => format!("libvirt {} (from {})", v.value, v.source),
+            None => "libvirt 9.0's rules (the host's libvirt version is unknown)".to_string(),
+        }
+    }
+
     /// The features of `model` (libvirt spellings), or None when cpu_map does not define it.
     ///
     /// Only models [`Facts::resolve`] saw can be asked: the domain's, the policy's, the arch's
@@ -154,6 +180,72 @@ impl<'h> Facts<'h> {
     pub fn feature_known(&self, name: &str) -> bool {
         !self.unknown_features.contains(name)
     }
+}
+
+/// Behaviours of libvirt that changed between releases, each with the release that changed it
+/// (libvirt's NEWS) and the facts seen on libvirt 9.0 and 11.3 (`tests/libvirt/ROOT-NOTES.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VersionRule {
+    /// libvirt 10.1.0 (NEWS: "qemu: Support clusters in CPU topology"): `<topology clusters>` is
+    /// read and counts in the product; libvirt 9.0 ignores the attribute. libvirt 11.3 writes
+    /// `clusters='1'` itself on x86.
+    Clusters,
+    /// libvirt 10.10.0 (NEWS: "qemu: Automatically add IOMMU when needed"): a domain with more
+    /// than 255 vCPUs gets an Intel IOMMU with `intremap` and `eim` on (or an existing one its
+    /// `eim`), and a split I/O APIC where interrupt remapping needs one, at define; libvirt 9.0
+    /// refuses the domain instead ("more than 255 vCPUs require extended interrupt mode enabled on
+    /// the iommu device").
+    AutoIommu,
+    /// libvirt 9.6.0 (NEWS: "qemu: Add NUMA node automatically for memory hotplug"): `<maxMemory>`
+    /// without a NUMA cell gets one at define; before, "At least one numa node has to be
+    /// configured when enabling memory hotplug".
+    AutoNumaForMemoryHotplug,
+}
+
+impl VersionRule {
+    /// The first release with the behaviour.
+    #[must_use]
+    pub fn since(self) -> LibvirtVersion {
+        let (major, minor) = match self {
+            VersionRule::Clusters => (10, 1),
+            VersionRule::AutoIommu => (10, 10),
+            VersionRule::AutoNumaForMemoryHotplug => (9, 6),
+        };
+        LibvirtVersion {
+            major,
+            minor,
+            micro: 0,
+        }
+    }
+
+    /// A short name for allow-lists and messages (`libvirt >= 10.10: automatic IOMMU`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            VersionRule::Clusters => "libvirt >= 10.1: <topology clusters>",
+            VersionRule::AutoIommu => "libvirt >= 10.10: automatic IOMMU and split I/O APIC",
+            VersionRule::AutoNumaForMemoryHotplug => {
+                "libvirt >= 9.6: a NUMA node added for memory hotplug"
+            }
+        }
+    }
+}
+
+/// Whether a version rule can matter for this domain: the vCPU rules of the plan, a maximum above
+/// 255, a `clusters` attribute, an `<iommu>` or a `<maxMemory>`. Otherwise the version is not
+/// looked up (the hook then reads nothing of libvirt's capability cache).
+fn needs_version(dom: &Domain<'_>, plan: &Plan, max: u32) -> bool {
+    let root = dom.root();
+    plan.vcpu_max.is_some()
+        || plan.topology.is_some()
+        || plan.iommu.is_some()
+        || max > crate::topology::X86_XAPIC_LIMIT
+        || child(root, "maxMemory").is_some()
+        || child(root, "devices").is_some_and(|d| child(d, "iommu").is_some())
+        || dom
+            .cpus()
+            .iter()
+            .any(|c| child(*c, "topology").is_some_and(|t| t.attribute("clusters").is_some()))
 }
 
 /// The models the result can name: the domain's (any `<cpu>`), the plan's, the arch's default,

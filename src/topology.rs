@@ -85,9 +85,11 @@ impl Topology {
         threads: 1,
     };
 
-    /// Read a `<topology>` element; None when an attribute is not a positive integer.
+    /// Read a `<topology>` element as libvirt does; None when an attribute is not a positive
+    /// integer. `clusters` says whether that libvirt reads the `clusters` attribute (10.1.0 and
+    /// later, [`crate::facts::VersionRule::Clusters`]): an older one ignores it, so it counts as 1.
     #[must_use]
-    pub fn read(node: Node<'_, '_>) -> Option<Topology> {
+    pub fn read(node: Node<'_, '_>, clusters: bool) -> Option<Topology> {
         let get = |n: &str| -> Option<u32> {
             match node.attribute(n) {
                 None => Some(1),
@@ -97,7 +99,7 @@ impl Topology {
         Some(Topology {
             sockets: get("sockets")?,
             dies: get("dies")?,
-            clusters: get("clusters")?,
+            clusters: if clusters { get("clusters")? } else { 1 },
             cores: get("cores")?,
             threads: get("threads")?,
         })
@@ -118,11 +120,17 @@ impl Topology {
         .product()
     }
 
-    /// `sockets=S dies=D cores=C threads=T`, for messages.
+    /// `sockets=S dies=D cores=C threads=T` (and `clusters=N` between dies and cores when it is
+    /// not 1), for messages.
     #[must_use]
     pub fn describe(&self) -> String {
+        let clusters = if self.clusters == 1 {
+            String::new()
+        } else {
+            format!(" clusters={}", self.clusters)
+        };
         format!(
-            "sockets={} dies={} cores={} threads={}",
+            "sockets={} dies={}{clusters} cores={} threads={}",
             self.sockets, self.dies, self.cores, self.threads
         )
     }

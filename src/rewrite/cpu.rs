@@ -426,17 +426,9 @@ fn apply_level(
     let Some(model) = d.model.as_ref().map(|m| m.text.clone()) else {
         return;
     };
+    // A model cpu_map does not know has no features to count on: every level feature is
+    // required (validation warns about the model itself).
     let model_feats = facts.model_features(&model);
-    if model_feats.is_none() {
-        n.finding(
-            Finding::warning(
-                "cpu-model-unknown",
-                format!("CPU model '{model}' is not in libvirt's cpu_map ({}); every {level} feature is required explicitly", facts.cpu_map_source),
-                "use a model libvirt knows (`virsh cpu-models x86_64`)",
-            )
-            .rule(rule),
-        );
-    }
     let added = require_level_features(d, level, rule, &model, model_feats, n);
     require_companions(d, &added, rule, model_feats, n);
 }

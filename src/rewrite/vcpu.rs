@@ -16,7 +16,7 @@ use crate::edit::{
     Edits, Item, append_child, child_indent, document_quote, line_indent, newline, node_with_line,
     render_element, start_tag_attr_end, with_attrs,
 };
-use crate::facts::Facts;
+use crate::facts::{Facts, VersionRule};
 use crate::finding::Finding;
 use crate::machine::is_q35;
 use crate::policy::{IommuStrategy, Plan, Set, TopologyStrategy, VcpuMax};
@@ -107,7 +107,8 @@ pub(crate) fn apply(
         return r;
     }
     let iommu_rule = plan.iommu.as_ref().map_or(rule, |i| i.rule.as_str());
-    if need_iommu && !add_iommu(dom, q, iommu_rule, &mut r) {
+    let auto = facts.applies(VersionRule::AutoIommu);
+    if need_iommu && !add_iommu(dom, q, iommu_rule, auto, &mut r) {
         return r;
     }
     let new_max = max != count.max;
@@ -116,7 +117,8 @@ pub(crate) fn apply(
     }
     let mut reshaped = false;
     if let Some(t) = topology.filter(|_| new_max || plan.topology.is_some()) {
-        match reshape_topology(dom, plan, t, max, q, rule, &mut r) {
+        let clusters = facts.applies(VersionRule::Clusters);
+        match reshape_topology(dom, plan, (t, clusters), max, q, rule, &mut r) {
             Some(changed) => reshaped = changed,
             None => return r,
         }
@@ -347,14 +349,14 @@ fn set_vcpu_max(
 fn reshape_topology(
     dom: &Domain<'_>,
     plan: &Plan,
-    t: Node<'_, '_>,
+    (t, clusters): (Node<'_, '_>, bool),
     max: u32,
     q: char,
     rule: &str,
     r: &mut VcpuResult,
 ) -> Option<bool> {
     let topo_rule = plan.topology.as_ref().map_or(rule, |s| s.rule.as_str());
-    let Some(topo) = Topology::read(t) else {
+    let Some(topo) = Topology::read(t, clusters) else {
         r.notes.finding(
             Finding::error(
                 "topology-invalid",
@@ -389,7 +391,9 @@ fn reshape_topology(
         ("threads", new.threads, topo.threads),
     ] {
         let written = t.attribute(name).is_some();
-        if name == "clusters" && x86 && !written {
+        // A libvirt that does not read clusters leaves the attribute as written; on x86 it is
+        // never added.
+        if name == "clusters" && (!clusters || (x86 && !written)) {
             continue;
         }
         if written || v != old || (name != "clusters" && v != 1) {
@@ -599,38 +603,47 @@ fn numa_cover(text: &str, numa: Node<'_, '_>, max: u32, q: char, rule: &str, r: 
 }
 
 /// Make the domain able to run more than 255 x86 vCPUs: an Intel IOMMU with interrupt remapping
-/// and extended interrupt mode, and a split I/O APIC. Returns false (with an error finding) when
-/// an IOMMU of another model is already there, or there is no `<devices>` to add it to.
-fn add_iommu(dom: &Domain<'_>, q: char, rule: &str, r: &mut VcpuResult) -> bool {
+/// and extended interrupt mode, and a split I/O APIC. Where libvirt fills in what is missing
+/// itself (`auto`: [`VersionRule::AutoIommu`], 10.10.0 and later) only what is written against it
+/// is changed (`eim='off'`, an I/O APIC of another driver). Returns false (with an error finding)
+/// when an IOMMU of another model is already there, or there is no `<devices>` to add it to.
+fn add_iommu(dom: &Domain<'_>, q: char, rule: &str, auto: bool, r: &mut VcpuResult) -> bool {
     let devices = child(dom.root(), "devices");
-    let done = match devices.and_then(|d| child(d, "iommu")) {
-        Some(i) => intel_iommu_eim(dom.text, i, q, rule, r),
-        None => match devices {
-            Some(devs) => {
-                add_intel_iommu(dom.text, devs, q, rule, r);
-                true
-            }
-            None => {
-                r.notes.finding(
-                    Finding::error(
-                        "iommu-no-devices",
-                        "more than 255 vCPUs need an IOMMU, but the domain has no <devices>",
-                        "add <devices>",
-                    )
-                    .rule(rule),
-                );
-                false
-            }
-        },
+    let done = match (devices.and_then(|d| child(d, "iommu")), devices) {
+        (Some(i), _) => intel_iommu_eim(dom.text, i, q, rule, auto, r),
+        (None, _) if auto => true,
+        (None, Some(devs)) => {
+            add_intel_iommu(dom.text, devs, q, rule, r);
+            true
+        }
+        (None, None) => {
+            r.notes.finding(
+                Finding::error(
+                    "iommu-no-devices",
+                    "more than 255 vCPUs need an IOMMU, but the domain has no <devices>",
+                    "add <devices>",
+                )
+                .rule(rule),
+            );
+            false
+        }
     };
     if done {
-        split_ioapic(dom, q, rule, r);
+        split_ioapic(dom, q, rule, auto, r);
     }
     done
 }
 
-/// An existing IOMMU must be Intel's with `intremap` and `eim` on; another model cannot do eim.
-fn intel_iommu_eim(text: &str, i: Node<'_, '_>, q: char, rule: &str, r: &mut VcpuResult) -> bool {
+/// An existing IOMMU must be Intel's with `intremap` and `eim` on (under `auto`, libvirt switches
+/// on what is not written); another model cannot do eim.
+fn intel_iommu_eim(
+    text: &str,
+    i: Node<'_, '_>,
+    q: char,
+    rule: &str,
+    auto: bool,
+    r: &mut VcpuResult,
+) -> bool {
     let model = i.attribute("model").unwrap_or("");
     if model != "intel" {
         r.notes.finding(Finding::error(
@@ -645,8 +658,13 @@ fn intel_iommu_eim(text: &str, i: Node<'_, '_>, q: char, rule: &str, r: &mut Vcp
             .attribute("driver")
             .new_value("intremap='on' eim='on'")
     };
-    match child(i, "driver") {
-        Some(d) if d.attribute("intremap") == Some("on") && d.attribute("eim") == Some("on") => {}
+    let driver = child(i, "driver");
+    let wrong = |a: &str| {
+        let v = driver.and_then(|d| d.attribute(a));
+        v != Some("on") && !(auto && v.is_none())
+    };
+    match driver {
+        _ if !wrong("intremap") && !wrong("eim") => {}
         Some(d) => {
             r.edits.replace(
                 d.range(),
@@ -680,8 +698,9 @@ fn add_intel_iommu(text: &str, devs: Node<'_, '_>, q: char, rule: &str, r: &mut 
     r.notes.change(Change::new(rule, Action::Add, "iommu", "<iommu model='intel'> with <driver intremap='on' eim='on'/> added (libvirt: \"more than 255 vCPUs require extended interrupt mode enabled on the iommu device\")").new_value("intel"));
 }
 
-/// `<features><ioapic driver='qemu'/>`: interrupt remapping needs the split I/O APIC.
-fn split_ioapic(dom: &Domain<'_>, q: char, rule: &str, r: &mut VcpuResult) {
+/// `<features><ioapic driver='qemu'/>`: interrupt remapping needs the split I/O APIC (under
+/// `auto` libvirt adds it where none is written).
+fn split_ioapic(dom: &Domain<'_>, q: char, rule: &str, auto: bool, r: &mut VcpuResult) {
     let (text, root) = (dom.text, dom.root());
     let features = child(root, "features");
     let ioapic = features.and_then(|f| child(f, "ioapic"));
@@ -698,6 +717,7 @@ fn split_ioapic(dom: &Domain<'_>, q: char, rule: &str, r: &mut VcpuResult) {
                 .replace(io.range(), with_attrs(text, io, &[("driver", "qemu")], q));
             r.notes.change(change(Action::Set, "<ioapic driver='qemu'/> set (libvirt: \"IOMMU interrupt remapping requires split I/O APIC\")", io.attribute("driver")));
         }
+        None if auto => {}
         None => {
             let markup = format!("<ioapic driver={q}qemu{q}/>");
             match features {

@@ -42,6 +42,7 @@ pub(super) fn check(
     check_model_presence(cpu, mode, model.as_deref(), out);
     check_features(cpu, mode, dom.arch(), facts, out);
     if let (Some(m), "custom") = (&model, mode) {
+        check_model_known(m, dom.arch(), facts, out);
         check_model_usable(m, dom.virt_type(), facts, out);
     }
     check_level(dom, Some(cpu), plan, facts, out);
@@ -159,6 +160,18 @@ fn check_features(
                 ));
             }
         }
+    }
+}
+
+/// A custom model libvirt's cpu_map does not define: libvirt defines the domain and refuses to
+/// start it ("Unknown CPU model X", libvirt 9.0).
+fn check_model_known(model: &str, arch: &str, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+    if matches!(arch, "x86_64" | "i686") && facts.model_features(model).is_none() {
+        out.push(Finding::warning(
+            "cpu-model-unknown",
+            format!("CPU model '{model}' is not in libvirt's cpu_map ({}): libvirt will refuse to start the guest (\"Unknown CPU model {model}\")", facts.cpu_map_source),
+            "use a model libvirt knows (`virsh cpu-models x86_64`)",
+        ));
     }
 }
 

@@ -1,7 +1,9 @@
 //! The checks libvirt and QEMU will make, run on the rewritten domain (DESIGN.md section 6).
 //!
 //! Each check mirrors a rule of libvirt 9.0 / QEMU 7.2 and quotes the error text libvirt gives,
-//! so an operator can match a finding to what `virsh define` or `virsh start` would have said.
+//! so an operator can match a finding to what `virsh define` or `virsh start` would have said;
+//! where a later libvirt changed the rule, the host's version decides
+//! ([`crate::facts::VersionRule`]: checked against libvirt 11.3 / QEMU 10.0 too).
 //! `cpu` judges the `<cpu>` element and the psABI level, `vcpu` the vCPU counts, topology,
 //! machine and KVM limits, IOMMU, `<vcpus>` and NUMA cells. Checks never change the document and
 //! read host facts from [`Facts`] only.

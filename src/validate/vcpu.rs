@@ -3,7 +3,7 @@
 //! NUMA cells and memory hotplug. Error texts are libvirt's.
 
 use crate::domain::{Domain, child, is_libvirt_element};
-use crate::facts::{Facts, KVM_FLOOR};
+use crate::facts::{Facts, KVM_FLOOR, VersionRule};
 use crate::finding::Finding;
 use crate::machine::{family_floor, is_q35};
 use crate::topology::{Topology, VcpuCount, X86_XAPIC_LIMIT, parse_cpuset, read_vcpu};
@@ -16,13 +16,13 @@ pub(super) fn check(dom: &Domain<'_>, facts: &Facts<'_>, out: &mut Vec<Finding>)
         return;
     };
     let max = count.max;
-    check_topology(dom, max, out);
+    check_topology(dom, max, facts, out);
     check_limits(dom, max, facts, out);
-    check_iommu(dom, facts, out);
+    check_iommu(dom, max, facts, out);
     if let Some(list) = child(dom.root(), "vcpus") {
         check_vcpus_list(list, max, out);
     }
-    check_numa(dom, max, out);
+    check_numa(dom, max, facts, out);
 }
 
 fn is_x86(dom: &Domain<'_>) -> bool {
@@ -80,12 +80,14 @@ fn check_counts(dom: &Domain<'_>, out: &mut Vec<Finding>) -> Option<VcpuCount> {
     Some(count)
 }
 
-/// sockets × dies × clusters × cores × threads must equal the maximum; no `clusters` on x86.
-fn check_topology(dom: &Domain<'_>, max: u32, out: &mut Vec<Finding>) {
+/// sockets × dies × clusters × cores × threads must equal the maximum (`clusters` only where
+/// libvirt reads it, 10.1.0 and later); on x86 QEMU refuses more than one cluster.
+fn check_topology(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Finding>) {
     let Some(topo) = dom.cpus().first().and_then(|c| child(*c, "topology")) else {
         return;
     };
-    let Some(t) = Topology::read(topo) else {
+    let clusters_read = facts.applies(VersionRule::Clusters);
+    let Some(t) = Topology::read(topo, clusters_read) else {
         out.push(Finding::error(
             "topology-invalid",
             "<topology> has an attribute that is not a positive integer",
@@ -100,12 +102,19 @@ fn check_topology(dom: &Domain<'_>, max: u32, out: &mut Vec<Finding>) {
             "make the product equal the maximum (a rule with vcpu.topology = \"sockets\" or \"cores\" reshapes it)",
         ));
     }
-    if is_x86(dom) && topo.attribute("clusters").is_some() {
-        out.push(Finding::warning(
+    let written = topo.attribute("clusters").filter(|c| c.trim() != "1");
+    match (is_x86(dom), written, clusters_read) {
+        (true, Some(_), true) if t.clusters > 1 => out.push(Finding::error(
             "topology-clusters",
-            "<topology clusters> on x86: QEMU 9.0 and later refuse clusters on x86 machine types",
+            format!("clusters > 1 not supported by this machine's CPU topology (QEMU, at start; <topology clusters='{}'> on x86, read by {})", t.clusters, facts.libvirt_rules()),
+            "remove the clusters attribute or set it to 1",
+        )),
+        (true, Some(c), false) => out.push(Finding::warning(
+            "topology-clusters",
+            format!("<topology clusters='{c}'> is ignored by {} (libvirt reads it from 10.1.0 on, and QEMU then refuses more than one cluster on x86)", facts.libvirt_rules()),
             "remove the clusters attribute",
-        ));
+        )),
+        _ => {}
     }
 }
 
@@ -143,7 +152,10 @@ fn check_limits(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Fin
         if limit.is_none() {
             out.push(Finding::error("x86-vcpu-q35", format!("more than 255 vCPUs are only supported on q35-based machine types (machine type {})", dom.machine()), "use a q35 machine type or at most 255 vCPUs"));
         }
-    } else if !iommu_driver(dom).is_some_and(|d| d.intel && d.on("eim")) {
+        return;
+    }
+    let iommu = Iommu::as_libvirt_fills_in(dom, max, facts);
+    if !(iommu.intel && iommu.eim == Some(true)) {
         out.push(Finding::error(
             "iommu-eim",
             "more than 255 vCPUs require extended interrupt mode enabled on the iommu device",
@@ -152,31 +164,67 @@ fn check_limits(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Fin
     }
 }
 
-/// `<devices><iommu>`: whether it is Intel's and its `<driver>`.
-struct Iommu<'a, 't> {
+/// `<devices><iommu>` and `<features><ioapic>` as libvirt will have them after define: as
+/// written, and on libvirt 10.10.0 and later ([`VersionRule::AutoIommu`]) with what it fills in
+/// for more than 255 x86 vCPUs — an Intel IOMMU where there is none, `eim` (and then `intremap`)
+/// where unset, a split I/O APIC where none is set and interrupt remapping needs one (seen with
+/// libvirt 11.3, `tests/libvirt/ROOT-NOTES.md`).
+struct Iommu {
+    present: bool,
     intel: bool,
-    driver: Option<Node<'a, 't>>,
+    intremap: Option<bool>,
+    eim: Option<bool>,
+    /// `<ioapic driver>`, when written.
+    ioapic: Option<String>,
 }
 
-impl Iommu<'_, '_> {
-    fn on(&self, attribute: &str) -> bool {
-        self.driver.and_then(|d| d.attribute(attribute)) == Some("on")
+impl Iommu {
+    fn as_written(dom: &Domain<'_>) -> Iommu {
+        let iommu = child(dom.root(), "devices").and_then(|d| child(d, "iommu"));
+        let driver = iommu.and_then(|i| child(i, "driver"));
+        let switch = |a: &str| driver.and_then(|d| d.attribute(a)).map(|v| v == "on");
+        Iommu {
+            present: iommu.is_some(),
+            intel: iommu.and_then(|i| i.attribute("model")) == Some("intel"),
+            intremap: switch("intremap"),
+            eim: switch("eim"),
+            ioapic: child(dom.root(), "features")
+                .and_then(|f| child(f, "ioapic"))
+                .and_then(|i| i.attribute("driver"))
+                .map(str::to_string),
+        }
+    }
+
+    fn as_libvirt_fills_in(dom: &Domain<'_>, max: u32, facts: &Facts<'_>) -> Iommu {
+        let mut i = Iommu::as_written(dom);
+        if !facts.applies(VersionRule::AutoIommu) {
+            return i;
+        }
+        // Only for the vCPUs that need eim: below that, `<driver eim='on'/>` without intremap is
+        // still refused ("IOMMU eim requires interrupt remapping to be enabled", 11.3).
+        let needs_eim = is_x86(dom) && max > X86_XAPIC_LIMIT;
+        if needs_eim {
+            if !i.present {
+                (i.present, i.intel) = (true, true);
+            }
+            if i.intel {
+                i.eim.get_or_insert(true);
+                i.intremap.get_or_insert(true);
+            }
+        }
+        if i.ioapic.is_none() && (i.intremap == Some(true) || needs_eim) {
+            i.ioapic = Some("qemu".into());
+        }
+        i
     }
 }
 
-fn iommu_driver<'a, 't>(dom: &'a Domain<'t>) -> Option<Iommu<'a, 't>> {
-    let iommu = child(dom.root(), "devices").and_then(|d| child(d, "iommu"))?;
-    Some(Iommu {
-        intel: iommu.attribute("model") == Some("intel"),
-        driver: child(iommu, "driver"),
-    })
-}
-
 /// An Intel IOMMU needs q35; `eim` needs `intremap`; `intremap` needs the split I/O APIC.
-fn check_iommu(dom: &Domain<'_>, facts: &Facts<'_>, out: &mut Vec<Finding>) {
-    let Some(iommu) = iommu_driver(dom).filter(|i| i.intel) else {
+fn check_iommu(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+    let written = Iommu::as_written(dom);
+    if !(written.present && written.intel) {
         return;
-    };
+    }
     if is_x86(dom)
         && !is_q35(dom.machine())
         && !facts.canonical_machine.as_deref().is_some_and(is_q35)
@@ -187,25 +235,20 @@ fn check_iommu(dom: &Domain<'_>, facts: &Facts<'_>, out: &mut Vec<Finding>) {
             "use a q35 machine type or remove the Intel IOMMU",
         ));
     }
-    if iommu.on("eim") && !iommu.on("intremap") {
+    let iommu = Iommu::as_libvirt_fills_in(dom, max, facts);
+    if iommu.eim == Some(true) && iommu.intremap != Some(true) {
         out.push(Finding::error(
             "iommu-intremap",
             "IOMMU eim requires interrupt remapping to be enabled",
             "set <driver intremap='on'>",
         ));
     }
-    if iommu.on("intremap") {
-        let split = child(dom.root(), "features")
-            .and_then(|f| child(f, "ioapic"))
-            .and_then(|i| i.attribute("driver"))
-            == Some("qemu");
-        if !split {
-            out.push(Finding::error(
-                "ioapic-split",
-                "IOMMU interrupt remapping requires split I/O APIC (ioapic driver='qemu')",
-                "add <features><ioapic driver='qemu'/></features>",
-            ));
-        }
+    if iommu.intremap == Some(true) && iommu.ioapic.as_deref() != Some("qemu") {
+        out.push(Finding::error(
+            "ioapic-split",
+            "IOMMU interrupt remapping requires split I/O APIC (ioapic driver='qemu')",
+            "add <features><ioapic driver='qemu'/></features>",
+        ));
     }
 }
 
@@ -278,8 +321,9 @@ fn check_vcpus_order(state: &BTreeMap<u32, (bool, Option<String>)>, out: &mut Ve
 }
 
 /// NUMA cells: valid cpusets, no vCPU in two cells, none past the maximum, every vCPU in a cell
-/// (a warning: QEMU puts the rest in node 0); `<maxMemory>` needs a cell.
-fn check_numa(dom: &Domain<'_>, max: u32, out: &mut Vec<Finding>) {
+/// (a warning: QEMU puts the rest in node 0); `<maxMemory>` needs a cell (before libvirt 9.6.0,
+/// which adds one itself: [`VersionRule::AutoNumaForMemoryHotplug`]).
+fn check_numa(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Finding>) {
     let cells: Vec<Node<'_, '_>> = dom
         .cpus()
         .iter()
@@ -323,7 +367,8 @@ fn check_numa(dom: &Domain<'_>, max: u32, out: &mut Vec<Finding>) {
     } else if !cells.is_empty() && u32::try_from(covered.len()).ok() != Some(max) {
         out.push(Finding::warning("numa-coverage", format!("NUMA cells cover {} of {max} vCPUs; QEMU puts the others in node 0 and warns that this is deprecated", covered.len()), "assign every vCPU to a cell"));
     }
-    if child(dom.root(), "maxMemory").is_some() && cells.is_empty() {
+    let auto_numa = facts.applies(VersionRule::AutoNumaForMemoryHotplug);
+    if child(dom.root(), "maxMemory").is_some() && cells.is_empty() && !auto_numa {
         out.push(Finding::error(
             "memory-hotplug-numa",
             "At least one numa node has to be configured when enabling memory hotplug",

@@ -198,3 +198,122 @@ pub fn require_libvirtd() {
         v.stderr
     );
 }
+
+/// A libvirt daemon the tests judge the tool against: the host's (Debian 12: libvirt 9.0, QEMU
+/// 7.2) and the Debian 13 root's (libvirt 11.3, QEMU 10.0) that `tests/libvirt/root` runs.
+pub struct Oracle {
+    /// `libvirt 11.3.0 (Debian 13 root)`, for messages.
+    pub label: String,
+    /// The connection URI.
+    pub uri: String,
+    /// The daemon's version, `MAJOR.MINOR.MICRO` (`virsh version --daemon`).
+    pub version: String,
+    /// The directory its files are under: `/` for the host's, the Debian 13 root otherwise.
+    pub root: PathBuf,
+}
+
+impl Oracle {
+    /// `virsh -c URI ARGS...` against this daemon.
+    pub fn virsh(&self, args: &[&str]) -> Virsh {
+        virsh_at(&self.uri, args)
+    }
+
+    /// A path of this libvirt's system (`/usr/share/libvirt/cpu_map`...), on this machine.
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.root.join(p.trim_start_matches('/'))
+    }
+
+    /// Its libvirt's cpu_map directory.
+    pub fn cpu_map(&self) -> PathBuf {
+        self.path("/usr/share/libvirt/cpu_map")
+    }
+
+    /// Whether this is the host's own libvirt.
+    pub fn is_host(&self) -> bool {
+        self.root == Path::new("/")
+    }
+
+    /// The arguments that tell the tool this libvirt's version and cpu_map.
+    pub fn tool_args(&self) -> Vec<String> {
+        vec![
+            "--libvirt-version".into(),
+            self.version.clone(),
+            "--cpu-map".into(),
+            s(&self.cpu_map()),
+        ]
+    }
+
+    /// (major, minor) of its version.
+    pub fn major_minor(&self) -> (u32, u32) {
+        let mut it = self.version.split('.').map(|p| p.parse().unwrap_or(0));
+        (it.next().unwrap_or(0), it.next().unwrap_or(0))
+    }
+
+    /// Run `PROGRAM ARGS...` of this libvirt's system: directly for the host, through `chroot`
+    /// into the root otherwise (files passed must then be inside the root).
+    pub fn command(&self, program: &str) -> Command {
+        if self.is_host() {
+            Command::new(program)
+        } else {
+            let mut c = Command::new("chroot");
+            c.arg(&self.root).arg(program);
+            c
+        }
+    }
+}
+
+/// The Debian 13 root: `$VCP_ROOT`, else `target/debian13/root` of this checkout (where
+/// `tests/libvirt/root` builds it).
+pub fn debian13_root() -> PathBuf {
+    std::env::var_os("VCP_ROOT").map_or_else(|| root().join("target/debian13/root"), PathBuf::from)
+}
+
+/// `virsh version --daemon`'s daemon version, when it answers.
+fn daemon_version(uri: &str) -> Option<String> {
+    let v = virsh_at(uri, &["version", "--daemon"]);
+    if !v.ok {
+        return None;
+    }
+    v.stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Running against daemon:"))
+        .map(|v| v.trim().to_string())
+}
+
+/// Every libvirt to test against: the host's (required: panics when it does not answer), then the
+/// Debian 13 root's when its socket answers. When it does not, the test fails under
+/// `VCP_REQUIRE_ROOT=1` (`.ci/run` sets it after starting the root) and otherwise says on stderr
+/// that only the host's libvirt was asked.
+pub fn oracles() -> Vec<Oracle> {
+    require_libvirtd();
+    let version = daemon_version(URI).expect("the host's libvirtd answers");
+    let mut out = vec![Oracle {
+        label: format!("libvirt {version} (host)"),
+        uri: URI.to_string(),
+        version,
+        root: PathBuf::from("/"),
+    }];
+    let dir = debian13_root();
+    let uri = format!(
+        "qemu+unix:///system?socket={}",
+        dir.join("run/libvirt/libvirt-sock").display()
+    );
+    match daemon_version(&uri) {
+        Some(version) => out.push(Oracle {
+            label: format!("libvirt {version} (Debian 13 root)"),
+            uri,
+            version,
+            root: dir,
+        }),
+        None => {
+            assert!(
+                std::env::var("VCP_REQUIRE_ROOT").as_deref() != Ok("1"),
+                "VCP_REQUIRE_ROOT=1 but the Debian 13 root's libvirtd does not answer at {uri} (tests/libvirt/root build && tests/libvirt/root start)"
+            );
+            eprintln!(
+                "oracles: the Debian 13 root's libvirtd does not answer at {uri}: only the host's libvirt is asked (VCP_REQUIRE_ROOT=1 makes this a failure)"
+            );
+        }
+    }
+    out
+}

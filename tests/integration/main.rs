@@ -13,4 +13,5 @@ mod hostile;
 mod libvirt;
 mod machines;
 mod modes;
+mod oracles;
 mod props;

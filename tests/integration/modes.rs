@@ -10,7 +10,7 @@
 //! Then the aarch64 case: `<cpu mode='host-model'>` under TCG on this x86_64 host is
 //! defined but refused at start; the tool rewrites it to `maximum`, which starts.
 
-use crate::harness::{Cmd, Scratch, require_libvirtd, s, virsh};
+use crate::harness::{Cmd, Oracle, Scratch, oracles, require_libvirtd, s};
 
 /// A custom model each arch's QEMU has, so `custom` is judged on the mode alone.
 fn custom_model(arch: &str) -> &'static str {
@@ -47,16 +47,16 @@ fn guest(name: &str, arch: &str, virt_type: &str, mode: &str) -> String {
 
 /// libvirt's verdict on a guest: Some(true) it started, Some(false) libvirt refused the mode,
 /// Err(message) anything else.
-fn libvirt_verdict(dir: &Scratch, name: &str, xml: &str) -> Result<bool, String> {
+fn libvirt_verdict(o: &Oracle, dir: &Scratch, name: &str, xml: &str) -> Result<bool, String> {
     let file = dir.write(&format!("{name}.xml"), xml);
-    let d = virsh(&["define", &s(&file)]);
+    let d = o.virsh(&["define", &s(&file)]);
     if !d.ok {
         return Err(format!("define: {}", d.stderr.trim()));
     }
-    let started = virsh(&["start", name]);
-    let _ = virsh(&["destroy", name]);
-    let _ = virsh(&["undefine", "--nvram", name]);
-    let _ = virsh(&["undefine", name]);
+    let started = o.virsh(&["start", name]);
+    let _ = o.virsh(&["destroy", name]);
+    let _ = o.virsh(&["undefine", "--nvram", name]);
+    let _ = o.virsh(&["undefine", name]);
     if started.ok {
         Ok(true)
     } else if started.stderr.contains("is not supported by hypervisor") {
@@ -94,8 +94,8 @@ fn tool_verdict(dir: &Scratch, xml: &str) -> Result<bool, String> {
 }
 
 /// domcapabilities' `supported` for `mode`.
-fn domcaps_supported(arch: &str, virt_type: &str, mode: &str) -> Option<bool> {
-    let dc = virsh(&[
+fn domcaps_supported(o: &Oracle, arch: &str, virt_type: &str, mode: &str) -> Option<bool> {
+    let dc = o.virsh(&[
         "domcapabilities",
         "--arch",
         arch,
@@ -111,8 +111,8 @@ fn domcaps_supported(arch: &str, virt_type: &str, mode: &str) -> Option<bool> {
 }
 
 /// (arch, virt types) this libvirt runs, from `virsh capabilities`.
-fn emulated() -> Vec<(String, Vec<String>)> {
-    let caps = virsh(&["capabilities"]);
+fn emulated(o: &Oracle) -> Vec<(String, Vec<String>)> {
+    let caps = o.virsh(&["capabilities"]);
     let doc = roxmltree::Document::parse(&caps.stdout).expect("capabilities parse");
     let mut out = Vec::new();
     for arch in doc
@@ -137,42 +137,43 @@ fn emulated() -> Vec<(String, Vec<String>)> {
 #[test]
 #[ignore = "needs a running libvirtd: .ci/run starts one"]
 fn cpu_mode_table_matches_libvirt() {
-    require_libvirtd();
     let dir = Scratch::new("modes");
-    let archs = emulated();
-    let arm = archs.iter().any(|(a, _)| a == "aarch64");
-    assert!(
-        arm,
-        "qemu-system-aarch64 is not installed (apt-get install qemu-system-arm): the aarch64 cells cannot be checked"
-    );
-    let mut rows = Vec::new();
     let mut disagreements = Vec::new();
-    for (arch, types) in &archs {
-        for vt in types {
-            for mode in virt_cpu_policy::modes::MODES {
-                let name = format!("vcp-test-{}-mode-{arch}-{vt}-{mode}", std::process::id());
-                let xml = guest(&name, arch, vt, mode);
-                let lv = libvirt_verdict(&dir, &name, &xml);
-                let tool = tool_verdict(&dir, &xml);
-                let dc = domcaps_supported(arch, vt, mode);
-                let row = format!(
-                    "{arch:7} {vt:4} {mode:16} libvirt {lv:?}, domcapabilities {dc:?}, tool {tool:?}"
-                );
-                eprintln!("modes: {row}");
-                match (&lv, &tool) {
-                    (Ok(l), Ok(t)) if l == t && dc == Some(*l) => rows.push(row),
-                    _ => disagreements.push(row),
+    for o in oracles() {
+        let archs = emulated(&o);
+        assert!(
+            archs.iter().any(|(a, _)| a == "aarch64"),
+            "{}: qemu-system-aarch64 is not installed (qemu-system-arm): the aarch64 cells cannot be checked",
+            o.label
+        );
+        let mut agree = 0;
+        for (arch, types) in &archs {
+            for vt in types {
+                for mode in virt_cpu_policy::modes::MODES {
+                    let name = format!("vcp-test-{}-mode-{arch}-{vt}-{mode}", std::process::id());
+                    let xml = guest(&name, arch, vt, mode);
+                    let lv = libvirt_verdict(&o, &dir, &name, &xml);
+                    let tool = tool_verdict(&dir, &xml);
+                    let dc = domcaps_supported(&o, arch, vt, mode);
+                    let row = format!(
+                        "{}: {arch:7} {vt:4} {mode:16} libvirt {lv:?}, domcapabilities {dc:?}, tool {tool:?}",
+                        o.label
+                    );
+                    eprintln!("modes: {row}");
+                    match (&lv, &tool) {
+                        (Ok(l), Ok(t)) if l == t && dc == Some(*l) => agree += 1,
+                        _ => disagreements.push(row),
+                    }
                 }
             }
         }
+        eprintln!(
+            "modes: {}: {agree} cells agree (libvirt start, domcapabilities, the tool's table)",
+            o.label
+        );
+        assert!(agree >= 24, "{}: only {agree} cells agree", o.label);
     }
-    eprintln!(
-        "modes: {} cells agree (libvirt start, domcapabilities, the tool's table), {} do not",
-        rows.len(),
-        disagreements.len()
-    );
     assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
-    assert!(rows.len() >= 24, "only {} cells checked", rows.len());
 }
 
 #[test]
@@ -187,7 +188,8 @@ fn aarch64_tcg_host_model_is_rewritten_to_a_mode_that_starts() {
     let name = format!("vcp-test-{}-arm-tcg", std::process::id());
     let input = input.replace("vcp-golden-arm-tcg-host-model", &name);
     // libvirt 9.0 defines the input and refuses to start it.
-    match libvirt_verdict(&dir, &name, &input) {
+    let host = &oracles()[0];
+    match libvirt_verdict(host, &dir, &name, &input) {
         Ok(false) => {}
         other => panic!("the host-model input should be refused at start: {other:?}"),
     }
@@ -200,6 +202,6 @@ fn aarch64_tcg_host_model_is_rewritten_to_a_mode_that_starts() {
         "{}",
         out.stdout
     );
-    assert_eq!(libvirt_verdict(&dir, &name, &out.stdout), Ok(true));
+    assert_eq!(libvirt_verdict(host, &dir, &name, &out.stdout), Ok(true));
     eprintln!("modes: aarch64 TCG host-model refused at start; rewritten to maximum, it starts");
 }

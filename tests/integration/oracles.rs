@@ -1,0 +1,264 @@
+//! What differs between libvirt generations, asked of the libvirts themselves: the host's
+//! (Debian 12, libvirt 9.0, QEMU 7.2) and the Debian 13 root's (libvirt 11.3, QEMU 10.0,
+//! `tests/libvirt/root`). See `tests/libvirt/ROOT-NOTES.md` and the version rules in
+//! `src/facts.rs`.
+//!
+//! * The built-in machine-type table against QEMU's own `query-machines` (QMP) of each QEMU: the
+//!   1024/4096 rows come from a real QEMU 10.0 here, not from field reports.
+//! * `<topology clusters>`: ignored by libvirt 9.0; read by 11.3, where QEMU 10.0 refuses more
+//!   than one cluster on x86 when the guest starts (what the differential test's allow-list
+//!   entry `topology-clusters` stands on).
+//! * CPU models: the versioned models of 11.3's cpu_map (`Haswell-v2`...) and the models 9.0 lacks
+//!   (`EPYC-Genoa`) are known to the tool reading that cpu_map, unknown with 9.0's, and a policy
+//!   naming one gives a domain 11.3 defines.
+
+use crate::harness::{Cmd, Oracle, Scratch, oracles, s};
+use std::io::Write;
+use std::process::Stdio;
+use virt_cpu_policy::machine::builtin_limit;
+
+/// `query-machines` of the oracle's `qemu-system-ARCH`: (name, cpu-max, alias).
+fn query_machines(oracle: &Oracle, qemu_arch: &str) -> Vec<(String, u32, Option<String>)> {
+    let program = format!("/usr/bin/qemu-system-{qemu_arch}");
+    if !oracle.path(&program).exists() {
+        return Vec::new();
+    }
+    let mut child = oracle
+        .command(&program)
+        .args([
+            "-machine",
+            "none",
+            "-nodefaults",
+            "-display",
+            "none",
+            "-qmp",
+            "stdio",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start QEMU for QMP");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            b"{\"execute\":\"qmp_capabilities\"}\n{\"execute\":\"query-machines\"}\n{\"execute\":\"quit\"}\n",
+        )
+        .unwrap();
+    let out = child.wait_with_output().expect("QMP output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let list = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|v| v["return"].as_array().cloned())
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: no query-machines answer from {program}:\n{text}",
+                oracle.label
+            )
+        });
+    list.iter()
+        .filter_map(|m| {
+            Some((
+                m["name"].as_str()?.to_string(),
+                u32::try_from(m["cpu-max"].as_u64()?).ok()?,
+                m["alias"].as_str().map(str::to_string),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs libvirt's QEMU (host) and the Debian 13 root: .ci/run installs and starts them"]
+fn machine_table_matches_qemu_query_machines() {
+    let mut wrong = Vec::new();
+    for oracle in oracles() {
+        for (qemu_arch, arch) in [("x86_64", "x86_64"), ("aarch64", "aarch64")] {
+            let machines = query_machines(&oracle, qemu_arch);
+            if machines.is_empty() {
+                assert!(
+                    qemu_arch != "x86_64",
+                    "{}: no qemu-system-x86_64",
+                    oracle.label
+                );
+                continue;
+            }
+            let (mut agree, mut uncovered) = (0, 0);
+            let mut rows: Vec<String> = Vec::new();
+            for (name, max, alias) in &machines {
+                match builtin_limit(arch, name) {
+                    Some(b) if b.max_cpus == *max => {
+                        agree += 1;
+                        if alias.is_some() || name.ends_with("-8.1") || name.ends_with("-9.0") {
+                            rows.push(format!("{name}={max}"));
+                        }
+                    }
+                    Some(b) => wrong.push(format!(
+                        "{}: {arch} {name}: built-in {} ({}), QEMU's query-machines {max}",
+                        oracle.label, b.max_cpus, b.rule
+                    )),
+                    None => uncovered += 1,
+                }
+            }
+            eprintln!(
+                "oracles: {}: qemu-system-{qemu_arch} query-machines: {} machine types, {agree} match the built-in table, {uncovered} not covered (boards, microvm, isapc...); e.g. {}",
+                oracle.label,
+                machines.len(),
+                rows.join(" ")
+            );
+            assert!(
+                agree > 10,
+                "{}: too few machine types matched",
+                oracle.label
+            );
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A guest with `<topology ... clusters='2' ...>` for `vcpus` vCPUs.
+fn clusters_guest(name: &str, vcpus: u32) -> String {
+    format!(
+        "<domain type='qemu'>\n  <name>{name}</name>\n  <memory unit='MiB'>64</memory>\n  <vcpu>{vcpus}</vcpu>\n  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n  </os>\n  <cpu>\n    <topology sockets='1' dies='1' clusters='2' cores='2' threads='2'/>\n  </cpu>\n  <devices>\n    <console type='pty'/>\n  </devices>\n</domain>\n"
+    )
+}
+
+#[test]
+#[ignore = "needs the host's libvirtd and the Debian 13 root's: .ci/run starts them"]
+fn x86_clusters_per_libvirt_generation() {
+    let dir = Scratch::new("clusters");
+    for oracle in oracles() {
+        let name = format!("vcp-test-{}-clusters", std::process::id());
+        // 1 × 1 × 2 × 2 × 2 = 8 with clusters read, 4 without.
+        let (vcpus, clusters_read) = if oracle.major_minor() >= (10, 1) {
+            (8, true)
+        } else {
+            (4, false)
+        };
+        let file = dir.write("clusters.xml", clusters_guest(&name, vcpus));
+        let tool = Cmd::new(&["check", "--format", "json", "--no-qemu-caps-cache"])
+            .args(&oracle.tool_args())
+            .args(&["--policy", &s(&dir.write("p.toml", "version = 1\n"))])
+            .arg(s(&file))
+            .run();
+        let v: serde_json::Value = serde_json::from_str(&tool.stdout).expect("check JSON");
+        let finding = |code: &str| {
+            v["findings"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|f| f["code"] == code)
+                .cloned()
+        };
+        let d = oracle.virsh(&["define", &s(&file)]);
+        assert!(d.ok, "{}: define: {}", oracle.label, d.stderr);
+        let started = oracle.virsh(&["start", &name]);
+        let _ = oracle.virsh(&["destroy", &name]);
+        let _ = oracle.virsh(&["undefine", &name]);
+        let clusters = finding("topology-clusters").expect("a topology-clusters finding");
+        if clusters_read {
+            assert!(
+                !started.ok
+                    && started
+                        .stderr
+                        .contains("clusters > 1 not supported by this machine's CPU topology"),
+                "{}: QEMU should refuse clusters=2 at start: {}",
+                oracle.label,
+                started.stderr
+            );
+            assert_eq!(clusters["severity"], "error", "{v}");
+            eprintln!(
+                "oracles: {}: clusters='2' on x86 defined, refused at start by QEMU (\"clusters > 1 not supported by this machine's CPU topology\"); the tool: error[topology-clusters]",
+                oracle.label
+            );
+        } else {
+            assert!(started.ok, "{}: start: {}", oracle.label, started.stderr);
+            assert_eq!(clusters["severity"], "warning", "{v}");
+            assert!(finding("topology-mismatch").is_none(), "{v}");
+            eprintln!(
+                "oracles: {}: clusters='2' ignored (4 vCPUs = 1 x 1 x 2 x 2, defined and started); the tool: warning[topology-clusters], no mismatch",
+                oracle.label
+            );
+        }
+    }
+}
+
+/// A custom guest CPU with `model`.
+fn model_guest(name: &str, model: &str) -> String {
+    format!(
+        "<domain type='qemu'>\n  <name>{name}</name>\n  <memory unit='MiB'>64</memory>\n  <vcpu>1</vcpu>\n  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n  </os>\n  <cpu mode='custom' match='exact'>\n    <model fallback='forbid'>{model}</model>\n  </cpu>\n  <devices/>\n</domain>\n"
+    )
+}
+
+#[test]
+#[ignore = "needs the Debian 13 root: .ci/run starts it"]
+fn cpu_models_follow_the_hosts_cpu_map() {
+    let dir = Scratch::new("models");
+    let all = oracles();
+    let Some(new) = all.iter().find(|o| o.major_minor() >= (11, 0)) else {
+        panic!("no libvirt 11 to ask (tests/libvirt/root start, VCP_ROOT)");
+    };
+    let old = &all[0];
+    for model in ["Haswell-v2", "EPYC-Genoa", "SapphireRapids-v3"] {
+        let name = format!("vcp-test-{}-model", std::process::id());
+        let file = dir.write("m.xml", model_guest(&name, model));
+        let judge = |o: &Oracle| {
+            let out = Cmd::new(&["check", "--no-qemu-caps-cache"])
+                .args(&o.tool_args())
+                .args(&["--policy", &s(&dir.write("p.toml", "version = 1\n"))])
+                .arg(s(&file))
+                .run();
+            out.stdout.contains("cpu-model-unknown")
+        };
+        assert!(
+            judge(old),
+            "{}: {model} should be unknown to 9.0's cpu_map",
+            old.label
+        );
+        assert!(
+            !judge(new),
+            "{}: {model} should be known to its cpu_map",
+            new.label
+        );
+        let d = new.virsh(&["define", &s(&file)]);
+        let _ = new.virsh(&["undefine", &name]);
+        assert!(d.ok, "{}: define {model}: {}", new.label, d.stderr);
+    }
+    // A policy naming a model only 11.3 has: an error with 9.0's cpu_map, a defined domain with
+    // 11.3's.
+    let policy = dir.write(
+        "genoa.toml",
+        "version = 1\n[[rule]]\nname = \"genoa\"\ncpu.model = \"EPYC-Genoa\"\n",
+    );
+    let name = format!("vcp-test-{}-genoa", std::process::id());
+    let input = dir.write("in.xml", model_guest(&name, "EPYC"));
+    let with = |o: &Oracle| {
+        Cmd::new(&["rewrite", "--no-qemu-caps-cache", "--policy", &s(&policy)])
+            .args(&o.tool_args())
+            .arg(s(&input))
+            .run()
+    };
+    let refused = with(old);
+    refused.status(1);
+    assert!(
+        refused.stderr.contains("cpu-model-unknown"),
+        "{}",
+        refused.stderr
+    );
+    let out = with(new);
+    out.status(0);
+    let file = dir.write("genoa.xml", &out.stdout);
+    let d = new.virsh(&["define", &s(&file)]);
+    let _ = new.virsh(&["undefine", &name]);
+    assert!(
+        d.ok,
+        "{}: define the EPYC-Genoa rewrite: {}",
+        new.label, d.stderr
+    );
+    eprintln!(
+        "oracles: Haswell-v2, EPYC-Genoa, SapphireRapids-v3: unknown with {}'s cpu_map, known with {}'s and defined there; a policy naming EPYC-Genoa: error with the first, a defined domain with the second",
+        old.label, new.label
+    );
+}
