@@ -704,7 +704,11 @@ fn log_applied(name: &str, operation: &str, a: &Applied) {
     let fields = crate::log::Fields {
         guest: name,
         operation,
-        verdict: a.verdict.unwrap_or("error"),
+        verdict: match (a.verdict, &a.report) {
+            (Some(v), _) => v,
+            (None, Report::Transient) => "transient",
+            (None, _) => "error",
+        },
         rule: (!rules.is_empty()).then_some(rules.as_str()),
         code: a.code,
         decision: kind.name(),
@@ -1034,5 +1038,150 @@ pub fn main() -> i32 {
     match &cli.command {
         Command::Apply(a) => cmd_apply(&cli, a),
         Command::Daemon(a) => cmd_daemon(&cli, a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::{Decision, capture};
+
+    fn applied(
+        report: Report,
+        verdict: Option<&'static str>,
+        failure: Option<&'static str>,
+    ) -> Applied {
+        Applied {
+            report,
+            verdict,
+            rules: vec!["x86-64-v2 baseline".into()],
+            code: failure.map(|_| "cpu-level"),
+            failure,
+        }
+    }
+
+    fn changed() -> Report {
+        Report::Changed {
+            running: false,
+            backup: Some(PathBuf::from("/b.xml")),
+            diff: "-<cpu/>\n+<cpu mode='custom'/>".into(),
+        }
+    }
+
+    #[test]
+    fn every_daemon_decision_carries_the_journal_fields() {
+        let cases = [
+            (
+                applied(Report::Unchanged, Some("conforms"), None),
+                Decision::DaemonUnchanged,
+                "conforms",
+            ),
+            (
+                applied(changed(), Some("needs-rewrite"), None),
+                Decision::DaemonRewritten,
+                "needs-rewrite",
+            ),
+            (
+                applied(
+                    Report::Refused("would change, but the policy's mode is audit".into()),
+                    Some("needs-rewrite"),
+                    None,
+                ),
+                Decision::DaemonAuditOnly,
+                "needs-rewrite",
+            ),
+            (
+                applied(
+                    Report::Refused("error[cpu-level] ...".into()),
+                    Some("cannot-conform"),
+                    Some("cannot-conform"),
+                ),
+                Decision::DaemonCannotConform,
+                "cannot-conform",
+            ),
+            (
+                applied(
+                    Report::Refused("libvirt refused".into()),
+                    Some("needs-rewrite"),
+                    Some("define"),
+                ),
+                Decision::DaemonFailed,
+                "needs-rewrite",
+            ),
+            (
+                applied(Report::Transient, None, None),
+                Decision::DaemonTransient,
+                "transient",
+            ),
+        ];
+        for (a, kind, verdict) in cases {
+            let events = capture::events(|| log_applied("g1", "reconcile", &a));
+            assert_eq!(events.len(), 1, "{events:#?}");
+            let f = &events[0].1;
+            assert_eq!(f["message_id"], kind.message_id(), "{f:#?}");
+            assert_eq!(f["guest"], "g1");
+            assert_eq!(f["operation"], "reconcile");
+            assert_eq!(f["verdict"], verdict);
+            assert_eq!(f["rule"], "x86-64-v2 baseline");
+            assert_eq!(f["decision"], kind.name());
+            assert!(f["message"].starts_with("g1: "), "{f:#?}");
+            assert!(
+                !f["message"].contains("<cpu"),
+                "no XML (the diff) in the log: {f:#?}"
+            );
+            assert_eq!(f.contains_key("code"), a.failure.is_some(), "{f:#?}");
+        }
+    }
+
+    #[test]
+    fn fleet_counts_the_state_after_each_step() {
+        let mut fleet = Fleet::default();
+        fleet.record("a", &applied(changed(), Some("needs-rewrite"), None));
+        fleet.record(
+            "b",
+            &applied(
+                Report::Refused("x".into()),
+                Some("cannot-conform"),
+                Some("cannot-conform"),
+            ),
+        );
+        fleet.record("c", &applied(Report::Unchanged, Some("out-of-scope"), None));
+        fleet.record(
+            "d",
+            &Applied {
+                verdict: None,
+                ..applied(Report::Refused("parse".into()), None, Some("unreadable"))
+            },
+        );
+        fleet.record("t", &applied(Report::Transient, None, None));
+        let host = Host::discover(&crate::host::HostOptions {
+            qemu_cache: Some(PathBuf::new()),
+            ..crate::host::HostOptions::default()
+        })
+        .unwrap();
+        let g = fleet.gauges(&host, Some("9.0.0".into()));
+        assert_eq!(
+            g.guests.get("conforms"),
+            Some(&1),
+            "the rewritten guest conforms now"
+        );
+        assert_eq!(g.guests.get("cannot-conform"), Some(&1));
+        assert_eq!(g.guests.get("out-of-scope"), Some(&1));
+        assert_eq!(g.guests.get("needs-rewrite"), None);
+        assert_eq!(g.unreadable, 1);
+        assert_eq!(g.libvirt_version.as_deref(), Some("9.0.0"));
+        assert_eq!(fleet.counters.rewrites, 1);
+        assert_eq!(
+            fleet.counters.rule_rewrites.get("x86-64-v2 baseline"),
+            Some(&1)
+        );
+        assert_eq!(fleet.counters.failures.get("cannot-conform"), Some(&1));
+        assert_eq!(fleet.counters.failures.get("unreadable"), Some(&1));
+        // The same guest again: its state is replaced, the counters grow.
+        fleet.record("b", &applied(changed(), Some("needs-rewrite"), None));
+        let g = fleet.gauges(&host, None);
+        assert_eq!(g.guests.get("conforms"), Some(&2));
+        assert_eq!(g.guests.get("cannot-conform"), None);
+        assert_eq!(fleet.counters.rewrites, 2);
     }
 }

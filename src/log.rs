@@ -197,8 +197,9 @@ pub struct Fields<'a> {
     /// (`reconcile`, `apply`) (`OPERATION`).
     pub operation: &'a str,
     /// The hook's verdict (`allow`, `refuse`), or the stored definition's verdict as `check`
-    /// names it (`conforms`, `needs-rewrite`, `cannot-conform`, `out-of-scope`; `error` when it
-    /// could not be judged) for the daemon (`VERDICT`).
+    /// names it (`conforms`, `needs-rewrite`, `cannot-conform`, `out-of-scope`; `transient` for a
+    /// guest without one, `error` when it could not be read or parsed) for the daemon
+    /// (`VERDICT`).
     pub verdict: &'a str,
     /// The policy rule involved (`libvirt: CODE` for libvirt's own rules), when one is (`RULE`).
     pub rule: Option<&'a str>,
@@ -232,5 +233,188 @@ pub fn decision(kind: Decision, level: tracing::Level, f: &Fields<'_>, message: 
         tracing::Level::WARN => event!(warn),
         tracing::Level::INFO => event!(info),
         _ => event!(debug),
+    }
+}
+
+/// A `tracing` layer that keeps every event's fields, for tests of what is logged.
+#[cfg(test)]
+pub(crate) mod capture {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+    use tracing::field::{Field, Visit};
+    use tracing_subscriber::prelude::*;
+
+    /// One event: its level and its fields by name (`message` included).
+    pub(crate) type Event = (tracing::Level, BTreeMap<String, String>);
+
+    struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+    impl Visit for Fields<'_> {
+        fn record_str(&mut self, field: &Field, value: &str) {
+            self.0.insert(field.name().into(), value.into());
+        }
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            self.0.insert(field.name().into(), format!("{value:?}"));
+        }
+    }
+
+    struct Layer(Arc<Mutex<Vec<Event>>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Layer {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            let mut fields = BTreeMap::new();
+            event.record(&mut Fields(&mut fields));
+            if let Ok(mut v) = self.0.lock() {
+                v.push((*event.metadata().level(), fields));
+            }
+        }
+    }
+
+    /// Run `f` with a subscriber that records every event (all levels); return the events.
+    pub(crate) fn events(f: impl FnOnce()) -> Vec<Event> {
+        let store = Arc::new(Mutex::new(Vec::new()));
+        let sub = tracing_subscriber::registry().with(Layer(Arc::clone(&store)));
+        tracing::subscriber::with_default(sub, f);
+        let v = store.lock().map(|v| v.clone()).unwrap_or_default();
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hook::{Check, HookOptions, Verdict, run};
+
+    #[test]
+    fn message_ids_are_128_bit_hex_and_distinct() {
+        let mut seen = std::collections::BTreeSet::new();
+        for d in Decision::ALL {
+            let id = d.message_id();
+            assert_eq!(id.len(), 32, "{id}");
+            assert!(
+                id.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            );
+            assert!(seen.insert(id), "{id} used twice");
+            assert!(seen.insert(d.name()));
+        }
+    }
+
+    const CLOUDSTACK: &str = "<domain type='kvm'>\n  <name>i-2-14-VM</name>\n  <memory unit='KiB'>524288</memory>\n  <vcpu>2</vcpu>\n  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>\n  </os>\n  <cpu><topology sockets='1' cores='2' threads='1' /></cpu>\n  <devices><graphics type='vnc' passwd='s3cret'/></devices>\n</domain>\n";
+
+    fn hook_events(policy: &str, xml: &str, check: Check) -> (Verdict, Vec<capture::Event>) {
+        let dir = std::env::temp_dir().join(format!(
+            "vcp-log-{}-{:x}",
+            std::process::id(),
+            policy.len() * 131 + xml.len()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("policy.toml");
+        std::fs::write(&p, policy).unwrap();
+        let opts = HookOptions {
+            policy: Some(p),
+            snapshot_dir: Some(dir.clone()),
+            qemu_cache: Some(PathBuf::new()),
+            ..HookOptions::default()
+        };
+        let mut verdict = Verdict::Allow;
+        let events = capture::events(|| verdict = run("i-2-14-VM", check, xml.as_bytes(), &opts));
+        std::fs::remove_dir_all(&dir).ok();
+        (verdict, events)
+    }
+
+    fn policy(on_violation: &str, on_error: &str) -> String {
+        format!(
+            "version = 1\n[hook]\non_violation = \"{on_violation}\"\non_error = \"{on_error}\"\n[[rule]]\nname = \"x86-64-v2 baseline\"\nmatch = {{ arch = \"x86_64\" }}\ncpu.min_level = \"x86-64-v2\"\n"
+        )
+    }
+
+    /// The one decision among `events`: it carries every field, and no domain XML.
+    fn decision_of(events: &[capture::Event], kind: Decision) -> &capture::Event {
+        let with_id: Vec<&capture::Event> = events
+            .iter()
+            .filter(|(_, f)| f.contains_key("message_id"))
+            .collect();
+        assert_eq!(with_id.len(), 1, "one decision per hook run: {events:#?}");
+        let e = with_id[0];
+        let f = &e.1;
+        assert_eq!(f["message_id"], kind.message_id(), "{f:#?}");
+        assert_eq!(f["guest"], "i-2-14-VM");
+        for key in ["operation", "verdict", "decision", "message"] {
+            assert!(!f[key].is_empty(), "{key} empty: {f:#?}");
+        }
+        for (_, f) in events {
+            for v in f.values() {
+                assert!(
+                    !v.contains("<domain") && !v.contains("s3cret"),
+                    "XML logged: {v}"
+                );
+            }
+        }
+        e
+    }
+
+    #[test]
+    fn every_hook_decision_carries_the_journal_fields() {
+        let (v, ev) = hook_events(&policy("deny", "allow"), CLOUDSTACK, Check::Prepare);
+        assert!(matches!(v, Verdict::Refuse(_)));
+        let (level, f) = decision_of(&ev, Decision::HookViolationRefused);
+        assert_eq!(*level, tracing::Level::WARN);
+        assert_eq!(
+            (f["operation"].as_str(), f["verdict"].as_str()),
+            ("prepare", "refuse")
+        );
+        assert_eq!(f["rule"], "x86-64-v2 baseline");
+        assert!(f["message"].contains("x86-64-v2"), "{f:#?}");
+
+        let (v, ev) = hook_events(&policy("warn", "allow"), CLOUDSTACK, Check::Prepare);
+        assert_eq!(v, Verdict::Allow);
+        let (_, f) = decision_of(&ev, Decision::HookViolationAllowed);
+        assert_eq!(f["verdict"], "allow");
+        assert_eq!(f["decision"], "allow (on_violation = warn)");
+
+        let conforming = CLOUDSTACK.replace(
+            "<cpu><topology sockets='1' cores='2' threads='1' /></cpu>",
+            "<cpu mode='custom'><model>Nehalem</model></cpu>",
+        );
+        let (v, ev) = hook_events(&policy("deny", "allow"), &conforming, Check::Prepare);
+        assert_eq!(v, Verdict::Allow);
+        let (level, f) = decision_of(&ev, Decision::HookAllowed);
+        assert_eq!(*level, tracing::Level::INFO);
+        assert!(!f.contains_key("rule") && !f.contains_key("code"), "{f:#?}");
+
+        // libvirt would refuse: topology product 2, maximum 3.
+        let topo = conforming
+            .replace("<vcpu>2</vcpu>", "<vcpu>3</vcpu>")
+            .replace(
+                "<cpu mode='custom'>",
+                "<cpu mode='custom'><topology sockets='1' cores='2' threads='1'/>",
+            );
+        let (v, ev) = hook_events(&policy("warn", "allow"), &topo, Check::Prepare);
+        assert!(matches!(v, Verdict::Refuse(_)));
+        let (_, f) = decision_of(&ev, Decision::HookLibvirtRefused);
+        assert_eq!(f["code"], "topology-mismatch");
+        assert_eq!(f["rule"], "libvirt: topology-mismatch");
+
+        for (on_error, kind, verdict) in [
+            ("allow", Decision::HookErrorAllowed, "allow"),
+            ("deny", Decision::HookErrorRefused, "refuse"),
+        ] {
+            let (_, ev) = hook_events(&policy("warn", on_error), "<domain", Check::Migrate);
+            let (level, f) = decision_of(&ev, kind);
+            assert_eq!(*level, tracing::Level::ERROR);
+            assert_eq!(
+                (f["operation"].as_str(), f["verdict"].as_str()),
+                ("migrate", verdict)
+            );
+            assert_eq!(
+                (f["code"].as_str(), f["rule"].as_str()),
+                ("xml", "[hook] on_error")
+            );
+        }
     }
 }
