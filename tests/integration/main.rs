@@ -11,6 +11,7 @@ mod golden;
 mod harness;
 mod hook;
 mod hostile;
+mod journal;
 mod libvirt;
 mod machines;
 mod props;
