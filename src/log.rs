@@ -279,8 +279,7 @@ pub(crate) mod capture {
         let store = Arc::new(Mutex::new(Vec::new()));
         let sub = tracing_subscriber::registry().with(Layer(Arc::clone(&store)));
         tracing::subscriber::with_default(sub, f);
-        let v = store.lock().map(|v| v.clone()).unwrap_or_default();
-        v
+        store.lock().map(|v| v.clone()).unwrap_or_default()
     }
 }
 
