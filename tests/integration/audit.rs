@@ -465,3 +465,49 @@ fn audit_shows_progress_on_a_terminal_above_200_files() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&out.stdout).contains("audit: "));
 }
+
+/// libvirt's own stored definitions: a guest defined through libvirtd shows up in
+/// `audit`'s default directory with the verdict `check` gives its `virsh dumpxml --inactive`.
+#[test]
+#[ignore = "needs a running libvirtd: .ci/run starts one"]
+fn audit_reads_the_definitions_libvirtd_stores() {
+    crate::harness::require_libvirtd();
+    let name = format!("vcp-audit-{}", std::process::id());
+    let t = Scratch::new("audit-libvirt");
+    let xml = format!(
+        "<domain type='qemu'>\n  <name>{name}</name>\n  <memory unit='MiB'>128</memory>\n  <vcpu>2</vcpu>\n  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>\n  </os>\n  <cpu>\n    <topology sockets='1' cores='2' threads='1'/>\n  </cpu>\n</domain>\n"
+    );
+    let f = t.write("g.xml", &xml);
+    let d = crate::harness::virsh(&["define", &s(&f)]);
+    assert!(d.ok, "virsh define: {}", d.stderr);
+    let stored = Path::new("/etc/libvirt/qemu").join(format!("{name}.xml"));
+    let run = || {
+        // Default directory: /etc/libvirt/qemu.
+        let out = Cmd::new(&["audit", "--format", "json"]).run();
+        let dump = crate::harness::virsh(&["dumpxml", "--inactive", &name]);
+        let check = Cmd::new(&["check", "--format", "json", "-"])
+            .stdin(dump.stdout)
+            .run();
+        (out, check)
+    };
+    let (out, check) = run();
+    let _ = crate::harness::virsh(&["undefine", &name]);
+    let r: Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.stderr));
+    let g = r["guests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["guest"] == name.as_str())
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} not in the audit of /etc/libvirt/qemu: {}",
+                out.stdout
+            )
+        });
+    assert_eq!(g["file"], s(&stored));
+    let check: Value = serde_json::from_str(&check.stdout).unwrap();
+    assert_eq!(g["verdict"], "needs-rewrite");
+    assert_eq!(g["verdict"], check["verdict"]);
+    assert_eq!(g["changes"], check["changes"]);
+}
