@@ -3,6 +3,8 @@
 //! padded with `<disk>` and `<interface>` devices. Criterion reports time and throughput per size;
 //! after it, a scaling check prints ns/byte per size and the 1 MB / 100 KB time ratio (linear: ≈ 10).
 //!
+//! A second group, `audit`, judges the 203 corpus documents as `virt-cpu-policy audit` does.
+//!
 //! `cargo bench --bench rewrite` (full), `cargo bench --bench rewrite -- --quick` (short),
 //! `cargo test --benches` / `cargo bench --bench rewrite -- --test` (each once, as a test).
 
@@ -112,6 +114,27 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
+/// `audit` (issue 14) of the 203 documents of `../shared/corpus/virt-manager/domains/`: every file
+/// read and judged with one host (what the command does, minus writing the report). Skipped, with a
+/// message, when the corpus is absent.
+fn bench_audit(c: &mut Criterion) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/corpus/virt-manager/domains");
+    if !dir.is_dir() {
+        eprintln!("audit bench skipped: {} not present", dir.display());
+        return;
+    }
+    let files = virt_cpu_policy::audit::files(&[dir]).expect("list the corpus");
+    let policy = Policy::builtin();
+    let host = host();
+    let mut g = c.benchmark_group("audit");
+    g.throughput(Throughput::Elements(files.len() as u64));
+    g.bench_function(BenchmarkId::new("corpus-files", files.len()), |b| {
+        b.iter(|| virt_cpu_policy::audit::run(black_box(&files), &policy, &host, |_, _| {}));
+    });
+    g.finish();
+}
+
 /// Mean time of one parse + rewrite of `doc`, over at least `min` of wall time.
 fn mean(doc: &str, policy: &Policy, host: &Host, min: Duration) -> Duration {
     let mut n = 0u32;
@@ -167,6 +190,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mut c = Criterion::default().configure_from_args();
     bench(&mut c);
+    bench_audit(&mut c);
     c.final_summary();
     // Only under `cargo bench` (criterion's --bench), not as a test: --quick gets a short check.
     if args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test") {

@@ -11,7 +11,10 @@
 //!
 //! Output is built whole in memory and written once, so a failure never leaves partial output.
 
-mod host;
+mod audit;
+pub(crate) mod host;
+
+pub use audit::{AuditArgs, AuditFormat};
 
 use crate::error::Error;
 use crate::host::{Fact, Host, HostOptions, LibvirtVersion};
@@ -57,6 +60,10 @@ pub enum Command {
     Check(CheckArgs),
     /// Print the host facts found and where each came from.
     Host(HostArgs),
+    /// Judge every stored definition (default /etc/libvirt/qemu/*.xml; libvirt is not called):
+    /// a line per guest, then totals. Exit 0 all conform, 3 some need a rewrite, 1 some cannot
+    /// conform, 2 a file could not be read or judged (reported; the rest still run).
+    Audit(AuditArgs),
     /// The libvirt qemu hook: libvirt runs it as `hook GUEST OPERATION SUB-OPERATION EXTRA` with
     /// the domain XML on stdin; exit 1 with one line on stderr refuses the operation.
     Hook(HookCmd),
@@ -247,6 +254,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Rewrite(a) => cmd_rewrite(&a),
         Command::Check(a) => cmd_check(&a),
         Command::Host(a) => cmd_host(&a),
+        Command::Audit(a) => audit::cmd_audit(&a),
         Command::Hook(a) => Ok(cmd_hook(&a)),
     };
     match result {

@@ -11,6 +11,10 @@
 //! the guest at once, reconciles everything at start, on a timer, after SIGHUP and after a
 //! reconnect, and writes the host-fact snapshot the hook reads (`virsh capabilities` and the
 //! domcapabilities in use) atomically under `/var/lib/virt-cpu-policy/`.
+//!
+//! With `--metrics-file PATH` it writes Prometheus gauges and counters ([`crate::metrics`]) to
+//! PATH, atomically, after every reconciliation; each decision is logged with the journal fields
+//! of [`crate::log::decision`].
 
 use crate::hook::SNAPSHOT_DIR;
 use crate::host::{Host, HostOptions};
@@ -52,6 +56,11 @@ pub struct Cli {
     /// Where the host-fact snapshot is written (and read).
     #[arg(long, global = true, value_name = "DIR", default_value = SNAPSHOT_DIR)]
     pub snapshot_dir: PathBuf,
+    /// `daemon`: write Prometheus metrics (text format 0.0.4) to this file after every
+    /// reconciliation, atomically (for node_exporter's textfile collector, e.g.
+    /// /var/lib/prometheus/node-exporter/virt_cpu_policy.prom). Default: none.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub metrics_file: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -113,6 +122,37 @@ fn xml_flags() -> sys::virDomainXMLFlags {
     sys::VIR_DOMAIN_XML_INACTIVE | sys::VIR_DOMAIN_XML_SECURE
 }
 
+/// What [`apply_judged`] found: the [`Report`], and for the metrics and the journal the stored
+/// definition's verdict as `check` gives it, the rules involved and why it failed, if it did.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    /// What happened.
+    pub report: Report,
+    /// `conforms`, `needs-rewrite`, `cannot-conform` or `out-of-scope` (of the definition as
+    /// read); None when it was not judged (transient, or it could not be read or parsed).
+    pub verdict: Option<&'static str>,
+    /// The rules involved ([`crate::audit::rules_involved`]; none for a conforming guest).
+    pub rules: Vec<String>,
+    /// The first error finding's code, or the error's ([`crate::Error::code`]).
+    pub code: Option<&'static str>,
+    /// Why the guest could not be made to conform, from [`crate::metrics::FAILURE_REASONS`];
+    /// None when it conforms now, or merely would change (dry run, audit mode).
+    pub failure: Option<&'static str>,
+}
+
+impl Applied {
+    /// The verdict of the stored definition *after* this step: a rewritten one conforms.
+    #[must_use]
+    pub fn verdict_after(&self) -> Option<&'static str> {
+        match self.report {
+            Report::Changed {
+                backup: Some(_), ..
+            } => Some("conforms"),
+            _ => self.verdict,
+        }
+    }
+}
+
 /// Rewrite one guest's stored definition.
 pub fn apply_one(
     conn: &Connect,
@@ -122,32 +162,73 @@ pub fn apply_one(
     backup_dir: &Path,
     dry_run: bool,
 ) -> Report {
+    apply_judged(conn, dom, policy, host, backup_dir, dry_run).report
+}
+
+/// [`apply_one`], with what the metrics and the journal need ([`Applied`]).
+pub fn apply_judged(
+    conn: &Connect,
+    dom: &VirDomain,
+    policy: &Policy,
+    host: &Host,
+    backup_dir: &Path,
+    dry_run: bool,
+) -> Applied {
+    let unjudged = |report, code, failure| Applied {
+        report,
+        verdict: None,
+        rules: Vec::new(),
+        code,
+        failure,
+    };
     match dom.is_persistent() {
         Ok(true) => {}
-        Ok(false) => return Report::Transient,
-        Err(e) => return Report::Refused(format!("libvirt: {e}")),
+        Ok(false) => return unjudged(Report::Transient, None, None),
+        Err(e) => {
+            let r = Report::Refused(format!("libvirt: {e}"));
+            return unjudged(r, Some("libvirt"), Some("unreadable"));
+        }
     }
     let name = dom.name().unwrap_or_default();
     let xml = match dom.xml_desc(xml_flags()) {
         Ok(x) => x,
-        Err(e) => return Report::Refused(format!("cannot read the definition: {e}")),
+        Err(e) => {
+            let r = Report::Refused(format!("cannot read the definition: {e}"));
+            return unjudged(r, Some("libvirt"), Some("unreadable"));
+        }
     };
     let outcome = match rewrite(&xml, &format!("the definition of '{name}'"), policy, host) {
         Ok(o) => o,
-        Err(e) => return Report::Refused(e.to_string()),
+        Err(e) => {
+            return unjudged(
+                Report::Refused(e.to_string()),
+                Some(e.code()),
+                Some("unreadable"),
+            );
+        }
     };
-    if let Some(f) = outcome
+    let error = outcome
         .findings
         .iter()
-        .find(|f| f.severity == crate::finding::Severity::Error)
-    {
-        return Report::Refused(f.to_string());
+        .find(|f| f.severity == crate::finding::Severity::Error);
+    let judged = |report, failure| Applied {
+        report,
+        verdict: Some(crate::cli::verdict(&outcome).0),
+        rules: crate::audit::rules_involved(&outcome, &crate::policy::Plan::default()),
+        code: error.map(|f| f.code),
+        failure,
+    };
+    if let Some(f) = error {
+        return judged(Report::Refused(f.to_string()), Some("cannot-conform"));
     }
     if !outcome.changed || policy.mode == crate::policy::Mode::Audit {
         return if outcome.changed {
-            Report::Refused("would change, but the policy's mode is audit".into())
+            judged(
+                Report::Refused("would change, but the policy's mode is audit".into()),
+                None,
+            )
         } else {
-            Report::Unchanged
+            judged(Report::Unchanged, None)
         };
     }
     let running = dom.is_active().unwrap_or(false);
@@ -156,27 +237,37 @@ pub fn apply_one(
         .header(&format!("{name} (stored)"), &format!("{name} (conforming)"))
         .to_string();
     if dry_run {
-        return Report::Changed {
+        let r = Report::Changed {
             running,
             backup: None,
             diff,
         };
+        return judged(r, None);
     }
     let uuid = dom.uuid_string().unwrap_or_default();
     let backup = match write_backup(backup_dir, &name, &uuid, &xml) {
         Ok(p) => p,
-        Err(e) => return Report::Refused(format!("cannot write the backup, nothing defined: {e}")),
+        Err(e) => {
+            let r = Report::Refused(format!("cannot write the backup, nothing defined: {e}"));
+            return judged(r, Some("backup"));
+        }
     };
     match conn.define_domain_xml(&outcome.output) {
-        Ok(_) => Report::Changed {
-            running,
-            backup: Some(backup),
-            diff,
-        },
-        Err(e) => Report::Refused(format!(
-            "libvirt refused the rewritten definition (old one kept, backup {}): {e}",
-            backup.display()
-        )),
+        Ok(_) => judged(
+            Report::Changed {
+                running,
+                backup: Some(backup),
+                diff,
+            },
+            None,
+        ),
+        Err(e) => judged(
+            Report::Refused(format!(
+                "libvirt refused the rewritten definition (old one kept, backup {}): {e}",
+                backup.display()
+            )),
+            Some("define"),
+        ),
     }
 }
 
@@ -537,7 +628,8 @@ const LOOP_CHANGES: usize = 3;
 /// The window they must fall in.
 const LOOP_WINDOW: Duration = Duration::from_secs(10);
 
-/// Reconcile `names` (from events) or every guest (`None`: start, timer, SIGHUP, reconnect).
+/// Reconcile `names` (from events) or every guest (`None`: start, timer, SIGHUP, reconnect);
+/// `fleet` keeps each guest's state and the counters for the metrics.
 fn reconcile(
     session: &Session,
     names: Option<&[String]>,
@@ -545,18 +637,28 @@ fn reconcile(
     host: &Host,
     backup_dir: &Path,
     recent: &mut Recent,
+    fleet: &mut Fleet,
 ) {
     let from_event = names.is_some();
     if !from_event {
         recent.suspended.clear();
         recent.changed.clear();
+        fleet.guests.clear();
     }
+    fleet.counters.reconciles += 1;
     let doms: Vec<VirDomain> = match names {
         None => session.conn.list_all_domains(0).unwrap_or_default(),
         Some(ns) => ns
             .iter()
             .filter(|n| !recent.suspended.contains(*n))
-            .filter_map(|n| session.conn.lookup_domain_by_name(n).ok())
+            .filter_map(|n| {
+                let d = session.conn.lookup_domain_by_name(n).ok();
+                if d.is_none() {
+                    // Gone (undefined meanwhile): no longer counted.
+                    fleet.guests.remove(n);
+                }
+                d
+            })
             .collect(),
     };
     for d in doms {
@@ -570,23 +672,107 @@ fn reconcile(
                 continue;
             }
         }
-        let r = apply_one(&session.conn, &d, policy, host, backup_dir, false);
-        match &r {
-            Report::Unchanged | Report::Transient => {
-                tracing::debug!(guest = %name, "{}", describe(&name, &r));
-            }
-            Report::Changed { .. } => {
-                if from_event {
-                    recent
-                        .changed
-                        .entry(name.clone())
-                        .or_default()
-                        .push(Instant::now());
-                }
-                tracing::info!(guest = %name, "{}", describe(&name, &r));
-            }
-            Report::Refused(_) => tracing::warn!(guest = %name, "{}", describe(&name, &r)),
+        let applied = apply_judged(&session.conn, &d, policy, host, backup_dir, false);
+        if from_event && matches!(applied.report, Report::Changed { .. }) {
+            recent
+                .changed
+                .entry(name.clone())
+                .or_default()
+                .push(Instant::now());
         }
+        log_applied(&name, "reconcile", &applied);
+        fleet.record(&name, &applied);
+    }
+}
+
+/// Log one guest's step as a decision with the journal fields ([`crate::log::decision`]); the
+/// message is the line `apply` prints.
+fn log_applied(name: &str, operation: &str, a: &Applied) {
+    use crate::log::Decision;
+    use tracing::Level;
+    let (kind, level) = match (&a.report, a.failure) {
+        (Report::Unchanged, _) => (Decision::DaemonUnchanged, Level::DEBUG),
+        (Report::Transient, _) => (Decision::DaemonTransient, Level::DEBUG),
+        (Report::Changed { .. }, _) => (Decision::DaemonRewritten, Level::INFO),
+        (Report::Refused(_), Some("cannot-conform")) => {
+            (Decision::DaemonCannotConform, Level::WARN)
+        }
+        (Report::Refused(_), Some(_)) => (Decision::DaemonFailed, Level::WARN),
+        (Report::Refused(_), None) => (Decision::DaemonAuditOnly, Level::WARN),
+    };
+    let rules = a.rules.join(", ");
+    let fields = crate::log::Fields {
+        guest: name,
+        operation,
+        verdict: match (a.verdict, &a.report) {
+            (Some(v), _) => v,
+            (None, Report::Transient) => "transient",
+            (None, _) => "error",
+        },
+        rule: (!rules.is_empty()).then_some(rules.as_str()),
+        code: a.code,
+        decision: kind.name(),
+    };
+    crate::log::decision(kind, level, &fields, &describe(name, &a.report));
+}
+
+/// The daemon's view of the host's guests for the metrics: each guest's state after the last
+/// step that touched it, and the counters since start.
+#[derive(Debug, Default)]
+struct Fleet {
+    /// Guest → (verdict after the step, rules involved); None: its definition could not be read
+    /// or parsed. Transient guests are not kept.
+    guests: std::collections::BTreeMap<String, Option<(&'static str, Vec<String>)>>,
+    counters: crate::metrics::Counters,
+}
+
+impl Fleet {
+    /// Take one guest's step into the state and the counters.
+    fn record(&mut self, name: &str, a: &Applied) {
+        if let Report::Changed {
+            backup: Some(_), ..
+        } = a.report
+        {
+            self.counters.rewrites += 1;
+            for r in &a.rules {
+                *self.counters.rule_rewrites.entry(r.clone()).or_default() += 1;
+            }
+        }
+        if let Some(reason) = a.failure {
+            *self.counters.failures.entry(reason).or_default() += 1;
+        }
+        match (a.verdict_after(), &a.report) {
+            (_, Report::Transient) => {
+                self.guests.remove(name);
+            }
+            (Some(v), _) => {
+                self.guests
+                    .insert(name.to_string(), Some((v, a.rules.clone())));
+            }
+            (None, _) => {
+                self.guests.insert(name.to_string(), None);
+            }
+        }
+    }
+
+    /// The gauges now.
+    fn gauges(&self, host: &Host, libvirt: Option<String>) -> crate::metrics::Gauges {
+        let mut g = crate::metrics::Gauges {
+            host_level: crate::metrics::host_level(host),
+            libvirt_version: host
+                .libvirt_version()
+                .map(|v| v.value.to_string())
+                .or(libvirt),
+            timestamp_seconds: crate::metrics::now_seconds(),
+            ..crate::metrics::Gauges::default()
+        };
+        for state in self.guests.values() {
+            match state {
+                Some((verdict, rules)) => g.count(verdict, rules),
+                None => g.unreadable += 1,
+            }
+        }
+        g
     }
 }
 
@@ -680,6 +866,7 @@ struct Daemon<'c> {
     interval: Duration,
     policy: Policy,
     recent: Recent,
+    fleet: Fleet,
 }
 
 impl Daemon<'_> {
@@ -735,6 +922,7 @@ impl Daemon<'_> {
     }
 
     fn reconcile(&mut self, session: &Session, names: Option<&[String]>, host: &Host) {
+        let started = Instant::now();
         let backup_dir = &self.cli.backup_dir;
         reconcile(
             session,
@@ -743,7 +931,29 @@ impl Daemon<'_> {
             host,
             backup_dir,
             &mut self.recent,
+            &mut self.fleet,
         );
+        self.write_metrics(session, host, started.elapsed());
+    }
+
+    /// `--metrics-file`: the gauges and counters, written atomically (node_exporter never reads
+    /// half a file). A failure is logged; the daemon goes on.
+    fn write_metrics(&self, session: &Session, host: &Host, took: Duration) {
+        let Some(path) = &self.cli.metrics_file else {
+            return;
+        };
+        let libvirt = session
+            .conn
+            .lib_version()
+            .ok()
+            .map(|n| crate::host::LibvirtVersion::from_number(u64::from(n)).to_string());
+        let mut gauges = self.fleet.gauges(host, libvirt);
+        gauges.duration_seconds = took.as_secs_f64();
+        let rules: Vec<String> = self.policy.rules.iter().map(|r| r.name.clone()).collect();
+        let text = crate::metrics::render(&gauges, Some(&self.fleet.counters), &rules);
+        if let Err(e) = write_atomic(path, &text) {
+            tracing::error!(path = %path.display(), error = %e, "cannot write the metrics file");
+        }
     }
 
     /// SIGHUP: load the policy again and reconcile everything; a policy that does not load is
@@ -806,6 +1016,7 @@ fn cmd_daemon(cli: &Cli, a: &DaemonArgs) -> i32 {
         interval: Duration::from_secs(a.interval * 60),
         policy,
         recent: Recent::default(),
+        fleet: Fleet::default(),
     };
     loop {
         let Some(session) = connect_with_backoff(&cli.uri, &tx, &signals) else {
@@ -827,5 +1038,150 @@ pub fn main() -> i32 {
     match &cli.command {
         Command::Apply(a) => cmd_apply(&cli, a),
         Command::Daemon(a) => cmd_daemon(&cli, a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::{Decision, capture};
+
+    fn applied(
+        report: Report,
+        verdict: Option<&'static str>,
+        failure: Option<&'static str>,
+    ) -> Applied {
+        Applied {
+            report,
+            verdict,
+            rules: vec!["x86-64-v2 baseline".into()],
+            code: failure.map(|_| "cpu-level"),
+            failure,
+        }
+    }
+
+    fn changed() -> Report {
+        Report::Changed {
+            running: false,
+            backup: Some(PathBuf::from("/b.xml")),
+            diff: "-<cpu/>\n+<cpu mode='custom'/>".into(),
+        }
+    }
+
+    #[test]
+    fn every_daemon_decision_carries_the_journal_fields() {
+        let cases = [
+            (
+                applied(Report::Unchanged, Some("conforms"), None),
+                Decision::DaemonUnchanged,
+                "conforms",
+            ),
+            (
+                applied(changed(), Some("needs-rewrite"), None),
+                Decision::DaemonRewritten,
+                "needs-rewrite",
+            ),
+            (
+                applied(
+                    Report::Refused("would change, but the policy's mode is audit".into()),
+                    Some("needs-rewrite"),
+                    None,
+                ),
+                Decision::DaemonAuditOnly,
+                "needs-rewrite",
+            ),
+            (
+                applied(
+                    Report::Refused("error[cpu-level] ...".into()),
+                    Some("cannot-conform"),
+                    Some("cannot-conform"),
+                ),
+                Decision::DaemonCannotConform,
+                "cannot-conform",
+            ),
+            (
+                applied(
+                    Report::Refused("libvirt refused".into()),
+                    Some("needs-rewrite"),
+                    Some("define"),
+                ),
+                Decision::DaemonFailed,
+                "needs-rewrite",
+            ),
+            (
+                applied(Report::Transient, None, None),
+                Decision::DaemonTransient,
+                "transient",
+            ),
+        ];
+        for (a, kind, verdict) in cases {
+            let events = capture::events(|| log_applied("g1", "reconcile", &a));
+            assert_eq!(events.len(), 1, "{events:#?}");
+            let f = &events[0].1;
+            assert_eq!(f["message_id"], kind.message_id(), "{f:#?}");
+            assert_eq!(f["guest"], "g1");
+            assert_eq!(f["operation"], "reconcile");
+            assert_eq!(f["verdict"], verdict);
+            assert_eq!(f["rule"], "x86-64-v2 baseline");
+            assert_eq!(f["decision"], kind.name());
+            assert!(f["message"].starts_with("g1: "), "{f:#?}");
+            assert!(
+                !f["message"].contains("<cpu"),
+                "no XML (the diff) in the log: {f:#?}"
+            );
+            assert_eq!(f.contains_key("code"), a.failure.is_some(), "{f:#?}");
+        }
+    }
+
+    #[test]
+    fn fleet_counts_the_state_after_each_step() {
+        let mut fleet = Fleet::default();
+        fleet.record("a", &applied(changed(), Some("needs-rewrite"), None));
+        fleet.record(
+            "b",
+            &applied(
+                Report::Refused("x".into()),
+                Some("cannot-conform"),
+                Some("cannot-conform"),
+            ),
+        );
+        fleet.record("c", &applied(Report::Unchanged, Some("out-of-scope"), None));
+        fleet.record(
+            "d",
+            &Applied {
+                verdict: None,
+                ..applied(Report::Refused("parse".into()), None, Some("unreadable"))
+            },
+        );
+        fleet.record("t", &applied(Report::Transient, None, None));
+        let host = Host::discover(&crate::host::HostOptions {
+            qemu_cache: Some(PathBuf::new()),
+            ..crate::host::HostOptions::default()
+        })
+        .unwrap();
+        let g = fleet.gauges(&host, Some("9.0.0".into()));
+        assert_eq!(
+            g.guests.get("conforms"),
+            Some(&1),
+            "the rewritten guest conforms now"
+        );
+        assert_eq!(g.guests.get("cannot-conform"), Some(&1));
+        assert_eq!(g.guests.get("out-of-scope"), Some(&1));
+        assert_eq!(g.guests.get("needs-rewrite"), None);
+        assert_eq!(g.unreadable, 1);
+        assert_eq!(g.libvirt_version.as_deref(), Some("9.0.0"));
+        assert_eq!(fleet.counters.rewrites, 1);
+        assert_eq!(
+            fleet.counters.rule_rewrites.get("x86-64-v2 baseline"),
+            Some(&1)
+        );
+        assert_eq!(fleet.counters.failures.get("cannot-conform"), Some(&1));
+        assert_eq!(fleet.counters.failures.get("unreadable"), Some(&1));
+        // The same guest again: its state is replaced, the counters grow.
+        fleet.record("b", &applied(changed(), Some("needs-rewrite"), None));
+        let g = fleet.gauges(&host, None);
+        assert_eq!(g.guests.get("conforms"), Some(&2));
+        assert_eq!(g.guests.get("cannot-conform"), None);
+        assert_eq!(fleet.counters.rewrites, 2);
     }
 }

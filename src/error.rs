@@ -79,5 +79,23 @@ pub enum Error {
     Host(String),
 }
 
+impl Error {
+    /// A stable short name of the kind of error, for logs (the journal's `CODE` field): `read`,
+    /// `write`, `too-large`, `not-utf8`, `xml`, `not-a-domain`, `policy`, `host`.
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Read { .. } => "read",
+            Error::Write { .. } => "write",
+            Error::TooLarge { .. } => "too-large",
+            Error::NotUtf8 { .. } => "not-utf8",
+            Error::Xml { .. } => "xml",
+            Error::NotADomain { .. } => "not-a-domain",
+            Error::Policy { .. } => "policy",
+            Error::Host(_) => "host",
+        }
+    }
+}
+
 /// Result with the library's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

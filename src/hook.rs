@@ -21,6 +21,7 @@ use crate::error::Error;
 use crate::facts::Facts;
 use crate::finding::{Finding, Severity};
 use crate::host::{Host, HostOptions};
+use crate::log::{Decision, Fields};
 use crate::policy::{Mode, OnError, OnViolation, Plan, Policy, on_error_hint};
 use crate::rewrite::rewrite_planned;
 use std::collections::BTreeSet;
@@ -183,29 +184,91 @@ fn tool_failure(
         "[hook] on_error",
         fix,
     );
-    if on_error == OnError::Deny && !audit {
-        tracing::error!(guest, operation = check.as_str(), decision = "refuse (on_error = deny)", error = %e);
+    let refuse = on_error == OnError::Deny && !audit;
+    let (kind, verdict, decision) = if refuse {
+        (
+            Decision::HookErrorRefused,
+            "refuse",
+            "refuse (on_error = deny)",
+        )
+    } else {
+        (
+            Decision::HookErrorAllowed,
+            "allow",
+            "allow (on_error = allow)",
+        )
+    };
+    let fields = Fields {
+        guest,
+        operation: check.as_str(),
+        verdict,
+        rule: Some("[hook] on_error"),
+        code: Some(e.code()),
+        decision,
+    };
+    crate::log::decision(kind, tracing::Level::ERROR, &fields, &e.to_string());
+    if refuse {
         Verdict::Refuse(line)
     } else {
-        tracing::error!(guest, operation = check.as_str(), decision = "allow (on_error = allow)", error = %e);
         Verdict::Allow
     }
 }
 
-fn violation(guest: &str, check: Check, policy: &Policy, line: String) -> Verdict {
-    if policy.mode == Mode::Audit {
-        tracing::warn!(guest, operation = check.as_str(), decision = "allow (audit mode)", reason = %line);
-        return Verdict::Allow;
-    }
-    match policy.hook.on_violation {
-        OnViolation::Deny => {
-            tracing::warn!(guest, operation = check.as_str(), decision = "refuse (on_violation = deny)", reason = %line);
-            Verdict::Refuse(line)
-        }
-        OnViolation::Warn => {
-            tracing::warn!(guest, operation = check.as_str(), decision = "allow (on_violation = warn)", reason = %line);
-            Verdict::Allow
-        }
+/// Log an allowed guest (nothing wrong found) and allow it.
+fn allowed(guest: &str, check: Check, reason: &str) -> Verdict {
+    let fields = Fields {
+        guest,
+        operation: check.as_str(),
+        verdict: "allow",
+        decision: "allow",
+        ..Fields::default()
+    };
+    crate::log::decision(Decision::HookAllowed, tracing::Level::INFO, &fields, reason);
+    Verdict::Allow
+}
+
+/// A guest that does not conform: `on_violation` decides (audit mode never refuses). `rule` and
+/// `code` name what it breaks, for the log.
+fn violation(
+    guest: &str,
+    check: Check,
+    policy: &Policy,
+    line: String,
+    rule: &str,
+    code: Option<&str>,
+) -> Verdict {
+    let (kind, verdict, decision) = if policy.mode == Mode::Audit {
+        (
+            Decision::HookViolationAllowed,
+            "allow",
+            "allow (audit mode)",
+        )
+    } else if policy.hook.on_violation == OnViolation::Deny {
+        (
+            Decision::HookViolationRefused,
+            "refuse",
+            "refuse (on_violation = deny)",
+        )
+    } else {
+        (
+            Decision::HookViolationAllowed,
+            "allow",
+            "allow (on_violation = warn)",
+        )
+    };
+    let fields = Fields {
+        guest,
+        operation: check.as_str(),
+        verdict,
+        rule: Some(rule),
+        code,
+        decision,
+    };
+    crate::log::decision(kind, tracing::Level::WARN, &fields, &line);
+    if verdict == "refuse" {
+        Verdict::Refuse(line)
+    } else {
+        Verdict::Allow
     }
 }
 
@@ -213,19 +276,42 @@ fn violation(guest: &str, check: Check, policy: &Policy, line: String) -> Verdic
 /// logs it).
 fn hard_refusal(guest: &str, check: Check, policy: &Policy, f: &Finding) -> Verdict {
     let line = finding_line(guest, f);
-    if policy.mode == Mode::Audit {
-        tracing::warn!(guest, operation = check.as_str(), decision = "allow (audit mode)", code = f.code, reason = %line);
-        return Verdict::Allow;
+    let audit = policy.mode == Mode::Audit;
+    let (kind, verdict, decision) = if audit {
+        (
+            Decision::HookViolationAllowed,
+            "allow",
+            "allow (audit mode)",
+        )
+    } else {
+        (Decision::HookLibvirtRefused, "refuse", "refuse")
+    };
+    let rule = finding_rule(f);
+    let fields = Fields {
+        guest,
+        operation: check.as_str(),
+        verdict,
+        rule: Some(&rule),
+        code: Some(f.code),
+        decision,
+    };
+    crate::log::decision(kind, tracing::Level::WARN, &fields, &line);
+    if audit {
+        Verdict::Allow
+    } else {
+        Verdict::Refuse(line)
     }
-    tracing::warn!(guest, operation = check.as_str(), decision = "refuse", code = f.code, reason = %f.message);
-    Verdict::Refuse(line)
+}
+
+/// The rule a finding names: its policy rule, or `libvirt: CODE` for libvirt's own rules.
+fn finding_rule(f: &Finding) -> String {
+    f.rule
+        .clone()
+        .unwrap_or_else(|| format!("libvirt: {}", f.code))
 }
 
 fn finding_line(guest: &str, f: &Finding) -> String {
-    let rule = f
-        .rule
-        .clone()
-        .unwrap_or_else(|| format!("libvirt: {}", f.code));
+    let rule = finding_rule(f);
     let fix = if f.fix.is_empty() {
         "see virt-cpu-policy check"
     } else {
@@ -262,53 +348,51 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
     }
     let o = rewrite_planned(&dom, "the domain XML", policy, &plan, &facts)?;
     if !o.changed && !o.has_errors() {
-        tracing::info!(
-            guest,
-            operation = "prepare",
-            decision = "allow",
-            reason = "conforms"
-        );
-        return Ok(Verdict::Allow);
+        return Ok(allowed(guest, Check::Prepare, "conforms"));
     }
     let fix = "rewrite its definition with `virt-cpu-policy rewrite --in-place` (or `virt-cpu-policyd apply`), then start it";
-    let line = if let Some(f) = findings.iter().find(|f| POLICY_CODES.contains(&f.code)) {
-        refusal(
-            guest,
-            &f.message,
-            f.rule.as_deref().unwrap_or("policy"),
-            fix,
-        )
-    } else if let Some(f) = o.findings.iter().find(|f| f.severity == Severity::Error) {
-        finding_line(guest, f)
-    } else {
-        let Some(first) = o.changes.first() else {
-            return Ok(violation(
-                guest,
-                Check::Prepare,
-                policy,
-                refusal(guest, "does not conform to the CPU policy", "policy", fix),
-            ));
-        };
-        // The change's first clause: "<feature policy='require' name='aes'/> added".
-        let short = first
-            .what
-            .split([':', '('])
-            .next()
-            .unwrap_or(&first.what)
-            .trim();
-        let more = if o.changes.len() > 1 {
-            format!(" and {} more change(s)", o.changes.len() - 1)
+    let (line, rule, code) =
+        if let Some(f) = findings.iter().find(|f| POLICY_CODES.contains(&f.code)) {
+            let rule = f.rule.as_deref().unwrap_or("policy");
+            (
+                refusal(guest, &f.message, rule, fix),
+                rule.to_string(),
+                Some(f.code),
+            )
+        } else if let Some(f) = o.findings.iter().find(|f| f.severity == Severity::Error) {
+            (finding_line(guest, f), finding_rule(f), Some(f.code))
         } else {
-            String::new()
+            let Some(first) = o.changes.first() else {
+                return Ok(violation(
+                    guest,
+                    Check::Prepare,
+                    policy,
+                    refusal(guest, "does not conform to the CPU policy", "policy", fix),
+                    "policy",
+                    None,
+                ));
+            };
+            // The change's first clause: "<feature policy='require' name='aes'/> added".
+            let short = first
+                .what
+                .split([':', '('])
+                .next()
+                .unwrap_or(&first.what)
+                .trim();
+            let more = if o.changes.len() > 1 {
+                format!(" and {} more change(s)", o.changes.len() - 1)
+            } else {
+                String::new()
+            };
+            let line = refusal(
+                guest,
+                &format!("does not conform to the CPU policy: needs {short}{more}"),
+                &first.rule,
+                fix,
+            );
+            (line, first.rule.clone(), None)
         };
-        refusal(
-            guest,
-            &format!("does not conform to the CPU policy: needs {short}{more}"),
-            &first.rule,
-            fix,
-        )
-    };
-    Ok(violation(guest, Check::Prepare, policy, line))
+    Ok(violation(guest, Check::Prepare, policy, line, &rule, code))
 }
 
 /// `started begin`: what the guest really got. libvirt's live XML carries the features QEMU could
@@ -318,10 +402,7 @@ fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
     if !dom.in_scope() {
         return Ok(Verdict::Allow);
     }
-    let allow = |reason: &str| {
-        tracing::info!(guest, operation = "started", decision = "allow", reason);
-        Ok(Verdict::Allow)
-    };
+    let allow = |reason: &str| Ok(allowed(guest, Check::Started, reason));
     let Some(cpu) = dom.cpus().first().copied() else {
         return allow("no <cpu> in the live XML");
     };
@@ -356,7 +437,14 @@ fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
         &short.rule,
         "run the guest on a host whose CPU and KVM provide these features, or under TCG (type='qemu')",
     );
-    Ok(violation(guest, Check::Started, policy, line))
+    Ok(violation(
+        guest,
+        Check::Started,
+        policy,
+        line,
+        &short.rule,
+        Some(short.code),
+    ))
 }
 
 /// What the started CPU lacks for the policy: the level's features first, else `require`'s.
@@ -364,6 +452,8 @@ struct Shortfall {
     missing: Vec<String>,
     rule: String,
     what: String,
+    /// `cpu-level` (the level's features) or `cpu-feature-missing` (`require`'s), for the log.
+    code: &'static str,
 }
 
 fn live_shortfall(
@@ -384,6 +474,7 @@ fn live_shortfall(
                     .collect(),
                 rule: level.rule.clone(),
                 what: format!("the started CPU is not {}", level.value),
+                code: "cpu-level",
             });
         }
     }
@@ -400,6 +491,7 @@ fn live_shortfall(
         missing,
         rule: r.rule.clone(),
         what: "the started CPU lacks required features".into(),
+        code: "cpu-feature-missing",
     })
 }
 
@@ -431,16 +523,24 @@ fn destination(
         return Ok(hard_refusal(guest, check, policy, f));
     }
     for f in findings.iter().filter(|f| POLICY_CODES.contains(&f.code)) {
-        tracing::warn!(guest, operation = check.as_str(), decision = "allow (policy not met; the CPU cannot change on migrate/restore)", code = f.code, reason = %f.message);
+        let rule = finding_rule(f);
+        let fields = Fields {
+            guest,
+            operation: check.as_str(),
+            verdict: "allow",
+            rule: Some(&rule),
+            code: Some(f.code),
+            decision: "allow (policy not met; the CPU cannot change on migrate/restore)",
+        };
+        crate::log::decision(
+            Decision::HookViolationAllowed,
+            tracing::Level::WARN,
+            &fields,
+            &f.message,
+        );
     }
     log_warnings(guest, check, &findings);
-    tracing::info!(
-        guest,
-        operation = check.as_str(),
-        decision = "allow",
-        reason = "this host can run the guest"
-    );
-    Ok(Verdict::Allow)
+    Ok(allowed(guest, check, "this host can run the guest"))
 }
 
 /// Most bytes drained from stdin after what is kept: libvirt writes a finite document and closes

@@ -36,11 +36,14 @@ pub mod edit;
 pub mod rewrite;
 pub mod validate;
 
-// Front ends.
+// Front ends, and what they share: the fleet view (`audit` over stored definitions, Prometheus
+// metrics).
+pub mod audit;
 pub mod cli;
 #[cfg(feature = "daemon")]
 pub mod daemon;
 pub mod hook;
 pub mod log;
+pub mod metrics;
 
 pub use error::{Error, Result};

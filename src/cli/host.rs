@@ -2,7 +2,7 @@
 //! (a summary, machine-type families folded into version ranges), in full (`--verbose`: every
 //! machine type on its own line) or for programs (`--format json`).
 
-use crate::cpu::{Level, guaranteed_features};
+use crate::cpu::Level;
 use crate::host::{DomCaps, Fact, Host, MachineFact};
 use crate::policy::Policy;
 use serde_json::{Value, json};
@@ -233,17 +233,12 @@ fn others_text(others: &[(&str, u32)], verbose: bool) -> String {
     )
 }
 
-/// The level a host-model CPU reaches, by its model's features (cpu_map) and the listed ones.
-fn host_model_level(host: &Host, d: &DomCaps) -> Option<(String, Option<Level>)> {
+/// The level a host-model CPU reaches, by its model's features (cpu_map) and the listed ones;
+/// with the model's name ("(none)" when domcapabilities name none).
+pub(crate) fn host_model_level(host: &Host, d: &DomCaps) -> Option<(String, Option<Level>)> {
     let hm = d.host_model.as_ref()?;
     let model = hm.model.clone().unwrap_or_else(|| "(none)".into());
-    let explicit: Vec<(String, String)> = hm
-        .require
-        .iter()
-        .map(|f| (f.clone(), "require".into()))
-        .chain(hm.disable.iter().map(|f| (f.clone(), "disable".into())))
-        .collect();
-    let feats = guaranteed_features(host.model_features(&model).as_ref(), &explicit);
+    let feats = crate::audit::description_features(hm, host.model_features(&model).as_ref());
     Some((model, Level::highest(|f| feats.contains(f))))
 }
 

@@ -3,6 +3,7 @@
 //! Tests that need a running libvirtd are `#[ignore]`d so a plain `cargo test` reports them as
 //! ignored rather than passing; `.ci/run` starts libvirtd and runs them with `--include-ignored`.
 
+mod audit;
 mod cli;
 mod corpus;
 mod differential;
@@ -10,6 +11,7 @@ mod golden;
 mod harness;
 mod hook;
 mod hostile;
+mod journal;
 mod libvirt;
 mod machines;
 mod modes;

@@ -1,0 +1,394 @@
+//! Prometheus metrics of one host's guests, in the text exposition format (version 0.0.4) that
+//! node_exporter's textfile collector reads.
+//!
+//! Fleets already run Prometheus with a node_exporter on every hypervisor; the tool feeds that
+//! rather than growing a fleet service of its own. Two writers share these names:
+//! `virt-cpu-policyd --metrics-file PATH` (the gauges and its counters, after every reconcile)
+//! and `virt-cpu-policy audit --format prometheus` (the gauges once, for hosts without the
+//! daemon). README.md ("Watching a fleet") lists every metric.
+//!
+//! The text is produced by the `prometheus-client` crate's 0.0.4 encoder (counters get their
+//! `_total`, units their suffix, info metrics their `_info`), from plain values: this module keeps
+//! no global registry, so a render is a pure function of [`Gauges`] and [`Counters`].
+
+use crate::cpu::{Level, normalize_feature};
+use crate::host::Host;
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+
+/// The verdicts a guest can have (the `verdict` label), as `check` names them
+/// ([`crate::cli::verdict`]).
+pub const VERDICTS: [&str; 4] = [
+    "conforms",
+    "needs-rewrite",
+    "cannot-conform",
+    "out-of-scope",
+];
+
+/// Why the daemon could not make a guest conform (the `reason` label of
+/// `virt_cpu_policy_failures_total`): the definition cannot conform to the policy; libvirt could
+/// not give it or it does not parse; its backup could not be written; libvirt refused the
+/// rewritten definition.
+pub const FAILURE_REASONS: [&str; 4] = ["cannot-conform", "unreadable", "backup", "define"];
+
+/// The label set of one series: (name, value) pairs.
+type Labels = Vec<(String, String)>;
+
+/// The psABI level guests get on this host, and where that came from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HostLevel {
+    /// The level; None when unknown or below x86-64-v1.
+    pub level: Option<Level>,
+    /// `domcapabilities` (the host-model CPU KVM gives guests), `/proc/cpuinfo` (the host CPU's
+    /// own flags: KVM may give guests less), or `unknown`.
+    pub source: &'static str,
+}
+
+/// The state of the stored definitions at one point in time: what the gauges say.
+#[derive(Debug, Clone, Default)]
+pub struct Gauges {
+    /// Guests by verdict (keys from [`VERDICTS`]; a missing key is 0).
+    pub guests: BTreeMap<&'static str, u64>,
+    /// Definitions that could not be read or judged (unreadable file, malformed XML).
+    pub unreadable: u64,
+    /// (rule, verdict) → guests with that verdict in which the rule is involved; only
+    /// `needs-rewrite` and `cannot-conform` are counted.
+    pub rule_guests: BTreeMap<(String, &'static str), u64>,
+    /// The host's level ([`host_level`]).
+    pub host_level: HostLevel,
+    /// The host's libvirt version (`MAJOR.MINOR.MICRO`), when known.
+    pub libvirt_version: Option<String>,
+    /// When the figures were taken: seconds since the Unix epoch.
+    pub timestamp_seconds: f64,
+    /// How long taking them took, in seconds.
+    pub duration_seconds: f64,
+}
+
+impl Gauges {
+    /// Count one guest with `verdict` (one of [`VERDICTS`]) and the rules involved in it.
+    pub fn count(&mut self, verdict: &'static str, rules: &[String]) {
+        *self.guests.entry(verdict).or_default() += 1;
+        if matches!(verdict, "needs-rewrite" | "cannot-conform") {
+            for r in rules {
+                *self.rule_guests.entry((r.clone(), verdict)).or_default() += 1;
+            }
+        }
+    }
+}
+
+/// What the daemon did since it started (counters only ever grow).
+#[derive(Debug, Clone, Default)]
+pub struct Counters {
+    /// Stored definitions rewritten and defined.
+    pub rewrites: u64,
+    /// Rule → rewrites in which it changed something.
+    pub rule_rewrites: BTreeMap<String, u64>,
+    /// Reason (from [`FAILURE_REASONS`]) → guests that could not be made to conform, counted at
+    /// each reconciliation that met them.
+    pub failures: BTreeMap<&'static str, u64>,
+    /// Reconciliations run (full and per event).
+    pub reconciles: u64,
+}
+
+/// Seconds since the Unix epoch, now.
+#[must_use]
+pub fn now_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The level a host-model guest gets on this host: the KVM x86_64 domcapabilities' host-model CPU
+/// when a host-fact file gives one, else the host CPU's own flags (`/proc/cpuinfo`; under nested
+/// virtualisation KVM may give guests less, so the source is a label), else unknown.
+#[must_use]
+pub fn host_level(host: &Host) -> HostLevel {
+    let domcaps = host
+        .domcaps
+        .iter()
+        .find(|d| d.arch == "x86_64" && d.virt_type == "kvm");
+    if let Some((_, level)) = domcaps.and_then(|d| crate::cli::host::host_model_level(host, d)) {
+        return HostLevel {
+            level,
+            source: "domcapabilities",
+        };
+    }
+    if crate::domain::host_arch() == "x86_64" {
+        if let Some(level) = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .as_deref()
+            .and_then(cpuinfo_level)
+        {
+            return HostLevel {
+                level,
+                source: "/proc/cpuinfo",
+            };
+        }
+    }
+    HostLevel {
+        level: None,
+        source: "unknown",
+    }
+}
+
+/// The level the first `flags` line of `/proc/cpuinfo` text reaches (Linux spellings normalised
+/// to libvirt's); None when there is no such line.
+#[must_use]
+pub fn cpuinfo_level(cpuinfo: &str) -> Option<Option<Level>> {
+    let line = cpuinfo.lines().find(|l| l.starts_with("flags"))?;
+    let flags: std::collections::BTreeSet<String> = line
+        .split_once(':')?
+        .1
+        .split_whitespace()
+        .map(|f| normalize_feature(f).unwrap_or_else(|| f.to_string()))
+        .collect();
+    Some(Level::highest(|f| flags.contains(f)))
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect()
+}
+
+fn clamp(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The gauges both writers share.
+fn register_gauges(reg: &mut Registry, g: &Gauges) {
+    let guests = Family::<Labels, Gauge>::default();
+    reg.register(
+        "virt_cpu_policy_guests",
+        "Stored guest definitions by verdict (conforms, needs-rewrite, cannot-conform, out-of-scope)",
+        guests.clone(),
+    );
+    for v in VERDICTS {
+        let n = g.guests.get(v).copied().unwrap_or(0);
+        guests
+            .get_or_create(&labels(&[("verdict", v)]))
+            .set(clamp(n));
+    }
+    let unreadable = Gauge::<i64>::default();
+    unreadable.set(clamp(g.unreadable));
+    reg.register(
+        "virt_cpu_policy_unreadable_definitions",
+        "Stored definitions that could not be read or judged (unreadable file, malformed XML)",
+        unreadable,
+    );
+    let rules = Family::<Labels, Gauge>::default();
+    reg.register(
+        "virt_cpu_policy_rule_guests",
+        "Guests that need a rewrite or cannot conform, by the rule involved (a guest counts once per rule)",
+        rules.clone(),
+    );
+    for ((rule, verdict), n) in &g.rule_guests {
+        rules
+            .get_or_create(&labels(&[("rule", rule), ("verdict", verdict)]))
+            .set(clamp(*n));
+    }
+    let level = g.host_level.level.map_or("unknown", Level::as_str);
+    reg.register(
+        "virt_cpu_policy_host_level",
+        "The x86-64 psABI level a host-model guest gets on this host, and where that came from",
+        Info::new(labels(&[("level", level), ("source", g.host_level.source)])),
+    );
+    reg.register(
+        "virt_cpu_policy_libvirt",
+        "The host's libvirt version",
+        Info::new(labels(&[(
+            "version",
+            g.libvirt_version.as_deref().unwrap_or("unknown"),
+        )])),
+    );
+    reg.register(
+        "virt_cpu_policy_build",
+        "The version of virt-cpu-policy that wrote these metrics",
+        Info::new(labels(&[("version", env!("CARGO_PKG_VERSION"))])),
+    );
+    let stamp = Gauge::<f64, AtomicU64>::default();
+    stamp.set(g.timestamp_seconds);
+    reg.register_with_unit(
+        "virt_cpu_policy_last_reconcile_timestamp",
+        "When these figures were taken (the daemon's last reconciliation, or the audit run), seconds since the Unix epoch",
+        Unit::Seconds,
+        stamp,
+    );
+    let duration = Gauge::<f64, AtomicU64>::default();
+    duration.set(g.duration_seconds);
+    reg.register_with_unit(
+        "virt_cpu_policy_reconcile_duration",
+        "How long taking these figures took",
+        Unit::Seconds,
+        duration,
+    );
+}
+
+/// The daemon's counters; `rules` are the policy's rule names, each given a series from the start
+/// (at 0), as Prometheus advises for known label values.
+fn register_counters(reg: &mut Registry, c: &Counters, rules: &[String]) {
+    let rewrites = Counter::<u64>::default();
+    rewrites.inc_by(c.rewrites);
+    reg.register(
+        "virt_cpu_policy_rewrites",
+        "Stored definitions the daemon rewrote and defined since it started",
+        rewrites,
+    );
+    let per_rule = Family::<Labels, Counter>::default();
+    reg.register(
+        "virt_cpu_policy_rule_rewrites",
+        "Rewrites since the daemon started in which the rule changed something",
+        per_rule.clone(),
+    );
+    for r in rules
+        .iter()
+        .chain(std::iter::once(&crate::change::BUILTIN_RULE.to_string()))
+    {
+        // Creating the series is the point: it is exported at 0.
+        let _ = per_rule.get_or_create(&labels(&[("rule", r)]));
+    }
+    for (r, n) in &c.rule_rewrites {
+        per_rule.get_or_create(&labels(&[("rule", r)])).inc_by(*n);
+    }
+    let failures = Family::<Labels, Counter>::default();
+    reg.register(
+        "virt_cpu_policy_failures",
+        "Guests the daemon could not make conform since it started, by reason, counted at each reconciliation that met them",
+        failures.clone(),
+    );
+    for reason in FAILURE_REASONS {
+        let n = c.failures.get(reason).copied().unwrap_or(0);
+        failures
+            .get_or_create(&labels(&[("reason", reason)]))
+            .inc_by(n);
+    }
+    let reconciles = Counter::<u64>::default();
+    reconciles.inc_by(c.reconciles);
+    reg.register(
+        "virt_cpu_policy_reconciles",
+        "Reconciliations the daemon ran since it started (full and per event)",
+        reconciles,
+    );
+}
+
+/// The Prometheus text (format 0.0.4) of `gauges`, and of the daemon's `counters` when given
+/// (`rules`: the policy's rule names, for the per-rule counter's series).
+#[must_use]
+pub fn render(gauges: &Gauges, counters: Option<&Counters>, rules: &[String]) -> String {
+    let mut reg = Registry::default();
+    register_gauges(&mut reg, gauges);
+    if let Some(c) = counters {
+        register_counters(&mut reg, c, rules);
+    }
+    let mut out = String::new();
+    // Writing into a String cannot fail; the encoder's only error is the writer's.
+    let _ = prometheus_text::encode(&mut out, &reg);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Gauges {
+        let mut g = Gauges {
+            host_level: HostLevel {
+                level: Some(Level::V1),
+                source: "domcapabilities",
+            },
+            libvirt_version: Some("9.0.0".into()),
+            timestamp_seconds: 1_700_000_000.5,
+            duration_seconds: 0.25,
+            ..Gauges::default()
+        };
+        g.count("conforms", &["v2".into()]);
+        g.count(
+            "needs-rewrite",
+            &["v2".into(), "built-in: libvirt rules".into()],
+        );
+        g.count("needs-rewrite", &["v2".into()]);
+        g.count("cannot-conform", &["libvirt: topology-mismatch".into()]);
+        g.unreadable = 2;
+        g
+    }
+
+    #[test]
+    fn gauges_in_the_text_format() {
+        let text = render(&sample(), None, &[]);
+        for line in [
+            "# TYPE virt_cpu_policy_guests gauge",
+            "virt_cpu_policy_guests{verdict=\"conforms\"} 1",
+            "virt_cpu_policy_guests{verdict=\"needs-rewrite\"} 2",
+            "virt_cpu_policy_guests{verdict=\"cannot-conform\"} 1",
+            "virt_cpu_policy_guests{verdict=\"out-of-scope\"} 0",
+            "virt_cpu_policy_unreadable_definitions 2",
+            "virt_cpu_policy_rule_guests{rule=\"v2\",verdict=\"needs-rewrite\"} 2",
+            "virt_cpu_policy_rule_guests{rule=\"built-in: libvirt rules\",verdict=\"needs-rewrite\"} 1",
+            "virt_cpu_policy_rule_guests{rule=\"libvirt: topology-mismatch\",verdict=\"cannot-conform\"} 1",
+            "# TYPE virt_cpu_policy_host_level_info gauge",
+            "virt_cpu_policy_host_level_info{level=\"x86-64-v1\",source=\"domcapabilities\"} 1",
+            "virt_cpu_policy_libvirt_info{version=\"9.0.0\"} 1",
+            "virt_cpu_policy_last_reconcile_timestamp_seconds 1700000000.5",
+            "virt_cpu_policy_reconcile_duration_seconds 0.25",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "no line {line:?} in:\n{text}"
+            );
+        }
+        // A conforming guest's rules are not counted per rule.
+        assert!(!text.contains("verdict=\"conforms\"} 1\nvirt_cpu_policy_rule"));
+        assert!(!text.contains("rule=\"v2\",verdict=\"conforms\""), "{text}");
+        assert!(
+            !text.contains("_total"),
+            "no counters without the daemon:\n{text}"
+        );
+        assert!(
+            !text.contains("# EOF"),
+            "OpenMetrics, not the 0.0.4 format:\n{text}"
+        );
+    }
+
+    #[test]
+    fn counters_get_total_and_every_known_series() {
+        let mut c = Counters {
+            rewrites: 3,
+            reconciles: 5,
+            ..Counters::default()
+        };
+        c.rule_rewrites.insert("v2".into(), 3);
+        c.failures.insert("define", 1);
+        let text = render(&sample(), Some(&c), &["v2".into(), "v3 \"quoted\"".into()]);
+        for line in [
+            "# TYPE virt_cpu_policy_rewrites_total counter",
+            "virt_cpu_policy_rewrites_total 3",
+            "virt_cpu_policy_rule_rewrites_total{rule=\"v2\"} 3",
+            "virt_cpu_policy_rule_rewrites_total{rule=\"v3 \\\"quoted\\\"\"} 0",
+            "virt_cpu_policy_rule_rewrites_total{rule=\"built-in: libvirt rules\"} 0",
+            "virt_cpu_policy_failures_total{reason=\"define\"} 1",
+            "virt_cpu_policy_failures_total{reason=\"cannot-conform\"} 0",
+            "virt_cpu_policy_reconciles_total 5",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "no line {line:?} in:\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn cpuinfo_flags_give_a_level() {
+        let v2 = "processor : 0\nflags\t\t: fpu cx8 cmov mmx fxsr sse sse2 syscall lm pni ssse3 cx16 sse4_1 sse4_2 popcnt lahf_lm\n";
+        assert_eq!(cpuinfo_level(v2), Some(Some(Level::V2)));
+        let v1 = v2.replace(" popcnt", "");
+        assert_eq!(cpuinfo_level(&v1), Some(Some(Level::V1)));
+        assert_eq!(cpuinfo_level("processor : 0\n"), None);
+    }
+}
