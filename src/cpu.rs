@@ -24,6 +24,8 @@ use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 use std::sync::OnceLock;
 
+pub mod x86_map;
+
 /// x86-64 psABI microarchitecture level.
 ///
 /// The levels are cumulative: every feature of `V1` is also a feature of `V2`,
