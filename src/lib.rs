@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 pub mod cli;
+pub mod cluster;
 pub mod cpu;
 #[cfg(feature = "daemon")]
 pub mod daemon;
