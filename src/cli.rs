@@ -19,6 +19,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+pub mod cluster;
+
 /// Exit code: success.
 pub const EXIT_OK: i32 = 0;
 /// Exit code: the domain cannot conform (findings on stderr).
@@ -58,6 +60,12 @@ pub enum Command {
     /// The libvirt qemu hook: libvirt runs it as `hook GUEST OPERATION SUB-OPERATION EXTRA` with
     /// the domain XML on stdin; exit 1 with one line on stderr refuses the operation.
     Hook(HookCmd),
+    /// One guest CPU every host of a cluster can run (libvirt's baseline), the x86-64 level the
+    /// cluster reaches and the hosts that hold it back; on aarch64, the groups of identical CPUs.
+    Baseline(cluster::BaselineArgs),
+    /// Whether a guest's CPU runs on a host: identical, superset, or incompatible with the
+    /// missing features named (as `virsh hypervisor-cpu-compare`).
+    Compare(cluster::CompareArgs),
 }
 
 /// `hook` arguments: libvirt's four, plus options for tests and dry runs.
@@ -232,6 +240,8 @@ pub fn run(cli: Cli) -> i32 {
         Command::Check(a) => cmd_check(&a),
         Command::Host(a) => cmd_host(&a),
         Command::Hook(a) => Ok(cmd_hook(&a)),
+        Command::Baseline(a) => cluster::cmd_baseline(&a),
+        Command::Compare(a) => cluster::cmd_compare(&a),
     };
     match result {
         Ok(code) => code,
