@@ -153,6 +153,39 @@ impl Drop for Scratch {
     }
 }
 
+/// Runs `check` on every case of a data-driven suite: `Ok(true)` ran, `Ok(false)` skipped (the
+/// check says why on stderr), `Err` a failure. Panics with every failure, or when no case ran: a
+/// suite that skipped everything has checked nothing.
+pub fn run_cases<C>(label: &str, cases: &[C], check: impl Fn(&C) -> Result<bool, String>) {
+    assert!(!cases.is_empty(), "no {label} cases");
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for c in cases {
+        match check(c) {
+            Ok(true) => ran += 1,
+            Ok(false) => {}
+            Err(e) => failures.push(e),
+        }
+    }
+    eprintln!("{label}: {ran} of {} cases ran", cases.len());
+    assert!(
+        failures.is_empty(),
+        "{} failing case(s):\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+    assert!(ran > 0, "no {label} case ran");
+}
+
+/// The code of an `exit N` file, None when the file is absent or says something else.
+pub fn exit_file(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok().and_then(|t| {
+        t.trim()
+            .strip_prefix("exit ")
+            .and_then(|n| n.trim().parse().ok())
+    })
+}
+
 /// A path as an argument.
 pub fn s(p: &Path) -> String {
     p.display().to_string()
@@ -170,9 +203,14 @@ pub struct Virsh {
 
 /// Run `virsh -c qemu:///system ARGS...`.
 pub fn virsh(args: &[&str]) -> Virsh {
+    virsh_at(URI, args)
+}
+
+/// Run `virsh -c URI ARGS...`.
+pub fn virsh_at(uri: &str, args: &[&str]) -> Virsh {
     let out = std::process::Command::new("virsh")
         .arg("-c")
-        .arg(URI)
+        .arg(uri)
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -192,4 +230,49 @@ pub fn require_libvirtd() {
         "libvirtd does not answer on {URI} (run tests/libvirt/start as root):\n{}",
         v.stderr
     );
+}
+
+/// The libvirt that the cluster differential tests ask: its URI (`VCP_ORACLE_URI`, default
+/// qemu:///system) and its cpu_map (`VCP_ORACLE_CPU_MAP`, default /usr/share/libvirt/cpu_map),
+/// which the tool must read too so both sides know the same models.
+pub struct Oracle {
+    pub uri: String,
+    pub cpu_map: PathBuf,
+}
+
+impl Oracle {
+    /// The oracle from the environment; panics, naming the URI, when it does not answer.
+    pub fn require() -> Oracle {
+        let uri = std::env::var("VCP_ORACLE_URI").unwrap_or_else(|_| URI.to_string());
+        let cpu_map = std::env::var_os("VCP_ORACLE_CPU_MAP").map_or_else(
+            || PathBuf::from("/usr/share/libvirt/cpu_map"),
+            PathBuf::from,
+        );
+        let v = virsh_at(&uri, &["version"]);
+        assert!(
+            v.ok,
+            "the oracle libvirt does not answer on {uri} (VCP_ORACLE_URI): {}",
+            v.stderr
+        );
+        assert!(
+            cpu_map.join("index.xml").is_file(),
+            "no cpu_map at {} (VCP_ORACLE_CPU_MAP)",
+            cpu_map.display()
+        );
+        eprintln!(
+            "oracle: {uri} ({}), cpu_map {}",
+            v.stdout
+                .lines()
+                .find(|l| l.contains("library"))
+                .unwrap_or("?")
+                .trim(),
+            cpu_map.display()
+        );
+        Oracle { uri, cpu_map }
+    }
+
+    /// `virsh -c URI ARGS...` against the oracle.
+    pub fn virsh(&self, args: &[&str]) -> Virsh {
+        virsh_at(&self.uri, args)
+    }
 }

@@ -4,6 +4,8 @@
 //! ignored rather than passing; `.ci/run` starts libvirtd and runs them with `--include-ignored`.
 
 mod cli;
+mod cluster;
+mod cluster_oracle;
 mod corpus;
 mod differential;
 mod golden;
