@@ -361,8 +361,8 @@ impl CpuMap {
     /// Load libvirt's `cpu_map` directory (e.g. `/usr/share/libvirt/cpu_map`).
     ///
     /// Reads `index.xml`, follows the `<include filename='…'/>` entries of its
-    /// `<arch name='x86'>` element (models written directly inside that element
-    /// are accepted too), and reads the `<cpus><model name='X'>…</model></cpus>`
+    /// `<arch name='x86'>` element, also inside libvirt 11's `<group>` elements (models
+    /// written directly inside that element are accepted too), and reads the `<cpus><model name='X'>…</model></cpus>`
     /// elements of each included file; other elements (vendors, feature
     /// definitions, signatures) and XML comments are ignored. A model's
     /// `<model name='Parent'/>` child makes it inherit the parent's features
@@ -389,7 +389,7 @@ impl CpuMap {
             .filter(|n| n.has_tag_name("arch") && n.attribute("name") == Some("x86"));
         for arch in arches {
             found_arch = true;
-            for child in arch.children().filter(roxmltree::Node::is_element) {
+            for child in arch_entries(arch) {
                 match child.tag_name().name() {
                     "include" => {
                         let path = include_path(dir, &index_path, child)?;
@@ -524,6 +524,20 @@ impl CpuMap {
     pub fn model_names(&self) -> Vec<&str> {
         self.models.keys().map(String::as_str).collect()
     }
+}
+
+/// The elements of `index.xml`'s `<arch>`, in document order, with the children of libvirt 11's
+/// `<group name='...'>` elements (which only gather includes) in place of each group.
+fn arch_entries<'a, 'i>(arch: roxmltree::Node<'a, 'i>) -> Vec<roxmltree::Node<'a, 'i>> {
+    let mut out = Vec::new();
+    for child in arch.children().filter(roxmltree::Node::is_element) {
+        if child.has_tag_name("group") {
+            out.extend(arch_entries(child));
+        } else {
+            out.push(child);
+        }
+    }
+    out
 }
 
 /// Reads one `cpu_map` model file (`<cpus><model name=...>...</cpus>`) into `raw`.

@@ -11,11 +11,14 @@
 //! model's vendor, decode flags, data and `removed='yes'` features, in load order.
 //!
 //! Load order is libvirt's `cpuMapLoad` (`src/cpu/cpu_map.c`): the elements written inside
-//! `index.xml`'s `<arch name='x86'>` first, then each `<include>` in document order, and within a
-//! file its vendors, then its features, then its models. A model may only inherit from a model
+//! `index.xml`'s `<arch name='x86'>` first, then each `<include>` in document order (libvirt 11
+//! wraps them in `<group>` elements), and within a file its vendors, then its features, then its
+//! models. A model may only inherit from a model
 //! loaded before it (libvirt: "Ancestor model %s not found for CPU model %s").
 
-use super::{CpuMapError, check_root, include_path, parse_xml, read_file, required_name};
+use super::{
+    CpuMapError, arch_entries, check_root, include_path, parse_xml, read_file, required_name,
+};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -187,7 +190,10 @@ impl X86Map {
             });
         };
         loader.load_elements(&index_path, arch)?;
-        for include in arch.children().filter(|n| n.has_tag_name("include")) {
+        for include in arch_entries(arch)
+            .into_iter()
+            .filter(|n| n.has_tag_name("include"))
+        {
             let path = include_path(dir, &index_path, include)?;
             let text = read_file(&path)?;
             let doc = parse_xml(&path, &text)?;
@@ -565,7 +571,7 @@ mod tests {
 
     const INDEX: &str = "<cpus><arch name='x86'><vendor name='Inline' string='InlineVendor'/>\
         <include filename='x86_vendors.xml'/><include filename='x86_features.xml'/>\
-        <include filename='x86_models.xml'/></arch></cpus>";
+        <group name='libvirt 11 groups'><include filename='x86_models.xml'/></group></arch></cpus>";
     const FEATURES: &str = "<cpus>\
         <feature name='a'><cpuid eax_in='0x01' edx='0x00000001'/></feature>\
         <feature name='b'><alias name='bee'/><cpuid eax_in='0x07' ecx_in='0x00' ebx='0x8'/></feature>\
