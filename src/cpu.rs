@@ -335,7 +335,9 @@ pub enum CpuMapError {
 /// features are its resolved features: those of its parent model (if any),
 /// plus its own `<feature name='…'/>` entries, minus entries marked
 /// `removed='yes'` (libvirt keeps those only to disable them explicitly; they
-/// are not part of the model's CPUID data). Feature names are libvirt spellings.
+/// are not part of the model's CPUID data) and entries marked `added='yes'` (libvirt 11's
+/// `vmx-*` additions to old models, which libvirt 11.3 leaves out of the model's data too).
+/// Feature names are libvirt spellings.
 #[derive(Debug, Clone)]
 pub struct CpuMap {
     /// Directory path, or `"built-in"`.
@@ -639,7 +641,11 @@ fn parse_model(
             }
             "feature" => {
                 let feature = required_name(path, child)?;
-                if child.attribute("removed") != Some("yes") {
+                // libvirt 11.3 leaves added='yes' features (vmx-* added to old models) out of
+                // the model's CPUID data, as it does removed='yes' ones.
+                if child.attribute("removed") != Some("yes")
+                    && child.attribute("added") != Some("yes")
+                {
                     features.insert(feature.to_owned());
                 }
             }

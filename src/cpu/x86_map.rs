@@ -111,12 +111,18 @@ pub struct X86Model {
     /// `<decode guest=...>`: whether libvirt may pick this model for a guest CPU, such as a
     /// baseline (libvirt 11's versioned aliases such as `Haswell-v2` are `guest='off'`).
     pub decode_guest: bool,
-    /// Its CPUID bits: the ancestor's plus its own features, without `removed='yes'` ones.
+    /// Its CPUID bits: the ancestor's plus its own features, without `removed='yes'` ones and
+    /// without libvirt 11's `added='yes'` ones (see [`X86Model::added`]).
     pub data: CpuData,
     /// Its own `removed='yes'` features, in file order: libvirt lists them as
     /// `policy='disable'` in a guest CPU that does not mention them
     /// (`virCPUx86DisableRemovedFeatures`). Not inherited, as in libvirt.
     pub removed: Vec<String>,
+    /// Its own `added='yes'` features (libvirt 11 marks the `vmx-*` features it added to old
+    /// models so): libvirt 11.3 leaves them out of the model's data, so a baseline or a compare
+    /// treats them as features beyond the model (seen: `virsh cpu-baseline` of a host `Penryn`
+    /// plus `vmx-activity-hlt` requires `vmx-activity-hlt`).
+    pub added: Vec<String>,
 }
 
 /// libvirt's x86 CPU map, loaded from a `cpu_map` directory (see the module docs).
@@ -153,6 +159,7 @@ struct RawModel {
     decode_guest: bool,
     bits: Vec<u32>,
     removed: Vec<String>,
+    added: Vec<String>,
 }
 
 impl X86Map {
@@ -392,6 +399,7 @@ impl Loader {
             decode_guest,
             bits: Vec::new(),
             removed: Vec::new(),
+            added: Vec::new(),
         };
         if let Some(parent) = element("model") {
             let parent = required_name(path, parent)?;
@@ -425,6 +433,8 @@ impl Loader {
             };
             if f.attribute("removed") == Some("yes") {
                 model.removed.push(fname.to_owned());
+            } else if f.attribute("added") == Some("yes") {
+                model.added.push(fname.to_owned());
             } else {
                 model.bits.extend_from_slice(&self.features[*i].1);
             }
@@ -468,6 +478,7 @@ impl Loader {
                     decode_guest: m.decode_guest,
                     data: data(&m.bits),
                     removed: m.removed.clone(),
+                    added: m.added.clone(),
                 })
                 .collect(),
             model_index: self.model_index,
@@ -583,7 +594,7 @@ mod tests {
     fn bits_order_inheritance_and_errors() {
         let dir = std::env::temp_dir().join(format!("vcp-x86map-{}", std::process::id()));
         let models = "<cpus><model name='Base'><decode host='on' guest='on'/><vendor name='Intel'/>\
-            <feature name='a'/><feature name='c' removed='yes'/></model>\
+            <feature name='a'/><feature name='c' removed='yes'/><feature name='ab' added='yes'/></model>\
             <model name='Base-v1'><decode host='on' guest='off'/><model name='Base'/><feature name='b'/></model></cpus>";
         write(
             &dir,
@@ -602,6 +613,8 @@ mod tests {
         let v1 = map.model("Base-v1").unwrap();
         assert_eq!(v1.vendor.as_deref(), Some("Intel"));
         assert!(v1.removed.is_empty(), "removed features are not inherited");
+        assert_eq!(map.model("Base").unwrap().added, ["ab"]);
+        assert!(!map.has_feature(&map.model("Base").unwrap().data, "ab"));
         assert!(!v1.decode_guest && v1.decode_host);
         assert_eq!(map.decode_features(&v1.data), ["a", "b"]);
         // `ab` shares a's and b's bits: it is a name, but decoding takes bits once, in map order.
