@@ -64,6 +64,8 @@ pub struct Comparison {
     pub forbidden: Vec<String>,
     /// Host features the guest does not name (what makes the host a superset).
     pub extra: Vec<String>,
+    /// What the reader must know about this answer (a versioned model).
+    pub notes: Vec<String>,
 }
 
 /// Reads the guest CPU of a domain document or a bare `<cpu>` document.
@@ -158,7 +160,15 @@ pub fn compare(
         missing: Vec::new(),
         forbidden: Vec::new(),
         extra: Vec::new(),
+        notes: Vec::new(),
     };
+    let versioned = guest.cpu.model.as_deref().and_then(|m| map.model(m));
+    if let Some(m) = versioned.filter(|m| !m.decode_guest) {
+        answer.notes.push(format!(
+            "{} is a versioned alias (<decode guest='off'/> in the cpu_map): libvirt 11 judges it through QEMU's own definition of that version, which may have more features and ignores the vendor; this answer uses the cpu_map's definition",
+            m.name
+        ));
+    }
     if let Some(v) = &guest.cpu.vendor {
         if host_cpu.vendor.as_ref() != Some(v) {
             answer.message = Some(format!(

@@ -296,7 +296,7 @@ fn notes(report: &ClusterReport) -> Vec<String> {
 }
 
 /// Writes a comparison as text (one verdict line, then the features named) or as one JSON
-/// object (`guest`, `host`, `result`, `message`, `missing`, `forbidden`, `extra`).
+/// object (`guest`, `host`, `result`, `message`, `missing`, `forbidden`, `extra`, `notes`).
 #[must_use]
 pub fn render_compare(host: &HostFacts, guest: &GuestCpu, c: &Comparison, json: bool) -> String {
     if json {
@@ -308,6 +308,7 @@ pub fn render_compare(host: &HostFacts, guest: &GuestCpu, c: &Comparison, json: 
             "missing": c.missing,
             "forbidden": c.forbidden,
             "extra": c.extra,
+            "notes": c.notes,
         });
         return format!("{v}\n");
     }
@@ -336,6 +337,9 @@ pub fn render_compare(host: &HostFacts, guest: &GuestCpu, c: &Comparison, json: 
     };
     if !c.extra.is_empty() {
         let _ = writeln!(s, "  host has beyond the guest: {}", c.extra.join(", "));
+    }
+    for n in &c.notes {
+        let _ = writeln!(s, "note: {n}");
     }
     s
 }

@@ -248,7 +248,7 @@ impl Oracle {
             || PathBuf::from("/usr/share/libvirt/cpu_map"),
             PathBuf::from,
         );
-        let v = virsh_at(&uri, &["version"]);
+        let v = virsh_at(&uri, &["version", "--daemon"]);
         assert!(
             v.ok,
             "the oracle libvirt does not answer on {uri} (VCP_ORACLE_URI): {}",
