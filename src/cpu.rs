@@ -531,12 +531,18 @@ impl CpuMap {
 /// The elements of `index.xml`'s `<arch>`, in document order, with the children of libvirt 11's
 /// `<group name='...'>` elements (which only gather includes) in place of each group.
 fn arch_entries<'a, 'i>(arch: roxmltree::Node<'a, 'i>) -> Vec<roxmltree::Node<'a, 'i>> {
+    // A stack of sibling iterators, not recursion: --cpu-map may name any directory, and a
+    // deeply nested index.xml must not exhaust the stack.
     let mut out = Vec::new();
-    for child in arch.children().filter(roxmltree::Node::is_element) {
-        if child.has_tag_name("group") {
-            out.extend(arch_entries(child));
-        } else {
-            out.push(child);
+    let mut stack = vec![arch.children()];
+    while let Some(siblings) = stack.last_mut() {
+        match siblings.next() {
+            None => {
+                stack.pop();
+            }
+            Some(n) if n.has_tag_name("group") => stack.push(n.children()),
+            Some(n) if n.is_element() => out.push(n),
+            Some(_) => {}
         }
     }
     out

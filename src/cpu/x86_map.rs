@@ -677,4 +677,22 @@ mod tests {
         assert!(err.contains("Invalid CPU vendor string 'Intel'"), "{err}");
         std::fs::remove_dir_all(&dir).ok();
     }
+
+    #[test]
+    fn deeply_nested_groups_do_not_exhaust_the_stack() {
+        let dir = std::env::temp_dir().join(format!("vcp-x86map-deep-{}", std::process::id()));
+        let depth = 100_000;
+        let index = format!(
+            "<cpus><arch name='x86'>{}<include filename='x86_features.xml'/>{}</arch></cpus>",
+            "<group>".repeat(depth),
+            "</group>".repeat(depth)
+        );
+        write(
+            &dir,
+            &[("index.xml", &index), ("x86_features.xml", FEATURES)],
+        );
+        let map = X86Map::load(&dir).unwrap();
+        assert_eq!(map.features().len(), 4);
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }
