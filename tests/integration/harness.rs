@@ -263,7 +263,7 @@ impl Oracle {
             "oracle: {uri} ({}), cpu_map {}",
             v.stdout
                 .lines()
-                .find(|l| l.contains("library"))
+                .find(|l| l.contains("daemon"))
                 .unwrap_or("?")
                 .trim(),
             cpu_map.display()
