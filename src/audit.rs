@@ -5,7 +5,7 @@
 //! files, so an audit works while libvirtd is down and obeys the hook's rule never to call it.
 //! Host facts are discovered once ([`Host::discover`]) and shared by every file, which is what
 //! makes 1,000 definitions take well under a second; each file's verdict is exactly what
-//! `check` gives it ([`crate::cli::verdict`]).
+//! `check` gives it ([`crate::report::verdict`]).
 //!
 //! Besides the verdict a guest gets the columns an operator reads first: the psABI level its CPU
 //! reaches on this host ([`level_of`]), its vCPU maximum beside the machine type's limit, and the
@@ -16,7 +16,7 @@ use crate::cpu::{Level, default_model, guaranteed_features};
 use crate::domain::{Domain, child, cpu_features, text_of};
 use crate::facts::Facts;
 use crate::finding::Severity;
-use crate::host::{CpuDescription, Host, MachineLimit};
+use crate::host::{Host, MachineLimit};
 use crate::policy::{Plan, Policy};
 use crate::rewrite::{Outcome, rewrite_parsed, rewrite_planned};
 use crate::topology::read_vcpu;
@@ -61,7 +61,7 @@ impl Guest {
     /// The verdict (`conforms`, `needs-rewrite`, `cannot-conform`, `out-of-scope`).
     #[must_use]
     pub fn verdict(&self) -> &'static str {
-        crate::cli::verdict(&self.outcome).0
+        crate::report::verdict(&self.outcome).0
     }
 }
 
@@ -251,7 +251,7 @@ fn judge(text: &str, what: &str, policy: &Policy, host: &Host) -> crate::Result<
 /// each change; for a conforming guest, the rules that matched it. In first-seen order, once each.
 #[must_use]
 pub fn rules_involved(o: &Outcome, plan: &Plan) -> Vec<String> {
-    let names: Vec<String> = match crate::cli::verdict(o).0 {
+    let names: Vec<String> = match crate::report::verdict(o).0 {
         "cannot-conform" => o
             .findings
             .iter()
@@ -271,22 +271,6 @@ pub fn rules_involved(o: &Outcome, plan: &Plan) -> Vec<String> {
         .into_iter()
         .filter(|n| seen.insert(n.clone()))
         .collect()
-}
-
-/// The features a libvirt CPU description gives: its model's (`model_features`, from cpu_map)
-/// plus the listed `require`s, minus the listed `disable`s (domcapabilities' host-model CPU).
-#[must_use]
-pub fn description_features(
-    d: &CpuDescription,
-    model_features: Option<&BTreeSet<String>>,
-) -> BTreeSet<String> {
-    let explicit: Vec<(String, String)> = d
-        .require
-        .iter()
-        .map(|f| (f.clone(), "require".into()))
-        .chain(d.disable.iter().map(|f| (f.clone(), "disable".into())))
-        .collect();
-    guaranteed_features(model_features, &explicit)
 }
 
 /// The psABI level the domain's CPU, as stored, reaches on this host. libvirt reads the first
@@ -310,7 +294,7 @@ pub fn level_of(dom: &Domain<'_>, facts: &Facts<'_>) -> LevelReading {
         .and_then(|d| d.host_model.as_ref())
         .map(|hm| {
             let model = hm.model.as_deref().and_then(|m| facts.model_features(m));
-            description_features(hm, model)
+            hm.features(model)
         });
     let highest = |feats: &BTreeSet<String>| Level::highest(|f| feats.contains(f));
     if mode == "custom" {

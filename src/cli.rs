@@ -24,14 +24,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-/// Exit code: success.
-pub const EXIT_OK: i32 = 0;
-/// Exit code: the domain cannot conform (findings on stderr).
-pub const EXIT_REFUSED: i32 = 1;
-/// Exit code: bad usage or input.
-pub const EXIT_BAD_INPUT: i32 = 2;
-/// Exit code (`check`): conforms only after a rewrite.
-pub const EXIT_NEEDS_REWRITE: i32 = 3;
+pub mod cluster;
+
+pub use crate::report::{
+    EXIT_BAD_INPUT, EXIT_NEEDS_REWRITE, EXIT_OK, EXIT_REFUSED, JSON_SCHEMA_VERSION, report_json,
+    verdict,
+};
 
 /// The parsed command line.
 #[derive(Debug, Parser)]
@@ -67,6 +65,12 @@ pub enum Command {
     /// The libvirt qemu hook: libvirt runs it as `hook GUEST OPERATION SUB-OPERATION EXTRA` with
     /// the domain XML on stdin; exit 1 with one line on stderr refuses the operation.
     Hook(HookCmd),
+    /// One guest CPU every host of a cluster can run (libvirt's baseline), the x86-64 level the
+    /// cluster reaches and the hosts that hold it back; on aarch64, the groups of identical CPUs.
+    Baseline(cluster::BaselineArgs),
+    /// Whether a guest's CPU runs on a host: identical, superset, or incompatible with the
+    /// missing features named (as `virsh hypervisor-cpu-compare`).
+    Compare(cluster::CompareArgs),
 }
 
 /// `hook` arguments: libvirt's four, plus options for tests and dry runs.
@@ -256,6 +260,8 @@ pub fn run(cli: Cli) -> i32 {
         Command::Host(a) => cmd_host(&a),
         Command::Audit(a) => audit::cmd_audit(&a),
         Command::Hook(a) => Ok(cmd_hook(&a)),
+        Command::Baseline(a) => cluster::cmd_baseline(&a),
+        Command::Compare(a) => cluster::cmd_compare(&a),
     };
     match result {
         Ok(code) => code,
@@ -490,48 +496,6 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
         return Err(fail(e));
     }
     Ok(())
-}
-
-/// The verdict on a rewrite's outcome and the exit code `check` gives it.
-#[must_use]
-pub fn verdict(o: &Outcome) -> (&'static str, i32) {
-    if !o.in_scope {
-        ("out-of-scope", EXIT_OK)
-    } else if o.has_errors() {
-        ("cannot-conform", EXIT_REFUSED)
-    } else if o.changed {
-        ("needs-rewrite", EXIT_NEEDS_REWRITE)
-    } else {
-        ("conforms", EXIT_OK)
-    }
-}
-
-/// Version of the JSON reports (`check`, `rewrite --explain --format json`, `host`); README.md
-/// ("JSON output") documents each field.
-pub const JSON_SCHEMA_VERSION: u32 = 1;
-
-/// The JSON report on one domain (README.md, "JSON output").
-#[must_use]
-pub fn report_json(o: &Outcome, policy: &Policy) -> serde_json::Value {
-    let (verdict, code) = verdict(o);
-    // A domain that cannot conform has no rewrite to describe: its changes are not listed (as in
-    // the text report).
-    let changes: &[crate::change::Change] = if verdict == "cannot-conform" {
-        &[]
-    } else {
-        &o.changes
-    };
-    serde_json::json!({
-        "schema_version": JSON_SCHEMA_VERSION,
-        "guest": o.name,
-        "verdict": verdict,
-        "exit": code,
-        "policy": policy.source,
-        "mode": match policy.mode { Mode::Enforce => "enforce", Mode::Audit => "audit" },
-        "changes": changes,
-        "findings": o.findings,
-        "note": o.note,
-    })
 }
 
 fn report_text(o: &Outcome) -> String {

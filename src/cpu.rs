@@ -24,6 +24,8 @@ use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 use std::sync::OnceLock;
 
+pub mod x86_map;
+
 /// x86-64 psABI microarchitecture level.
 ///
 /// The levels are cumulative: every feature of `V1` is also a feature of `V2`,
@@ -378,7 +380,9 @@ pub enum CpuMapError {
 /// features are its resolved features: those of its parent model (if any),
 /// plus its own `<feature name='…'/>` entries, minus entries marked
 /// `removed='yes'` (libvirt keeps those only to disable them explicitly; they
-/// are not part of the model's CPUID data). Feature names are libvirt spellings.
+/// are not part of the model's CPUID data) and entries marked `added='yes'` (libvirt 11's
+/// `vmx-*` additions to old models, which libvirt 11.3 leaves out of the model's data too).
+/// Feature names are libvirt spellings.
 #[derive(Debug, Clone)]
 pub struct CpuMap {
     /// Directory path, or `"built-in"`.
@@ -404,8 +408,8 @@ impl CpuMap {
     /// Load libvirt's `cpu_map` directory (e.g. `/usr/share/libvirt/cpu_map`).
     ///
     /// Reads `index.xml`, follows the `<include filename='…'/>` entries of its
-    /// `<arch name='x86'>` element (models written directly inside that element
-    /// are accepted too), and reads the `<cpus><model name='X'>…</model></cpus>`
+    /// `<arch name='x86'>` element, also inside libvirt 11's `<group>` elements (models
+    /// written directly inside that element are accepted too), and reads the `<cpus><model name='X'>…</model></cpus>`
     /// elements of each included file; other elements (vendors, feature
     /// definitions, signatures) and XML comments are ignored. A model's
     /// `<model name='Parent'/>` child makes it inherit the parent's features
@@ -432,7 +436,7 @@ impl CpuMap {
             .filter(|n| n.has_tag_name("arch") && n.attribute("name") == Some("x86"));
         for arch in arches {
             found_arch = true;
-            for child in arch.children().filter(roxmltree::Node::is_element) {
+            for child in arch_entries(arch) {
                 match child.tag_name().name() {
                     "include" => {
                         let path = include_path(dir, &index_path, child)?;
@@ -569,6 +573,26 @@ impl CpuMap {
     }
 }
 
+/// The elements of `index.xml`'s `<arch>`, in document order, with the children of libvirt 11's
+/// `<group name='...'>` elements (which only gather includes) in place of each group.
+fn arch_entries<'a, 'i>(arch: roxmltree::Node<'a, 'i>) -> Vec<roxmltree::Node<'a, 'i>> {
+    // A stack of sibling iterators, not recursion: --cpu-map may name any directory, and a
+    // deeply nested index.xml must not exhaust the stack.
+    let mut out = Vec::new();
+    let mut stack = vec![arch.children()];
+    while let Some(siblings) = stack.last_mut() {
+        match siblings.next() {
+            None => {
+                stack.pop();
+            }
+            Some(n) if n.has_tag_name("group") => stack.push(n.children()),
+            Some(n) if n.is_element() => out.push(n),
+            Some(_) => {}
+        }
+    }
+    out
+}
+
 /// Reads one `cpu_map` model file (`<cpus><model name=...>...</cpus>`) into `raw`.
 fn read_model_file(path: &Path, raw: &mut BTreeMap<String, RawModel>) -> Result<(), CpuMapError> {
     let text = read_file(path)?;
@@ -668,7 +692,11 @@ fn parse_model(
             }
             "feature" => {
                 let feature = required_name(path, child)?;
-                if child.attribute("removed") != Some("yes") {
+                // libvirt 11.3 leaves added='yes' features (vmx-* added to old models) out of
+                // the model's CPUID data, as it does removed='yes' ones.
+                if child.attribute("removed") != Some("yes")
+                    && child.attribute("added") != Some("yes")
+                {
                     features.insert(feature.to_owned());
                 }
             }

@@ -213,7 +213,7 @@ pub fn apply_judged(
         .find(|f| f.severity == crate::finding::Severity::Error);
     let judged = |report, failure| Applied {
         report,
-        verdict: Some(crate::cli::verdict(&outcome).0),
+        verdict: Some(crate::report::verdict(&outcome).0),
         rules: crate::audit::rules_involved(&outcome, &crate::policy::Plan::default()),
         code: error.map(|f| f.code),
         failure,

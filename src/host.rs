@@ -111,6 +111,21 @@ pub struct CpuDescription {
     pub disable: BTreeSet<String>,
 }
 
+impl CpuDescription {
+    /// The features it gives: its model's (`model_features`, from cpu_map) plus the listed
+    /// `require`s, minus the listed `disable`s (domcapabilities' host-model CPU is written so).
+    #[must_use]
+    pub fn features(&self, model_features: Option<&BTreeSet<String>>) -> BTreeSet<String> {
+        let explicit: Vec<(String, String)> = self
+            .require
+            .iter()
+            .map(|f| (f.clone(), "require".into()))
+            .chain(self.disable.iter().map(|f| (f.clone(), "disable".into())))
+            .collect();
+        crate::cpu::guaranteed_features(model_features, &explicit)
+    }
+}
+
 /// One `virsh domcapabilities` document.
 #[derive(Debug, Clone, Default)]
 pub struct DomCaps {
@@ -416,6 +431,15 @@ impl Host {
                 })
             })
             .as_ref()
+    }
+
+    /// The host-model CPU of `d` (its model's name) and the psABI level it reaches, by its model's
+    /// features (cpu_map) and the ones listed; None when `d` has no host-model CPU.
+    pub fn host_model_level(&self, d: &DomCaps) -> Option<(String, Option<crate::cpu::Level>)> {
+        let hm = d.host_model.as_ref()?;
+        let model = hm.model.clone().unwrap_or_else(|| "(none)".into());
+        let feats = hm.features(self.model_features(&model).as_ref());
+        Some((model, crate::cpu::Level::highest(|f| feats.contains(f))))
     }
 
     /// Machine types from libvirt's QEMU capability cache for the domain's emulator (or, without

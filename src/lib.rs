@@ -26,18 +26,20 @@ pub mod topology;
 // The plan.
 pub mod policy;
 
-// Host facts: where they come from, then the ones one domain needs.
+// Host facts: where they come from, then the ones one domain needs, then a cluster's.
+pub mod cluster;
 pub mod facts;
 pub mod host;
 
 // The checks of a result, then the desired CPU/vCPU and the edits that reach it (the rewrite
 // validates what it writes).
 pub mod edit;
+pub mod report;
 pub mod rewrite;
 pub mod validate;
 
-// Front ends, and what they share: the fleet view (`audit` over stored definitions, Prometheus
-// metrics).
+// The verdict on one domain, the fleet view (Prometheus metrics, `audit` over stored
+// definitions), then the front ends.
 pub mod audit;
 pub mod cli;
 #[cfg(feature = "daemon")]

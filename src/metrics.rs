@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
 /// The verdicts a guest can have (the `verdict` label), as `check` names them
-/// ([`crate::cli::verdict`]).
+/// ([`crate::report::verdict`]).
 pub const VERDICTS: [&str; 4] = [
     "conforms",
     "needs-rewrite",
@@ -113,7 +113,7 @@ pub fn host_level(host: &Host) -> HostLevel {
         .domcaps
         .iter()
         .find(|d| d.arch == "x86_64" && d.virt_type == "kvm");
-    if let Some((_, level)) = domcaps.and_then(|d| crate::cli::host::host_model_level(host, d)) {
+    if let Some((_, level)) = domcaps.and_then(|d| host.host_model_level(d)) {
         return HostLevel {
             level,
             source: "domcapabilities",

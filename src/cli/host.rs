@@ -233,15 +233,6 @@ fn others_text(others: &[(&str, u32)], verbose: bool) -> String {
     )
 }
 
-/// The level a host-model CPU reaches, by its model's features (cpu_map) and the listed ones;
-/// with the model's name ("(none)" when domcapabilities name none).
-pub(crate) fn host_model_level(host: &Host, d: &DomCaps) -> Option<(String, Option<Level>)> {
-    let hm = d.host_model.as_ref()?;
-    let model = hm.model.clone().unwrap_or_else(|| "(none)".into());
-    let feats = crate::audit::description_features(hm, host.model_features(&model).as_ref());
-    Some((model, Level::highest(|f| feats.contains(f))))
-}
-
 fn domcaps_text(host: &Host, d: &DomCaps) -> String {
     let mut s = format!(
         "domcapabilities: {} {} {}: vcpu max {}, modes {} (from {})\n",
@@ -252,7 +243,7 @@ fn domcaps_text(host: &Host, d: &DomCaps) -> String {
         d.modes.iter().cloned().collect::<Vec<_>>().join(","),
         d.source
     );
-    if let (Some(hm), Some((model, level))) = (&d.host_model, host_model_level(host, d)) {
+    if let (Some(hm), Some((model, level))) = (&d.host_model, host.host_model_level(d)) {
         let level = level.map_or("below x86-64-v1".into(), |l| l.to_string());
         s.push_str(&format!(
             "  host-model: {model} + {} required, {} disabled: reaches {level}\n",
@@ -291,7 +282,7 @@ pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
         .domcaps
         .iter()
         .map(|d| {
-            let hm = host_model_level(host, d).map(|(model, level)| {
+            let hm = host.host_model_level(d).map(|(model, level)| {
                 let hm = d.host_model.as_ref();
                 json!({"model": model,
                        "require": hm.map(|h| h.require.iter().collect::<Vec<_>>()),

@@ -270,17 +270,9 @@ fn host_model_features(
     explicit: &[(String, String)],
 ) -> Option<BTreeSet<String>> {
     let hm = facts.domcaps?.host_model.as_ref()?;
-    let model_feats = hm.model.as_deref().and_then(|m| facts.model_features(m));
-    let mut host_explicit: Vec<(String, String)> = hm
-        .require
-        .iter()
-        .map(|f| (f.clone(), "require".to_string()))
-        .chain(
-            hm.disable
-                .iter()
-                .map(|f| (f.clone(), "disable".to_string())),
-        )
-        .collect();
-    host_explicit.extend(explicit.iter().filter(|(_, p)| !policy_present(p)).cloned());
-    Some(guaranteed_features(model_feats, &host_explicit))
+    let mut feats = hm.features(hm.model.as_deref().and_then(|m| facts.model_features(m)));
+    for (name, _) in explicit.iter().filter(|(_, p)| !policy_present(p)) {
+        feats.remove(name);
+    }
+    Some(feats)
 }

@@ -79,10 +79,10 @@ impl Drop for Cleanup {
 }
 
 /// xorshift64*: deterministic and dependency-free.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -91,11 +91,11 @@ impl Rng {
         x.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
     /// Uniform in 0..n (n > 0).
-    fn below(&mut self, n: u32) -> u32 {
+    pub(crate) fn below(&mut self, n: u32) -> u32 {
         u32::try_from(self.next() % u64::from(n)).unwrap()
     }
     /// Uniform in a..=b.
-    fn range(&mut self, a: u32, b: u32) -> u32 {
+    pub(crate) fn range(&mut self, a: u32, b: u32) -> u32 {
         a + self.below(b - a + 1)
     }
     /// True with probability pct/100.

@@ -28,11 +28,16 @@ pub struct Case {
 
 /// Every case folder, sorted by name.
 pub fn cases() -> Vec<Case> {
-    let dir = root().join("tests/cases");
+    cases_in("tests/cases", "input.xml")
+}
+
+/// The folders of `rel` (under the project root) that hold a file `marker`, sorted by name.
+pub fn cases_in(rel: &str, marker: &str) -> Vec<Case> {
+    let dir = root().join(rel);
     let mut v: Vec<Case> = std::fs::read_dir(&dir)
-        .expect("tests/cases exists")
+        .unwrap_or_else(|e| panic!("{rel}: {e}"))
         .filter_map(|e| e.ok())
-        .filter(|e| e.path().join("input.xml").exists())
+        .filter(|e| e.path().join(marker).exists())
         .map(|e| Case {
             name: e.file_name().to_string_lossy().into_owned(),
             dir: e.path(),
@@ -143,14 +148,7 @@ fn check_case(case: &Case) -> Result<bool, String> {
                 case.name, again.code, again.stderr
             ));
         }
-        let want_check: i32 = std::fs::read_to_string(case.dir.join("expected-check"))
-            .ok()
-            .and_then(|t| {
-                t.trim()
-                    .strip_prefix("exit ")
-                    .and_then(|n| n.trim().parse().ok())
-            })
-            .unwrap_or(0);
+        let want_check = crate::harness::exit_file(&case.dir.join("expected-check")).unwrap_or(0);
         let chk = case.run("check", &[], &exp).unwrap();
         if chk.code != want_check {
             return Err(format!(
@@ -196,23 +194,5 @@ fn check_case(case: &Case) -> Result<bool, String> {
 
 #[test]
 fn golden_cases() {
-    let all = cases();
-    assert!(!all.is_empty(), "no cases under tests/cases");
-    let mut failures = Vec::new();
-    let mut ran = 0;
-    for c in &all {
-        match check_case(c) {
-            Ok(true) => ran += 1,
-            Ok(false) => {}
-            Err(e) => failures.push(e),
-        }
-    }
-    eprintln!("golden: {ran} of {} cases ran", all.len());
-    assert!(
-        failures.is_empty(),
-        "{} failing case(s):\n\n{}",
-        failures.len(),
-        failures.join("\n\n")
-    );
-    assert!(ran > 0, "no golden case ran");
+    crate::harness::run_cases("golden", &cases(), check_case);
 }

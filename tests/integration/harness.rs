@@ -153,6 +153,39 @@ impl Drop for Scratch {
     }
 }
 
+/// Runs `check` on every case of a data-driven suite: `Ok(true)` ran, `Ok(false)` skipped (the
+/// check says why on stderr), `Err` a failure. Panics with every failure, or when no case ran: a
+/// suite that skipped everything has checked nothing.
+pub fn run_cases<C>(label: &str, cases: &[C], check: impl Fn(&C) -> Result<bool, String>) {
+    assert!(!cases.is_empty(), "no {label} cases");
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for c in cases {
+        match check(c) {
+            Ok(true) => ran += 1,
+            Ok(false) => {}
+            Err(e) => failures.push(e),
+        }
+    }
+    eprintln!("{label}: {ran} of {} cases ran", cases.len());
+    assert!(
+        failures.is_empty(),
+        "{} failing case(s):\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+    assert!(ran > 0, "no {label} case ran");
+}
+
+/// The code of an `exit N` file, None when the file is absent or says something else.
+pub fn exit_file(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok().and_then(|t| {
+        t.trim()
+            .strip_prefix("exit ")
+            .and_then(|n| n.trim().parse().ok())
+    })
+}
+
 /// A path as an argument.
 pub fn s(p: &Path) -> String {
     p.display().to_string()

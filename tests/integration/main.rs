@@ -5,6 +5,8 @@
 
 mod audit;
 mod cli;
+mod cluster;
+mod cluster_oracle;
 mod corpus;
 mod differential;
 mod golden;

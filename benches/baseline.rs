@@ -1,0 +1,91 @@
+//! The cluster baseline over 100 host facts files (issue 13), in the library: reading the facts,
+//! loading libvirt's cpu_map and the baseline, each timed by criterion, then the three together
+//! as `baseline_from_files` does them. Whole-process figures beside `virsh cpu-baseline` are
+//! `bench/baseline`'s.
+//!
+//! The hosts are the Intel CPUs of `../shared/corpus/libvirt-cputestdata` that the cpu_map knows,
+//! repeated under 100 names in a scratch directory. The cpu_map is `VCP_ORACLE_CPU_MAP` (default
+//! /usr/share/libvirt/cpu_map). Without the corpus or the cpu_map the bench says so and stops.
+//!
+//! `cargo bench --bench baseline`, or `cargo bench --bench baseline -- --test` (each once).
+
+use criterion::Criterion;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use virt_cpu_policy::cluster::{ClusterOptions, analyze, baseline_from_files, facts};
+use virt_cpu_policy::cpu::x86_map::X86Map;
+
+/// Writes the 100 hosts into a scratch directory; None (said on stderr) when something is missing.
+fn hosts(map: &Path) -> Option<PathBuf> {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/libvirt-cputestdata");
+    let Ok(entries) = std::fs::read_dir(&corpus) else {
+        eprintln!(
+            "bench baseline: {} not found; nothing measured",
+            corpus.display()
+        );
+        return None;
+    };
+    let Ok(x86) = X86Map::load(map) else {
+        eprintln!(
+            "bench baseline: no cpu_map at {}; nothing measured",
+            map.display()
+        );
+        return None;
+    };
+    let mut usable: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with("-host.xml"))
+        .filter(|p| {
+            facts::read_hosts(std::slice::from_ref(p)).is_ok_and(|h| {
+                let cpu = h[0].cpu.as_ref();
+                cpu.and_then(|c| c.vendor.as_deref()) == Some("Intel")
+                    && analyze(h, Some(&x86), &ClusterOptions::default()).is_ok()
+            })
+        })
+        .collect();
+    usable.sort();
+    if usable.is_empty() {
+        eprintln!(
+            "bench baseline: no corpus CPU readable with {}",
+            map.display()
+        );
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("vcp-bench-baseline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).ok()?;
+    for i in 0..100 {
+        std::fs::copy(
+            &usable[i % usable.len()],
+            dir.join(format!("host-{i:03}.xml")),
+        )
+        .ok()?;
+    }
+    Some(dir)
+}
+
+fn main() {
+    let map = std::env::var_os("VCP_ORACLE_CPU_MAP").map_or_else(
+        || PathBuf::from("/usr/share/libvirt/cpu_map"),
+        PathBuf::from,
+    );
+    let Some(dir) = hosts(&map) else { return };
+    let paths = vec![dir.clone()];
+    let opts = ClusterOptions::default();
+    let mut c = Criterion::default().configure_from_args();
+    c.bench_function("read 100 facts files", |b| {
+        b.iter(|| black_box(facts::read_hosts(&paths).expect("facts")));
+    });
+    c.bench_function("load the x86 cpu_map", |b| {
+        b.iter(|| black_box(X86Map::load(&map).expect("cpu_map")));
+    });
+    let x86 = X86Map::load(&map).expect("cpu_map");
+    let read = facts::read_hosts(&paths).expect("facts");
+    c.bench_function("analyze 100 hosts (baseline, levels, groups)", |b| {
+        b.iter(|| black_box(analyze(read.clone(), Some(&x86), &opts).expect("baseline")));
+    });
+    c.bench_function("baseline_from_files, 100 files", |b| {
+        b.iter(|| black_box(baseline_from_files(&paths, &map, &opts).expect("baseline")));
+    });
+    c.final_summary();
+    let _ = std::fs::remove_dir_all(&dir);
+}

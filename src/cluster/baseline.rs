@@ -1,0 +1,558 @@
+//! libvirt's x86 CPU baseline, computed the way libvirt computes it for
+//! `virsh cpu-baseline` (`virCPUx86Baseline` and `x86Decode` in libvirt's `src/cpu/cpu_x86.c`).
+//!
+//! The hosts' CPUs are turned into CPUID data (model data plus required features), intersected
+//! bit by bit, and the intersection is "decoded": every guest model of the cpu_map is tried,
+//! newest first, as "this model, plus the features it lacks (`require`), minus the features the
+//! hosts lack (`disable`)", and the candidate with the shortest list wins, disabled features
+//! weighing more. A model one of the hosts is named after wins outright when all hosts share it,
+//! and is preferred on ties otherwise. The quirks of libvirt's scoring are kept on purpose (see
+//! [`score`]): the point is to give the answer libvirt gives.
+//!
+//! One deliberate difference: libvirt refuses hosts of different vendors ("CPU vendors do not
+//! match"). With [`BaselineOptions::vendor_neutral`] the intersection is decoded instead as
+//! libvirt decodes CPU data that names no vendor: every vendor's guest models are candidates, no
+//! model is preferred, and the result has no `<vendor>` (the guest then sees the chosen model's
+//! own vendor string on every host).
+
+use super::ClusterError;
+use super::facts::{CpuDef, FeaturePolicy};
+use crate::cpu::x86_map::{CpuData, X86Map, X86Model};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// Which features of a CPU definition make its data: libvirt's `policy` argument of
+/// `x86ModelFromCPU`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Select {
+    /// Everything the CPU has (libvirt's `-1`): the model's features, plus `force`/`require`,
+    /// minus `disable`/`forbid`, in document order; `optional` ignored.
+    All,
+    /// Only the features of this policy (plus the model's own for `require`).
+    Policy(FeaturePolicy),
+}
+
+/// The CPUID data of `cpu` (libvirt's `x86ModelFromCPU`). `path` names the file in errors.
+///
+/// # Errors
+/// [`ClusterError::UnknownModel`] / [`ClusterError::UnknownFeature`] for names the map lacks
+/// (libvirt: "Unknown CPU model %s", "Unknown CPU feature %s").
+pub fn cpu_data(
+    map: &X86Map,
+    cpu: &CpuDef,
+    select: Select,
+    path: &Path,
+) -> Result<CpuData, ClusterError> {
+    let mut data = map.empty_data();
+    let with_model = matches!(select, Select::All | Select::Policy(FeaturePolicy::Require));
+    if let (Some(model), true) = (&cpu.model, with_model) {
+        let found = map.model(model).ok_or_else(|| ClusterError::UnknownModel {
+            path: path.to_owned(),
+            model: model.clone(),
+            map: map.source().to_owned(),
+        })?;
+        data.add(&found.data);
+    }
+    for (name, policy) in &cpu.features {
+        let take = match select {
+            Select::All => *policy != FeaturePolicy::Optional,
+            Select::Policy(p) => *policy == p,
+        };
+        if !take {
+            continue;
+        }
+        let feature = map
+            .feature(name)
+            .ok_or_else(|| ClusterError::UnknownFeature {
+                path: path.to_owned(),
+                feature: name.clone(),
+                map: map.source().to_owned(),
+            })?;
+        match (select, policy) {
+            (Select::All, FeaturePolicy::Disable | FeaturePolicy::Forbid) => {
+                data.subtract(&feature.data);
+            }
+            _ => data.add(&feature.data),
+        }
+    }
+    Ok(data)
+}
+
+/// Features libvirt's QEMU driver never passes to QEMU and drops from every baseline it prints
+/// (`virQEMUCapsCPUFilterFeatures` in libvirt's `src/qemu/qemu_capabilities.c`, applied by
+/// `qemuConnectBaselineCPU`): QEMU never supported them or dropped them as useless. A host CPU
+/// may list them (`virsh capabilities` decodes them from CPUID); a guest CPU never has them.
+pub const QEMU_DROPPED_FEATURES: [&str; 5] = ["cmt", "mbm_total", "mbm_local", "osxsave", "ospke"];
+
+/// `cpu` without [`QEMU_DROPPED_FEATURES`].
+fn drop_qemu_unknown(mut cpu: Decoded) -> Decoded {
+    for list in [&mut cpu.require, &mut cpu.disable] {
+        list.retain(|f| !QEMU_DROPPED_FEATURES.contains(&f.as_str()));
+    }
+    cpu
+}
+
+/// One CPU going into a baseline: what libvirt reads of each `<cpu>` given to `cpu-baseline`.
+#[derive(Debug, Clone)]
+pub struct InputCpu<'a> {
+    /// `<model>`.
+    pub model: Option<&'a str>,
+    /// `<vendor>`.
+    pub vendor: Option<&'a str>,
+    /// Its data ([`cpu_data`] with [`Select::All`]).
+    pub data: CpuData,
+}
+
+/// How to compute a baseline.
+#[derive(Debug, Clone, Default)]
+pub struct BaselineOptions<'a> {
+    /// Only these models may be chosen (the models every host lists `usable='yes'`); None: any.
+    /// libvirt's `hypervisor-cpu-baseline` restricts likewise to the hypervisor's models.
+    pub usable: Option<&'a BTreeSet<String>>,
+    /// Drop features libvirt marks `migratable='no'` (`invtsc`...) from the result, as
+    /// `virsh cpu-baseline --migratable` does.
+    pub migratable: bool,
+    /// Decode hosts of different vendors vendor-neutrally instead of refusing them (module docs).
+    pub vendor_neutral: bool,
+}
+
+/// A decoded guest CPU: libvirt's `<cpu mode='custom'>` with a model, `require` and `disable`
+/// features.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decoded {
+    /// `<model>`.
+    pub model: String,
+    /// `<vendor>` as decoded (the hosts' vendor), None when the data names none.
+    pub vendor: Option<String>,
+    /// Features the model lacks and the data has, in map order.
+    pub require: Vec<String>,
+    /// Features the model has and the data lacks (map order), then the model's `removed='yes'`
+    /// features not already listed (libvirt's `virCPUx86DisableRemovedFeatures`).
+    pub disable: Vec<String>,
+}
+
+/// A cluster's baseline CPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Baseline {
+    /// The decoded CPU; its `vendor` is what libvirt writes: None when a host names no vendor
+    /// or the result is vendor-neutral.
+    pub cpu: Decoded,
+    /// `<model fallback='forbid'>`: libvirt writes it when every host has this very model.
+    pub fallback_forbid: bool,
+    /// The hosts' common data (what the decoded CPU describes, before `migratable` pruning and
+    /// before [`QEMU_DROPPED_FEATURES`] are dropped).
+    pub data: CpuData,
+    /// libvirt's refusal that the vendor-neutral result stands in for ("CPU vendors do not
+    /// match", "CPU vendor X of model Y differs from vendor Z"); None when libvirt agrees.
+    pub vendor_mix: Option<String>,
+}
+
+impl Baseline {
+    /// The guest's features: the model's, plus `require`, minus `disable` (libvirt names, map
+    /// order). This equals the set `virsh cpu-baseline --features` lists as `require`.
+    #[must_use]
+    pub fn effective_features<'m>(&self, map: &'m X86Map) -> Vec<&'m str> {
+        let mut data = map
+            .model(&self.cpu.model)
+            .map_or_else(|| map.empty_data(), |m| m.data.clone());
+        for (names, add) in [(&self.cpu.require, true), (&self.cpu.disable, false)] {
+            for f in names.iter().filter_map(|n| map.feature(n)) {
+                if add {
+                    data.add(&f.data);
+                } else {
+                    data.subtract(&f.data);
+                }
+            }
+        }
+        map.decode_features(&data)
+    }
+}
+
+/// The baseline of `cpus` (libvirt's `virCPUx86Baseline`, then `x86Decode`), without
+/// [`QEMU_DROPPED_FEATURES`] as libvirt's QEMU driver prints it.
+///
+/// # Errors
+/// [`ClusterError::Incompatible`] with libvirt's message: "CPUs are incompatible" (nothing in
+/// common), "Cannot find suitable CPU model for given data" (no model allowed), and, unless
+/// `vendor_neutral`, the vendor refusals. `NoHosts` for an empty list.
+pub fn baseline(
+    map: &X86Map,
+    cpus: &[InputCpu<'_>],
+    opts: &BaselineOptions<'_>,
+) -> Result<Baseline, ClusterError> {
+    let Some((first, rest)) = cpus.split_first() else {
+        return Err(ClusterError::NoHosts);
+    };
+    let mut output_vendor = first.vendor.is_some();
+    let mut vendor = first.vendor;
+    let mut names: Vec<&str> = first.model.into_iter().collect();
+    let mut data = first.data.clone();
+    let mut vendor_mix: Option<String> = None;
+    for cpu in rest {
+        if let Some(m) = cpu.model.filter(|m| !names.contains(m)) {
+            names.push(m);
+        }
+        let model_vendor = cpu
+            .model
+            .and_then(|m| map.model(m))
+            .and_then(|m| m.vendor.as_deref());
+        if let (Some(v), Some(mv), Some(m)) = (cpu.vendor, model_vendor, cpu.model) {
+            if v != mv && vendor_mix.is_none() {
+                vendor_mix = Some(format!(
+                    "CPU vendor {mv} of model {m} differs from vendor {v}"
+                ));
+            }
+        }
+        let vn = if cpu.vendor.is_some() {
+            cpu.vendor
+        } else {
+            output_vendor = false;
+            model_vendor
+        };
+        match (vendor, vn) {
+            (None, Some(_)) => vendor = vn,
+            (Some(v), Some(n)) if v != n && vendor_mix.is_none() => {
+                vendor_mix = Some("CPU vendors do not match".into());
+            }
+            _ => {}
+        }
+        data.intersect(&cpu.data);
+    }
+    if data.is_empty() {
+        return Err(ClusterError::Incompatible("CPUs are incompatible".into()));
+    }
+    let Some(mix) = vendor_mix else {
+        let cpu = drop_qemu_unknown(decode(map, &data, vendor, &names, opts)?);
+        let fallback_forbid = names.len() == 1 && cpu.model == names[0];
+        let cpu = Decoded {
+            vendor: cpu.vendor.filter(|_| output_vendor),
+            ..cpu
+        };
+        return Ok(Baseline {
+            cpu,
+            fallback_forbid,
+            data,
+            vendor_mix: None,
+        });
+    };
+    if !opts.vendor_neutral {
+        return Err(ClusterError::Incompatible(mix));
+    }
+    let cpu = drop_qemu_unknown(decode(map, &data, None, &[], opts)?);
+    Ok(Baseline {
+        cpu,
+        fallback_forbid: false,
+        data,
+        vendor_mix: Some(mix),
+    })
+}
+
+/// A candidate's feature list: (name, disabled) in libvirt's order (`x86DataToCPU`).
+type FeatureList = Vec<(String, bool)>;
+
+/// Decodes `data` into a guest CPU (libvirt's `x86Decode` for a guest CPU definition, with the
+/// vendor `vendor` and the preferred models `preferred`).
+///
+/// # Errors
+/// [`ClusterError::Incompatible`] ("Cannot find suitable CPU model for given data") when no model
+/// is a candidate.
+pub fn decode(
+    map: &X86Map,
+    data: &CpuData,
+    vendor: Option<&str>,
+    preferred: &[&str],
+    opts: &BaselineOptions<'_>,
+) -> Result<Decoded, ClusterError> {
+    let mut best: Option<(&X86Model, FeatureList)> = None;
+    for model in map.models().iter().rev() {
+        if opts.usable.is_some_and(|u| !u.contains(&model.name)) {
+            continue;
+        }
+        if let (Some(v), Some(mv)) = (vendor, &model.vendor) {
+            if v != mv {
+                continue;
+            }
+        }
+        if !model.decode_guest {
+            continue;
+        }
+        let list = candidate(map, data, model);
+        let is_preferred = preferred.contains(&model.name.as_str());
+        if is_preferred && preferred.len() == 1 {
+            best = Some((model, list));
+            break;
+        }
+        let better = match &best {
+            None => true,
+            Some((_, current)) => is_better(current, &list, is_preferred),
+        };
+        if better {
+            best = Some((model, list));
+        }
+    }
+    let Some((model, list)) = best else {
+        return Err(ClusterError::Incompatible(
+            "Cannot find suitable CPU model for given data".into(),
+        ));
+    };
+    let kept = list
+        .into_iter()
+        .filter(|(name, _)| !opts.migratable || map.feature(name).is_none_or(|f| f.migratable));
+    let (disable, require): (Vec<_>, Vec<_>) = kept.partition(|(_, disabled)| *disabled);
+    Ok(Decoded {
+        model: model.name.clone(),
+        vendor: vendor.map(str::to_owned),
+        require: require.into_iter().map(|(n, _)| n).collect(),
+        disable: disable.into_iter().map(|(n, _)| n).collect(),
+    })
+}
+
+/// `model`'s feature list for `data`: what the data has beyond the model (required), then what
+/// the model has beyond the data (disabled), then the model's removed features not yet listed.
+fn candidate(map: &X86Map, data: &CpuData, model: &X86Model) -> FeatureList {
+    let mut list: FeatureList = map
+        .decode_features(&data.minus(&model.data))
+        .into_iter()
+        .map(|n| (n.to_owned(), false))
+        .collect();
+    list.extend(
+        map.decode_features(&model.data.minus(data))
+            .into_iter()
+            .map(|n| (n.to_owned(), true)),
+    );
+    for removed in &model.removed {
+        if !list.iter().any(|(n, _)| n == removed) {
+            list.push((removed.clone(), true));
+        }
+    }
+    list
+}
+
+/// libvirt's score of a guest candidate (`virCPUx86CompareCandidateFeatureList`): (total,
+/// disabled), where each disabled feature costs 2, 3, 4... instead of 1.
+///
+/// libvirt counts disabled features in a loop whose bound is the enabled count, which it lowers
+/// as it meets disabled features; since disabled features come last, the last few are never
+/// counted. That is kept, or the model choice would differ from libvirt's.
+#[must_use]
+pub fn score(list: &[(String, bool)]) -> (usize, usize) {
+    let mut enabled = list.len();
+    let mut disabled = 0;
+    let mut penalty = 2;
+    let mut i = 0;
+    while i < enabled {
+        if list[i].1 {
+            enabled -= 1;
+            disabled += penalty;
+            penalty += 1;
+        }
+        i += 1;
+    }
+    (enabled + disabled, disabled)
+}
+
+/// Whether `candidate` beats `current` (the rest of `x86DecodeUseCandidate`).
+fn is_better(current: &[(String, bool)], candidate: &[(String, bool)], preferred: bool) -> bool {
+    let (cur_total, cur_disabled) = score(current);
+    let (total, disabled) = score(candidate);
+    total < cur_total
+        || (total == cur_total && disabled < cur_disabled)
+        || (preferred && disabled < cur_disabled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(spec: &str) -> FeatureList {
+        spec.chars()
+            .enumerate()
+            .map(|(i, c)| (format!("f{i}"), c == 'd'))
+            .collect()
+    }
+
+    #[test]
+    fn score_keeps_libvirts_shrinking_bound() {
+        assert_eq!(score(&list("")), (0, 0));
+        assert_eq!(score(&list("rrr")), (3, 0));
+        // 6 required + 4 disabled: the loop stops after the second disabled feature.
+        assert_eq!(score(&list("rrrrrrdddd")), (8 + 5, 5));
+        assert_eq!(score(&list("d")), (2, 2));
+        assert_eq!(score(&list("dd")), (1 + 2, 2));
+        assert_eq!(score(&list("rd")), (1 + 2, 2));
+    }
+
+    #[test]
+    fn better_candidates() {
+        // Fewer features wins; on a tie, fewer disabled; a preferred model wins on fewer disabled.
+        assert!(is_better(&list("rrrr"), &list("rrr"), false));
+        assert!(!is_better(&list("rrr"), &list("rrr"), false));
+        assert!(is_better(&list("rrrd"), &list("rrrrr"), false));
+        assert!(is_better(&list("rd"), &list("rrrrrrrr"), true));
+        assert!(!is_better(&list("rd"), &list("rrrrrrrr"), false));
+    }
+
+    fn map() -> Option<X86Map> {
+        let dir = Path::new(crate::host::DEFAULT_CPU_MAP);
+        if !dir.join("index.xml").exists() {
+            eprintln!("skipping: {} not present", dir.display());
+            return None;
+        }
+        Some(X86Map::load(dir).unwrap())
+    }
+
+    fn cpu(map: &X86Map, model: &str, extra: &[&str]) -> CpuData {
+        let def = CpuDef {
+            model: Some(model.into()),
+            vendor: None,
+            features: extra
+                .iter()
+                .map(|f| ((*f).to_string(), FeaturePolicy::Require))
+                .collect(),
+        };
+        cpu_data(map, &def, Select::All, Path::new("test")).unwrap()
+    }
+
+    #[test]
+    fn model_itself_decodes_to_itself() {
+        let Some(map) = map() else { return };
+        for name in [
+            "Nehalem",
+            "SandyBridge",
+            "Haswell-noTSX",
+            "EPYC-Rome",
+            "Skylake-Server",
+        ] {
+            let data = cpu(&map, name, &[]);
+            let vendor = map.model(name).unwrap().vendor.as_deref();
+            let d = decode(&map, &data, vendor, &[name], &BaselineOptions::default()).unwrap();
+            assert_eq!(d.model, name);
+            assert!(d.require.is_empty(), "{name}: {:?}", d.require);
+            // Without a preference the model may differ, the features may not.
+            let free = decode(&map, &data, vendor, &[], &BaselineOptions::default()).unwrap();
+            let b = Baseline {
+                cpu: free,
+                fallback_forbid: false,
+                data: data.clone(),
+                vendor_mix: None,
+            };
+            assert_eq!(
+                b.effective_features(&map),
+                map.decode_features(&data),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn vendors_and_usable_models() {
+        let Some(map) = map() else { return };
+        let intel = InputCpu {
+            model: Some("IvyBridge"),
+            vendor: Some("Intel"),
+            data: cpu(&map, "IvyBridge", &["vmx"]),
+        };
+        let amd = InputCpu {
+            model: Some("Opteron_G4"),
+            vendor: Some("AMD"),
+            data: cpu(&map, "Opteron_G4", &["svm"]),
+        };
+        let strict = BaselineOptions::default();
+        let e = baseline(&map, &[intel.clone(), amd.clone()], &strict).unwrap_err();
+        assert_eq!(e.to_string(), "CPU vendors do not match");
+        let neutral = BaselineOptions {
+            vendor_neutral: true,
+            ..BaselineOptions::default()
+        };
+        let b = baseline(&map, &[intel.clone(), amd], &neutral).unwrap();
+        assert_eq!(b.cpu.vendor, None);
+        assert_eq!(b.vendor_mix.as_deref(), Some("CPU vendors do not match"));
+        let eff: BTreeSet<&str> = b.effective_features(&map).into_iter().collect();
+        assert!(eff.contains("sse4.2") && !eff.contains("vmx") && !eff.contains("svm"));
+
+        let one = baseline(&map, std::slice::from_ref(&intel), &strict).unwrap();
+        assert_eq!(one.cpu.model, "IvyBridge");
+        assert!(one.fallback_forbid);
+        assert_eq!(one.cpu.require, ["vmx"]);
+        assert_eq!(one.cpu.vendor.as_deref(), Some("Intel"));
+
+        let usable: BTreeSet<String> = ["Nehalem".to_string()].into();
+        let only = BaselineOptions {
+            usable: Some(&usable),
+            ..BaselineOptions::default()
+        };
+        let r = baseline(&map, std::slice::from_ref(&intel), &only).unwrap();
+        assert_eq!(r.cpu.model, "Nehalem");
+        assert!(!r.fallback_forbid);
+        assert!(r.cpu.require.contains(&"avx".to_string()));
+        let none: BTreeSet<String> = BTreeSet::new();
+        let e = baseline(
+            &map,
+            &[intel],
+            &BaselineOptions {
+                usable: Some(&none),
+                ..BaselineOptions::default()
+            },
+        )
+        .unwrap_err();
+        assert!(e.is_incompatible() && e.to_string().contains("Cannot find suitable"));
+    }
+
+    #[test]
+    fn migratable_drops_invtsc_and_unknown_names_fail() {
+        let Some(map) = map() else { return };
+        let a = InputCpu {
+            model: Some("Nehalem"),
+            vendor: Some("Intel"),
+            data: cpu(&map, "Nehalem", &["invtsc"]),
+        };
+        let plain = baseline(&map, std::slice::from_ref(&a), &BaselineOptions::default()).unwrap();
+        assert_eq!(plain.cpu.require, ["invtsc"]);
+        let m = BaselineOptions {
+            migratable: true,
+            ..BaselineOptions::default()
+        };
+        assert!(baseline(&map, &[a], &m).unwrap().cpu.require.is_empty());
+
+        let bad = CpuDef {
+            model: Some("Nehalem-v9".into()),
+            ..CpuDef::default()
+        };
+        let e = cpu_data(&map, &bad, Select::All, Path::new("h.xml")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("h.xml: unknown CPU model 'Nehalem-v9'"),
+            "{e}"
+        );
+        let bad = CpuDef {
+            model: None,
+            vendor: None,
+            features: vec![("cet-ss".into(), FeaturePolicy::Require)],
+        };
+        let e = cpu_data(&map, &bad, Select::All, Path::new("h.xml")).unwrap_err();
+        assert!(
+            e.to_string().contains("unknown CPU feature 'cet-ss'"),
+            "{e}"
+        );
+        // A disabled feature is taken out, in document order.
+        let def = CpuDef {
+            model: Some("Nehalem".into()),
+            vendor: None,
+            features: vec![
+                ("popcnt".into(), FeaturePolicy::Disable),
+                ("aes".into(), FeaturePolicy::Require),
+                ("x2apic".into(), FeaturePolicy::Optional),
+            ],
+        };
+        let d = cpu_data(&map, &def, Select::All, Path::new("x")).unwrap();
+        assert!(!map.has_feature(&d, "popcnt") && map.has_feature(&d, "aes"));
+        assert!(!map.has_feature(&d, "x2apic"));
+        let only = cpu_data(
+            &map,
+            &def,
+            Select::Policy(FeaturePolicy::Disable),
+            Path::new("x"),
+        );
+        assert_eq!(map.feature_names(&only.unwrap()), ["popcnt"]);
+    }
+}

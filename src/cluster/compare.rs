@@ -1,0 +1,352 @@
+//! Can a guest's CPU run on a host: libvirt's answer to `virsh hypervisor-cpu-compare`
+//! (`x86Compute` in libvirt's `src/cpu/cpu_x86.c`), from the host's facts file.
+//!
+//! The host's CPU is its facts' CPU (the domcapabilities `host-model` CPU, which is what libvirt's
+//! QEMU driver compares with). The guest's `require`d features (its model's plus those it
+//! requires, minus those it forces, makes optional or disables) must all be on the host; none of
+//! its `forbid`den features may be; a `<vendor>` must be the host's. Then the host is `identical`
+//! when it has nothing beyond what the guest names, else a `superset`, which is incompatible
+//! for `match='strict'`.
+
+use super::ClusterError;
+use super::baseline::{Select, cpu_data};
+use super::facts::{CpuDef, FeaturePolicy, HostFacts, read_cpu};
+use super::report::is_x86;
+use crate::cpu::x86_map::X86Map;
+use crate::domain::{Domain, child, parse_xml};
+use std::path::Path;
+
+/// The answer, as libvirt's `virCPUCompareResult`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The host's CPU is exactly the guest's.
+    Identical,
+    /// The host has everything the guest needs, and more: the guest runs.
+    Superset,
+    /// The guest cannot run there.
+    Incompatible,
+}
+
+impl Verdict {
+    /// `identical`, `superset` or `incompatible`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Identical => "identical",
+            Verdict::Superset => "superset",
+            Verdict::Incompatible => "incompatible",
+        }
+    }
+}
+
+/// A guest CPU to judge: the first `<cpu>` of a domain, or a bare `<cpu>`.
+#[derive(Debug, Clone)]
+pub struct GuestCpu {
+    /// The domain's `<name>` ("" for a bare `<cpu>`).
+    pub name: String,
+    /// `<cpu match=...>`: `exact` (the default), `minimum` or `strict`.
+    pub matching: String,
+    /// Model, vendor and features.
+    pub cpu: CpuDef,
+}
+
+/// The comparison's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Comparison {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// libvirt's reason for `incompatible` (its exact words, e.g. "Host CPU does not provide
+    /// required features: pni, popcnt"), else None.
+    pub message: Option<String>,
+    /// Required features the host lacks, in map order.
+    pub missing: Vec<String>,
+    /// Forbidden features the host has.
+    pub forbidden: Vec<String>,
+    /// Host features the guest does not name (what makes the host a superset).
+    pub extra: Vec<String>,
+    /// What the reader must know about this answer (a versioned model).
+    pub notes: Vec<String>,
+}
+
+/// Reads the guest CPU of a domain document or a bare `<cpu>` document.
+///
+/// # Errors
+/// [`ClusterError::Input`] for unreadable XML or another root; [`ClusterError::Facts`] for a
+/// domain without `<cpu>`, a `host-model`/`host-passthrough`/`maximum` CPU (it is the host's own
+/// CPU: nothing to compare), features without a model (libvirt: "Non-empty feature list
+/// specified without CPU model"), an unknown `match` or feature policy.
+pub fn guest_cpu(text: &str, path: &Path) -> Result<GuestCpu, ClusterError> {
+    let what = path.display().to_string();
+    let facts = |message: String| ClusterError::Facts {
+        path: path.to_owned(),
+        message,
+    };
+    let domain = match Domain::parse(text, &what) {
+        Ok(d) => Some(d),
+        Err(crate::Error::NotADomain { root, .. }) if root == "cpu" => None,
+        Err(e) => return Err(e.into()),
+    };
+    let bare;
+    let (name, node) = match &domain {
+        Some(d) => {
+            let Some(cpu) = d.cpus().first().copied() else {
+                return Err(facts(
+                    "the domain has no <cpu>: it gets the hypervisor's default CPU, nothing to compare"
+                        .into(),
+                ));
+            };
+            (d.name(), cpu)
+        }
+        None => {
+            bare = parse_xml(text, &what)?;
+            (String::new(), bare.root_element())
+        }
+    };
+    let mode = node.attribute("mode").unwrap_or("custom");
+    if mode != "custom" {
+        return Err(facts(format!(
+            "the guest CPU is mode='{mode}': it takes the host's own CPU, so there is nothing to compare (compare judges custom CPUs)"
+        )));
+    }
+    let matching = node.attribute("match").unwrap_or("exact").to_string();
+    if !matches!(matching.as_str(), "exact" | "minimum" | "strict") {
+        return Err(facts(format!("invalid CPU match value '{matching}'")));
+    }
+    let cpu = read_cpu(node, path)?;
+    if cpu.model.is_none() && !cpu.features.is_empty() {
+        return Err(facts(
+            "Non-empty feature list specified without CPU model".into(),
+        ));
+    }
+    if child(node, "vendor").is_some() && cpu.model.is_none() {
+        return Err(facts("CPU vendor specified without CPU model".into()));
+    }
+    Ok(GuestCpu {
+        name,
+        matching,
+        cpu,
+    })
+}
+
+/// Compares `guest` (read from `guest_path`) with `host`'s CPU (libvirt's `x86Compute`).
+///
+/// # Errors
+/// [`ClusterError::Facts`] for a host that is not x86 or has no CPU; unknown models, features
+/// (in either CPU).
+pub fn compare(
+    map: &X86Map,
+    host: &HostFacts,
+    guest: &GuestCpu,
+    guest_path: &Path,
+) -> Result<Comparison, ClusterError> {
+    let host_error = |message: String| ClusterError::Facts {
+        path: host.path.clone(),
+        message,
+    };
+    if !is_x86(&host.arch) {
+        return Err(host_error(format!(
+            "compare judges x86 hosts (libvirt's x86Compute); this host is {}",
+            host.arch
+        )));
+    }
+    let Some(host_cpu) = &host.cpu else {
+        return Err(host_error(
+            "no host CPU: its domcapabilities have no supported host-model".into(),
+        ));
+    };
+    let mut answer = Comparison {
+        verdict: Verdict::Incompatible,
+        message: None,
+        missing: Vec::new(),
+        forbidden: Vec::new(),
+        extra: Vec::new(),
+        notes: Vec::new(),
+    };
+    let versioned = guest.cpu.model.as_deref().and_then(|m| map.model(m));
+    if let Some(m) = versioned.filter(|m| !m.decode_guest) {
+        answer.notes.push(format!(
+            "{} is a versioned alias (<decode guest='off'/> in the cpu_map): libvirt 11 judges it through QEMU's own definition of that version, which may have more features and ignores the vendor; this answer uses the cpu_map's definition",
+            m.name
+        ));
+    }
+    if let Some(v) = &guest.cpu.vendor {
+        if host_cpu.vendor.as_ref() != Some(v) {
+            answer.message = Some(format!(
+                "host CPU vendor does not match required CPU vendor {v}"
+            ));
+            return Ok(answer);
+        }
+    }
+    let host_data = cpu_data(map, host_cpu, Select::All, &host.path)?;
+    let part = |p| cpu_data(map, &guest.cpu, Select::Policy(p), guest_path);
+    let force = part(FeaturePolicy::Force)?;
+    let mut require = part(FeaturePolicy::Require)?;
+    let optional = part(FeaturePolicy::Optional)?;
+    let disable = part(FeaturePolicy::Disable)?;
+    let mut forbid = part(FeaturePolicy::Forbid)?;
+    let names = |d| -> Vec<String> {
+        map.feature_names(d)
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    };
+
+    forbid.intersect(&host_data);
+    if !forbid.is_empty() {
+        answer.forbidden = names(&forbid);
+        answer.message = Some(format!(
+            "Host CPU provides forbidden features: {}",
+            answer.forbidden.join(", ")
+        ));
+        return Ok(answer);
+    }
+    for d in [&force, &optional, &disable] {
+        require.subtract(d);
+    }
+    if !host_data.contains(&require) {
+        answer.missing = names(&require.minus(&host_data));
+        answer.message = Some(format!(
+            "Host CPU does not provide required features: {}",
+            answer.missing.join(", ")
+        ));
+        return Ok(answer);
+    }
+    let mut diff = host_data;
+    for d in [&optional, &require, &disable, &force] {
+        diff.subtract(d);
+    }
+    answer.extra = names(&diff);
+    if diff.is_empty() {
+        answer.verdict = Verdict::Identical;
+    } else if guest.matching == "strict" {
+        answer.message = Some(format!(
+            "Host CPU does not strictly match guest CPU: Extra features: {}",
+            answer.extra.join(", ")
+        ));
+    } else {
+        answer.verdict = Verdict::Superset;
+    }
+    Ok(answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn map() -> Option<X86Map> {
+        let dir = Path::new(crate::host::DEFAULT_CPU_MAP);
+        if !dir.join("index.xml").exists() {
+            eprintln!("skipping: no cpu_map");
+            return None;
+        }
+        Some(X86Map::load(dir).unwrap())
+    }
+
+    fn host(model: &str, vendor: &str, features: &[(&str, FeaturePolicy)]) -> HostFacts {
+        HostFacts {
+            name: "h".into(),
+            path: PathBuf::from("h.xml"),
+            arch: "x86_64".into(),
+            cpu: Some(CpuDef {
+                model: Some(model.into()),
+                vendor: Some(vendor.into()),
+                features: features.iter().map(|(n, p)| ((*n).into(), *p)).collect(),
+            }),
+            origin: None,
+            usable_models: None,
+            machines: Default::default(),
+        }
+    }
+
+    fn run(map: &X86Map, h: &HostFacts, xml: &str) -> Comparison {
+        let g = guest_cpu(xml, Path::new("g.xml")).unwrap();
+        compare(map, h, &g, Path::new("g.xml")).unwrap()
+    }
+
+    #[test]
+    fn verdicts_and_messages() {
+        let Some(map) = map() else { return };
+        let h = host(
+            "Nehalem",
+            "Intel",
+            &[
+                ("vme", FeaturePolicy::Require),
+                ("pni", FeaturePolicy::Disable),
+            ],
+        );
+        let same = run(
+            &map,
+            &h,
+            "<cpu><model>Nehalem</model><feature name='vme'/><feature policy='disable' name='pni'/></cpu>",
+        );
+        assert_eq!(same.verdict, Verdict::Identical, "{same:?}");
+        let sub = run(
+            &map,
+            &h,
+            "<domain><name>g</name><cpu mode='custom'><model>Penryn</model></cpu></domain>",
+        );
+        assert_eq!(sub.verdict, Verdict::Incompatible);
+        assert_eq!(sub.missing, ["pni"]);
+        let small = run(&map, &h, "<cpu><model>pentium</model></cpu>");
+        assert_eq!(small.verdict, Verdict::Superset);
+        assert!(small.extra.contains(&"sse2".to_string()));
+        let strict = run(&map, &h, "<cpu match='strict'><model>pentium</model></cpu>");
+        assert_eq!(strict.verdict, Verdict::Incompatible);
+        assert!(
+            strict
+                .message
+                .unwrap()
+                .starts_with("Host CPU does not strictly match guest CPU: Extra features: ")
+        );
+        let forbid = run(
+            &map,
+            &h,
+            "<cpu><model>pentium</model><feature policy='forbid' name='vme'/></cpu>",
+        );
+        assert_eq!(
+            forbid.message.as_deref(),
+            Some("Host CPU provides forbidden features: vme")
+        );
+        let vendor = run(
+            &map,
+            &h,
+            "<cpu><model>pentium</model><vendor>AMD</vendor></cpu>",
+        );
+        assert_eq!(
+            vendor.message.as_deref(),
+            Some("host CPU vendor does not match required CPU vendor AMD")
+        );
+        let missing = run(
+            &map,
+            &h,
+            "<cpu><model>Nehalem</model><feature name='avx'/><feature policy='optional' name='aes'/></cpu>",
+        );
+        assert_eq!(
+            missing.missing,
+            ["pni", "avx"],
+            "map order, optional ignored"
+        );
+    }
+
+    #[test]
+    fn guest_refusals() {
+        for (xml, needle) in [
+            ("<domain><name>g</name></domain>", "has no <cpu>"),
+            (
+                "<domain><cpu mode='host-passthrough'/></domain>",
+                "mode='host-passthrough'",
+            ),
+            ("<cpu><feature name='avx'/></cpu>", "without CPU model"),
+            ("<cpu match='loose'><model>Nehalem</model></cpu>", "'loose'"),
+            (
+                "<cpu><model>Nehalem</model><feature policy='maybe' name='avx'/></cpu>",
+                "'maybe'",
+            ),
+            ("<network/>", "not a libvirt domain"),
+        ] {
+            let e = guest_cpu(xml, Path::new("g.xml")).unwrap_err().to_string();
+            assert!(e.contains(needle), "{xml}: {e}");
+        }
+    }
+}

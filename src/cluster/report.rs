@@ -1,0 +1,380 @@
+//! A cluster put together: the baseline every host can run, each host's psABI level and what it
+//! lacks for the next ones, and the groups of hosts whose CPUs are identical.
+//!
+//! * x86: [`super::baseline`] on the hosts' CPUs, restricted to the models every host with
+//!   domcapabilities lists `usable='yes'`. The cluster's level is the lowest host level (a level
+//!   is reached when every one of its features is there, so the common features reach exactly
+//!   the lowest host's level).
+//! * Other arches (aarch64): no custom model is migration-safe under KVM (libvirt has no
+//!   `host-model` there and QEMU's named Arm models do not run under KVM), so there is no
+//!   baseline: a `host-passthrough` guest may only migrate between hosts whose CPU is identical,
+//!   and [`ClusterReport::groups`] lists those groups.
+//!
+//! Groups are given for x86 too: identical vendor and CPUID data, where a `host-passthrough`
+//! guest can move as well.
+
+use super::ClusterError;
+use super::baseline::{Baseline, BaselineOptions, InputCpu, Select, baseline, cpu_data};
+use super::facts::{CpuOrigin, HostFacts};
+use crate::cpu::Level;
+use crate::cpu::x86_map::{CpuData, X86Map};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+/// How to compute a cluster report.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClusterOptions {
+    /// Drop `migratable='no'` features (`invtsc`) from the baseline (`virsh cpu-baseline
+    /// --migratable`).
+    pub migratable: bool,
+    /// Refuse hosts of different vendors as libvirt does, instead of a vendor-neutral result.
+    pub strict_vendor: bool,
+}
+
+/// One host in a report.
+#[derive(Debug, Clone)]
+pub struct HostReport {
+    /// The host's name.
+    pub name: String,
+    /// Its facts file.
+    pub source: PathBuf,
+    /// Where its CPU came from.
+    pub origin: Option<CpuOrigin>,
+    /// Its CPU's model and vendor as the facts name them.
+    pub model: Option<String>,
+    /// Its vendor.
+    pub vendor: Option<String>,
+    /// The highest psABI level its CPU reaches (x86 only; None below x86-64-v1 or off x86).
+    pub level: Option<Level>,
+    /// For each level above `level`: the level's features the host lacks, in the level table's
+    /// order.
+    pub lacks: BTreeMap<Level, Vec<String>>,
+}
+
+/// What [`analyze`] found.
+#[derive(Debug, Clone)]
+pub struct ClusterReport {
+    /// The hosts' arch (`x86_64`, `aarch64`...).
+    pub arch: String,
+    /// The hosts, in the order given.
+    pub hosts: Vec<HostReport>,
+    /// The x86 baseline; None off x86.
+    pub baseline: Option<Baseline>,
+    /// The baseline's features ([`Baseline::effective_features`]); empty off x86.
+    pub features: Vec<String>,
+    /// The level every host reaches (the lowest host's); None off x86 or below x86-64-v1.
+    pub level: Option<Level>,
+    /// Hosts whose CPUs are identical, in order of first appearance; a host whose CPU is
+    /// unknown is alone.
+    pub groups: Vec<Vec<String>>,
+    /// The hosts whose domcapabilities restricted the models (none: no restriction).
+    pub usable_from: Vec<String>,
+    /// Baseline features libvirt marks `migratable='no'`: a guest with them cannot be
+    /// live-migrated (use [`ClusterOptions::migratable`]).
+    pub non_migratable: Vec<String>,
+    /// Machine types every host lists, when every host lists some.
+    pub machines: Option<BTreeSet<String>>,
+    /// Hosts with no known CPU (aarch64 domcapabilities): each is its own group.
+    pub unknown_cpu: Vec<String>,
+    /// The cpu_map used (x86).
+    pub cpu_map: Option<PathBuf>,
+}
+
+impl ClusterReport {
+    /// The hosts that do not reach `level`, each with the level's features it lacks.
+    #[must_use]
+    pub fn blocking(&self, level: Level) -> Vec<(&str, &[String])> {
+        self.hosts
+            .iter()
+            .filter_map(|h| h.lacks.get(&level).map(|l| (h.name.as_str(), l.as_slice())))
+            .collect()
+    }
+}
+
+/// Whether libvirt's x86 CPU driver handles `arch` (`virCPUx86Baseline`: i686 and x86_64).
+#[must_use]
+pub fn is_x86(arch: &str) -> bool {
+    matches!(arch, "x86_64" | "i686")
+}
+
+/// Puts the cluster of `hosts` together. `map` is needed for x86 hosts.
+///
+/// # Errors
+/// [`ClusterError::MixedArch`] for hosts of several arches; for x86: a host without a CPU
+/// ([`ClusterError::Facts`]), unknown models, features or vendors, and no common CPU
+/// ([`ClusterError::Incompatible`]).
+pub fn analyze(
+    hosts: Vec<HostFacts>,
+    map: Option<&X86Map>,
+    opts: &ClusterOptions,
+) -> Result<ClusterReport, ClusterError> {
+    let Some(first) = hosts.first() else {
+        return Err(ClusterError::NoHosts);
+    };
+    let arch = first.arch.clone();
+    if hosts.iter().any(|h| h.arch != arch) {
+        let list: Vec<String> = hosts
+            .iter()
+            .map(|h| format!("{} ({})", h.name, h.arch))
+            .collect();
+        return Err(ClusterError::MixedArch(list.join(", ")));
+    }
+    let mut report = ClusterReport {
+        arch: arch.clone(),
+        hosts: hosts
+            .iter()
+            .map(|h| HostReport {
+                name: h.name.clone(),
+                source: h.path.clone(),
+                origin: h.origin,
+                model: h.cpu.as_ref().and_then(|c| c.model.clone()),
+                vendor: h.cpu.as_ref().and_then(|c| c.vendor.clone()),
+                level: None,
+                lacks: BTreeMap::new(),
+            })
+            .collect(),
+        baseline: None,
+        features: Vec::new(),
+        level: None,
+        groups: Vec::new(),
+        usable_from: Vec::new(),
+        non_migratable: Vec::new(),
+        machines: common_machines(&hosts),
+        unknown_cpu: hosts
+            .iter()
+            .filter(|h| h.cpu.is_none())
+            .map(|h| h.name.clone())
+            .collect(),
+        cpu_map: None,
+    };
+    match (is_x86(&arch), map) {
+        (true, Some(map)) => x86(&mut report, &hosts, map, opts)?,
+        (true, None) => {
+            return Err(ClusterError::Incompatible(
+                "x86 hosts need libvirt's cpu_map".into(),
+            ));
+        }
+        (false, _) => {
+            let keys = hosts.iter().map(|h| {
+                h.cpu.as_ref().map(|c| {
+                    let mut f: Vec<&str> = c.features.iter().map(|(n, _)| n.as_str()).collect();
+                    f.sort_unstable();
+                    format!("{:?} {:?} {f:?}", c.model, c.vendor)
+                })
+            });
+            report.groups = groups(&hosts, keys);
+        }
+    }
+    Ok(report)
+}
+
+fn x86(
+    report: &mut ClusterReport,
+    hosts: &[HostFacts],
+    map: &X86Map,
+    opts: &ClusterOptions,
+) -> Result<(), ClusterError> {
+    report.cpu_map = Some(map.source().to_owned());
+    let mut datas: Vec<CpuData> = Vec::new();
+    for h in hosts {
+        let Some(cpu) = &h.cpu else {
+            return Err(ClusterError::Facts {
+                path: h.path.clone(),
+                message: "no host CPU: its domcapabilities have no supported host-model (give virsh capabilities, or both in a <hostFacts>)".into(),
+            });
+        };
+        if let Some(v) = cpu.vendor.as_ref().filter(|v| !map.has_vendor(v)) {
+            return Err(ClusterError::UnknownVendor {
+                path: h.path.clone(),
+                vendor: v.clone(),
+                map: map.source().to_owned(),
+            });
+        }
+        datas.push(cpu_data(map, cpu, Select::All, &h.path)?);
+    }
+    for (r, data) in report.hosts.iter_mut().zip(&datas) {
+        r.level = Level::highest(|f| map.has_feature(data, f));
+        for level in Level::ALL.into_iter().filter(|l| Some(*l) > r.level) {
+            let lacks = level
+                .features()
+                .into_iter()
+                .filter(|f| !map.has_feature(data, f))
+                .map(str::to_owned)
+                .collect();
+            r.lacks.insert(level, lacks);
+        }
+    }
+    report.level = report.hosts.iter().map(|h| h.level).min().flatten();
+    let keys = hosts.iter().zip(&datas).map(|(h, data)| {
+        let vendor = h.cpu.as_ref().and_then(|c| c.vendor.as_deref());
+        Some(format!("{vendor:?} {data:?}"))
+    });
+    report.groups = groups(hosts, keys);
+
+    let mut usable: Option<BTreeSet<String>> = None;
+    for h in hosts {
+        if let Some(u) = &h.usable_models {
+            report.usable_from.push(h.name.clone());
+            usable = Some(match usable {
+                None => u.clone(),
+                Some(all) => all.intersection(u).cloned().collect(),
+            });
+        }
+    }
+    let inputs: Vec<InputCpu<'_>> = hosts
+        .iter()
+        .zip(datas)
+        .map(|(h, data)| {
+            let cpu = h.cpu.as_ref();
+            InputCpu {
+                model: cpu.and_then(|c| c.model.as_deref()),
+                vendor: cpu.and_then(|c| c.vendor.as_deref()),
+                data,
+            }
+        })
+        .collect();
+    let b = baseline(
+        map,
+        &inputs,
+        &BaselineOptions {
+            usable: usable.as_ref(),
+            migratable: opts.migratable,
+            vendor_neutral: !opts.strict_vendor,
+        },
+    )?;
+    report.features = b
+        .effective_features(map)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    report.non_migratable = b
+        .cpu
+        .require
+        .iter()
+        .filter(|f| map.feature(f).is_some_and(|f| !f.migratable))
+        .cloned()
+        .collect();
+    report.baseline = Some(b);
+    Ok(())
+}
+
+/// Hosts grouped by their CPU identity `keys` (one per host; None: alone), groups in order of
+/// first appearance.
+fn groups(hosts: &[HostFacts], keys: impl Iterator<Item = Option<String>>) -> Vec<Vec<String>> {
+    let mut out: Vec<(Option<String>, Vec<String>)> = Vec::new();
+    for (h, k) in hosts.iter().zip(keys) {
+        match out.iter_mut().find(|(g, _)| k.is_some() && *g == k) {
+            Some((_, names)) => names.push(h.name.clone()),
+            None => out.push((k, vec![h.name.clone()])),
+        }
+    }
+    out.into_iter().map(|(_, names)| names).collect()
+}
+
+/// The machine types every host lists, when every host lists some.
+fn common_machines(hosts: &[HostFacts]) -> Option<BTreeSet<String>> {
+    let mut all: Option<BTreeSet<String>> = None;
+    for h in hosts {
+        if h.machines.is_empty() {
+            return None;
+        }
+        all = Some(match all {
+            None => h.machines.clone(),
+            Some(a) => a.intersection(&h.machines).cloned().collect(),
+        });
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::facts::read_hosts;
+    use std::path::Path;
+
+    fn corpus() -> Option<PathBuf> {
+        crate::cluster::test_corpus("")
+    }
+
+    #[test]
+    fn aarch64_groups_from_the_corpus() {
+        let Some(c) = corpus() else { return };
+        let hosts = read_hosts(&[
+            c.join("virt-manager/capabilities/kvm-aarch64.xml"),
+            c.join("libvirt-domaincapsdata/qemu_11.0.0-virt.aarch64.xml"),
+            c.join("libvirt-domaincapsdata/qemu_11.1.0-virt.aarch64.xml"),
+        ])
+        .unwrap();
+        let r = analyze(hosts, None, &ClusterOptions::default()).unwrap();
+        assert_eq!(r.arch, "aarch64");
+        assert!(r.baseline.is_none() && r.level.is_none());
+        assert_eq!(r.groups.len(), 3, "{:?}", r.groups);
+        assert_eq!(r.unknown_cpu.len(), 2);
+    }
+
+    #[test]
+    fn mixed_arches_are_refused() {
+        let Some(c) = corpus() else { return };
+        let hosts = read_hosts(&[
+            c.join("virt-manager/capabilities/kvm-aarch64.xml"),
+            c.join("libvirt-cputestdata/x86_64-cpuid-Xeon-E5-2650-v4-host.xml"),
+        ])
+        .unwrap();
+        let e = analyze(hosts, None, &ClusterOptions::default()).unwrap_err();
+        assert!(matches!(e, ClusterError::MixedArch(_)), "{e}");
+        assert!(e.to_string().contains("kvm-aarch64 (aarch64)"), "{e}");
+    }
+
+    #[test]
+    fn levels_blockers_and_groups() {
+        let Some(c) = corpus() else { return };
+        let dir = Path::new(crate::host::DEFAULT_CPU_MAP);
+        if !dir.join("index.xml").exists() {
+            eprintln!("skipping: no cpu_map");
+            return;
+        }
+        let map = X86Map::load(dir).unwrap();
+        let d = c.join("libvirt-cputestdata");
+        let hosts = read_hosts(&[
+            d.join("x86_64-cpuid-Xeon-E5-2650-v4-host.xml"),
+            d.join("x86_64-cpuid-Core-i7-3770-host.xml"),
+            d.join("x86_64-cpuid-Xeon-E5-2650-v4-host.xml"),
+        ]);
+        // The same file twice names the same host twice.
+        assert!(hosts.unwrap_err().to_string().contains("one file per host"));
+        let hosts = read_hosts(&[
+            d.join("x86_64-cpuid-Xeon-E5-2650-v4-host.xml"),
+            d.join("x86_64-cpuid-Core-i7-3770-host.xml"),
+            d.join("x86_64-cpuid-Core2-E6850-host.xml"),
+        ])
+        .unwrap();
+        let r = analyze(hosts, Some(&map), &ClusterOptions::default()).unwrap();
+        let levels: Vec<Option<Level>> = r.hosts.iter().map(|h| h.level).collect();
+        assert_eq!(levels, [Some(Level::V3), Some(Level::V2), Some(Level::V1)]);
+        assert_eq!(r.level, Some(Level::V1));
+        let v2 = r.blocking(Level::V2);
+        assert_eq!(v2.len(), 1);
+        assert_eq!(v2[0].0, "x86_64-cpuid-Core2-E6850-host");
+        assert!(v2[0].1.contains(&"sse4.2".to_string()));
+        assert_eq!(r.blocking(Level::V3).len(), 2);
+        assert_eq!(r.groups.len(), 3);
+        assert!(
+            r.hosts[0]
+                .lacks
+                .get(&Level::V4)
+                .is_some_and(|l| l.contains(&"avx512f".into()))
+        );
+        // The Core2 lacks invtsc; the Xeon alone has it, and a guest with it cannot migrate.
+        assert!(r.non_migratable.is_empty());
+        let xeon = || read_hosts(&[d.join("x86_64-cpuid-Xeon-E5-2650-v4-host.xml")]).unwrap();
+        let one = analyze(xeon(), Some(&map), &ClusterOptions::default()).unwrap();
+        assert_eq!(one.non_migratable, ["invtsc"]);
+        assert!(one.features.contains(&"invtsc".into()));
+        let opts = ClusterOptions {
+            migratable: true,
+            ..ClusterOptions::default()
+        };
+        let m = analyze(xeon(), Some(&map), &opts).unwrap();
+        assert!(m.non_migratable.is_empty() && !m.features.contains(&"invtsc".into()));
+    }
+}
