@@ -8,6 +8,8 @@
 //! * `<topology clusters>`: ignored by libvirt 9.0; read by 11.3, where QEMU 10.0 refuses more
 //!   than one cluster on x86 when the guest starts (what the differential test's allow-list
 //!   entry `topology-clusters` stands on).
+//! * More than 255 x86 vCPUs under TCG: refused at start without x2APIC in the guest CPU (QEMU
+//!   10.0), and at all by QEMU 7.2; the tool's `tcg-x2apic` warning.
 //! * CPU models: the versioned models of 11.3's cpu_map (`Haswell-v2`...) and the models 9.0 lacks
 //!   (`EPYC-Genoa`) are known to the tool reading that cpu_map, unknown with 9.0's, and a policy
 //!   naming one gives a domain 11.3 defines.
@@ -261,4 +263,67 @@ fn cpu_models_follow_the_hosts_cpu_map() {
         "oracles: Haswell-v2, EPYC-Genoa, SapphireRapids-v3: unknown with {}'s cpu_map, known with {}'s and defined there; a policy naming EPYC-Genoa: error with the first, a defined domain with the second",
         old.label, new.label
     );
+}
+
+/// A TCG guest with `vcpus` vCPUs on q35, IOMMU in eim mode, qemu64 with or without x2APIC.
+fn tcg_guest(name: &str, vcpus: u32, x2apic: bool) -> String {
+    let feature = if x2apic {
+        "<feature policy='require' name='x2apic'/>"
+    } else {
+        ""
+    };
+    format!(
+        "<domain type='qemu'>\n  <name>{name}</name>\n  <memory unit='MiB'>256</memory>\n  <vcpu>{vcpus}</vcpu>\n  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n  </os>\n  <features>\n    <acpi/>\n    <apic/>\n    <ioapic driver='qemu'/>\n  </features>\n  <cpu mode='custom'>\n    <model>qemu64</model>{feature}\n  </cpu>\n  <devices>\n    <iommu model='intel'>\n      <driver intremap='on' eim='on'/>\n    </iommu>\n    <console type='pty'/>\n  </devices>\n</domain>\n"
+    )
+}
+
+#[test]
+#[ignore = "needs the host's libvirtd and the Debian 13 root's: .ci/run starts them"]
+fn more_than_255_tcg_vcpus_need_x2apic() {
+    let dir = Scratch::new("x2apic");
+    let policy = dir.write("p.toml", "version = 1\n");
+    for oracle in oracles() {
+        for x2apic in [false, true] {
+            let name = format!("vcp-test-{}-x2apic", std::process::id());
+            let file = dir.write("g.xml", tcg_guest(&name, 280, x2apic));
+            let tool = Cmd::new(&["check", "--no-qemu-caps-cache", "--policy", &s(&policy)])
+                .args(&oracle.tool_args())
+                .arg(s(&file))
+                .run();
+            let warned = tool.stdout.contains("warning[tcg-x2apic]");
+            let d = oracle.virsh(&["define", &s(&file)]);
+            assert!(d.ok, "{}: define: {}", oracle.label, d.stderr);
+            let started = oracle.virsh(&["start", &name]);
+            let _ = oracle.virsh(&["destroy", &name]);
+            let _ = oracle.virsh(&["undefine", &name]);
+            let qemu10 = oracle.major_minor() >= (11, 0);
+            eprintln!(
+                "oracles: {}: 280 TCG vCPUs, qemu64{}: {}; the tool {}",
+                oracle.label,
+                if x2apic { " + x2apic" } else { "" },
+                if started.ok {
+                    "starts".to_string()
+                } else {
+                    format!(
+                        "refused at start: {}",
+                        started.stderr.trim().lines().last().unwrap_or("")
+                    )
+                },
+                if warned {
+                    "warns tcg-x2apic"
+                } else {
+                    "does not warn"
+                }
+            );
+            // Without x2APIC no QEMU starts it; with it QEMU 10 does (QEMU 7.2 cannot at all).
+            assert_eq!(
+                started.ok,
+                x2apic && qemu10,
+                "{}: {}",
+                oracle.label,
+                started.stderr
+            );
+            assert_eq!(warned, !x2apic, "{}", tool.stdout);
+        }
+    }
 }
