@@ -13,7 +13,7 @@
 //! its own, never a reason to stop.
 
 use crate::cpu::{Level, default_model, guaranteed_features};
-use crate::domain::{Domain, child, cpu_features, text_of};
+use crate::domain::{Domain, child, cpu_features};
 use crate::facts::Facts;
 use crate::finding::Severity;
 use crate::host::{Host, MachineLimit};
@@ -300,7 +300,7 @@ pub fn level_of(dom: &Domain<'_>, facts: &Facts<'_>) -> LevelReading {
     if mode == "custom" {
         let model = cpu
             .and_then(|c| child(c, "model"))
-            .and_then(text_of)
+            .and_then(crate::domain::model_name)
             .or_else(|| default_model(dom.arch()).map(str::to_string))
             .unwrap_or_default();
         let Some(model_features) = facts.model_features(&model) else {

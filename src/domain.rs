@@ -139,6 +139,19 @@ pub fn text_of(node: Node<'_, '_>) -> Option<String> {
     (!s.is_empty()).then(|| s.to_string())
 }
 
+/// The CPU model a `<model>` element names, as libvirt reads it: the text as written, spaces
+/// included (libvirt 9.0 and 11.3 refuse `<model>  Nehalem\n</model>` with "Unknown CPU model
+/// Nehalem" at start, the spaces kept); None when empty or only spaces (no model).
+#[must_use]
+pub fn model_name(model: Node<'_, '_>) -> Option<String> {
+    let s: String = model
+        .children()
+        .filter(Node::is_text)
+        .filter_map(|t| t.text())
+        .collect();
+    (!s.trim().is_empty()).then_some(s)
+}
+
 /// The `<feature>` children of a `<cpu>` (or of a domcapabilities `<mode>`) as (libvirt feature
 /// name, policy) pairs in document order: names normalised to libvirt's spelling
 /// ([`crate::cpu::normalize_feature`]), the policy `require` when absent (libvirt's default);

@@ -168,10 +168,14 @@ pub fn is_blank(text: &str, node: Node<'_, '_>) -> bool {
 /// that line; otherwise "".
 #[must_use]
 pub fn line_indent(text: &str, offset: usize) -> &str {
-    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
-    let before = &text[line_start..offset];
-    if before.chars().all(|c| c == ' ' || c == '\t') {
-        before
+    // Walk back over spaces and tabs only: a long line without newlines costs nothing.
+    let bytes = text.as_bytes();
+    let mut start = offset;
+    while start > 0 && matches!(bytes[start - 1], b' ' | b'\t') {
+        start -= 1;
+    }
+    if start == 0 || bytes[start - 1] == b'\n' {
+        &text[start..offset]
     } else {
         ""
     }

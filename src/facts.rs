@@ -174,6 +174,13 @@ impl<'h> Facts<'h> {
         self.models.get(model).and_then(Option::as_ref)
     }
 
+    /// Whether the model tables are the built-in copy of libvirt 9.0's (no cpu_map directory on
+    /// this machine): then a name they lack may still be one the guest's libvirt knows.
+    #[must_use]
+    pub fn cpu_map_is_builtin(&self) -> bool {
+        self.cpu_map_source == "built-in"
+    }
+
     /// Whether libvirt knows the x86 feature `name` (libvirt spelling). Only the domain's and the
     /// policy's feature names are looked up; the psABI levels' are libvirt 9.0's own.
     #[must_use]
@@ -258,7 +265,8 @@ fn model_names(dom: &Domain<'_>, plan: &Plan, domcaps: Option<&DomCaps>) -> BTre
             c.children()
                 .filter(|n| crate::domain::is_libvirt_element(*n, "model"))
         })
-        .map(|m| text_of(m).unwrap_or_default())
+        .flat_map(|m| [crate::domain::model_name(m), text_of(m)])
+        .map(Option::unwrap_or_default)
         .collect();
     names.extend(plan.model.as_ref().map(|m| m.value.clone()));
     names.extend(default_model(dom.arch()).map(str::to_string));

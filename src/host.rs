@@ -187,6 +187,9 @@ pub struct Host {
     kvm_override: Option<Fact<u32>>,
     libvirt_version: std::cell::OnceCell<Option<Fact<LibvirtVersion>>>,
     libvirt_override: Option<Fact<LibvirtVersion>>,
+    /// Feature names (and aliases) of the cpu_map's `x86_features.xml`, read on the first name
+    /// libvirt 9.0's list lacks.
+    host_feature_names: std::cell::OnceCell<std::collections::HashSet<String>>,
 }
 
 /// A machine type's vCPU limit and where it came from.
@@ -304,6 +307,7 @@ impl Host {
             kvm_override: opts.kvm_max_vcpus.clone(),
             libvirt_version: std::cell::OnceCell::new(),
             libvirt_override: opts.libvirt_version.clone(),
+            host_feature_names: std::cell::OnceCell::new(),
         };
         for path in &opts.caps {
             host.read_caps_file(path)?;
@@ -356,12 +360,23 @@ impl Host {
         if crate::cpu::is_known_x86_feature(name) {
             return true;
         }
-        self.cpu_map_dir
-            .as_ref()
-            .and_then(|d| std::fs::read_to_string(d.join("x86_features.xml")).ok())
-            .is_some_and(|t| {
-                t.contains(&format!("name='{name}'")) || t.contains(&format!("name=\"{name}\""))
+        self.host_feature_names
+            .get_or_init(|| {
+                let text = self
+                    .cpu_map_dir
+                    .as_ref()
+                    .and_then(|d| std::fs::read_to_string(d.join("x86_features.xml")).ok())
+                    .unwrap_or_default();
+                // Every `name='...'` of the file: features and their aliases.
+                text.split("name=")
+                    .skip(1)
+                    .filter_map(|rest| {
+                        let q = rest.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+                        rest[1..].split(q).next().map(str::to_string)
+                    })
+                    .collect()
             })
+            .contains(name)
     }
 
     /// Where model features come from: the cpu_map directory, or "built-in".

@@ -85,23 +85,35 @@ impl Topology {
         threads: 1,
     };
 
-    /// Read a `<topology>` element as libvirt does; None when an attribute is not a positive
-    /// integer. `clusters` says whether that libvirt reads the `clusters` attribute (10.1.0 and
-    /// later, [`crate::facts::VersionRule::Clusters`]): an older one ignores it, so it counts as 1.
-    #[must_use]
-    pub fn read(node: Node<'_, '_>, clusters: bool) -> Option<Topology> {
-        let get = |n: &str| -> Option<u32> {
+    /// Read a `<topology>` element as libvirt does. `clusters` says whether that libvirt reads the
+    /// `clusters` attribute (10.1.0 and later, [`crate::facts::VersionRule::Clusters`]): an older
+    /// one ignores it, so it counts as 1; `dies` and `clusters` are optional (1).
+    ///
+    /// # Errors
+    /// libvirt's refusal (`src/conf/cpu_conf.c`): "Missing required attribute 'sockets' in
+    /// element 'topology'" (likewise `cores`, `threads`), or an attribute that is not a positive
+    /// integer.
+    pub fn read(node: Node<'_, '_>, clusters: bool) -> Result<Topology, String> {
+        let get = |n: &str, required: bool| -> Result<u32, String> {
             match node.attribute(n) {
-                None => Some(1),
-                Some(v) => v.trim().parse::<u32>().ok().filter(|v| *v > 0),
+                None if required => Err(format!(
+                    "Missing required attribute '{n}' in element 'topology'"
+                )),
+                None => Ok(1),
+                Some(v) => v
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|v| *v > 0)
+                    .ok_or_else(|| format!("<topology {n}='{v}'> is not a positive integer")),
             }
         };
-        Some(Topology {
-            sockets: get("sockets")?,
-            dies: get("dies")?,
-            clusters: if clusters { get("clusters")? } else { 1 },
-            cores: get("cores")?,
-            threads: get("threads")?,
+        Ok(Topology {
+            sockets: get("sockets", true)?,
+            dies: get("dies", false)?,
+            clusters: if clusters { get("clusters", false)? } else { 1 },
+            cores: get("cores", true)?,
+            threads: get("threads", true)?,
         })
     }
 

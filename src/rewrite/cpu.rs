@@ -99,11 +99,7 @@ fn leave_custom(d: &mut Desired<'_, '_>, plan: &Plan, rule: &str, want: &str, n:
             .flatten()
             .any(|set| set.value.iter().any(|v| v == f))
     };
-    let (keep, drop): (Vec<_>, Vec<_>) = std::mem::take(&mut d.features)
-        .into_iter()
-        .partition(|f| named(&f.key));
-    d.features = keep;
-    for f in drop {
+    for f in d.retain_features(|f| named(&f.key)) {
         let what = format!(
             "<feature policy='{}' name='{}'/> removed: {why}",
             f.policy, f.name
@@ -263,6 +259,22 @@ fn drop_what_mode_forbids(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
         }
     }
     if !passthrough_like {
+        // libvirt: "CPU cache mode 'passthrough' can only be used with 'host-passthrough' /
+        // 'maximum' CPUs" (9.0 and 11.3, at define).
+        let cache_passthrough = d
+            .single("cache")
+            .is_some_and(|c| c.attribute("mode") == Some("passthrough"));
+        if cache_passthrough {
+            d.remove_single("cache");
+            let what = format!(
+                "<cache mode='passthrough'/> removed: libvirt allows it only with host-passthrough and maximum, not {mode}"
+            );
+            n.change(
+                Change::new(&rule, Action::Remove, "cache", what)
+                    .attribute("mode")
+                    .old(Some("passthrough")),
+            );
+        }
         if let Some(v) = d.remove_attr("migratable") {
             let what = format!(
                 "<cpu migratable='{v}'> removed: libvirt allows it only with host-passthrough and maximum"
@@ -426,9 +438,12 @@ fn apply_level(
     let Some(model) = d.model.as_ref().map(|m| m.text.clone()) else {
         return;
     };
-    // A model cpu_map does not know has no features to count on: every level feature is
-    // required (validation warns about the model itself).
-    let model_feats = facts.model_features(&model);
+    // A model cpu_map does not know has no features to count on: nothing is invented for it
+    // (validation names the model; libvirt refuses to start it).
+    let Some(model_feats) = facts.model_features(&model) else {
+        return;
+    };
+    let model_feats = Some(model_feats);
     let added = require_level_features(d, level, rule, &model, model_feats, n);
     require_companions(d, &added, rule, model_feats, n);
 }

@@ -11,6 +11,7 @@ use crate::cpu::normalize_feature;
 use crate::domain::text_of;
 use crate::finding::Finding;
 use roxmltree::Node;
+use std::collections::{HashMap, HashSet};
 
 /// Children that occur once; a later `<cpu>`'s replaces the first one's.
 pub(crate) const SINGLES: [&str; 4] = ["vendor", "topology", "cache", "maxphysaddr"];
@@ -46,17 +47,24 @@ pub(crate) struct Desired<'a, 't> {
     /// The [`SINGLES`] present, each with the node it comes from.
     pub(crate) singles: Vec<(String, Node<'a, 't>)>,
     pub(crate) numa: Option<Node<'a, 't>>,
+    /// Features in document order; [`Desired::feature`] finds them through `feature_index`.
     pub(crate) features: Vec<Feat<'a, 't>>,
+    /// Key → position in `features` (a domain may list thousands: no linear search).
+    feature_index: HashMap<String, usize>,
     /// Unknown or foreign children of later `<cpu>` elements, moved into the first.
     pub(crate) extras: Vec<Node<'a, 't>>,
     /// New markup for the kept `<topology>` (the vCPU rules reshape it).
     pub(crate) topology_markup: Option<String>,
     /// New markup for the kept `<numa>` (cells follow the vCPU maximum).
     pub(crate) numa_markup: Option<String>,
-    /// Feature names listed more than once within one `<cpu>` (libvirt refuses that).
+    /// Feature names listed more than once within one `<cpu>` (libvirt refuses that), in the
+    /// order met.
     pub(crate) duplicates: Vec<String>,
+    duplicate_keys: HashSet<String>,
     /// Elements that occur once (`model`, `topology`...) written more than once in one `<cpu>`.
     pub(crate) repeated: Vec<String>,
+    /// The model's name as written when it has spaces around it (rewritten without them).
+    pub(crate) padded_model: Option<String>,
 }
 
 impl<'a, 't> Desired<'a, 't> {
@@ -86,7 +94,29 @@ impl<'a, 't> Desired<'a, 't> {
     }
 
     pub(crate) fn feature(&self, key: &str) -> Option<&Feat<'a, 't>> {
-        self.features.iter().find(|f| f.key == key)
+        self.feature_index.get(key).map(|i| &self.features[*i])
+    }
+
+    /// Add a feature not listed yet.
+    fn push_feature(&mut self, f: Feat<'a, 't>) {
+        self.feature_index
+            .insert(f.key.clone(), self.features.len());
+        self.features.push(f);
+    }
+
+    /// Keep the features `keep` says yes to; returns the others, in order.
+    pub(crate) fn retain_features(
+        &mut self,
+        keep: impl Fn(&Feat<'a, 't>) -> bool,
+    ) -> Vec<Feat<'a, 't>> {
+        let (kept, dropped): (Vec<_>, Vec<_>) = std::mem::take(&mut self.features)
+            .into_iter()
+            .partition(|f| keep(f));
+        self.feature_index.clear();
+        for f in kept {
+            self.push_feature(f);
+        }
+        dropped
     }
 
     /// The policy `key` had before, if it was listed.
@@ -96,11 +126,12 @@ impl<'a, 't> Desired<'a, 't> {
 
     /// Give `key` the policy `policy`; returns the previous policy when it was listed.
     pub(crate) fn set_feature(&mut self, key: &str, policy: &str) -> Option<String> {
-        if let Some(f) = self.features.iter_mut().find(|f| f.key == key) {
+        if let Some(i) = self.feature_index.get(key) {
+            let f = &mut self.features[*i];
             let old = std::mem::replace(&mut f.policy, policy.to_string());
             return Some(old);
         }
-        self.features.push(Feat {
+        self.push_feature(Feat {
             key: key.to_string(),
             name: key.to_string(),
             policy: policy.to_string(),
@@ -161,11 +192,16 @@ fn merge_model<'a, 't>(d: &mut Desired<'a, 't>, c: Node<'a, 't>) -> bool {
     {
         d.repeated.push("model".into());
     }
+    let raw = crate::domain::model_name(c);
+    let text = text_of(c).unwrap_or_default();
+    // libvirt takes the name as written, spaces included: a padded name is rewritten trimmed.
+    let padded = raw.filter(|r| *r != text);
     d.model = Some(ModelD {
-        text: text_of(c).unwrap_or_default(),
+        text,
         fallback: c.attribute("fallback").map(str::to_string),
-        src: Some(c),
+        src: if padded.is_some() { None } else { Some(c) },
     });
+    d.padded_model = padded;
     true
 }
 
@@ -176,15 +212,16 @@ fn merge_feature<'a, 't>(d: &mut Desired<'a, 't>, c: Node<'a, 't>, first: bool) 
     };
     let key = normalize_feature(name).unwrap_or_else(|| name.to_string());
     let policy = c.attribute("policy").unwrap_or("require").to_string();
-    if let Some(f) = d.features.iter_mut().find(|f| f.key == key) {
+    if let Some(i) = d.feature_index.get(&key).copied() {
+        let f = &mut d.features[i];
         let same_cpu =
             f.f_node.is_some_and(|n| n.parent() == c.parent()) || (f.f_node.is_none() && !first);
-        if same_cpu && !d.duplicates.contains(&key) {
-            d.duplicates.push(key.clone());
-        }
         f.policy = policy;
+        if same_cpu && d.duplicate_keys.insert(key.clone()) {
+            d.duplicates.push(key);
+        }
     } else {
-        d.features.push(Feat {
+        d.push_feature(Feat {
             key,
             name: name.to_string(),
             policy,

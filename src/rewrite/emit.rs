@@ -148,6 +148,11 @@ fn kept_items(
     first_children: &[Node<'_, '_>],
 ) -> (Vec<(Kind, Item)>, Vec<&'static str>) {
     let d = s.d;
+    let by_node: std::collections::HashMap<roxmltree::NodeId, &Feat<'_, '_>> = d
+        .features
+        .iter()
+        .filter_map(|f| Some((f.f_node?.id(), f)))
+        .collect();
     let mut items = Vec::new();
     let mut placed: Vec<&'static str> = Vec::new();
     for c in first_children {
@@ -171,7 +176,7 @@ fn kept_items(
             };
             items.extend(item);
         } else if ours && name == "feature" && c.attribute("name").is_some() {
-            let f = d.features.iter().find(|f| f.f_node == Some(*c));
+            let f = by_node.get(&c.id());
             items.extend(f.map(|f| (Kind::Feature, feature_item(s, f))));
         } else {
             items.push((Kind::Other, Item::Verbatim(raw_range(s.text, *c))));
@@ -198,12 +203,17 @@ fn place_new_items(s: &Style<'_, '_, '_>, items: &mut Vec<(Kind, Item)>, placed:
             items.insert(at, (Kind::Single, single_item(s, name, src)));
         }
     }
-    for f in d.features.iter().filter(|f| f.f_node.is_none()) {
-        let at = pos_after(items, &[Kind::Feature])
-            .or_else(|| items.iter().position(|(k, _)| *k == Kind::Numa))
-            .unwrap_or(items.len());
-        items.insert(at, (Kind::Feature, feature_item(s, f)));
-    }
+    // New features go together after the last feature (else before <numa>, else last).
+    let at = pos_after(items, &[Kind::Feature])
+        .or_else(|| items.iter().position(|(k, _)| *k == Kind::Numa))
+        .unwrap_or(items.len());
+    let new: Vec<(Kind, Item)> = d
+        .features
+        .iter()
+        .filter(|f| f.f_node.is_none())
+        .map(|f| (Kind::Feature, feature_item(s, f)))
+        .collect();
+    items.splice(at..at, new);
     if let (false, Some(n)) = (placed.contains(&"numa"), d.numa) {
         items.push((Kind::Numa, numa_item(s, n)));
     }

@@ -179,6 +179,17 @@ fn explain_merge(desired: &desired::Desired<'_, '_>, cpus: usize, notes: &mut No
                 .new_value("1"),
         );
     }
+    if let (Some(raw), Some(m)) = (&desired.padded_model, &desired.model) {
+        let what = format!(
+            "<model>{raw}</model> -> <model>{}</model>: libvirt takes the name as written, spaces included (\"Unknown CPU model {raw}\")",
+            m.text
+        );
+        notes.change(
+            Change::new(BUILTIN_RULE, Action::Set, "model", what)
+                .old(Some(raw.as_str()))
+                .new_value(&m.text),
+        );
+    }
     for e in &desired.repeated {
         let element = desired::SINGLES
             .into_iter()

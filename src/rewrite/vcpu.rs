@@ -356,16 +356,14 @@ fn reshape_topology(
     r: &mut VcpuResult,
 ) -> Option<bool> {
     let topo_rule = plan.topology.as_ref().map_or(rule, |s| s.rule.as_str());
-    let Some(topo) = Topology::read(t, clusters) else {
-        r.notes.finding(
-            Finding::error(
-                "topology-invalid",
-                "<topology> has an attribute that is not a positive integer",
-                "fix <topology>",
-            )
-            .rule(rule),
-        );
-        return Some(false);
+    let topo = match Topology::read(t, clusters) {
+        Ok(t) => t,
+        Err(why) => {
+            let fix = "give <topology> sockets, cores and threads as positive integers";
+            r.notes
+                .finding(Finding::error("topology-invalid", why, fix).rule(rule));
+            return Some(false);
+        }
     };
     let strategy = plan
         .topology

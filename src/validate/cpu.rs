@@ -2,7 +2,7 @@
 //! and of the psABI level the guest CPU reaches.
 
 use crate::cpu::{Level, guaranteed_features, normalize_feature, policy_present};
-use crate::domain::{Domain, child, cpu_features, is_libvirt_element, text_of};
+use crate::domain::{Domain, child, cpu_features, is_libvirt_element, model_name};
 use crate::facts::Facts;
 use crate::finding::Finding;
 use crate::policy::Plan;
@@ -38,7 +38,7 @@ pub(super) fn check(
     }
     check_mode_supported(mode, facts, out);
     check_mode_attributes(cpu, mode, out);
-    let model = child(cpu, "model").and_then(text_of);
+    let model = child(cpu, "model").and_then(model_name);
     check_model_presence(cpu, mode, model.as_deref(), out);
     check_features(cpu, mode, dom.arch(), facts, out);
     if let (Some(m), "custom") = (&model, mode) {
@@ -75,14 +75,22 @@ fn check_mode_supported(mode: &str, facts: &Facts<'_>, out: &mut Vec<Finding>) {
     ));
 }
 
-/// `match` means nothing under host-model; `migratable` is allowed with host-passthrough and
-/// maximum only.
+/// `match` means nothing under host-model; `migratable` and `<cache mode='passthrough'>` are
+/// allowed with host-passthrough and maximum only.
 fn check_mode_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) {
     if mode == "host-model" && cpu.attribute("match").is_some() {
         out.push(Finding::warning(
             "cpu-match-host-model",
             "<cpu match> has no meaning with mode='host-model'",
             "remove the match attribute",
+        ));
+    }
+    let cache = child(cpu, "cache").and_then(|c| c.attribute("mode"));
+    if cache == Some("passthrough") && !matches!(mode, "host-passthrough" | "maximum") {
+        out.push(Finding::error(
+            "cpu-cache-mode",
+            "CPU cache mode 'passthrough' can only be used with 'host-passthrough' / 'maximum' CPUs",
+            "remove <cache mode='passthrough'/> (virt-cpu-policy rewrite does)",
         ));
     }
     if cpu.attribute("migratable").is_some() && !matches!(mode, "host-passthrough" | "maximum") {
@@ -138,9 +146,10 @@ fn check_features(
         };
         let key = normalize_feature(name).unwrap_or_else(|| name.to_string());
         if matches!(arch, "x86_64" | "i686") && !facts.feature_known(&key) {
-            out.push(Finding::warning(
+            out.push(unknown_name(
+                facts,
                 "cpu-feature-unknown",
-                format!("CPU feature '{name}' is not one libvirt knows (x86_features.xml of {}); libvirt will refuse to start the guest", facts.cpu_map_source),
+                format!("CPU feature '{name}' is not one libvirt knows (x86_features.xml of {}): libvirt refuses to start the guest (\"unknown CPU feature: {name}\")", facts.cpu_map_source),
                 "use libvirt's feature names (`virsh domcapabilities` lists them)",
             ));
         }
@@ -163,14 +172,32 @@ fn check_features(
     }
 }
 
+/// A finding about a name libvirt's cpu_map does not define: an error when the cpu_map is this
+/// host's own (libvirt will refuse the guest), a warning when only the built-in copy of libvirt
+/// 9.0's answered (the guest's libvirt may know the name).
+fn unknown_name(facts: &Facts<'_>, code: &'static str, what: String, fix: &str) -> Finding {
+    if facts.cpu_map_is_builtin() {
+        Finding::warning(
+            code,
+            format!(
+                "{what} (no libvirt cpu_map on this machine: the built-in copy of libvirt 9.0's answered; a newer libvirt may know it)"
+            ),
+            fix,
+        )
+    } else {
+        Finding::error(code, what, fix)
+    }
+}
+
 /// A custom model libvirt's cpu_map does not define: libvirt defines the domain and refuses to
 /// start it ("Unknown CPU model X", libvirt 9.0).
 fn check_model_known(model: &str, arch: &str, facts: &Facts<'_>, out: &mut Vec<Finding>) {
     if matches!(arch, "x86_64" | "i686") && facts.model_features(model).is_none() {
-        out.push(Finding::warning(
+        out.push(unknown_name(
+            facts,
             "cpu-model-unknown",
-            format!("CPU model '{model}' is not in libvirt's cpu_map ({}): libvirt will refuse to start the guest (\"Unknown CPU model {model}\")", facts.cpu_map_source),
-            "use a model libvirt knows (`virsh cpu-models x86_64`)",
+            format!("CPU model '{model}' is not in libvirt's cpu_map ({}): libvirt refuses to start the guest (\"Unknown CPU model {model}\")", facts.cpu_map_source),
+            "use a model libvirt knows (`virsh cpu-models x86_64`), written without spaces around it",
         ));
     }
 }
@@ -218,9 +245,13 @@ fn check_level(
     if mode == "custom" {
         let model = cpu
             .and_then(|c| child(c, "model"))
-            .and_then(text_of)
+            .and_then(model_name)
             .unwrap_or_else(|| "qemu64".to_string());
-        let feats = guaranteed_features(facts.model_features(&model), &explicit);
+        // A model cpu_map lacks has no features to judge (its own finding says so).
+        let Some(model_feats) = facts.model_features(&model) else {
+            return;
+        };
+        let feats = guaranteed_features(Some(model_feats), &explicit);
         if Level::highest(|f| feats.contains(f)) < Some(level.value) {
             let missing = missing_features(level.value, &feats);
             out.push(

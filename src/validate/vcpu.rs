@@ -88,18 +88,26 @@ fn check_topology(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<F
         return;
     };
     let clusters_read = facts.applies(VersionRule::Clusters);
-    let Some(t) = Topology::read(topo, clusters_read) else {
-        out.push(Finding::error(
-            "topology-invalid",
-            "<topology> has an attribute that is not a positive integer",
-            "fix <topology>",
-        ));
-        return;
+    let t = match Topology::read(topo, clusters_read) {
+        Ok(t) => t,
+        Err(why) => {
+            out.push(Finding::error(
+                "topology-invalid",
+                why,
+                "give <topology> sockets, cores and threads as positive integers",
+            ));
+            return;
+        }
     };
     if t.product() != u64::from(max) {
+        let product = if clusters_read {
+            "sockets × dies × clusters × cores × threads"
+        } else {
+            "sockets × dies × cores × threads"
+        };
         out.push(Finding::error(
             "topology-mismatch",
-            format!("CPU topology doesn't match maximum vcpu count (sockets × dies × clusters × cores × threads = {}, maximum {max})", t.product()),
+            format!("CPU topology doesn't match maximum vcpu count ({product} = {}, maximum {max})", t.product()),
             "make the product equal the maximum (a rule with vcpu.topology = \"sockets\" or \"cores\" reshapes it)",
         ));
     }
