@@ -197,6 +197,9 @@ pub struct Host {
     libvirt_override: Option<Fact<LibvirtVersion>>,
     /// The `libvirt` attribute of the first `<hostFacts>` file read that has one.
     facts_version: Option<Fact<LibvirtVersion>>,
+    /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
+    pub cluster: Option<Fact<Vec<PathBuf>>>,
+    cluster_cpu: std::cell::OnceCell<std::result::Result<crate::policy::ClusterCpu, String>>,
 }
 
 /// A machine type's vCPU limit and where it came from.
@@ -227,6 +230,8 @@ pub struct HostOptions {
     /// The host's libvirt version (`--libvirt-version`), instead of libvirt's QEMU capability
     /// cache.
     pub libvirt_version: Option<Fact<LibvirtVersion>>,
+    /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
+    pub cluster: Option<Fact<Vec<PathBuf>>>,
 }
 
 impl HostOptions {
@@ -253,6 +258,10 @@ impl HostOptions {
                     value,
                     source: format!("[host] cpus in {}", policy.source),
                 })
+            }),
+            cluster: (!policy.host.cluster.is_empty()).then(|| Fact {
+                value: policy.host.cluster.clone(),
+                source: format!("[host] cluster of policy {}", policy.source),
             }),
             ..HostOptions::default()
         }
@@ -315,6 +324,8 @@ impl Host {
             libvirt_version: std::cell::OnceCell::new(),
             libvirt_override: opts.libvirt_version.clone(),
             facts_version: None,
+            cluster: opts.cluster.clone(),
+            cluster_cpu: std::cell::OnceCell::new(),
         };
         for path in &opts.caps {
             host.read_caps_file(path)?;
@@ -462,6 +473,23 @@ impl Host {
                 })
             })
             .as_ref()
+    }
+
+    /// The cluster's CPU for `cpu.model = "baseline"`: `compute` makes it from this host's facts
+    /// ([`Host::cluster`], the cpu_map) on first use, and the answer is kept for the run, so an
+    /// `audit` of a thousand guests reads the cluster's files once
+    /// ([`crate::cluster::resolve`] is the `compute` to give).
+    ///
+    /// # Errors
+    /// [`Error::Cluster`] with `compute`'s sentence, each time it is asked.
+    pub fn cluster_cpu(
+        &self,
+        compute: impl FnOnce(&Host) -> std::result::Result<crate::policy::ClusterCpu, String>,
+    ) -> Result<&crate::policy::ClusterCpu> {
+        self.cluster_cpu
+            .get_or_init(|| compute(self))
+            .as_ref()
+            .map_err(|e| Error::Cluster(e.clone()))
     }
 
     /// The host-model CPU of `d` (its model's name) and the psABI level it reaches, by its model's
