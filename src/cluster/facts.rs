@@ -116,6 +116,48 @@ pub struct HostFacts {
     pub libvirt: Option<crate::host::LibvirtVersion>,
 }
 
+impl HostFacts {
+    /// A host described by one domcapabilities document already read by [`crate::host::Host`]
+    /// (`--caps`, the daemon's snapshot): its host-model CPU (the model, the vendor, the
+    /// `require` features then the `disable` ones), its custom models `usable='yes'` and its
+    /// machine type. `name` names it in messages.
+    #[must_use]
+    pub fn from_domcaps(name: &str, d: &crate::host::DomCaps) -> HostFacts {
+        let cpu = d.host_model.as_ref().map(|h| CpuDef {
+            model: h.model.clone(),
+            vendor: h.vendor.clone(),
+            features: h
+                .require
+                .iter()
+                .map(|f| (f.clone(), FeaturePolicy::Require))
+                .chain(
+                    h.disable
+                        .iter()
+                        .map(|f| (f.clone(), FeaturePolicy::Disable)),
+                )
+                .collect(),
+        });
+        HostFacts {
+            name: name.to_string(),
+            path: PathBuf::from(&d.source),
+            arch: d.arch.clone(),
+            origin: cpu.as_ref().map(|_| CpuOrigin::HostModel),
+            cpu,
+            usable_models: (!d.models.is_empty()).then(|| {
+                d.models
+                    .iter()
+                    .filter(|(_, usable)| *usable)
+                    .map(|(m, _)| m.clone())
+                    .collect()
+            }),
+            machines: std::iter::once(d.machine.clone())
+                .filter(|m| !m.is_empty())
+                .collect(),
+            libvirt: None,
+        }
+    }
+}
+
 /// Largest facts file read, in bytes (libvirt's domcapabilities are about 100 KiB).
 pub const MAX_FACTS_BYTES: usize = crate::domain::MAX_INPUT_BYTES;
 
