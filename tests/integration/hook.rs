@@ -1019,6 +1019,97 @@ fn broken_policy_follows_on_error() {
     log_has_no_xml(&t.log());
 }
 
+/// A policy whose one rule gives x86_64 guests the baseline of `cluster` (`[host] cluster`),
+/// read with libvirt's installed cpu_map.
+fn baseline_policy(on_violation: &str, on_error: &str, cluster: &[String]) -> String {
+    let list: Vec<String> = cluster.iter().map(|c| format!("{c:?}")).collect();
+    format!(
+        "version = 1\n\n[hook]\non_violation = \"{on_violation}\"\non_error = \"{on_error}\"\n\n[host]\ncluster = [{}]\n\n[[rule]]\nname = \"cluster cpu\"\nmatch = {{ arch = \"x86_64\" }}\ncpu.model = \"baseline\"\n",
+        list.join(", ")
+    )
+}
+
+/// `cpu.model = "baseline"` in the hook: a guest rewritten for the cluster is let in, one that
+/// is not follows `on_violation`; a cluster file that is missing follows `on_error` (allow: logged
+/// and let in; deny: refused naming the file), at every checked operation.
+#[test]
+fn baseline_policy_in_the_hook_follows_on_violation_and_on_error() {
+    let Some(c) = corpus() else {
+        panic!("needs ../shared/corpus (libvirt's test CPUs)");
+    };
+    assert!(
+        Path::new("/usr/share/libvirt/cpu_map/index.xml").is_file(),
+        "needs libvirt's cpu_map at /usr/share/libvirt/cpu_map"
+    );
+    let d = c.join("libvirt-cputestdata");
+    let hosts = vec![
+        s(&d.join("x86_64-cpuid-Xeon-E5-2650-v4-host.xml")),
+        s(&d.join("x86_64-cpuid-Core-i7-3770-host.xml")),
+    ];
+    let t = Scratch::with_snap("hook-baseline");
+    let p = t.write("ok.toml", baseline_policy("deny", "deny", &hosts));
+    let rewritten = Cmd::new(&["rewrite", "--no-qemu-caps-cache", "--policy", &s(&p), "-"])
+        .stdin(cloudstack("g1"))
+        .run();
+    rewritten.status(0);
+    assert!(
+        rewritten.stdout.contains(">IvyBridge</model>"),
+        "{}",
+        rewritten.stdout
+    );
+    allowed(
+        &t.hook(&p, &["g1", "prepare", "begin", "-"])
+            .stdin(rewritten.stdout.clone())
+            .run(),
+    );
+    let out = t
+        .hook(&p, &["g1", "prepare", "begin", "-"])
+        .stdin(cloudstack("g1"))
+        .run();
+    refused(
+        &out,
+        "g1",
+        "cluster cpu",
+        &["does not conform", "needs <model>"],
+    );
+
+    let missing = s(&t.path("shared/node-3.xml"));
+    let cluster = vec![hosts[0].clone(), missing.clone()];
+    let p = t.write("deny.toml", baseline_policy("warn", "deny", &cluster));
+    for op in ["prepare", "migrate", "restore"] {
+        let out = t
+            .hook(&p, &["g1", op, "begin", "-"])
+            .stdin(rewritten.stdout.clone())
+            .run();
+        refused(
+            &out,
+            "g1",
+            "[hook] on_error",
+            &[
+                "the hook cannot check this guest: cpu.model = \"baseline\"",
+                &format!("cannot read {missing}"),
+                "[host] cluster",
+            ],
+        );
+    }
+    let p = t.write("allow.toml", baseline_policy("deny", "allow", &cluster));
+    for op in ["prepare", "migrate", "restore"] {
+        allowed(
+            &t.hook(&p, &["g1", op, "begin", "-"])
+                .stdin(cloudstack("g1"))
+                .run(),
+        );
+    }
+    let log = t.log();
+    assert!(
+        log.contains("on_error = allow")
+            && log.contains(&missing)
+            && log.contains("code=\"cluster\""),
+        "{log}"
+    );
+    log_has_no_xml(&log);
+}
+
 #[test]
 fn policy_that_is_not_toml_but_says_deny_refuses() {
     let t = Scratch::with_snap("not-toml");
