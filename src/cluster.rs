@@ -14,7 +14,7 @@
 //!   identical CPU (where a `host-passthrough` guest may migrate), aarch64 included.
 //! * [`compare`] is libvirt's `x86Compute`: identical, superset or incompatible, with the
 //!   features named.
-//! * [`format`] writes a report as text, JSON, a policy rule, `nova.conf` or CloudStack
+//! * [`mod@format`] writes a report as text, JSON, a policy rule, `nova.conf` or CloudStack
 //!   `agent.properties` lines.
 //! * [`resolve`] turns a policy's `cpu.model = "baseline"` into the baseline of `[host]
 //!   cluster`, between planning and the facts of one domain.

@@ -62,8 +62,8 @@ pub struct Cli {
     /// Where the host-fact snapshot is written (and read).
     #[arg(long, global = true, value_name = "DIR", default_value = SNAPSHOT_DIR)]
     pub snapshot_dir: PathBuf,
-    /// Publish this host's facts (a <hostFacts> file: capabilities, domcapabilities, libvirt
-    /// version) as DIR/<hostname>.xml, atomically, at start and after each full reconciliation
+    /// Publish this host's facts (a `<hostFacts>` file: capabilities, domcapabilities, libvirt
+    /// version) as `DIR/<hostname>.xml`, atomically, at start and after each full reconciliation
     /// when they changed (for `virt-cpu-policy baseline` and `[host] cluster` on every host).
     /// Default: the policy's `[host] publish`, else not published.
     #[arg(long, global = true, value_name = "DIR")]
