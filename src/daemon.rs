@@ -435,8 +435,9 @@ pub fn published_path(dir: &Path, host_name: &str) -> PathBuf {
 }
 
 /// Write `facts` as the snapshot's [`SNAPSHOT_FACTS`] (removing the older `capabilities.xml`)
-/// and, with `publish`, as `publish/<hostname>.xml`; each only when it changed. Returns the
-/// snapshot file when it holds the facts now. Failures are logged.
+/// and, with `publish`, as `publish/<hostname>.xml` (only that one when `publish` is the
+/// snapshot directory); each only when it changed. Returns the snapshot's file when it holds the
+/// facts now. Failures are logged.
 fn store_host_facts(
     facts: &HostFactsDoc,
     snapshot: &Path,
@@ -453,7 +454,18 @@ fn store_host_facts(
             false
         }
     };
-    let snap = snapshot.join(SNAPSHOT_FACTS);
+    // Published into the snapshot directory itself: the published file is the snapshot's (the
+    // hook would read the same facts twice).
+    let same_dir = publish.is_some_and(|p| {
+        let canon = |d: &Path| std::fs::canonicalize(d).ok();
+        canon(p).is_some() && canon(p) == canon(snapshot)
+    });
+    let snap = if same_dir {
+        let _ = std::fs::remove_file(snapshot.join(SNAPSHOT_FACTS));
+        published_path(snapshot, &facts.name)
+    } else {
+        snapshot.join(SNAPSHOT_FACTS)
+    };
     let in_snapshot = stored(&snap, "snapshot");
     if in_snapshot {
         let legacy = snapshot.join(LEGACY_SNAPSHOT_CAPS);
@@ -461,7 +473,7 @@ fn store_host_facts(
             tracing::info!(path = %legacy.display(), "removed: {SNAPSHOT_FACTS} holds the capabilities now");
         }
     }
-    if let Some(dir) = publish {
+    if let Some(dir) = publish.filter(|_| !same_dir) {
         stored(&published_path(dir, &facts.name), "publish");
     }
     in_snapshot.then_some(snap)
@@ -1367,6 +1379,10 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, vec!["node_1.xml".to_string()]);
+        // Published into the snapshot directory: one file there, the published one.
+        let stored = store_host_facts(&doc("11.3.0"), &snap, Some(&snap));
+        assert_eq!(stored, Some(snap.join("node_1.xml")));
+        assert!(!snap.join(SNAPSHOT_FACTS).exists());
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -589,10 +589,12 @@ fn compare_cpu(dom: &Domain<'_>, text: &str, facts: &Facts<'_>, host: &Host) -> 
         return not("the guest has no <cpu>".into());
     };
     let mode = cpu.attribute("mode").unwrap_or("custom");
-    if mode != "custom" || child(cpu, "model").is_none() {
-        return not(format!(
-            "a {mode} CPU without a model takes this host's own CPU"
-        ));
+    if mode != "custom" {
+        return not(format!("a {mode} CPU takes this host's own CPU"));
+    }
+    if child(cpu, "model").is_none() {
+        // libvirt compares nothing either ("only topology part of CPU def is used").
+        return not("the CPU names no model (QEMU's default one)".into());
     }
     if !matches!(dom.arch(), "x86_64" | "i686") {
         return not(format!(
