@@ -230,7 +230,7 @@ fn judge(text: &str, what: &str, policy: &Policy, host: &Host) -> crate::Result<
         };
         return Ok((outcome, level, vcpu_max, None, Vec::new()));
     }
-    let plan = policy.plan_for(&dom);
+    let plan = crate::cluster::resolve::plan_for(policy, &dom, host)?;
     let facts = Facts::resolve(&dom, &plan, host);
     let outcome = rewrite_planned(&dom, what, policy, &plan, &facts)?;
     let level = level_of(&dom, &facts);

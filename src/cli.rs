@@ -79,7 +79,8 @@ pub struct HookCmd {
     /// Policy file (default: /etc/virt-cpu-policy/policy.toml if it exists, else the built-in one).
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
-    /// Extra host-fact files (repeatable).
+    /// Extra host-fact files: capabilities, domcapabilities, QEMU capability cache or
+    /// `<hostFacts>` (repeatable).
     #[arg(long = "caps", value_name = "FILE")]
     pub caps: Vec<PathBuf>,
     /// Log to this file instead of journald (default: journald, else /var/log/virt-cpu-policy/hook.log).
@@ -109,8 +110,8 @@ pub struct FactArgs {
     /// policy).
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
-    /// `virsh capabilities`, `virsh domcapabilities` or libvirt QEMU capability cache file
-    /// (repeatable).
+    /// `virsh capabilities`, `virsh domcapabilities`, libvirt QEMU capability cache or
+    /// `<hostFacts>` file (repeatable).
     #[arg(long = "caps", value_name = "FILE")]
     pub caps: Vec<PathBuf>,
     /// The host's online CPU count, instead of sysconf (for tests and dry runs).

@@ -14,8 +14,10 @@
 //!   identical CPU (where a `host-passthrough` guest may migrate), aarch64 included.
 //! * [`compare`] is libvirt's `x86Compute`: identical, superset or incompatible, with the
 //!   features named.
-//! * [`format`] writes a report as text, JSON, a policy rule, `nova.conf` or CloudStack
+//! * [`mod@format`] writes a report as text, JSON, a policy rule, `nova.conf` or CloudStack
 //!   `agent.properties` lines.
+//! * [`resolve`] turns a policy's `cpu.model = "baseline"` into the baseline of `[host]
+//!   cluster`, between planning and the facts of one domain.
 //!
 //! Nothing here calls libvirt: like the rest of the tool, host facts come from files.
 
@@ -24,6 +26,7 @@ pub mod compare;
 pub mod facts;
 pub mod format;
 pub mod report;
+pub mod resolve;
 
 use crate::cpu::CpuMapError;
 use std::path::{Path, PathBuf};
@@ -110,7 +113,8 @@ impl ClusterError {
 
 /// The cluster report of the hosts described by `paths` (files or directories of facts files),
 /// with libvirt's cpu_map at `cpu_map` (read only when a host is x86). This is the one call a
-/// caller needs: `virt-cpu-policy baseline` and, later, a policy's `cpu.model = "baseline"`.
+/// caller needs: `virt-cpu-policy baseline` and a policy's `cpu.model = "baseline"`
+/// ([`resolve`]).
 ///
 /// # Errors
 /// [`ClusterError`] for unreadable or unknown input and for hosts without a common CPU.

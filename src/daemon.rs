@@ -9,8 +9,14 @@
 //!
 //! The daemon listens for libvirt's lifecycle events (`VIR_DOMAIN_EVENT_DEFINED`) and reconciles
 //! the guest at once, reconciles everything at start, on a timer, after SIGHUP and after a
-//! reconnect, and writes the host-fact snapshot the hook reads (`virsh capabilities` and the
-//! domcapabilities in use) atomically under `/var/lib/virt-cpu-policy/`.
+//! reconnect, and writes the host-fact snapshot the hook reads (this host's `<hostFacts>` file
+//! and the domcapabilities the guests use) atomically under `/var/lib/virt-cpu-policy/`.
+//!
+//! With `--publish DIR` (or `[host] publish`) it also writes this host's `<hostFacts>` file
+//! ([`host_facts`]: `virsh capabilities`, the domcapabilities of the host's own arch and the
+//! libvirt version) to `DIR/<hostname>.xml`, atomically, at start and whenever it changes: the
+//! cluster's facts for `virt-cpu-policy baseline` and `[host] cluster`, collected on shared
+//! storage without a service of their own.
 //!
 //! With `--metrics-file PATH` it writes Prometheus gauges and counters ([`crate::metrics`]) to
 //! PATH, atomically, after every reconciliation; each decision is logged with the journal fields
@@ -56,6 +62,12 @@ pub struct Cli {
     /// Where the host-fact snapshot is written (and read).
     #[arg(long, global = true, value_name = "DIR", default_value = SNAPSHOT_DIR)]
     pub snapshot_dir: PathBuf,
+    /// Publish this host's facts (a `<hostFacts>` file: capabilities, domcapabilities, libvirt
+    /// version) as `DIR/<hostname>.xml`, atomically, at start and after each full reconciliation
+    /// when they changed (for `virt-cpu-policy baseline` and `[host] cluster` on every host).
+    /// Default: the policy's `[host] publish`, else not published.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub publish: Option<PathBuf>,
     /// `daemon`: write Prometheus metrics (text format 0.0.4) to this file after every
     /// reconciliation, atomically (for node_exporter's textfile collector, e.g.
     /// /var/lib/prometheus/node-exporter/virt_cpu_policy.prom). Default: none.
@@ -282,16 +294,7 @@ fn write_backup(dir: &Path, name: &str, uuid: &str, xml: &str) -> std::io::Resul
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| format!("{}.{:09}", d.as_secs(), d.subsec_nanos()))
         .unwrap_or_default();
-    let safe: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let safe = safe_file_name(name);
     let path = dir.join(format!("{safe}-{uuid}-{stamp}.xml"));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -301,6 +304,38 @@ fn write_backup(dir: &Path, name: &str, uuid: &str, xml: &str) -> std::io::Resul
     f.write_all(xml.as_bytes())?;
     f.sync_all()?;
     Ok(path)
+}
+
+/// `s` as a file name: ASCII letters, digits, `-`, `_` and `.` kept, anything else `_`, and no
+/// leading `.` (a hidden file, `..`).
+fn safe_file_name(s: &str) -> String {
+    let safe: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    match safe.strip_prefix('.') {
+        Some(rest) => format!("_{rest}"),
+        None if safe.is_empty() => "_".into(),
+        None => safe,
+    }
+}
+
+/// Write `data` to `path` atomically unless the file already holds exactly `data` (a reader
+/// such as a fleet's collector sees a change only when there is one). Returns whether it wrote.
+fn write_if_changed(path: &Path, data: &str) -> std::io::Result<bool> {
+    let same = std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == data.len() as u64)
+        && std::fs::read(path).is_ok_and(|old| old == data.as_bytes());
+    if same {
+        return Ok(false);
+    }
+    write_atomic(path, data)?;
+    Ok(true)
 }
 
 /// Write `data` to `path` atomically (temporary file in the same directory, then rename).
@@ -322,21 +357,143 @@ fn write_atomic(path: &Path, data: &str) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// Write the host-fact snapshot: `capabilities.xml` and one `domcapabilities-ARCH-MACHINE-TYPE.xml`
-/// per (emulator, arch, machine, virt type) the persistent guests use. Returns the files written.
-pub fn write_snapshot(conn: &Connect, dir: &Path) -> Vec<PathBuf> {
-    let mut written = Vec::new();
-    match conn.capabilities() {
-        Ok(caps) => {
-            let p = dir.join("capabilities.xml");
-            match write_atomic(&p, &caps) {
-                Ok(()) => written.push(p),
-                Err(e) => {
-                    tracing::error!(path = %p.display(), error = %e, "cannot write the snapshot")
-                }
-            }
+/// The snapshot's `<hostFacts>` file: this host's capabilities, domcapabilities and libvirt
+/// version ([`host_facts`]), which the hook reads with the rest of the snapshot.
+pub const SNAPSHOT_FACTS: &str = "host-facts.xml";
+
+/// What the snapshot held before `<hostFacts>`: `virsh capabilities` alone. Removed when
+/// [`SNAPSHOT_FACTS`] is written, so the hook does not read the same facts twice.
+const LEGACY_SNAPSHOT_CAPS: &str = "capabilities.xml";
+
+/// This host's facts from the connection: its name, its `<hostFacts>` document
+/// ([`crate::host::host_facts_document`]) and the domcapabilities in it.
+#[derive(Debug, Clone)]
+pub struct HostFactsDoc {
+    /// The host's name: libvirt's (`virConnectGetHostname`), else `gethostname(2)`'s.
+    pub name: String,
+    /// The `<hostFacts>` document.
+    pub xml: String,
+    /// The domcapabilities it holds (`virsh domcapabilities` of the host's arch for kvm, or for
+    /// qemu when KVM is absent, at the default machine type); None when libvirt gave none.
+    pub domcaps: Option<String>,
+}
+
+/// This host's `<hostFacts>` from libvirt: `virsh capabilities`, the domcapabilities of the
+/// host's own arch (from the capabilities' `<host><cpu><arch>`) for kvm, or qemu when KVM is
+/// absent, at the default machine type, and the libvirt version (`virConnectGetLibVersion`).
+///
+/// # Errors
+/// libvirt's error when it gives no capabilities or no version, or capabilities that do not
+/// parse.
+pub fn host_facts(conn: &Connect) -> Result<HostFactsDoc, String> {
+    let caps = conn
+        .capabilities()
+        .map_err(|e| format!("virConnectGetCapabilities: {e}"))?;
+    let version = conn
+        .lib_version()
+        .map_err(|e| format!("virConnectGetLibVersion: {e}"))?;
+    let doc =
+        crate::domain::parse_xml(&caps, "libvirt's capabilities").map_err(|e| e.to_string())?;
+    let arch = crate::domain::child(doc.root_element(), "host")
+        .and_then(|h| crate::domain::child(h, "cpu"))
+        .and_then(|c| crate::domain::child(c, "arch"))
+        .and_then(crate::domain::text_of);
+    // KVM's host-model CPU is what guests get; without KVM, TCG's.
+    let domcaps = ["kvm", "qemu"].into_iter().find_map(|vt| {
+        conn.domain_capabilities(None, arch.as_deref(), None, Some(vt), 0)
+            .map_err(|e| tracing::debug!(virt_type = vt, error = %e, "no domcapabilities"))
+            .ok()
+    });
+    let name = conn
+        .hostname()
+        .ok()
+        .filter(|n| !n.trim().is_empty())
+        .or_else(gethostname)
+        .unwrap_or_else(|| "localhost".into());
+    let version = crate::host::LibvirtVersion::from_number(u64::from(version));
+    let xml = crate::host::host_facts_document(&name, version, &caps, domcaps.as_deref());
+    Ok(HostFactsDoc { name, xml, domcaps })
+}
+
+/// The kernel's host name (`gethostname(2)`), when it has one.
+fn gethostname() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    let name = String::from_utf8_lossy(&buf[..end]).trim().to_string();
+    (!name.is_empty()).then_some(name)
+}
+
+/// `DIR/<hostname>.xml` for this host's published facts.
+#[must_use]
+pub fn published_path(dir: &Path, host_name: &str) -> PathBuf {
+    dir.join(format!("{}.xml", safe_file_name(host_name)))
+}
+
+/// Write `facts` as the snapshot's [`SNAPSHOT_FACTS`] (removing the older `capabilities.xml`)
+/// and, with `publish`, as `publish/<hostname>.xml` (only that one when `publish` is the
+/// snapshot directory); each only when it changed. Returns the snapshot's file when it holds the
+/// facts now. Failures are logged.
+fn store_host_facts(
+    facts: &HostFactsDoc,
+    snapshot: &Path,
+    publish: Option<&Path>,
+) -> Option<PathBuf> {
+    let stored = |path: &Path, what: &str| match write_if_changed(path, &facts.xml) {
+        Ok(true) => {
+            tracing::info!(path = %path.display(), host = %facts.name, "{what}: this host's facts written");
+            true
         }
-        Err(e) => tracing::error!(error = %e, "virConnectGetCapabilities failed"),
+        Ok(false) => true,
+        Err(e) => {
+            tracing::error!(path = %path.display(), error = %e, "{what}: cannot write this host's facts");
+            false
+        }
+    };
+    // Published into the snapshot directory itself: the published file is the snapshot's (the
+    // hook would read the same facts twice).
+    let same_dir = publish.is_some_and(|p| {
+        let canon = |d: &Path| std::fs::canonicalize(d).ok();
+        canon(p).is_some() && canon(p) == canon(snapshot)
+    });
+    let snap = if same_dir {
+        let _ = std::fs::remove_file(snapshot.join(SNAPSHOT_FACTS));
+        published_path(snapshot, &facts.name)
+    } else {
+        snapshot.join(SNAPSHOT_FACTS)
+    };
+    let in_snapshot = stored(&snap, "snapshot");
+    if in_snapshot {
+        let legacy = snapshot.join(LEGACY_SNAPSHOT_CAPS);
+        if legacy.is_file() && std::fs::remove_file(&legacy).is_ok() {
+            tracing::info!(path = %legacy.display(), "removed: {SNAPSHOT_FACTS} holds the capabilities now");
+        }
+    }
+    if let Some(dir) = publish.filter(|_| !same_dir) {
+        stored(&published_path(dir, &facts.name), "publish");
+    }
+    in_snapshot.then_some(snap)
+}
+
+/// Write the host-fact snapshot: this host's `<hostFacts>` ([`SNAPSHOT_FACTS`]) and one
+/// `domcapabilities-ARCH-MACHINE-TYPE.xml` per (emulator, arch, machine, virt type) the
+/// persistent guests use, unless it is the one `<hostFacts>` already holds; with `publish`,
+/// the facts are published too. Returns the snapshot's files.
+pub fn write_snapshot(conn: &Connect, dir: &Path, publish: Option<&Path>) -> Vec<PathBuf> {
+    let mut written = Vec::new();
+    let facts = match host_facts(conn) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            tracing::error!(error = %e, "no host facts for the snapshot");
+            None
+        }
+    };
+    if let Some(f) = &facts {
+        written.extend(store_host_facts(f, dir, publish));
     }
     let mut seen = BTreeSet::new();
     for d in conn.list_all_domains(0).unwrap_or_default() {
@@ -367,25 +524,19 @@ pub fn write_snapshot(conn: &Connect, dir: &Path) -> Vec<PathBuf> {
             0,
         ) {
             Ok(dc) => {
-                let safe = |s: &str| -> String {
-                    s.chars()
-                        .map(|c| {
-                            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                                c
-                            } else {
-                                '_'
-                            }
-                        })
-                        .collect()
-                };
                 let p = dir.join(format!(
                     "domcapabilities-{}-{}-{}.xml",
-                    safe(&arch),
-                    safe(&machine),
-                    safe(&vt)
+                    safe_file_name(&arch),
+                    safe_file_name(&machine),
+                    safe_file_name(&vt)
                 ));
-                match write_atomic(&p, &dc) {
-                    Ok(()) => written.push(p),
+                if facts.as_ref().and_then(|f| f.domcaps.as_deref()) == Some(dc.as_str()) {
+                    // The hook would read the same document twice.
+                    let _ = std::fs::remove_file(&p);
+                    continue;
+                }
+                match write_if_changed(&p, &dc) {
+                    Ok(_) => written.push(p),
                     Err(e) => {
                         tracing::error!(path = %p.display(), error = %e, "cannot write the snapshot")
                     }
@@ -397,6 +548,11 @@ pub fn write_snapshot(conn: &Connect, dir: &Path) -> Vec<PathBuf> {
         }
     }
     written
+}
+
+/// Where this host's facts are published: `--publish`, else the policy's `[host] publish`.
+fn publish_dir<'a>(cli: &'a Cli, policy: &'a Policy) -> Option<&'a Path> {
+    cli.publish.as_deref().or(policy.host.publish.as_deref())
 }
 
 fn host_for(policy: &Policy, snapshot: &[PathBuf]) -> Result<Host, crate::Error> {
@@ -446,7 +602,7 @@ fn cmd_apply(cli: &Cli, a: &ApplyArgs) -> i32 {
     let snapshot = if a.dry_run {
         Vec::new()
     } else {
-        write_snapshot(&conn, &cli.snapshot_dir)
+        write_snapshot(&conn, &cli.snapshot_dir, publish_dir(cli, &policy))
     };
     let host = match host_for(&policy, &snapshot) {
         Ok(h) => h,
@@ -875,7 +1031,8 @@ impl Daemon<'_> {
     fn serve(&mut self, session: &Session, rx: &mpsc::Receiver<Event>, signals: &Signals) -> After {
         // Drop events of a previous connection.
         while rx.try_recv().is_ok() {}
-        let snapshot = write_snapshot(&session.conn, &self.cli.snapshot_dir);
+        // This host's facts are published after the full reconciliation below.
+        let snapshot = write_snapshot(&session.conn, &self.cli.snapshot_dir, None);
         tracing::info!(uri = %self.cli.uri, snapshot_files = snapshot.len(), policy = %self.policy.source, "connected; reconciling every guest");
         let mut host = match host_for(&self.policy, &snapshot) {
             Ok(h) => h,
@@ -895,6 +1052,14 @@ impl Daemon<'_> {
                 self.reload(session, &snapshot, &mut host);
             }
             if Instant::now() >= next_full {
+                // Fresh facts files, and the cluster's baseline computed again: other hosts
+                // may have published new facts.
+                match host_for(&self.policy, &snapshot) {
+                    Ok(h) => host = h,
+                    Err(e) => {
+                        tracing::error!(error = %e, "host facts unusable; keeping the previous ones")
+                    }
+                }
                 self.reconcile(session, None, &host);
                 next_full = Instant::now() + self.interval;
             }
@@ -934,6 +1099,24 @@ impl Daemon<'_> {
             &mut self.fleet,
         );
         self.write_metrics(session, host, started.elapsed());
+        if names.is_none() {
+            self.refresh_host_facts(session);
+        }
+    }
+
+    /// After a full reconciliation: this host's facts into the snapshot and, with `--publish` or
+    /// `[host] publish`, to `DIR/<hostname>.xml`, each written only when it changed.
+    fn refresh_host_facts(&self, session: &Session) {
+        match host_facts(&session.conn) {
+            Ok(f) => {
+                store_host_facts(
+                    &f,
+                    &self.cli.snapshot_dir,
+                    publish_dir(self.cli, &self.policy),
+                );
+            }
+            Err(e) => tracing::error!(error = %e, "cannot read this host's facts from libvirt"),
+        }
     }
 
     /// `--metrics-file`: the gauges and counters, written atomically (node_exporter never reads
@@ -1131,6 +1314,76 @@ mod tests {
             );
             assert_eq!(f.contains_key("code"), a.failure.is_some(), "{f:#?}");
         }
+    }
+
+    #[test]
+    fn host_names_become_safe_file_names() {
+        for (name, file) in [
+            ("kvm-07.example.org", "kvm-07.example.org.xml"),
+            ("../../etc/passwd", "_._.._etc_passwd.xml"),
+            (".hidden", "_hidden.xml"),
+            ("", "_.xml"),
+            ("a b/c\u{e9}", "a_b_c_.xml"),
+        ] {
+            assert_eq!(
+                published_path(Path::new("/srv/facts"), name),
+                Path::new("/srv/facts").join(file),
+                "{name:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn host_facts_are_stored_and_published_only_when_they_change() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::env::temp_dir().join(format!("vcp-dmn-facts-{}", std::process::id()));
+        let (snap, publish) = (dir.join("snap"), dir.join("shared"));
+        std::fs::create_dir_all(&snap).unwrap();
+        std::fs::write(snap.join(LEGACY_SNAPSHOT_CAPS), "<capabilities/>").unwrap();
+        let caps = "<capabilities><host><cpu><arch>x86_64</arch></cpu></host></capabilities>";
+        let doc = |v: &str| HostFactsDoc {
+            name: "node 1".into(),
+            xml: crate::host::host_facts_document("node 1", v.parse().unwrap(), caps, None),
+            domcaps: None,
+        };
+        let stored = store_host_facts(&doc("9.0.0"), &snap, Some(&publish));
+        assert_eq!(stored, Some(snap.join(SNAPSHOT_FACTS)));
+        assert!(
+            !snap.join(LEGACY_SNAPSHOT_CAPS).exists(),
+            "the old capabilities.xml goes"
+        );
+        let published = publish.join("node_1.xml");
+        let text = std::fs::read_to_string(&published).unwrap();
+        assert!(
+            text.starts_with("<hostFacts name='node 1' libvirt='9.0.0'>"),
+            "{text}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(snap.join(SNAPSHOT_FACTS)).unwrap(),
+            text
+        );
+        // The same facts again: nothing written (same inode: no rename happened).
+        let ino = std::fs::metadata(&published).unwrap().ino();
+        store_host_facts(&doc("9.0.0"), &snap, Some(&publish));
+        assert_eq!(std::fs::metadata(&published).unwrap().ino(), ino);
+        // New facts: replaced by a rename, no temporary file left behind.
+        store_host_facts(&doc("11.3.0"), &snap, Some(&publish));
+        assert_ne!(std::fs::metadata(&published).unwrap().ino(), ino);
+        assert!(
+            std::fs::read_to_string(&published)
+                .unwrap()
+                .contains("libvirt='11.3.0'")
+        );
+        let names: Vec<String> = std::fs::read_dir(&publish)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["node_1.xml".to_string()]);
+        // Published into the snapshot directory: one file there, the published one.
+        let stored = store_host_facts(&doc("11.3.0"), &snap, Some(&snap));
+        assert_eq!(stored, Some(snap.join("node_1.xml")));
+        assert!(!snap.join(SNAPSHOT_FACTS).exists());
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

@@ -77,11 +77,17 @@ pub enum Error {
     /// A host-fact file (`--caps`, `[host] capabilities`, cpu_map) is unusable.
     #[error("host facts: {0}")]
     Host(String),
+    /// A policy's `cpu.model = "baseline"` has no answer: a `[host] cluster` file is missing or
+    /// unreadable, the cluster has no baseline (no CPU common to the hosts, hosts of an arch
+    /// without custom models such as aarch64) or libvirt's cpu_map is absent. The message names
+    /// the policy and the file or the reason.
+    #[error("cpu.model = \"baseline\": {0}")]
+    Cluster(String),
 }
 
 impl Error {
     /// A stable short name of the kind of error, for logs (the journal's `CODE` field): `read`,
-    /// `write`, `too-large`, `not-utf8`, `xml`, `not-a-domain`, `policy`, `host`.
+    /// `write`, `too-large`, `not-utf8`, `xml`, `not-a-domain`, `policy`, `host`, `cluster`.
     #[must_use]
     pub fn code(&self) -> &'static str {
         match self {
@@ -93,6 +99,7 @@ impl Error {
             Error::NotADomain { .. } => "not-a-domain",
             Error::Policy { .. } => "policy",
             Error::Host(_) => "host",
+            Error::Cluster(_) => "cluster",
         }
     }
 }

@@ -165,6 +165,10 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
         Check::Migrate | Check::Restore => destination(guest, check, text, &policy, &host),
     };
     match verdict {
+        Err(e @ Error::Cluster(_)) => fail(
+            &e,
+            "repair the cluster's host-facts files named in [host] cluster (or publish them again with virt-cpu-policyd --publish)",
+        ),
         Err(e) => fail(&e, "report the XML libvirt passed as a bug"),
         Ok(v) => v,
     }
@@ -327,7 +331,14 @@ fn log_warnings(guest: &str, check: Check, findings: &[Finding]) {
 }
 
 /// Findings that come from the policy rather than from libvirt's rules.
-const POLICY_CODES: [&str; 4] = ["cpu-level", "policy-conflict", "level-arch", "cpu-multiple"];
+const POLICY_CODES: [&str; 6] = [
+    "cpu-level",
+    "policy-conflict",
+    "level-arch",
+    "cpu-multiple",
+    "cluster-level",
+    "cluster-feature",
+];
 
 /// `prepare begin`: libvirt's own rules on the XML as it will start (it would fail anyway: always
 /// refused), then the policy (a rewrite would change something: `on_violation`).
@@ -336,7 +347,7 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
     if !dom.in_scope() {
         return Ok(Verdict::Allow);
     }
-    let plan = policy.plan_for(&dom);
+    let plan = crate::cluster::resolve::plan_for(policy, &dom, host)?;
     let facts = Facts::resolve(&dom, &plan, host);
     let findings = crate::validate::validate(&dom, &plan, &facts);
     log_warnings(guest, Check::Prepare, &findings);
@@ -410,7 +421,7 @@ fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
         // host-passthrough / maximum: libvirt's live XML lists no features to check.
         return allow("live CPU has no model (host-passthrough or maximum): nothing to verify");
     };
-    let plan = policy.plan_for(&dom);
+    let plan = crate::cluster::resolve::plan_for(policy, &dom, host)?;
     let facts = Facts::resolve(&dom, &plan, host);
     let explicit = cpu_features(cpu);
     let feats = guaranteed_features(facts.model_features(&model), &explicit);
@@ -507,21 +518,30 @@ fn destination(
     if !dom.in_scope() {
         return Ok(Verdict::Allow);
     }
-    let plan = policy.plan_for(&dom);
+    let plan = crate::cluster::resolve::plan_for(policy, &dom, host)?;
     let facts = Facts::resolve(&dom, &plan, host);
     let findings = crate::validate::validate(&dom, &plan, &facts);
+    let cpu = compare_cpu(&dom, text, &facts, host);
     // Errors: libvirt or QEMU would refuse here. The model being unusable and the host not
     // reaching the level are warnings elsewhere, but on the destination they mean this host
-    // cannot give the guest what it had.
+    // cannot give the guest what it had. When the CPUs could be compared, the comparison
+    // (libvirt's own test) decides instead of `usable='no'`, which judges the bare model: a
+    // host-model guest arrives as this host's model with the features it lacks disabled.
     // The policy's own verdict (cpu-level...) is not a question of this host: libvirt keeps the
     // guest's CPU on migrate and restore anyway, so it is logged, not refused.
+    let compared = !matches!(cpu, CpuCompare::NotCompared(_));
     let blocking = findings.iter().find(|f| {
         (f.severity == Severity::Error && !POLICY_CODES.contains(&f.code))
-            || matches!(f.code, "cpu-model-unusable" | "host-level")
+            || f.code == "host-level"
+            || (f.code == "cpu-model-unusable" && !compared)
     });
     if let Some(f) = blocking {
         return Ok(hard_refusal(guest, check, policy, f));
     }
+    let cpu = match cpu {
+        CpuCompare::Incompatible(f) => return Ok(hard_refusal(guest, check, policy, &f)),
+        CpuCompare::Runs(what) | CpuCompare::NotCompared(what) => what,
+    };
     for f in findings.iter().filter(|f| POLICY_CODES.contains(&f.code)) {
         let rule = finding_rule(f);
         let fields = Fields {
@@ -540,7 +560,94 @@ fn destination(
         );
     }
     log_warnings(guest, check, &findings);
-    Ok(allowed(guest, check, "this host can run the guest"))
+    Ok(allowed(
+        guest,
+        check,
+        &format!("this host can run the guest ({cpu})"),
+    ))
+}
+
+/// What comparing the incoming guest's CPU with this host's found.
+enum CpuCompare {
+    /// It runs here: `identical` or `superset`, said in words for the log.
+    Runs(String),
+    /// It does not: the finding to refuse with.
+    Incompatible(Finding),
+    /// Nothing to compare, or no way to: why, for the log.
+    NotCompared(String),
+}
+
+/// The incoming guest's CPU against this host's host-model CPU (its domcapabilities, from the
+/// daemon's snapshot or `--caps`), as `virt-cpu-policy compare` judges it
+/// ([`crate::cluster::compare`], libvirt's `x86Compute`): libvirt compares a custom CPU with
+/// the host's when it starts the incoming guest (`check='partial'`) or checks what QEMU gave
+/// (`check='full'`), so an incompatible CPU fails later anyway, after the migration began.
+fn compare_cpu(dom: &Domain<'_>, text: &str, facts: &Facts<'_>, host: &Host) -> CpuCompare {
+    use crate::cluster::compare::{Verdict as Cmp, compare, guest_cpu};
+    let not = |why: String| CpuCompare::NotCompared(format!("CPU not compared: {why}"));
+    let Some(cpu) = dom.cpus().first().copied() else {
+        return not("the guest has no <cpu>".into());
+    };
+    let mode = cpu.attribute("mode").unwrap_or("custom");
+    if mode != "custom" {
+        return not(format!("a {mode} CPU takes this host's own CPU"));
+    }
+    if child(cpu, "model").is_none() {
+        // libvirt compares nothing either ("only topology part of CPU def is used").
+        return not("the CPU names no model (QEMU's default one)".into());
+    }
+    if !matches!(dom.arch(), "x86_64" | "i686") {
+        return not(format!(
+            "libvirt's CPU compare is for x86, the guest is {}",
+            dom.arch()
+        ));
+    }
+    let Some(d) = facts.domcaps.filter(|d| d.host_model.is_some()) else {
+        return not(format!(
+            "this host's host-model CPU is unknown (no domcapabilities for {} {} in the daemon's snapshot or --caps)",
+            dom.arch(),
+            dom.virt_type()
+        ));
+    };
+    let Some(dir) = &host.cpu_map_dir else {
+        return not("libvirt's cpu_map is absent (the compare needs its CPUID data)".into());
+    };
+    let guest_path = std::path::PathBuf::from("the incoming domain XML");
+    let this_host = crate::cluster::facts::HostFacts::from_domcaps("this host", d);
+    let result = crate::cpu::x86_map::X86Map::load(dir)
+        .map_err(crate::cluster::ClusterError::from)
+        .and_then(|map| {
+            let g = guest_cpu(text, &guest_path)?;
+            compare(&map, &this_host, &g, &guest_path).map(|c| (g, c))
+        });
+    let (g, c) = match result {
+        Ok(r) => r,
+        Err(e) => return not(e.to_string()),
+    };
+    let model = g.cpu.model.as_deref().unwrap_or("?");
+    match c.verdict {
+        Cmp::Identical | Cmp::Superset => CpuCompare::Runs(format!(
+            "CPU {model}: this host's is {} (host-model CPU from {})",
+            c.verdict.as_str(),
+            d.source
+        )),
+        Cmp::Incompatible => {
+            let reason = c.message.unwrap_or_else(|| "incompatible".into());
+            let when = if cpu.attribute("check") == Some("none") {
+                "with check='none' libvirt does not check, and QEMU would drop what is missing from the running guest"
+            } else {
+                "libvirt's own CPU check would refuse the guest when it starts here"
+            };
+            CpuCompare::Incompatible(Finding::error(
+                "cpu-incompatible",
+                format!(
+                    "this host cannot run the guest's CPU (model {model}): {reason} (this host's host-model CPU from {}; {when})",
+                    d.source
+                ),
+                "migrate it to a host whose CPU has these features, or give the guest a CPU every host of the cluster can run (cpu.model = \"baseline\"; virt-cpu-policy baseline)",
+            ))
+        }
+    }
 }
 
 /// Most bytes drained from stdin after what is kept: libvirt writes a finite document and closes

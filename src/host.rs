@@ -5,6 +5,12 @@
 //! `virsh domcapabilities` and libvirt's QEMU capability cache (`qemuCaps`) files, libvirt's
 //! `cpu_map` directory and the kernel. Every fact remembers its source, and `virt-cpu-policy host`
 //! prints them.
+//!
+//! The tool's own host-facts file is a `<hostFacts name='HOST' libvirt='X.Y.Z'>` holding one
+//! host's `<capabilities>` and/or `<domainCapabilities>` ([`host_facts_document`] writes it;
+//! `virt-cpu-policyd` publishes it and puts it in its snapshot). Every reader takes it: `--caps`,
+//! `[host] capabilities`, the daemon's snapshot that the hook reads, and `virt-cpu-policy
+//! baseline` ([`crate::cluster::facts`]).
 
 use crate::cpu::CpuMap;
 use crate::domain::{child, decode, is_libvirt_element, parse_xml, text_of};
@@ -105,6 +111,8 @@ pub struct MachineFact {
 pub struct CpuDescription {
     /// `<model>`.
     pub model: Option<String>,
+    /// `<vendor>` (`Intel`, `AMD`...), when written.
+    pub vendor: Option<String>,
     /// Features with policy `require` (or listed without policy).
     pub require: BTreeSet<String>,
     /// Features with policy `disable` or `forbid`.
@@ -190,6 +198,11 @@ pub struct Host {
     /// Feature names (and aliases) of the cpu_map's `x86_features.xml`, read on the first name
     /// libvirt 9.0's list lacks.
     host_feature_names: std::cell::OnceCell<std::collections::HashSet<String>>,
+    /// The `libvirt` attribute of the first `<hostFacts>` file read that has one.
+    facts_version: Option<Fact<LibvirtVersion>>,
+    /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
+    pub cluster: Option<Fact<Vec<PathBuf>>>,
+    cluster_cpu: std::cell::OnceCell<std::result::Result<crate::policy::ClusterCpu, String>>,
 }
 
 /// A machine type's vCPU limit and where it came from.
@@ -220,6 +233,8 @@ pub struct HostOptions {
     /// The host's libvirt version (`--libvirt-version`), instead of libvirt's QEMU capability
     /// cache.
     pub libvirt_version: Option<Fact<LibvirtVersion>>,
+    /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
+    pub cluster: Option<Fact<Vec<PathBuf>>>,
 }
 
 impl HostOptions {
@@ -246,6 +261,10 @@ impl HostOptions {
                     value,
                     source: format!("[host] cpus in {}", policy.source),
                 })
+            }),
+            cluster: (!policy.host.cluster.is_empty()).then(|| Fact {
+                value: policy.host.cluster.clone(),
+                source: format!("[host] cluster of policy {}", policy.source),
             }),
             ..HostOptions::default()
         }
@@ -308,6 +327,9 @@ impl Host {
             libvirt_version: std::cell::OnceCell::new(),
             libvirt_override: opts.libvirt_version.clone(),
             host_feature_names: std::cell::OnceCell::new(),
+            facts_version: None,
+            cluster: opts.cluster.clone(),
+            cluster_cpu: std::cell::OnceCell::new(),
         };
         for path in &opts.caps {
             host.read_caps_file(path)?;
@@ -315,7 +337,9 @@ impl Host {
         Ok(host)
     }
 
-    /// Read one capabilities, domcapabilities or qemuCaps file and add its facts.
+    /// Read one capabilities, domcapabilities, qemuCaps or `<hostFacts>` file and add its facts
+    /// (a `<hostFacts>` gives its capabilities' machine types, its domcapabilities and its
+    /// libvirt version).
     ///
     /// # Errors
     /// As [`Host::discover`].
@@ -323,6 +347,21 @@ impl Host {
         match read_fact_file(path)? {
             FactFile::Machines(m) => self.machines.extend(m),
             FactFile::DomCaps(d) => self.domcaps.push(*d),
+            FactFile::HostFacts {
+                machines,
+                domcaps,
+                libvirt,
+            } => {
+                self.machines.extend(machines);
+                self.domcaps.extend(domcaps.map(|d| *d));
+                // The first file wins, as for machine types: `--caps` files come first.
+                if self.facts_version.is_none() {
+                    self.facts_version = libvirt.map(|value| Fact {
+                        value,
+                        source: format!("<hostFacts libvirt='{value}'> in {}", path.display()),
+                    });
+                }
+            }
         }
         self.files.push(path.display().to_string());
         Ok(())
@@ -427,13 +466,16 @@ impl Host {
             .as_ref()
     }
 
-    /// The host's libvirt version: the override (`--libvirt-version`), else `<selfvers>` of
-    /// libvirt's QEMU capability cache (the version of the libvirtd that wrote it), asked once.
-    /// Only the first 4 KiB of each cache file are read.
+    /// The host's libvirt version: the override (`--libvirt-version`), else the `libvirt`
+    /// attribute of a `<hostFacts>` file read (`--caps`, `[host] capabilities`, the daemon's
+    /// snapshot; read with the file, no extra read), else `<selfvers>` of libvirt's QEMU
+    /// capability cache (the version of the libvirtd that wrote it), asked once. Only the first
+    /// 4 KiB of each cache file are read.
     pub fn libvirt_version(&self) -> Option<&Fact<LibvirtVersion>> {
         self.libvirt_version
             .get_or_init(|| {
-                self.libvirt_override.clone().or_else(|| {
+                let known = self.libvirt_override.clone();
+                known.or_else(|| self.facts_version.clone()).or_else(|| {
                     let dir = self.qemu_cache_dir.as_deref()?;
                     xml_files(dir).into_iter().find_map(|p| {
                         let head = file_head(&p)?;
@@ -446,6 +488,23 @@ impl Host {
                 })
             })
             .as_ref()
+    }
+
+    /// The cluster's CPU for `cpu.model = "baseline"`: `compute` makes it from this host's facts
+    /// ([`Host::cluster`], the cpu_map) on first use, and the answer is kept for the run, so an
+    /// `audit` of a thousand guests reads the cluster's files once
+    /// ([`crate::cluster::resolve`] is the `compute` to give).
+    ///
+    /// # Errors
+    /// [`Error::Cluster`] with `compute`'s sentence, each time it is asked.
+    pub fn cluster_cpu(
+        &self,
+        compute: impl FnOnce(&Host) -> std::result::Result<crate::policy::ClusterCpu, String>,
+    ) -> Result<&crate::policy::ClusterCpu> {
+        self.cluster_cpu
+            .get_or_init(|| compute(self))
+            .as_ref()
+            .map_err(|e| Error::Cluster(e.clone()))
     }
 
     /// The host-model CPU of `d` (its model's name) and the psABI level it reaches, by its model's
@@ -634,6 +693,62 @@ enum FactFile {
     Machines(Vec<MachineFact>),
     /// One domcapabilities document.
     DomCaps(Box<DomCaps>),
+    /// A `<hostFacts>`: its capabilities' machine types, its domcapabilities, its libvirt version.
+    HostFacts {
+        machines: Vec<MachineFact>,
+        domcaps: Option<Box<DomCaps>>,
+        libvirt: Option<LibvirtVersion>,
+    },
+}
+
+/// The root element of the tool's host-facts file.
+pub const HOST_FACTS_ROOT: &str = "hostFacts";
+
+/// The `libvirt='X.Y.Z'` attribute of a `<hostFacts>` element: None when absent.
+///
+/// # Errors
+/// A sentence naming the attribute when its value is not a libvirt version.
+pub fn host_facts_version(
+    root: roxmltree::Node<'_, '_>,
+) -> std::result::Result<Option<LibvirtVersion>, String> {
+    root.attribute("libvirt")
+        .map(|v| {
+            v.parse()
+                .map_err(|e| format!("<{HOST_FACTS_ROOT} libvirt='{v}'>: {e}"))
+        })
+        .transpose()
+}
+
+/// One host's facts file, as `virt-cpu-policyd` publishes it and every reader of host facts
+/// takes it: `<hostFacts name='NAME' libvirt='X.Y.Z'>` holding `capabilities` (`virsh
+/// capabilities`) and `domcapabilities` (`virsh domcapabilities`, when known), each as libvirt
+/// wrote it (an XML declaration dropped), one after the other, newline-terminated.
+#[must_use]
+pub fn host_facts_document(
+    name: &str,
+    libvirt: LibvirtVersion,
+    capabilities: &str,
+    domcapabilities: Option<&str>,
+) -> String {
+    // A document inside another cannot keep its own declaration.
+    let body = |doc: &str| {
+        let doc = doc.trim_start();
+        let doc = match doc.strip_prefix("<?xml") {
+            Some(rest) => rest.split_once("?>").map_or(doc, |(_, r)| r),
+            None => doc,
+        };
+        format!("{}\n", doc.trim())
+    };
+    let mut s = format!(
+        "<{HOST_FACTS_ROOT} name='{}' libvirt='{libvirt}'>\n",
+        quick_xml::escape::escape(name)
+    );
+    s.push_str(&body(capabilities));
+    if let Some(d) = domcapabilities {
+        s.push_str(&body(d));
+    }
+    s.push_str(&format!("</{HOST_FACTS_ROOT}>\n"));
+    s
 }
 
 fn read_fact_file(path: &Path) -> Result<FactFile> {
@@ -657,9 +772,28 @@ fn read_fact_file(path: &Path) -> Result<FactFile> {
         "capabilities" => read_capabilities(&mut machines, root, &what),
         "domainCapabilities" => return Ok(FactFile::DomCaps(Box::new(read_domcaps(root, &what)))),
         "qemuCaps" => read_qemucaps(&mut machines, root, &what),
+        HOST_FACTS_ROOT => {
+            let libvirt =
+                host_facts_version(root).map_err(|e| Error::Host(format!("{what}: {e}")))?;
+            let caps = child(root, "capabilities");
+            let domcaps = child(root, "domainCapabilities");
+            if caps.is_none() && domcaps.is_none() {
+                return Err(Error::Host(format!(
+                    "{what}: <{HOST_FACTS_ROOT}> holds neither <capabilities> nor <domainCapabilities>"
+                )));
+            }
+            if let Some(c) = caps {
+                read_capabilities(&mut machines, c, &what);
+            }
+            return Ok(FactFile::HostFacts {
+                machines,
+                domcaps: domcaps.map(|d| Box::new(read_domcaps(d, &what))),
+                libvirt,
+            });
+        }
         other => {
             return Err(Error::Host(format!(
-                "{what}: root element <{other}> is not <capabilities>, <domainCapabilities> or <qemuCaps>"
+                "{what}: root element <{other}> is not <capabilities>, <domainCapabilities>, <qemuCaps> or <{HOST_FACTS_ROOT}>"
             )));
         }
     }
@@ -765,6 +899,7 @@ fn read_domcaps(root: roxmltree::Node<'_, '_>, src: &str) -> DomCaps {
             "host-model" => {
                 let mut d = CpuDescription {
                     model: child(mode, "model").and_then(text_of),
+                    vendor: child(mode, "vendor").and_then(text_of),
                     ..CpuDescription::default()
                 };
                 for f in mode
@@ -847,6 +982,146 @@ mod tests {
         assert!(h.machines.iter().any(|m| m.name == "pc-q35-7.2"
             && m.virt_type.as_deref() == Some("qemu")
             && m.max_cpus == Some(288)));
+    }
+
+    const CAPS: &str = "<capabilities><host><cpu><arch>x86_64</arch><model>Skylake-Client-IBRS</model><vendor>Intel</vendor></cpu></host>\
+        <guest><os_type>hvm</os_type><arch name='x86_64'><machine maxCpus='288'>pc-q35-7.2</machine>\
+        <machine canonical='pc-q35-7.2' maxCpus='288'>q35</machine><domain type='kvm'/></arch></guest></capabilities>";
+    const DOMCAPS: &str = "<?xml version='1.0'?>\n<domainCapabilities><path>/usr/bin/qemu-system-x86_64</path><domain>kvm</domain>\
+        <machine>pc-i440fx-7.2</machine><arch>x86_64</arch><vcpu max='255'/><cpu>\
+        <mode name='host-model' supported='yes'><model fallback='forbid'>kvm64</model><vendor>Intel</vendor>\
+        <feature policy='require' name='vme'/><feature policy='disable' name='pni'/></mode></cpu></domainCapabilities>";
+
+    /// A scratch directory for one test.
+    fn scratch(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("vcp-host-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn v(s: &str) -> LibvirtVersion {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn host_facts_file_gives_machines_domcaps_and_the_libvirt_version() {
+        let dir = scratch("facts");
+        let doc = host_facts_document("node-1 'a&b'", v("11.3.0"), CAPS, Some(DOMCAPS));
+        assert!(
+            doc.starts_with(
+                "<hostFacts name='node-1 &apos;a&amp;b&apos;' libvirt='11.3.0'>\n<capabilities>"
+            ),
+            "{doc}"
+        );
+        assert!(!doc.contains("<?xml"), "{doc}");
+        let f = dir.join("node-1.xml");
+        std::fs::write(&f, &doc).unwrap();
+        let h = Host::discover(&HostOptions {
+            caps: vec![f.clone()],
+            qemu_cache: Some(PathBuf::new()),
+            ..HostOptions::default()
+        })
+        .unwrap();
+        assert_eq!(
+            h.canonical_machine("x86_64", "q35").as_deref(),
+            Some("pc-q35-7.2")
+        );
+        let limit = h.machine_limit("x86_64", "kvm", "q35", None).unwrap();
+        assert_eq!(
+            (limit.max_cpus, limit.source.as_str()),
+            (288, f.to_str().unwrap())
+        );
+        let d = h.domcaps_for("x86_64", "kvm", "pc").unwrap();
+        let hm = d.host_model.as_ref().unwrap();
+        assert_eq!(
+            (hm.model.as_deref(), hm.vendor.as_deref()),
+            (Some("kvm64"), Some("Intel"))
+        );
+        assert!(hm.require.contains("vme") && hm.disable.contains("pni"));
+        let lv = h.libvirt_version().unwrap();
+        assert_eq!(lv.value, v("11.3.0"));
+        assert_eq!(
+            lv.source,
+            format!("<hostFacts libvirt='11.3.0'> in {}", f.display())
+        );
+        assert_eq!(h.files, vec![f.display().to_string()]);
+        // Either document alone is a host-facts file too.
+        let caps_only = dir.join("caps-only.xml");
+        std::fs::write(&caps_only, host_facts_document("n", v("9.0.0"), CAPS, None)).unwrap();
+        let mut h = Host::discover(&HostOptions::default()).unwrap();
+        h.read_caps_file(&caps_only).unwrap();
+        assert!(h.domcaps.is_empty() && !h.machines.is_empty());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn libvirt_version_order_override_then_host_facts_then_selfvers() {
+        let dir = scratch("order");
+        let cache = dir.join("cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        std::fs::write(
+            cache.join("x86_64.xml"),
+            "<qemuCaps>\n<emulator>/usr/bin/qemu-system-x86_64</emulator>\n<selfvers>9000000</selfvers>\n</qemuCaps>\n",
+        )
+        .unwrap();
+        let facts = dir.join("facts.xml");
+        std::fs::write(&facts, host_facts_document("n", v("11.3.0"), CAPS, None)).unwrap();
+        let other = dir.join("other.xml");
+        std::fs::write(&other, host_facts_document("m", v("10.0.0"), CAPS, None)).unwrap();
+        let no_version = dir.join("no-version.xml");
+        std::fs::write(
+            &no_version,
+            format!("<hostFacts name='x'>{CAPS}</hostFacts>"),
+        )
+        .unwrap();
+        let version = |caps: Vec<PathBuf>, over: Option<&str>| {
+            let h = Host::discover(&HostOptions {
+                caps,
+                qemu_cache: Some(cache.clone()),
+                libvirt_version: over.map(|o| Fact {
+                    value: v(o),
+                    source: "--libvirt-version".into(),
+                }),
+                ..HostOptions::default()
+            })
+            .unwrap();
+            h.libvirt_version()
+                .map(|f| (f.value.to_string(), f.source.clone()))
+                .unwrap()
+        };
+        assert_eq!(
+            version(vec![facts.clone()], Some("10.10.0")),
+            ("10.10.0".into(), "--libvirt-version".into())
+        );
+        let (value, source) = version(vec![no_version.clone(), facts.clone(), other], None);
+        assert_eq!(value, "11.3.0", "the first file with a version wins");
+        assert!(source.ends_with("facts.xml"), "{source}");
+        let (value, source) = version(vec![no_version], None);
+        assert_eq!(value, "9.0.0");
+        assert!(source.starts_with("<selfvers> in "), "{source}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn bad_host_facts_files_are_refused_naming_the_file() {
+        let dir = scratch("bad");
+        for (text, needle) in [
+            (
+                format!("<hostFacts libvirt='nine'>{CAPS}</hostFacts>"),
+                "<hostFacts libvirt='nine'>: 'nine' is not a libvirt version",
+            ),
+            (
+                "<hostFacts name='x' libvirt='9.0.0'/>".to_string(),
+                "holds neither <capabilities> nor <domainCapabilities>",
+            ),
+        ] {
+            let f = dir.join("bad.xml");
+            std::fs::write(&f, text).unwrap();
+            let mut h = Host::discover(&HostOptions::default()).unwrap();
+            let e = h.read_caps_file(&f).unwrap_err().to_string();
+            assert!(e.contains(needle) && e.contains("bad.xml"), "{e}");
+        }
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

@@ -11,11 +11,13 @@
 //! front ends (hook, daemon, command line) that drive it.
 #![deny(missing_docs)]
 
-// Shared records and knowledge, imported by everything below them.
+// Shared records and knowledge, imported by everything below them. (Blank lines keep rustfmt
+// from sorting the modules: the order is the import order.)
+pub mod finding;
+
 pub mod change;
 pub mod cpu;
 pub mod error;
-pub mod finding;
 pub mod machine;
 pub mod modes;
 
@@ -26,26 +28,34 @@ pub mod topology;
 // The plan.
 pub mod policy;
 
-// Host facts: where they come from, then the ones one domain needs, then a cluster's.
-pub mod cluster;
-pub mod facts;
+// Host facts: where they come from, then a cluster's (which resolves a plan's
+// `cpu.model = "baseline"`), then the ones one domain needs.
 pub mod host;
 
-// The checks of a result, then the desired CPU/vCPU and the edits that reach it (the rewrite
-// validates what it writes).
+pub mod cluster;
+pub mod facts;
+
+// The edits, the checks of a result, then the desired CPU/vCPU (the rewrite validates what it
+// writes) and the verdict on it.
 pub mod edit;
-pub mod report;
-pub mod rewrite;
+
 pub mod validate;
 
-// The verdict on one domain, the fleet view (Prometheus metrics, `audit` over stored
-// definitions), then the front ends.
+pub mod rewrite;
+
+pub mod report;
+
+// The fleet view (Prometheus metrics, `audit` over stored definitions), then the front ends.
+pub mod metrics;
+
 pub mod audit;
-pub mod cli;
+pub mod log;
+
+pub mod hook;
+
 #[cfg(feature = "daemon")]
 pub mod daemon;
-pub mod hook;
-pub mod log;
-pub mod metrics;
+
+pub mod cli;
 
 pub use error::{Error, Result};

@@ -38,8 +38,9 @@ pub struct BaselineArgs {
     /// CloudStack agent.properties lines (cloudstack).
     #[arg(long, value_enum, default_value = "text")]
     pub format: BaselineFormatArg,
-    /// Host facts: `virsh domcapabilities`, `virsh capabilities` or a host `<cpu>` (one file
-    /// per host), or directories of such `*.xml` files.
+    /// Host facts: `virsh domcapabilities`, `virsh capabilities`, a host `<cpu>` or a
+    /// `<hostFacts>` file (what `virt-cpu-policyd --publish` writes), one file per host, or
+    /// directories of such `*.xml` files.
     #[arg(value_name = "FACTS", required = true)]
     pub facts: Vec<PathBuf>,
 }
@@ -62,7 +63,8 @@ pub enum BaselineFormatArg {
 /// `compare` options.
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// The host's facts file (`virsh domcapabilities`, `virsh capabilities` or a host `<cpu>`).
+    /// The host's facts file (`virsh domcapabilities`, `virsh capabilities`, a host `<cpu>` or a
+    /// `<hostFacts>` file).
     #[arg(long, value_name = "FACTS")]
     pub host: PathBuf,
     /// libvirt's cpu_map directory (default /usr/share/libvirt/cpu_map).

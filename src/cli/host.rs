@@ -38,7 +38,7 @@ pub(super) fn text(policy: &Policy, host: &Host, models: usize, verbose: bool) -
     s.push_str(&fact_line(
         "libvirt",
         version,
-        "unknown (give --libvirt-version: libvirt's QEMU capability cache names none)",
+        "unknown (give --libvirt-version, or a <hostFacts libvirt=...> file with --caps: libvirt's QEMU capability cache names none)",
     ));
     s.push_str(&fact_line("host CPUs", host.cpus(), "unknown"));
     s.push_str(&fact_line(

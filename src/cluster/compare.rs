@@ -256,6 +256,7 @@ mod tests {
             origin: None,
             usable_models: None,
             machines: Default::default(),
+            libvirt: None,
         }
     }
 

@@ -11,8 +11,9 @@
 //!   libvirt decodes it); the machine types of the host's arch.
 //! * `<cpu>` with an `<arch>`: a bare host CPU, as in `virsh capabilities` (the form of libvirt's
 //!   `tests/cputestdata/*-host.xml`).
-//! * `<hostFacts name='HOST'>` holding a `<capabilities>` and/or a `<domainCapabilities>`: one
-//!   host's two documents in one file (the form `virt-cpu-policyd` will publish). The
+//! * `<hostFacts name='HOST' libvirt='X.Y.Z'>` holding a `<capabilities>` and/or a
+//!   `<domainCapabilities>`: one host's two documents in one file, the tool's own host-facts
+//!   format (`virt-cpu-policyd --publish` writes it: [`crate::host::host_facts_document`]). The
 //!   `host-model` CPU wins over the capabilities' host CPU when both are there.
 //!
 //! The host's name is `<hostFacts name=...>` when given, else the file name without `.xml`
@@ -111,6 +112,50 @@ pub struct HostFacts {
     /// Machine types: domcapabilities' `<machine>`, capabilities' `<machine>` names (aliases
     /// included) of the host's arch.
     pub machines: BTreeSet<String>,
+    /// The libvirt the host runs: `<hostFacts libvirt=...>`; None in the other shapes.
+    pub libvirt: Option<crate::host::LibvirtVersion>,
+}
+
+impl HostFacts {
+    /// A host described by one domcapabilities document already read by [`crate::host::Host`]
+    /// (`--caps`, the daemon's snapshot): its host-model CPU (the model, the vendor, the
+    /// `require` features then the `disable` ones), its custom models `usable='yes'` and its
+    /// machine type. `name` names it in messages.
+    #[must_use]
+    pub fn from_domcaps(name: &str, d: &crate::host::DomCaps) -> HostFacts {
+        let cpu = d.host_model.as_ref().map(|h| CpuDef {
+            model: h.model.clone(),
+            vendor: h.vendor.clone(),
+            features: h
+                .require
+                .iter()
+                .map(|f| (f.clone(), FeaturePolicy::Require))
+                .chain(
+                    h.disable
+                        .iter()
+                        .map(|f| (f.clone(), FeaturePolicy::Disable)),
+                )
+                .collect(),
+        });
+        HostFacts {
+            name: name.to_string(),
+            path: PathBuf::from(&d.source),
+            arch: d.arch.clone(),
+            origin: cpu.as_ref().map(|_| CpuOrigin::HostModel),
+            cpu,
+            usable_models: (!d.models.is_empty()).then(|| {
+                d.models
+                    .iter()
+                    .filter(|(_, usable)| *usable)
+                    .map(|(m, _)| m.clone())
+                    .collect()
+            }),
+            machines: std::iter::once(d.machine.clone())
+                .filter(|m| !m.is_empty())
+                .collect(),
+            libvirt: None,
+        }
+    }
 }
 
 /// Largest facts file read, in bytes (libvirt's domcapabilities are about 100 KiB).
@@ -180,6 +225,7 @@ pub fn read_host(path: &Path) -> Result<HostFacts, ClusterError> {
         origin: None,
         usable_models: None,
         machines: BTreeSet::new(),
+        libvirt: None,
     };
     let name = root.tag_name().name();
     if root.tag_name().namespace().is_some() {
@@ -190,6 +236,8 @@ pub fn read_host(path: &Path) -> Result<HostFacts, ClusterError> {
             if let Some(n) = root.attribute("name").filter(|n| !n.trim().is_empty()) {
                 host.name = n.trim().to_string();
             }
+            host.libvirt =
+                crate::host::host_facts_version(root).map_err(|e| facts_error(path, &e))?;
             let caps = child(root, "capabilities");
             let domcaps = child(root, "domainCapabilities");
             if caps.is_none() && domcaps.is_none() {
@@ -438,6 +486,19 @@ mod tests {
             (h.name.as_str(), h.origin),
             ("node-7", Some(CpuOrigin::Capabilities))
         );
+        assert_eq!(h.libvirt, None);
+        // What the daemon publishes: the host's name and libvirt version.
+        let caps = "<capabilities><host><cpu><arch>x86_64</arch><model>Nehalem</model></cpu></host></capabilities>";
+        let doc = crate::host::host_facts_document("node-8", "11.3.0".parse().unwrap(), caps, None);
+        let g = dir.join("g.xml");
+        std::fs::write(&g, doc).unwrap();
+        let h = read_host(&g).unwrap();
+        assert_eq!(h.name, "node-8");
+        assert_eq!(h.libvirt.map(|v| v.to_string()).as_deref(), Some("11.3.0"));
+        std::fs::write(&g, format!("<hostFacts libvirt='x'>{caps}</hostFacts>")).unwrap();
+        let e = read_host(&g).unwrap_err().to_string();
+        assert!(e.contains("g.xml") && e.contains("libvirt='x'"), "{e}");
+        std::fs::remove_file(&g).unwrap();
         std::fs::write(dir.join("b.xml"), "<domain/>").unwrap();
         let e = read_hosts(std::slice::from_ref(&dir))
             .unwrap_err()

@@ -68,17 +68,63 @@ pub struct HookSettings {
     pub on_error: OnError,
 }
 
-/// `[host]`: overrides of discovered host facts.
+/// `[host]`: overrides of discovered host facts, and where the cluster's facts are.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostSettings {
     /// libvirt's cpu_map directory (default `/usr/share/libvirt/cpu_map`).
     pub cpu_map: Option<PathBuf>,
-    /// Extra `virsh capabilities` / `virsh domcapabilities` / QEMU capability cache files.
+    /// Extra `virsh capabilities` / `virsh domcapabilities` / QEMU capability cache /
+    /// `<hostFacts>` files.
     #[serde(default)]
     pub capabilities: Vec<PathBuf>,
     /// The host's online CPU count, overriding `sysconf(_SC_NPROCESSORS_ONLN)`.
     pub cpus: Option<u32>,
+    /// Where `virt-cpu-policyd` publishes this host's `<hostFacts>` file (`DIR/<hostname>.xml`);
+    /// its `--publish DIR` wins. None: not published.
+    pub publish: Option<PathBuf>,
+    /// The cluster's host facts: files, or directories standing for their `*.xml` files (one
+    /// host per file, as `virt-cpu-policy baseline` reads them); what `cpu.model = "baseline"`
+    /// is computed from. Empty: no cluster.
+    #[serde(default)]
+    pub cluster: Vec<PathBuf>,
+}
+
+/// `cpu.model = "baseline"`: the rule's guests get the CPU every host of `[host] cluster` can
+/// run (the cluster's baseline, computed per run), not a model of this name (libvirt has none).
+pub const BASELINE_MODEL: &str = "baseline";
+
+/// The CPU every host of `[host] cluster` can run, as a plan uses it for `cpu.model =
+/// "baseline"` (libvirt's baseline of the hosts' CPUs, `migratable`: see
+/// [`crate::cluster::resolve`]). Feature names are libvirt's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterCpu {
+    /// The baseline's model (a libvirt model of the cpu_map in use).
+    pub model: String,
+    /// Features the baseline adds to its model.
+    pub require: Vec<String>,
+    /// Features of its model the baseline takes away.
+    pub disable: Vec<String>,
+    /// Every feature the baseline CPU has (model + `require` − `disable`): the features all the
+    /// hosts share.
+    pub features: Vec<String>,
+    /// The x86-64 psABI level every host reaches (None: not even x86-64-v1).
+    pub level: Option<Level>,
+    /// For each level above [`ClusterCpu::level`]: the hosts that lack it, each as `NAME
+    /// (missing a, b)`.
+    pub blocked: Vec<(Level, Vec<String>)>,
+    /// The hosts' names, in the order read.
+    pub hosts: Vec<String>,
+    /// Where the cluster is named: `[host] cluster of policy FILE`.
+    pub source: String,
+}
+
+impl ClusterCpu {
+    /// `N host(s): a, b, c` for messages.
+    #[must_use]
+    pub fn hosts_text(&self) -> String {
+        format!("{} host(s): {}", self.hosts.len(), self.hosts.join(", "))
+    }
 }
 
 /// libvirt's `<cpu mode=...>`.
@@ -318,9 +364,28 @@ pub struct Plan {
     pub topology: Option<Set<TopologyStrategy>>,
     /// IOMMU strategy.
     pub iommu: Option<Set<IommuStrategy>>,
+    /// The cluster's CPU, when the plan's model was `"baseline"`
+    /// ([`crate::cluster::resolve`] put its model in `model` and its features in `require` and
+    /// `disable`), with the rule that asked for it.
+    pub cluster: Option<Set<ClusterCpu>>,
 }
 
 impl Plan {
+    /// The rule a feature of `set` (the plan's `require` or `disable`) is there for: the rule
+    /// that asked for the cluster's baseline when the baseline brought it, else the set's.
+    #[must_use]
+    pub fn feature_rule<'p>(&'p self, feature: &str, set: &'p Set<Vec<String>>) -> &'p str {
+        match &self.cluster {
+            Some(c)
+                if c.value.require.iter().any(|f| f == feature)
+                    || c.value.disable.iter().any(|f| f == feature) =>
+            {
+                &c.rule
+            }
+            _ => &set.rule,
+        }
+    }
+
     /// Whether no rule asks for anything.
     #[must_use]
     pub fn is_empty(&self) -> bool {
@@ -592,6 +657,35 @@ mod tests {
                 "key `rule.cpu.min_level`",
             ),
             ("[host]\ncpus = 0\n", "host.cpus"),
+            (
+                "[[rule]]\nname = \"a\"\ncpu.model = \"baseline\"\n",
+                "line 3, column 13: key `rule.cpu.model`: \"baseline\" is the CPU every host of `[host] cluster` can run, and this policy names no cluster",
+            ),
+            (
+                "[host]\ncluster = []\n[[rule]]\nname = \"a\"\ncpu.model = \"baseline\"\n",
+                "line 5, column 13: key `rule.cpu.model`",
+            ),
+            (
+                "[host]\ncluster = \"/srv/facts\"\n",
+                "line 2, column 11: key `host.cluster`",
+            ),
+            (
+                "[host]\ncluster = [\"a\", 3]\n",
+                "line 2, column 17: key `host.cluster`",
+            ),
+            (
+                "[host]\ncluster = [\"\"]\n",
+                "key `host.cluster`: must not be empty",
+            ),
+            (
+                "[host]\npublish = \"\"\n",
+                "key `host.publish`: must not be empty",
+            ),
+            (
+                "[host]\npublish = [\"/srv\"]\n",
+                "line 2, column 11: key `host.publish`",
+            ),
+            ("[host]\npublsh = \"/srv\"\n", "unknown field `publsh`"),
         ] {
             let e = Policy::parse(text, "p").unwrap_err().to_string();
             assert!(e.contains(needle), "{text:?}: {e}");
@@ -646,6 +740,26 @@ mod tests {
             Some(OnError::Deny)
         );
         assert_eq!(on_error_hint("version = 1\n"), None);
+    }
+
+    #[test]
+    fn cluster_and_publish_are_read_in_any_order() {
+        let p = Policy::parse(
+            "[[rule]]\nname = \"c\"\ncpu.model = \"baseline\"\n[host]\ncluster = [\"/srv/facts\", \"/srv/extra/h.xml\"]\npublish = \"/srv/facts\"\n",
+            "p",
+        )
+        .unwrap();
+        assert_eq!(
+            p.host.cluster,
+            vec![
+                PathBuf::from("/srv/facts"),
+                PathBuf::from("/srv/extra/h.xml")
+            ]
+        );
+        assert_eq!(p.host.publish, Some(PathBuf::from("/srv/facts")));
+        let plan = p.resolve(&Target::default());
+        assert_eq!(plan.model.unwrap().value, BASELINE_MODEL);
+        assert_eq!(plan.mode.unwrap().value, CpuMode::Custom);
     }
 
     #[test]

@@ -9,8 +9,8 @@
 //! or `audit`").
 
 use super::{
-    Check, CpuMode, CpuRule, Fallback, HookSettings, HostSettings, IommuStrategy, Match, Mode,
-    OnError, OnViolation, Policy, Rule, TopologyStrategy, VcpuMax, VcpuRule,
+    BASELINE_MODEL, Check, CpuMode, CpuRule, Fallback, HookSettings, HostSettings, IommuStrategy,
+    Match, Mode, OnError, OnViolation, Policy, Rule, TopologyStrategy, VcpuMax, VcpuRule,
 };
 use crate::cpu::{Level, normalize_feature};
 use crate::error::{Error, Result};
@@ -32,6 +32,7 @@ pub(super) fn parse(text: &str, source: &str) -> Result<Policy> {
     let mut r = Reader {
         text,
         errors: Vec::new(),
+        baseline_models: Vec::new(),
     };
     let policy = r.policy(table.get_ref(), source);
     if r.errors.is_empty() {
@@ -68,12 +69,15 @@ pub(super) fn line_col(text: &str, offset: usize) -> (usize, usize) {
 struct Reader<'t> {
     text: &'t str,
     errors: Vec<(usize, String)>,
+    /// Where `cpu.model = "baseline"` is written: it needs `[host] cluster`, which may come
+    /// after the rules.
+    baseline_models: Vec<Range<usize>>,
 }
 
 /// The keys of `[[rule]]` and its sub-tables, as serde would list them.
 const TOP_KEYS: &[&str] = &["version", "mode", "hook", "host", "rule"];
 const HOOK_KEYS: &[&str] = &["on_violation", "on_error"];
-const HOST_KEYS: &[&str] = &["cpu_map", "capabilities", "cpus"];
+const HOST_KEYS: &[&str] = &["cpu_map", "capabilities", "cpus", "publish", "cluster"];
 const RULE_KEYS: &[&str] = &["name", "match", "cpu", "vcpu"];
 const MATCH_KEYS: &[&str] = &["name", "arch", "machine", "type"];
 const CPU_KEYS: &[&str] = &[
@@ -176,6 +180,14 @@ impl<'t> Reader<'t> {
                 _ => p.rules = self.rules(v),
             }
         }
+        if p.host.cluster.is_empty() {
+            for span in std::mem::take(&mut self.baseline_models) {
+                let msg = format!(
+                    "\"{BASELINE_MODEL}\" is the CPU every host of `[host] cluster` can run, and this policy names no cluster: add `[host] cluster = [\"DIR or files\"]` with the hosts' facts files"
+                );
+                self.error(span, "rule.cpu.model", &msg);
+            }
+        }
         p
     }
 
@@ -212,6 +224,8 @@ impl<'t> Reader<'t> {
                 "capabilities" => {
                     h.capabilities = self.value::<Vec<PathBuf>>(v, &full).unwrap_or_default();
                 }
+                "publish" => h.publish = self.path(v, &full),
+                "cluster" => h.cluster = self.paths(v, &full),
                 _ => match self.value::<u32>(v, &full) {
                     Some(0) => self.error(v.span(), &full, "must be 1 or more"),
                     n => h.cpus = n,
@@ -219,6 +233,25 @@ impl<'t> Reader<'t> {
             }
         }
         h
+    }
+
+    /// A path that is not empty.
+    fn path(&mut self, v: &Value<'t>, key: &str) -> Option<PathBuf> {
+        let p = self.value::<PathBuf>(v, key)?;
+        if p.as_os_str().is_empty() {
+            self.error(v.span(), key, "must not be empty");
+            return None;
+        }
+        Some(p)
+    }
+
+    /// A list of paths, none empty.
+    fn paths(&mut self, v: &Value<'t>, key: &str) -> Vec<PathBuf> {
+        let Some(list) = v.get_ref().as_array() else {
+            self.value::<Vec<PathBuf>>(v, key);
+            return Vec::new();
+        };
+        list.iter().filter_map(|p| self.path(p, key)).collect()
     }
 
     fn rules(&mut self, v: &Value<'t>) -> Vec<Rule> {
@@ -318,7 +351,12 @@ impl<'t> Reader<'t> {
             let full = dotted("rule.cpu", key);
             match key {
                 "mode" => c.mode = self.value::<CpuMode>(v, &full),
-                "model" => c.model = self.model_name(v, &full),
+                "model" => {
+                    c.model = self.model_name(v, &full);
+                    if c.model.as_deref() == Some(BASELINE_MODEL) {
+                        self.baseline_models.push(v.span());
+                    }
+                }
                 "fallback" => c.fallback = self.value::<Fallback>(v, &full),
                 "check" => c.check = self.value::<Check>(v, &full),
                 "min_level" => {

@@ -5,7 +5,9 @@
 //!    libvirt's cpu_map ([`check_policy_names`]);
 //! 2. the modes libvirt refuses for the arch and virt type ([`fix_unsupported_mode`]);
 //! 3. what the mode forbids ([`drop_what_mode_forbids`]) and `check` ([`set_check`]);
-//! 4. `require` and `disable` ([`apply_require`], [`apply_disable`]);
+//! 4. `require` and `disable` ([`apply_require`], [`apply_disable`]), and for a cluster's
+//!    baseline (`cpu.model = "baseline"`) that every host has what the policy requires
+//!    ([`check_cluster_features`]);
 //! 5. the psABI level ([`apply_level`]), then `fallback`, which needs the model a level may
 //!    have written ([`set_fallback`]).
 //!
@@ -34,6 +36,7 @@ pub(crate) fn apply(
     drop_what_mode_forbids(d, plan, n);
     set_check(d, plan, n);
     report_require_disable_conflicts(plan, n);
+    check_cluster_features(plan, n);
     apply_require(d, plan, facts, n);
     apply_disable(d, plan, n);
     if let Some(r) = plan.require.as_ref().or(plan.disable.as_ref()) {
@@ -159,9 +162,10 @@ fn set_model(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
         Action::Add
     };
     let what = format!(
-        "<model>: {} -> {}",
+        "<model>: {} -> {}{}",
         have.as_deref().unwrap_or("(none)"),
-        m.value
+        m.value,
+        cluster_why(plan)
     );
     n.change(
         Change::new(&m.rule, action, "model", what)
@@ -326,6 +330,27 @@ fn report_require_disable_conflicts(plan: &Plan, n: &mut Notes) {
     }
 }
 
+/// ` (the cluster's baseline model, for N host(s): a, b from SOURCE)` when the plan's CPU is a
+/// cluster's baseline, else "".
+fn cluster_why(plan: &Plan) -> String {
+    plan.cluster.as_ref().map_or_else(String::new, |c| {
+        format!(
+            " (the cluster's baseline model, for {} from {})",
+            c.value.hosts_text(),
+            c.value.source
+        )
+    })
+}
+
+/// ` (the cluster's baseline: WHAT)` for a feature in the baseline's `list`, else "".
+fn cluster_feature_why(plan: &Plan, f: &str, list: &[String], what: &str) -> String {
+    if plan.cluster.is_some() && list.iter().any(|x| x == f) {
+        format!(" (the cluster's baseline: {what})")
+    } else {
+        String::new()
+    }
+}
+
 /// `cpu.require`: each feature present, by the custom model (per cpu_map) or a
 /// `<feature policy='require'>`.
 fn apply_require(d: &mut Desired<'_, '_>, plan: &Plan, facts: &Facts<'_>, n: &mut Notes) {
@@ -335,12 +360,19 @@ fn apply_require(d: &mut Desired<'_, '_>, plan: &Plan, facts: &Facts<'_>, n: &mu
         .flatten()
         .and_then(|m| facts.model_features(&m.text))
         .cloned();
+    let from_cluster = plan
+        .cluster
+        .as_ref()
+        .map(|c| &c.value.require[..])
+        .unwrap_or_default();
     for f in &r.value {
         let have = d.feature_policy(f);
         let from_model = have.is_none() && model_feats.as_ref().is_some_and(|s| s.contains(f));
         if !from_model && !have.as_deref().is_some_and(policy_present) {
             d.set_feature(f, "require");
-            n.change(feature_change(&r.rule, f, have.as_deref(), "require", ""));
+            let why = cluster_feature_why(plan, f, from_cluster, "every host has it");
+            let rule = plan.feature_rule(f, r);
+            n.change(feature_change(rule, f, have.as_deref(), "require", &why));
         }
     }
 }
@@ -349,6 +381,11 @@ fn apply_require(d: &mut Desired<'_, '_>, plan: &Plan, facts: &Facts<'_>, n: &mu
 /// finding).
 fn apply_disable(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
     let Some(x) = &plan.disable else { return };
+    let from_cluster = plan
+        .cluster
+        .as_ref()
+        .map(|c| &c.value.disable[..])
+        .unwrap_or_default();
     for f in &x.value {
         if plan.require.as_ref().is_some_and(|r| r.value.contains(f)) {
             continue;
@@ -356,8 +393,32 @@ fn apply_disable(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
         let have = d.feature_policy(f);
         if !have.as_deref().is_some_and(policy_absent) {
             d.set_feature(f, "disable");
-            n.change(feature_change(&x.rule, f, have.as_deref(), "disable", ""));
+            let why = cluster_feature_why(plan, f, from_cluster, "a host lacks it");
+            let rule = plan.feature_rule(f, x);
+            n.change(feature_change(rule, f, have.as_deref(), "disable", &why));
         }
+    }
+}
+
+/// Under a cluster's baseline, a feature the policy requires that not every host has would keep
+/// the guest from running (or migrating) there: `cluster-feature`, an error.
+fn check_cluster_features(plan: &Plan, n: &mut Notes) {
+    let (Some(c), Some(r)) = (&plan.cluster, &plan.require) else {
+        return;
+    };
+    for f in r.value.iter().filter(|f| !c.value.features.contains(f)) {
+        n.finding(
+            Finding::error(
+                "cluster-feature",
+                format!(
+                    "feature '{f}' is required by rule '{}', but not every host of the cluster ({}) has it: the guest could not run on the hosts that lack it",
+                    r.rule,
+                    c.value.hosts_text()
+                ),
+                "remove it from cpu.require, or take the hosts that lack it out of [host] cluster (`virt-cpu-policy baseline` shows each host's CPU)",
+            )
+            .rule(&r.rule),
+        );
     }
 }
 
@@ -430,6 +491,38 @@ fn apply_level(
         return;
     }
     report_level_conflicts(level, rule, plan, n);
+    if let Some(c) = plan
+        .cluster
+        .as_ref()
+        .filter(|c| c.value.level < Some(level))
+    {
+        // Requiring the level's features would make a CPU some host cannot run.
+        let reached = c
+            .value
+            .level
+            .map_or_else(|| "not even x86-64-v1".to_string(), |l| l.to_string());
+        let blockers = c
+            .value
+            .blocked
+            .iter()
+            .find(|(l, _)| *l == level)
+            .map(|(_, hosts)| hosts.join(", "))
+            .unwrap_or_default();
+        n.finding(
+            Finding::error(
+                "cluster-level",
+                format!(
+                    "cpu.min_level {level} of rule '{rule}' is above what every host of the cluster reaches ({reached}): {blockers}; the guest could not run on those hosts"
+                ),
+                format!(
+                    "lower cpu.min_level to what the cluster reaches, or take those hosts out of [host] cluster ({})",
+                    c.value.source
+                ),
+            )
+            .rule(rule),
+        );
+        return;
+    }
     if d.mode() != "custom" {
         reenable_level_features(d, level, rule, n);
         return;

@@ -1047,6 +1047,88 @@ fn host_reports_machines_and_host_model_from_the_corpus() {
     );
 }
 
+/// The libvirt version is a host fact with a source: `--libvirt-version`, else a `<hostFacts
+/// libvirt=...>` file (`--caps`), else `<selfvers>` of libvirt's QEMU capability cache.
+#[test]
+fn host_libvirt_version_comes_from_override_then_host_facts_then_the_cache() {
+    let t = Scratch::new("version-order");
+    let caps = "<capabilities><host><cpu><arch>x86_64</arch></cpu></host><guest><arch name='x86_64'>\
+                <machine maxCpus='288'>pc-q35-7.2</machine></arch></guest></capabilities>";
+    let facts = t.write(
+        "node-1.xml",
+        format!("<hostFacts name='node-1' libvirt='11.3.0'>\n{caps}\n</hostFacts>\n"),
+    );
+    std::fs::create_dir_all(t.path("cache")).unwrap();
+    t.write(
+        "cache/qemu-x86_64.xml",
+        "<qemuCaps>\n<emulator>/usr/bin/qemu-system-x86_64</emulator>\n<selfvers>9000000</selfvers>\n</qemuCaps>\n",
+    );
+    let version = |extra: &[&str]| {
+        let out = Cmd::new(&["host", "--format", "json", "--policy", &default_policy()])
+            .args(&["--qemu-caps-cache", &s(&t.path("cache"))])
+            .args(extra)
+            .run();
+        out.status(0);
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("one JSON object");
+        (
+            v["libvirt_version"]["value"].as_str().unwrap().to_string(),
+            v["libvirt_version"]["source"].as_str().unwrap().to_string(),
+        )
+    };
+    let f = s(&facts);
+    assert_eq!(
+        version(&["--caps", &f, "--libvirt-version", "10.10"]),
+        ("10.10.0".into(), "--libvirt-version".into())
+    );
+    assert_eq!(
+        version(&["--caps", &f]),
+        (
+            "11.3.0".into(),
+            format!("<hostFacts libvirt='11.3.0'> in {f}")
+        )
+    );
+    assert_eq!(
+        version(&[]),
+        (
+            "9.0.0".into(),
+            format!("<selfvers> in {}", s(&t.path("cache/qemu-x86_64.xml")))
+        )
+    );
+    // The text report says the same, and the hostFacts file's machine types count.
+    let out = Cmd::new(&[
+        "host",
+        "--verbose",
+        "--policy",
+        &default_policy(),
+        "--caps",
+        &f,
+    ])
+    .arg("--no-qemu-caps-cache")
+    .run();
+    out.status(0);
+    assert!(
+        out.stdout.contains(&format!(
+            "libvirt: 11.3.0 (from <hostFacts libvirt='11.3.0'> in {f})\n"
+        )) && out.stdout.contains("  pc-q35-7.2: 288\n"),
+        "{}",
+        out.stdout
+    );
+    // A version that is not one: exit 2, one line naming the file.
+    let bad = t.write(
+        "bad.xml",
+        format!("<hostFacts libvirt='eleven'>{caps}</hostFacts>"),
+    );
+    let out = Cmd::new(&["host", "--policy", &default_policy(), "--caps", &s(&bad)]).run();
+    out.status(2);
+    assert!(
+        out.stderr.lines().count() == 1
+            && out.stderr.contains("bad.xml")
+            && out.stderr.contains("'eleven'"),
+        "{}",
+        out.stderr
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Scope and audit
 // ---------------------------------------------------------------------------------------------

@@ -202,3 +202,287 @@ fn bad_input_exits_2_with_one_line_and_no_stdout() {
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("index.xml"), "{}", out.stderr);
 }
+
+// ---------------------------------------------------------------------------------------------
+// `cpu.model = "baseline"` with `[host] cluster`
+// ---------------------------------------------------------------------------------------------
+
+/// libvirt's test CPUs of three Intel hosts (a Broadwell, an Ivy Bridge without avx2, a
+/// Nehalem) and the cpu_map to read them with; panics without them (nothing would be tested).
+fn three_hosts() -> (Vec<String>, String) {
+    let (Some(c), true) = (corpus(), golden_cpu_map().join("index.xml").is_file()) else {
+        panic!("needs ../shared/corpus and libvirt's cpu_map (VCP_GOLDEN_CPU_MAP)");
+    };
+    let d = c.join("libvirt-cputestdata");
+    let hosts = [
+        "x86_64-cpuid-Xeon-E5-2650-v4-host.xml",
+        "x86_64-cpuid-Core-i7-3770-host.xml",
+        "x86_64-cpuid-Xeon-W3520-host.xml",
+    ]
+    .iter()
+    .map(|f| s(&d.join(f)))
+    .collect();
+    (hosts, s(&golden_cpu_map()))
+}
+
+/// A policy whose one rule gives x86_64 guests the cluster's baseline (`extra` adds keys to the
+/// rule), with `[host] cluster` naming `cluster`.
+fn baseline_policy(cluster: &[String], extra: &str) -> String {
+    let list: Vec<String> = cluster.iter().map(|c| format!("{c:?}")).collect();
+    format!(
+        "version = 1\n\n[[rule]]\nname = \"cluster cpu\"\nmatch = {{ arch = \"x86_64\" }}\ncpu.model = \"baseline\"\n{extra}\n[host]\ncluster = [{}]\n",
+        list.join(", ")
+    )
+}
+
+const KVM_GUEST: &str = "<domain type='kvm'>\n  <name>g</name>\n  <vcpu>2</vcpu>\n  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n  </os>\n  <cpu>\n    <topology sockets='1' cores='2' threads='1'/>\n  </cpu>\n</domain>\n";
+
+/// (model, required features, disabled features) of the first `<cpu>` of a document.
+fn cpu_of(xml: &str) -> (String, Vec<String>, Vec<String>) {
+    let doc = roxmltree::Document::parse(xml).expect("the output parses");
+    let cpu = doc
+        .descendants()
+        .find(|n| n.has_tag_name("cpu"))
+        .expect("a <cpu>");
+    let model = cpu
+        .children()
+        .find(|n| n.has_tag_name("model"))
+        .and_then(|m| m.text())
+        .unwrap_or_default()
+        .to_string();
+    let with = |p: &str| -> Vec<String> {
+        cpu.children()
+            .filter(|n| n.has_tag_name("feature") && n.attribute("policy") == Some(p))
+            .filter_map(|n| n.attribute("name").map(str::to_string))
+            .collect()
+    };
+    (model, with("require"), with("disable"))
+}
+
+/// `CMD --no-qemu-caps-cache --cpu-map MAP --policy POLICY [EXTRA...] FILE`.
+fn judge(
+    cmd: &str,
+    map: &str,
+    policy: &std::path::Path,
+    extra: &[&str],
+    file: &std::path::Path,
+) -> crate::harness::Output {
+    Cmd::new(&[cmd, "--no-qemu-caps-cache", "--cpu-map", map, "--policy"])
+        .arg(s(policy))
+        .args(extra)
+        .arg(s(file))
+        .run()
+}
+
+#[test]
+fn baseline_policy_gives_guests_the_clusters_cpu() {
+    let (hosts, map) = three_hosts();
+    let t = Scratch::new("policy-baseline");
+    let policy = t.write("p.toml", baseline_policy(&hosts, ""));
+    let guest = t.write("g.xml", KVM_GUEST);
+    let json = Cmd::new(&[
+        "baseline",
+        "--migratable",
+        "--format",
+        "json",
+        "--cpu-map",
+        &map,
+    ])
+    .args(&hosts)
+    .run();
+    json.status(0);
+    let want: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let list = |k: &str| -> Vec<String> {
+        want[k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    let rewrite =
+        |policy: &std::path::Path, extra: &[&str]| judge("rewrite", &map, policy, extra, &guest);
+    let out = rewrite(&policy, &["--explain"]);
+    out.status(0);
+    let (model, require, disable) = cpu_of(&out.stdout);
+    assert_eq!(model, want["model"].as_str().unwrap(), "{}", out.stdout);
+    assert_eq!(require, list("require"), "{}", out.stdout);
+    assert_eq!(disable, list("disable"), "{}", out.stdout);
+    // The Ivy Bridge lacks avx2: the guest must not get it.
+    assert!(!out.stdout.contains("avx2"), "{}", out.stdout);
+    for needle in [
+        format!(
+            "rule 'cluster cpu': <model>: (none) -> {model} (the cluster's baseline model, for 3 host(s): x86_64-cpuid-Xeon-E5-2650-v4-host, x86_64-cpuid-Core-i7-3770-host, x86_64-cpuid-Xeon-W3520-host from [host] cluster of policy {})",
+            s(&policy)
+        ),
+        format!(
+            "rule 'cluster cpu': <feature policy='require' name='{}'/> added (the cluster's baseline: every host has it)",
+            require[0]
+        ),
+    ] {
+        assert!(
+            out.stderr.contains(&needle),
+            "{needle}\nin:\n{}",
+            out.stderr
+        );
+    }
+    // The same document as with `baseline --format toml`'s policy, and a fixed point.
+    let toml = Cmd::new(&[
+        "baseline",
+        "--migratable",
+        "--format",
+        "toml",
+        "--cpu-map",
+        &map,
+    ])
+    .args(&hosts)
+    .run();
+    toml.status(0);
+    let from_toml = rewrite(&t.write("toml.toml", &toml.stdout), &[]);
+    from_toml.status(0);
+    assert_eq!(from_toml.stdout, out.stdout);
+    let rewritten = t.write("out.xml", &out.stdout);
+    judge("check", &map, &policy, &[], &rewritten).status(0);
+    // A directory of the same files gives the same answer.
+    std::fs::create_dir_all(t.path("cluster")).unwrap();
+    for h in &hosts {
+        let name = std::path::Path::new(h).file_name().unwrap();
+        std::fs::copy(h, t.path("cluster").join(name)).unwrap();
+    }
+    let by_dir = t.write("dir.toml", baseline_policy(&[s(&t.path("cluster"))], ""));
+    let out2 = rewrite(&by_dir, &[]);
+    out2.status(0);
+    assert_eq!(out2.stdout, out.stdout);
+}
+
+#[test]
+fn baseline_policy_refuses_what_not_every_host_has() {
+    let (hosts, map) = three_hosts();
+    let t = Scratch::new("policy-baseline-more");
+    let guest = t.write("g.xml", KVM_GUEST);
+    for (extra, code, needles) in [
+        (
+            "cpu.min_level = \"x86-64-v3\"",
+            "cluster-level",
+            vec![
+                "cpu.min_level x86-64-v3 of rule 'cluster cpu' is above what every host of the cluster reaches (x86-64-v2)",
+                "x86_64-cpuid-Core-i7-3770-host (missing avx2, bmi1, bmi2, fma, abm, movbe)",
+            ],
+        ),
+        (
+            "cpu.require = [\"avx2\"]",
+            "cluster-feature",
+            vec![
+                "feature 'avx2' is required by rule 'cluster cpu', but not every host of the cluster",
+            ],
+        ),
+    ] {
+        let policy = t.write("p.toml", baseline_policy(&hosts, extra));
+        let out = judge("rewrite", &map, &policy, &[], &guest);
+        out.status(1);
+        assert!(out.stdout.is_empty(), "{}", out.stdout);
+        assert!(
+            out.stderr.contains(&format!("error[{code}]")),
+            "{}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("error[cpu-level]"), "{}", out.stderr);
+        for n in needles {
+            assert!(out.stderr.contains(n), "{n}\nin:\n{}", out.stderr);
+        }
+    }
+    // A level the cluster reaches is kept and adds nothing.
+    let policy = t.write(
+        "p.toml",
+        baseline_policy(&hosts, "cpu.min_level = \"x86-64-v2\""),
+    );
+    let out = judge("rewrite", &map, &policy, &[], &guest);
+    out.status(0);
+    assert!(!out.stdout.contains("avx2"), "{}", out.stdout);
+}
+
+#[test]
+fn baseline_policy_without_an_answer_exits_2_with_one_line() {
+    let (hosts, map) = three_hosts();
+    let t = Scratch::new("policy-baseline-bad");
+    let guest = t.write("g.xml", KVM_GUEST);
+    let missing = s(&t.path("gone/node-9.xml"));
+    std::fs::create_dir_all(t.path("empty")).unwrap();
+    let not_facts = s(&t.write("not-facts.xml", "<domain type='kvm'/>"));
+    let c = corpus().unwrap();
+    let arm = vec![
+        s(&c.join("virt-manager/capabilities/kvm-aarch64.xml")),
+        s(&c.join("libvirt-domaincapsdata/qemu_11.0.0-virt.aarch64.xml")),
+    ];
+    let cases: Vec<(Vec<String>, Vec<String>)> = vec![
+        (
+            vec![hosts[0].clone(), missing.clone()],
+            vec![format!("cannot read {missing}")],
+        ),
+        (
+            vec![s(&t.path("empty"))],
+            vec!["the directory holds no *.xml facts files".into()],
+        ),
+        (
+            vec![not_facts.clone()],
+            vec![not_facts.clone(), "is not <domainCapabilities>".into()],
+        ),
+        (
+            arm,
+            vec!["the hosts are aarch64: no custom CPU model is migration-safe there".into()],
+        ),
+    ];
+    for (cluster, needles) in cases {
+        let policy = t.write("p.toml", baseline_policy(&cluster, ""));
+        let head = format!(
+            "virt-cpu-policy: cpu.model = \"baseline\": [host] cluster of policy {}: ",
+            s(&policy)
+        );
+        for cmd in ["rewrite", "check", "audit"] {
+            let out = judge(cmd, &map, &policy, &[], &guest);
+            out.status(2);
+            assert!(out.stdout.is_empty(), "{cmd}: {}", out.stdout);
+            assert_eq!(out.stderr.lines().count(), 1, "{cmd}: {}", out.stderr);
+            assert!(out.stderr.starts_with(&head), "{cmd}: {}", out.stderr);
+            for n in &needles {
+                assert!(
+                    out.stderr.contains(n.as_str()),
+                    "{cmd}: {n}\nin: {}",
+                    out.stderr
+                );
+            }
+        }
+    }
+    // The cluster is read only for a guest whose rule asks for it.
+    let policy = t.write("p.toml", baseline_policy(&[missing], ""));
+    let arm_guest = t.write(
+        "arm.xml",
+        "<domain type='kvm'><name>a</name><os><type arch='aarch64' machine='virt'>hvm</type></os><cpu mode='host-passthrough'/></domain>",
+    );
+    judge("check", &map, &policy, &[], &arm_guest).status(0);
+}
+
+#[test]
+fn baseline_without_a_cluster_is_a_policy_error() {
+    let t = Scratch::new("policy-baseline-nocluster");
+    let policy = t.write(
+        "p.toml",
+        "version = 1\n[[rule]]\nname = \"c\"\ncpu.model = \"baseline\"\n",
+    );
+    let guest = t.write("g.xml", KVM_GUEST);
+    let out = Cmd::new(&["rewrite", "--policy"])
+        .arg(s(&policy))
+        .arg(s(&guest))
+        .run();
+    out.status(2);
+    assert!(out.stdout.is_empty());
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "policy {}: line 4, column 13: key `rule.cpu.model`: \"baseline\" is the CPU every host of `[host] cluster` can run",
+            s(&policy)
+        )),
+        "{}",
+        out.stderr
+    );
+}

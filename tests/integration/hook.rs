@@ -725,19 +725,170 @@ fn destination_allows_a_fine_guest_with_empty_stdout() {
     log_has_no_xml(&t.log());
 }
 
+/// The incoming CPU against this host's host-model CPU (the corpus host's KVM lacks pni and
+/// popcnt): libvirt's compare (`virt-cpu-policy compare`) decides, naming the missing features.
 #[test]
-fn destination_refuses_a_model_unusable_here() {
+fn destination_refuses_a_model_this_host_cannot_run() {
     let Some(domcaps) = host_file(
-        "destination_refuses_a_model_unusable_here",
+        "destination_refuses_a_model_this_host_cannot_run",
+        "domcapabilities-x86_64-q35-kvm.xml",
+    ) else {
+        return;
+    };
+    let t = Scratch::with_snap("dest-incompatible");
+    let p = t.write("p.toml", policy("enforce", "warn", "allow"));
+    for op in ["migrate", "restore"] {
+        let out = t
+            .hook(&p, &["--caps", &s(&domcaps), "neh", op, "begin", "-"])
+            .stdin(incoming("neh", 4, "Nehalem"))
+            .run();
+        refused(
+            &out,
+            "neh",
+            "libvirt: cpu-incompatible",
+            &[
+                "model Nehalem",
+                "Host CPU does not provide required features: pni, ssse3, sse4.1, sse4.2, popcnt",
+            ],
+        );
+    }
+    log_has_no_xml(&t.log());
+}
+
+/// `migrate begin`/`restore begin` compare the incoming CPU with this host's host-model CPU (as
+/// `virt-cpu-policy compare` does): identical and superset go in, incompatible is refused naming
+/// the missing features; the host's facts come from `--caps` or from the daemon's snapshot (a
+/// `<hostFacts>` file); without them the log says the compare was not possible.
+#[test]
+fn destination_compares_the_incoming_cpu_with_this_hosts() {
+    let (Some(domcaps), Some(caps)) = (
+        host_file(
+            "destination_compares_the_incoming_cpu_with_this_hosts",
+            "domcapabilities-x86_64-q35-kvm.xml",
+        ),
+        host_file(
+            "destination_compares_the_incoming_cpu_with_this_hosts",
+            "capabilities.xml",
+        ),
+    ) else {
+        return;
+    };
+    let dc_text = std::fs::read_to_string(&domcaps).unwrap();
+    // This host's host-model CPU as a custom CPU: what a host-model guest started here becomes.
+    let host_model = dc_text
+        .split("<mode name='host-model' supported='yes'>")
+        .nth(1)
+        .and_then(|m| m.split("</mode>").next())
+        .expect("a host-model CPU")
+        .to_string();
+    let with_cpu = |name: &str, cpu: &str| {
+        incoming(name, 4, "kvm64").replace("<model fallback='forbid'>kvm64</model>", cpu)
+    };
+    let identical = with_cpu("same", &host_model);
+    let superset = with_cpu("small", "<model fallback='forbid'>pentium3</model>");
+    let avx2 = with_cpu(
+        "avx2",
+        "<model fallback='forbid'>pentium3</model><feature policy='require' name='avx2'/><feature policy='require' name='bmi2'/>",
+    );
+    let t = Scratch::with_snap("dest-compare");
+    // The daemon's snapshot form: one <hostFacts> with both documents.
+    let snap_facts = Scratch::with_snap("dest-compare-snap");
+    let caps_text = std::fs::read_to_string(&caps).unwrap();
+    std::fs::write(
+        snap_facts.path("snap/host-facts.xml"),
+        virt_cpu_policy::host::host_facts_document(
+            "this-host",
+            "9.0.0".parse().unwrap(),
+            &caps_text,
+            Some(&dc_text),
+        ),
+    )
+    .unwrap();
+    for v in ["deny", "warn"] {
+        let p = t.write("p.toml", policy("enforce", v, "allow"));
+        for (dir, extra) in [
+            (&t, vec!["--caps".to_string(), s(&domcaps)]),
+            (&snap_facts, vec![]),
+        ] {
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            for op in ["migrate", "restore"] {
+                let run = |name: &str, xml: &str| {
+                    let mut args = extra.clone();
+                    args.extend([name, op, "begin", "-"]);
+                    dir.hook(&p, &args).stdin(xml.to_string()).run()
+                };
+                allowed(&run("same", &identical));
+                allowed(&run("small", &superset));
+                refused(
+                    &run("avx2", &avx2),
+                    "avx2",
+                    "libvirt: cpu-incompatible",
+                    &[
+                        "model pentium3",
+                        "Host CPU does not provide required features: avx2, bmi2",
+                        "libvirt's own CPU check would refuse the guest",
+                    ],
+                );
+            }
+            let log = dir.log();
+            assert!(
+                log.contains("CPU kvm64: this host's is identical")
+                    && log.contains("CPU pentium3: this host's is superset"),
+                "{log}"
+            );
+            log_has_no_xml(&log);
+        }
+    }
+    // No domcapabilities (only capabilities): not compared, said in the log, let in.
+    let t = Scratch::with_snap("dest-compare-none");
+    let p = t.write("p.toml", policy("enforce", "deny", "allow"));
+    let out = t
+        .hook(&p, &["--caps", &s(&caps), "avx2", "migrate", "begin", "-"])
+        .stdin(avx2.clone())
+        .run();
+    allowed(&out);
+    let log = t.log();
+    assert!(
+        log.contains("CPU not compared: this host's host-model CPU is unknown"),
+        "{log}"
+    );
+    // A TCG guest is compared with TCG's host-model, which these facts do not give.
+    let out = t
+        .hook(
+            &p,
+            &["--caps", &s(&domcaps), "avx2", "migrate", "begin", "-"],
+        )
+        .stdin(avx2.replace("<domain type='kvm'>", "<domain type='qemu'>"))
+        .run();
+    allowed(&out);
+    assert!(
+        t.log().contains("no domcapabilities for x86_64 qemu"),
+        "{}",
+        t.log()
+    );
+}
+
+/// Without a host-model CPU to compare with, a model `usable='no'` here is refused.
+#[test]
+fn destination_refuses_a_model_unusable_here_when_no_compare_is_possible() {
+    let Some(domcaps) = host_file(
+        "destination_refuses_a_model_unusable_here_when_no_compare_is_possible",
         "domcapabilities-x86_64-q35-kvm.xml",
     ) else {
         return;
     };
     let t = Scratch::with_snap("dest-unusable");
+    let text = std::fs::read_to_string(&domcaps).unwrap();
+    let no_host_model = text.replace(
+        "<mode name='host-model' supported='yes'>",
+        "<mode name='host-model' supported='no'>",
+    );
+    assert_ne!(text, no_host_model, "the corpus file has a host-model CPU");
+    let dc = t.write("dc.xml", no_host_model);
     let p = t.write("p.toml", policy("enforce", "warn", "allow"));
     for op in ["migrate", "restore"] {
         let out = t
-            .hook(&p, &["--caps", &s(&domcaps), "neh", op, "begin", "-"])
+            .hook(&p, &["--caps", &s(&dc), "neh", op, "begin", "-"])
             .stdin(incoming("neh", 4, "Nehalem"))
             .run();
         refused(
@@ -866,6 +1017,97 @@ fn broken_policy_follows_on_error() {
         );
     }
     log_has_no_xml(&t.log());
+}
+
+/// A policy whose one rule gives x86_64 guests the baseline of `cluster` (`[host] cluster`),
+/// read with libvirt's installed cpu_map.
+fn baseline_policy(on_violation: &str, on_error: &str, cluster: &[String]) -> String {
+    let list: Vec<String> = cluster.iter().map(|c| format!("{c:?}")).collect();
+    format!(
+        "version = 1\n\n[hook]\non_violation = \"{on_violation}\"\non_error = \"{on_error}\"\n\n[host]\ncluster = [{}]\n\n[[rule]]\nname = \"cluster cpu\"\nmatch = {{ arch = \"x86_64\" }}\ncpu.model = \"baseline\"\n",
+        list.join(", ")
+    )
+}
+
+/// `cpu.model = "baseline"` in the hook: a guest rewritten for the cluster is let in, one that
+/// is not follows `on_violation`; a cluster file that is missing follows `on_error` (allow: logged
+/// and let in; deny: refused naming the file), at every checked operation.
+#[test]
+fn baseline_policy_in_the_hook_follows_on_violation_and_on_error() {
+    let Some(c) = corpus() else {
+        panic!("needs ../shared/corpus (libvirt's test CPUs)");
+    };
+    assert!(
+        Path::new("/usr/share/libvirt/cpu_map/index.xml").is_file(),
+        "needs libvirt's cpu_map at /usr/share/libvirt/cpu_map"
+    );
+    let d = c.join("libvirt-cputestdata");
+    let hosts = vec![
+        s(&d.join("x86_64-cpuid-Xeon-E5-2650-v4-host.xml")),
+        s(&d.join("x86_64-cpuid-Core-i7-3770-host.xml")),
+    ];
+    let t = Scratch::with_snap("hook-baseline");
+    let p = t.write("ok.toml", baseline_policy("deny", "deny", &hosts));
+    let rewritten = Cmd::new(&["rewrite", "--no-qemu-caps-cache", "--policy", &s(&p), "-"])
+        .stdin(cloudstack("g1"))
+        .run();
+    rewritten.status(0);
+    assert!(
+        rewritten.stdout.contains(">IvyBridge</model>"),
+        "{}",
+        rewritten.stdout
+    );
+    allowed(
+        &t.hook(&p, &["g1", "prepare", "begin", "-"])
+            .stdin(rewritten.stdout.clone())
+            .run(),
+    );
+    let out = t
+        .hook(&p, &["g1", "prepare", "begin", "-"])
+        .stdin(cloudstack("g1"))
+        .run();
+    refused(
+        &out,
+        "g1",
+        "cluster cpu",
+        &["does not conform", "needs <model>"],
+    );
+
+    let missing = s(&t.path("shared/node-3.xml"));
+    let cluster = vec![hosts[0].clone(), missing.clone()];
+    let p = t.write("deny.toml", baseline_policy("warn", "deny", &cluster));
+    for op in ["prepare", "migrate", "restore"] {
+        let out = t
+            .hook(&p, &["g1", op, "begin", "-"])
+            .stdin(rewritten.stdout.clone())
+            .run();
+        refused(
+            &out,
+            "g1",
+            "[hook] on_error",
+            &[
+                "the hook cannot check this guest: cpu.model = \"baseline\"",
+                &format!("cannot read {missing}"),
+                "[host] cluster",
+            ],
+        );
+    }
+    let p = t.write("allow.toml", baseline_policy("deny", "allow", &cluster));
+    for op in ["prepare", "migrate", "restore"] {
+        allowed(
+            &t.hook(&p, &["g1", op, "begin", "-"])
+                .stdin(cloudstack("g1"))
+                .run(),
+        );
+    }
+    let log = t.log();
+    assert!(
+        log.contains("on_error = allow")
+            && log.contains(&missing)
+            && log.contains("code=\"cluster\""),
+        "{log}"
+    );
+    log_has_no_xml(&log);
 }
 
 #[test]

@@ -500,9 +500,14 @@ fn cpu_text(xml: &str) -> String {
 
 /// Wait (bounded) until `virsh domstate` says running; returns the last state seen.
 fn wait_running(name: &str) -> String {
+    wait_running_at(crate::harness::URI, name)
+}
+
+/// [`wait_running`] on the libvirt at `uri`.
+fn wait_running_at(uri: &str, name: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let st = virsh(&["domstate", name]);
+        let st = virsh_at(uri, &["domstate", name]);
         let state = st.stdout.trim().to_string();
         if state == "running" || Instant::now() >= deadline {
             return if st.ok {
@@ -622,4 +627,172 @@ fn cloudstack_default_cpu_output_starts_under_tcg() {
     }
     eprintln!("libvirt: KVM live <cpu>:\n{}", cpu_text(&klive.stdout));
     let _ = virsh(&["destroy", &kname]);
+}
+
+/// The end to end of a cluster (issue 13), on each libvirt: this host's real capabilities and
+/// domcapabilities (as the `<hostFacts>` file `virt-cpu-policyd --publish` writes) plus two of
+/// libvirt's test CPUs, one of them without avx2 (an Ivy Bridge) → `baseline --migratable
+/// --format toml` → `rewrite` with that policy, and with `cpu.model = "baseline"` + `[host]
+/// cluster` (the same document) → libvirt defines it and starts it under TCG, and neither the
+/// document nor the started guest's live CPU has avx2.
+#[test]
+#[ignore = "needs a running libvirtd: .ci/run starts one"]
+fn cluster_baseline_guest_is_defined_and_started_under_tcg() {
+    let corpus = crate::harness::corpus()
+        .expect("needs ../shared/corpus (libvirt's test CPUs)")
+        .join("libvirt-cputestdata");
+    for oracle in oracles() {
+        let label = &oracle.label;
+        let tmp = Scratch::new("cluster-e2e");
+        let mut cleanup = Cleanup::at(&oracle.uri);
+        let map = oracle.cpu_map();
+        let cluster = tmp.path("cluster");
+        std::fs::create_dir_all(&cluster).unwrap();
+        let caps = oracle.virsh(&["capabilities"]);
+        let domcaps = oracle.virsh(&["domcapabilities"]);
+        assert!(
+            caps.ok && domcaps.ok,
+            "{label}: virsh capabilities/domcapabilities: {}{}",
+            caps.stderr,
+            domcaps.stderr
+        );
+        let this_host = cluster.join("this-host.xml");
+        std::fs::write(
+            &this_host,
+            virt_cpu_policy::host::host_facts_document(
+                "this-host",
+                oracle.version.parse().unwrap(),
+                &caps.stdout,
+                Some(&domcaps.stdout),
+            ),
+        )
+        .unwrap();
+        for f in [
+            "x86_64-cpuid-Core-i7-3770-host.xml",
+            "x86_64-cpuid-Xeon-E5-2650-v4-host.xml",
+        ] {
+            std::fs::copy(corpus.join(f), cluster.join(f)).unwrap();
+        }
+        let baseline = |format: &str| {
+            let out = Cmd::new(&["baseline", "--migratable", "--format", format, "--cpu-map"])
+                .arg(map.display().to_string())
+                .arg(cluster.display().to_string())
+                .run();
+            out.status(0);
+            out.stdout
+        };
+        let report: serde_json::Value = serde_json::from_str(&baseline("json")).unwrap();
+        let ivy = report["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["name"] == "x86_64-cpuid-Core-i7-3770-host")
+            .expect("the Ivy Bridge is in the cluster");
+        assert!(
+            ivy["lacks"]["x86-64-v3"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f == "avx2"),
+            "{label}: the cluster has a host without avx2: {ivy}"
+        );
+        let toml = tmp.write("baseline.toml", baseline("toml"));
+        let by_key = tmp.write(
+            "by-key.toml",
+            format!(
+                "version = 1\n[host]\ncluster = [{:?}]\n[[rule]]\nname = \"cluster\"\nmatch = {{ arch = \"x86_64\" }}\ncpu.model = \"baseline\"\n",
+                cluster.display().to_string()
+            ),
+        );
+        let name = test_name("cluster-tcg");
+        let input = tmp.write("guest.xml", minimal_bootable(CLOUDSTACK_INLINE, &name));
+        let rewrite = |policy: &std::path::Path| {
+            let out = Cmd::new(&["rewrite", "--no-qemu-caps-cache", "--policy"])
+                .arg(policy.display().to_string())
+                .args(&oracle.tool_args())
+                .arg(input.display().to_string())
+                .run();
+            out.status(0);
+            out.stdout
+        };
+        let rewritten = rewrite(&toml);
+        assert_eq!(
+            rewrite(&by_key),
+            rewritten,
+            "{label}: cpu.model = \"baseline\" and the toml policy differ"
+        );
+        let doc = roxmltree::Document::parse(&rewritten).unwrap();
+        let model = doc
+            .descendants()
+            .find(|n| n.has_tag_name("model"))
+            .and_then(|m| m.text())
+            .expect("a model")
+            .to_string();
+        assert_eq!(model, report["model"].as_str().unwrap(), "{label}");
+        let model_features = virt_cpu_policy::cpu::CpuMap::load(&map)
+            .unwrap()
+            .model_features(&model)
+            .cloned()
+            .expect("the model is in the cpu_map");
+        assert!(
+            !model_features.contains("avx2"),
+            "{label}: {model} has avx2"
+        );
+        assert!(
+            !rewritten.contains("avx2"),
+            "{label}: the document names avx2:\n{rewritten}"
+        );
+        eprintln!("{label}: cluster guest <cpu>:\n{}", cpu_text(&rewritten));
+
+        let file = tmp.write("rewritten.xml", &rewritten);
+        cleanup.add(&name);
+        let defined = oracle.virsh(&["define", &file.display().to_string()]);
+        assert!(
+            defined.ok,
+            "{label}: virsh define failed: {}\n{rewritten}",
+            defined.stderr.trim()
+        );
+        let started = oracle.virsh(&["start", &name]);
+        assert!(
+            started.ok,
+            "{label}: virsh start under TCG failed: {}\n{rewritten}",
+            started.stderr.trim()
+        );
+        assert_eq!(wait_running_at(&oracle.uri, &name), "running", "{label}");
+        let live = oracle.virsh(&["dumpxml", &name]);
+        assert!(live.ok, "{label}: virsh dumpxml: {}", live.stderr);
+        let ldoc = roxmltree::Document::parse(&live.stdout).unwrap();
+        let lcpu = ldoc
+            .root_element()
+            .children()
+            .find(|n| n.has_tag_name("cpu"))
+            .expect("a live <cpu>");
+        let live_model = lcpu
+            .children()
+            .find(|n| n.has_tag_name("model"))
+            .and_then(|m| m.text());
+        assert_eq!(
+            live_model,
+            Some(model.as_str()),
+            "{label}: {}",
+            cpu_text(&live.stdout)
+        );
+        let avx2_on = lcpu.children().any(|f| {
+            f.has_tag_name("feature")
+                && f.attribute("name") == Some("avx2")
+                && matches!(
+                    f.attribute("policy"),
+                    Some("require" | "force" | "optional")
+                )
+        });
+        assert!(
+            !avx2_on,
+            "{label}: the started guest has avx2:\n{}",
+            cpu_text(&live.stdout)
+        );
+        eprintln!(
+            "{label}: defined and started under TCG; live <cpu>:\n{}",
+            cpu_text(&live.stdout)
+        );
+    }
 }
