@@ -36,17 +36,20 @@ pub enum Action {
 pub struct Change {
     /// The policy rule that caused it, or [`BUILTIN_RULE`].
     pub rule: String,
-    /// libvirt's element name: `cpu`, `model`, `vendor`, `feature`, `topology`, `numa`, `vcpu`,
-    /// `vcpus`, `iommu`, `ioapic`.
+    /// libvirt's element name: `cpu`, `model`, `vendor`, `feature`, `topology`, `cache`,
+    /// `maxphysaddr`, `numa`, `cell`, `vcpu`, `vcpus`, `iommu`, `driver` (the IOMMU's), `ioapic`.
     pub element: &'static str,
     /// What happened to it.
     pub action: Action,
-    /// The feature's name, for `<feature>` changes.
+    /// The feature's name, for `<feature>` changes; the cell's `id`, for `<cell>`.
     pub name: Option<String>,
     /// The attribute changed (`mode`, `match`, `check`, `migratable`, `fallback`, `policy`,
-    /// `driver`, `cpus`), or None when the element itself or its text changed.
+    /// `cpus`, `current`, `intremap`, `eim`, `driver`), or None when the element itself or its
+    /// text changed.
     pub attribute: Option<&'static str>,
-    /// The value before (None when there was none).
+    /// The value before (None when there was none); for an element whose attributes are its
+    /// value (`<topology>`, `<driver>`) its attributes as written, `sockets='2' cores='4'`
+    /// ([`crate::domain::written_attributes`]).
     pub old: Option<String>,
     /// The value after (None when removed).
     pub new: Option<String>,

@@ -139,6 +139,18 @@ pub fn text_of(node: Node<'_, '_>) -> Option<String> {
     (!s.is_empty()).then(|| s.to_string())
 }
 
+/// An element's attributes as written, `name='value'` separated by spaces, in document order
+/// (`sockets='2' cores='4' threads='1'`): the `old`/`new` form of a change to an element whose
+/// attributes are its value (`<topology>`, `<driver>`). Namespaced attributes keep their local
+/// name only.
+#[must_use]
+pub fn written_attributes(node: Node<'_, '_>) -> String {
+    node.attributes()
+        .map(|a| format!("{}='{}'", a.name(), a.value()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The CPU model a `<model>` element names, as libvirt reads it: the text as written, spaces
 /// included (libvirt 9.0 and 11.3 refuse `<model>  Nehalem\n</model>` with "Unknown CPU model
 /// Nehalem" at start, the spaces kept); None when empty or only spaces (no model).

@@ -29,7 +29,7 @@ pub(crate) fn apply(
     facts: &Facts<'_>,
     n: &mut Notes,
 ) {
-    set_mode(d, plan, n);
+    set_mode(d, plan, facts, n);
     set_model(d, plan, n);
     check_policy_names(plan, dom.arch(), facts, n);
     fix_unsupported_mode(d, facts, n);
@@ -56,18 +56,42 @@ fn is_x86(arch: &str) -> bool {
 }
 
 /// `cpu.mode`. A model in the policy implies custom, which a `<cpu>` without `mode` already is.
-fn set_mode(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
+/// A mode libvirt does not offer this guest is replaced by its fallback here, so the domain gets
+/// one change, to the mode it will run with ([`supported_fallback`]).
+fn set_mode(d: &mut Desired<'_, '_>, plan: &Plan, facts: &Facts<'_>, n: &mut Notes) {
     let Some(m) = &plan.mode else { return };
-    let want = m.value.as_str();
+    let asked = m.value.as_str();
+    let (want, why) = match supported_fallback(asked, facts) {
+        Some((f, why)) => (f, format!(" (the policy asks for {asked};{why})")),
+        None => (asked, String::new()),
+    };
     let have = d.mode();
     let explicit_custom = plan.model.is_some() && want == "custom";
     if have != want && !(explicit_custom && d.attr("mode").is_none()) {
         d.set_attr("mode", want);
-        n.change(mode_change(&m.rule, &have, want, ""));
+        n.change(mode_change(&m.rule, &have, want, &why));
         if have == "custom" {
             leave_custom(d, plan, &m.rule, want, n);
         }
     }
+}
+
+/// For a mode libvirt does not offer this guest ([`Facts::mode_supported`] false), the nearest
+/// one it does ([`crate::modes::fallbacks`]) and why, as libvirt's refusal and where the
+/// verdict came from; None when the mode is offered, unknown, or has no offered fallback.
+fn supported_fallback(mode: &str, facts: &Facts<'_>) -> Option<(&'static str, String)> {
+    if facts.mode_supported(mode) != Some(false) {
+        return None;
+    }
+    let new = crate::modes::fallbacks(mode)
+        .iter()
+        .find(|m| facts.mode_supported(m) == Some(true))?;
+    let why = format!(
+        " libvirt: \"{}\"; per {}",
+        facts.mode_refusal(mode),
+        facts.modes_source()
+    );
+    Some((new, why))
 }
 
 /// The `check` libvirt writes for a mode when none is given (seen with libvirt 9.0: `virsh
@@ -217,22 +241,15 @@ fn check_policy_names(plan: &Plan, arch: &str, facts: &Facts<'_>, n: &mut Notes)
 /// does ([`crate::modes::fallbacks`]), with or without a rule.
 fn fix_unsupported_mode(d: &mut Desired<'_, '_>, facts: &Facts<'_>, n: &mut Notes) {
     let mode = d.mode();
-    if facts.mode_supported(&mode) != Some(false) {
-        return;
+    if let Some((new, why)) = supported_fallback(&mode, facts) {
+        d.set_attr("mode", new);
+        n.change(mode_change(
+            BUILTIN_RULE,
+            &mode,
+            new,
+            &format!(" ({})", why.trim_start()),
+        ));
     }
-    let Some(new) = crate::modes::fallbacks(&mode)
-        .iter()
-        .find(|m| facts.mode_supported(m) == Some(true))
-    else {
-        return;
-    };
-    d.set_attr("mode", new);
-    let why = format!(
-        " (libvirt: \"{}\"; per {})",
-        facts.mode_refusal(&mode),
-        facts.modes_source()
-    );
-    n.change(mode_change(BUILTIN_RULE, &mode, new, &why));
 }
 
 /// A model and vendor mean nothing under `host-passthrough`/`maximum`, `match` only applies to

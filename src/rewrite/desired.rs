@@ -58,8 +58,8 @@ pub(crate) struct Desired<'a, 't> {
     /// New markup for the kept `<numa>` (cells follow the vCPU maximum).
     pub(crate) numa_markup: Option<String>,
     /// Feature names listed more than once within one `<cpu>` (libvirt refuses that), in the
-    /// order met.
-    pub(crate) duplicates: Vec<String>,
+    /// order met, each with the policy it had before it was listed again.
+    pub(crate) duplicates: Vec<(String, String)>,
     duplicate_keys: HashSet<String>,
     /// Elements that occur once (`model`, `topology`...) written more than once in one `<cpu>`.
     pub(crate) repeated: Vec<String>,
@@ -140,6 +140,11 @@ impl<'a, 't> Desired<'a, 't> {
         None
     }
 
+    /// Whether `key` was listed more than once within one `<cpu>`.
+    pub(crate) fn is_duplicate(&self, key: &str) -> bool {
+        self.duplicate_keys.contains(key)
+    }
+
     pub(crate) fn single(&self, name: &str) -> Option<Node<'a, 't>> {
         self.singles
             .iter()
@@ -216,9 +221,9 @@ fn merge_feature<'a, 't>(d: &mut Desired<'a, 't>, c: Node<'a, 't>, first: bool) 
         let f = &mut d.features[i];
         let same_cpu =
             f.f_node.is_some_and(|n| n.parent() == c.parent()) || (f.f_node.is_none() && !first);
-        f.policy = policy;
+        let before = std::mem::replace(&mut f.policy, policy);
         if same_cpu && d.duplicate_keys.insert(key.clone()) {
-            d.duplicates.push(key);
+            d.duplicates.push((key, before));
         }
     } else {
         d.push_feature(Feat {

@@ -22,13 +22,14 @@ mod vcpu;
 pub use vcpu::reshape;
 
 use crate::change::{Action, BUILTIN_RULE, Change, Notes};
-use crate::domain::Domain;
+use crate::domain::{Domain, child, text_of, written_attributes};
 use crate::error::{Error, Result};
 use crate::facts::Facts;
 use crate::finding::{Finding, Severity};
 use crate::host::Host;
 use crate::policy::{Mode, Plan, Policy};
 use crate::validate;
+use roxmltree::Node;
 use serde::Serialize;
 
 /// The result of rewriting one document.
@@ -112,7 +113,7 @@ pub fn rewrite_planned(
     let mut notes = Notes::default();
     let cpus = dom.cpus();
     let mut desired = desired::merge(&cpus, &mut notes.findings);
-    explain_merge(&desired, cpus.len(), &mut notes);
+    explain_merge(&desired, &cpus, &mut notes);
     cpu::apply(&mut desired, plan, dom, facts, &mut notes);
     let v = vcpu::apply(dom, plan, facts, desired.single("topology"), desired.numa);
     desired.topology_markup = v.topology_markup;
@@ -171,7 +172,8 @@ fn out_of_scope(dom: &Domain<'_>) -> Outcome {
 
 /// The folding of several `<cpu>` elements, of a child written twice and of a feature listed
 /// twice, each explained.
-fn explain_merge(desired: &desired::Desired<'_, '_>, cpus: usize, notes: &mut Notes) {
+fn explain_merge(desired: &desired::Desired<'_, '_>, all: &[Node<'_, '_>], notes: &mut Notes) {
+    let cpus = all.len();
     if cpus > 1 {
         let what = format!(
             "{cpus} <cpu> elements folded into the first (libvirt reads only the first one's mode, model and features)"
@@ -181,6 +183,7 @@ fn explain_merge(desired: &desired::Desired<'_, '_>, cpus: usize, notes: &mut No
                 .old(Some(cpus.to_string()))
                 .new_value("1"),
         );
+        explain_fold(desired, all[0], notes);
     }
     if let (Some(raw), Some(m)) = (&desired.padded_model, &desired.model) {
         let what = format!(
@@ -201,7 +204,7 @@ fn explain_merge(desired: &desired::Desired<'_, '_>, cpus: usize, notes: &mut No
         let what = format!("<{e}> given more than once in one <cpu>: the last one kept");
         notes.change(Change::new(BUILTIN_RULE, Action::Fold, element, what));
     }
-    for f in &desired.duplicates {
+    for (f, before) in &desired.duplicates {
         let p = desired.feature(f).map_or("require", |f| f.policy.as_str());
         let what = format!(
             "<feature name='{f}'> listed more than once: kept once, with the last policy '{p}' (libvirt: \"CPU feature '{f}' specified more than once\")"
@@ -210,8 +213,88 @@ fn explain_merge(desired: &desired::Desired<'_, '_>, cpus: usize, notes: &mut No
             Change::new(BUILTIN_RULE, Action::Fold, "feature", what)
                 .name(f)
                 .attribute("policy")
+                .old(Some(before))
                 .new_value(p),
         );
+    }
+}
+
+/// The `<cpu>` attributes a change names (`attribute` is one of a known set).
+const CPU_ATTRIBUTES: [&str; 5] = [
+    "mode",
+    "match",
+    "check",
+    "migratable",
+    "deprecated_features",
+];
+
+/// What the fold changes in the CPU libvirt reads, the first `<cpu>`'s: each attribute, the
+/// model, a single child and a feature policy a later `<cpu>` overrides or adds, old as the first
+/// `<cpu>` has it (libvirt's default `custom` for an absent mode).
+fn explain_fold(desired: &desired::Desired<'_, '_>, first: Node<'_, '_>, notes: &mut Notes) {
+    let later = " (from a later <cpu>, which libvirt ignored)";
+    let fold = |element, what: String| Change::new(BUILTIN_RULE, Action::Fold, element, what);
+    for (name, value) in &desired.attrs {
+        let old = first
+            .attribute(name.as_str())
+            .or((name == "mode").then_some("custom"));
+        if old != Some(value.as_str()) {
+            let what = format!("<cpu {name}>: '{}' -> '{value}'{later}", old.unwrap_or(""));
+            let mut c = fold("cpu", what).old(old).new_value(value);
+            c.attribute = CPU_ATTRIBUTES.into_iter().find(|a| a == name);
+            notes.change(c);
+        }
+    }
+    let first_model = child(first, "model");
+    if let Some(m) = &desired.model {
+        let old = first_model.and_then(text_of);
+        if old.as_deref() != Some(m.text.as_str()) && desired.padded_model.is_none() {
+            let what = format!(
+                "<model>: {} -> {}{later}",
+                old.as_deref().unwrap_or("(none)"),
+                m.text
+            );
+            notes.change(fold("model", what).old(old).new_value(&m.text));
+        }
+    }
+    for (name, node) in &desired.singles {
+        if node.parent() == Some(first) {
+            continue;
+        }
+        let element = desired::SINGLES
+            .into_iter()
+            .find(|s| s == name)
+            .unwrap_or("cpu");
+        let old = child(first, name).map(written_value);
+        let new = written_value(*node);
+        let what = format!(
+            "<{name}>: {} -> {new}{later}",
+            old.as_deref().unwrap_or("(none)")
+        );
+        notes.change(fold(element, what).old(old).new_value(new));
+    }
+    for f in &desired.features {
+        let old = f.f_node.map(|n| n.attribute("policy").unwrap_or("require"));
+        if old == Some(f.policy.as_str()) || (old.is_some() && desired.is_duplicate(&f.key)) {
+            continue;
+        }
+        let what = format!(
+            "<feature name='{}'>: policy '{}' -> '{}'{later}",
+            f.key,
+            old.unwrap_or("(none)"),
+            f.policy
+        );
+        let c = fold("feature", what).name(&f.key).attribute("policy");
+        notes.change(c.old(old).new_value(&f.policy));
+    }
+}
+
+/// An element's value in a change: its attributes as written, else its text.
+fn written_value(node: Node<'_, '_>) -> String {
+    if node.attributes().len() > 0 {
+        written_attributes(node)
+    } else {
+        text_of(node).unwrap_or_default()
     }
 }
 
@@ -327,11 +410,21 @@ mod tests {
         let o = run(x, V2);
         let fold = o.changes.iter().find(|c| c.action == Action::Fold).unwrap();
         assert_eq!((fold.element, fold.old.as_deref()), ("cpu", Some("2")));
-        let mode = o.changes.iter().find(|c| c.attribute == Some("mode"));
-        assert!(
-            mode.is_none(),
-            "host-model from the later <cpu> wins: {:?}",
-            o.changes
+        // libvirt ran this guest with the first <cpu>'s custom Penryn: the later host-model is
+        // a change, recorded as the fold's, once.
+        let mode: Vec<_> = o
+            .changes
+            .iter()
+            .filter(|c| c.attribute == Some("mode"))
+            .collect();
+        assert_eq!(mode.len(), 1, "{:?}", o.changes);
+        assert_eq!(
+            (
+                mode[0].action,
+                mode[0].old.as_deref(),
+                mode[0].new.as_deref()
+            ),
+            (Action::Fold, Some("custom"), Some("host-model"))
         );
     }
 }

@@ -11,7 +11,7 @@
 //! [`regenerate_vcpus`], [`numa_cover`]). `current` is never lowered.
 
 use crate::change::{Action, Change, Notes};
-use crate::domain::{Domain, child, is_libvirt_element};
+use crate::domain::{Domain, child, is_libvirt_element, written_attributes};
 use crate::edit::{
     Edits, Item, append_child, child_indent, document_quote, line_indent, newline, node_with_line,
     render_element, start_tag_attr_end, with_attrs,
@@ -324,12 +324,13 @@ fn set_vcpu_max(
         );
     }
     let with_text = e.apply(&text[vcpu_node.range()]).unwrap_or_default();
-    let new_vcpu = match roxmltree::Document::parse(&with_text) {
+    let (new_vcpu, current_added) = match roxmltree::Document::parse(&with_text) {
         Ok(d) if !count.current_written => {
             let current = count.current.to_string();
-            with_attrs(&with_text, d.root_element(), &[("current", &current)], q)
+            let markup = with_attrs(&with_text, d.root_element(), &[("current", &current)], q);
+            (markup, true)
         }
-        _ => with_text,
+        _ => (with_text, false),
     };
     r.edits.replace(vcpu_node.range(), new_vcpu);
     let what = format!(
@@ -341,6 +342,17 @@ fn set_vcpu_max(
             .old(Some(count.max.to_string()))
             .new_value(max.to_string()),
     );
+    if current_added {
+        let what = format!(
+            "<vcpu current='{}'> written: without it the current count would follow the maximum",
+            count.current
+        );
+        r.notes.change(
+            Change::new(rule, Action::Add, "vcpu", what)
+                .attribute("current")
+                .new_value(count.current.to_string()),
+        );
+    }
 }
 
 /// `<topology>` reshaped by `vcpu.topology` (default `sockets`) to hold the maximum; `clusters`
@@ -399,18 +411,25 @@ fn reshape_topology(
         }
     }
     let a: Vec<(&str, &str)> = set.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    r.topology_markup = Some(with_attrs(dom.text, t, &a, q));
-    let what = format!(
-        "<topology>: {} -> {} ({max} vCPUs)",
-        topo.describe(),
-        new.describe()
-    );
+    let markup = with_attrs(dom.text, t, &a, q);
+    let (was, now) = (written_attributes(t), markup_attributes(&markup));
+    r.topology_markup = Some(markup);
+    let what = format!("<topology>: {was} -> {now} ({max} vCPUs)");
     r.notes.change(
         Change::new(topo_rule, Action::Set, "topology", what)
-            .old(Some(topo.describe()))
-            .new_value(new.describe()),
+            .old(Some(was))
+            .new_value(now),
     );
     Some(true)
+}
+
+/// [`written_attributes`] of the element `markup` (one element, as [`with_attrs`] writes it);
+/// the markup itself when it does not parse alone (a prefix declared further up).
+fn markup_attributes(markup: &str) -> String {
+    roxmltree::Document::parse(markup).map_or_else(
+        |_| markup.to_string(),
+        |d| written_attributes(d.root_element()),
+    )
 }
 
 /// `<vcpus>`: entries past the new maximum leave, new ids are added disabled and hotpluggable;
@@ -580,23 +599,37 @@ fn numa_cover(text: &str, numa: Node<'_, '_>, max: u32, q: char, rule: &str, r: 
     }
     let base = numa.range().start;
     let mut e = Edits::new();
+    let mut changes = Vec::new();
     for (i, c) in cells.iter().enumerate() {
         if new_sets[i] != sets[i] {
-            let new = with_attrs(text, *c, &[("cpus", &format_cpuset(&new_sets[i]))], q);
-            e.replace(c.range().start - base..c.range().end - base, new);
+            let cpus = format_cpuset(&new_sets[i]);
+            e.replace(
+                c.range().start - base..c.range().end - base,
+                with_attrs(text, *c, &[("cpus", &cpus)], q),
+            );
+            let id = c
+                .attribute("id")
+                .map_or_else(|| i.to_string(), str::to_string);
+            let old = c.attribute("cpus");
+            let what = format!(
+                "<numa><cell id='{id}'>: cpus '{}' -> '{cpus}' (the cells cover vCPUs 0-{}; new vCPUs join the last cell)",
+                old.unwrap_or(""),
+                max - 1
+            );
+            changes.push(
+                Change::new(rule, Action::Set, "cell", what)
+                    .name(&id)
+                    .attribute("cpus")
+                    .old(old)
+                    .new_value(cpus),
+            );
         }
     }
     if let Ok(m) = e.apply(&text[numa.range()]) {
         r.numa_markup = Some(m);
-        let what = format!(
-            "<numa>: cells cover vCPUs 0-{} (new vCPUs join the last cell)",
-            max - 1
-        );
-        r.notes.change(
-            Change::new(rule, Action::Set, "numa", what)
-                .attribute("cpus")
-                .new_value(format!("0-{}", max - 1)),
-        );
+        for c in changes {
+            r.notes.change(c);
+        }
     }
 }
 
@@ -651,33 +684,43 @@ fn intel_iommu_eim(
         ).rule(rule));
         return false;
     }
-    let driver_change = |action, what: &str| {
-        Change::new(rule, action, "iommu", what)
-            .attribute("driver")
-            .new_value("intremap='on' eim='on'")
-    };
     let driver = child(i, "driver");
-    let wrong = |a: &str| {
-        let v = driver.and_then(|d| d.attribute(a));
-        v != Some("on") && !(auto && v.is_none())
-    };
-    match driver {
-        _ if !wrong("intremap") && !wrong("eim") => {}
-        Some(d) => {
-            r.edits.replace(
-                d.range(),
-                with_attrs(text, d, &[("intremap", "on"), ("eim", "on")], q),
+    let written: Vec<(&'static str, Option<&str>)> = ["intremap", "eim"]
+        .into_iter()
+        .map(|a| (a, driver.and_then(|d| d.attribute(a))))
+        .collect();
+    if written
+        .iter()
+        .all(|(_, v)| *v == Some("on") || (auto && v.is_none()))
+    {
+        return true;
+    }
+    // Both are written `on` (under `auto` too: one edit, and libvirt's value anyway).
+    let wrong = written.into_iter().filter(|(_, v)| *v != Some("on"));
+    if let Some(d) = driver {
+        r.edits.replace(
+            d.range(),
+            with_attrs(text, d, &[("intremap", "on"), ("eim", "on")], q),
+        );
+        for (a, old) in wrong {
+            let what = format!(
+                "<iommu model='intel'><driver {a}='on'> set (more than 255 vCPUs need interrupt remapping in extended interrupt mode)"
             );
-            r.notes.change(driver_change(
-                Action::Set,
-                "<iommu model='intel'><driver intremap='on' eim='on'/> set (more than 255 vCPUs)",
-            ));
+            r.notes.change(
+                Change::new(rule, Action::Set, "driver", what)
+                    .attribute(a)
+                    .old(old)
+                    .new_value("on"),
+            );
         }
-        None => {
-            let markup = format!("<driver intremap={q}on{q} eim={q}on{q}/>");
-            append_child(&mut r.edits, text, i, &markup);
-            r.notes.change(driver_change(Action::Add, "<iommu model='intel'>: <driver intremap='on' eim='on'/> added (more than 255 vCPUs)"));
-        }
+    } else {
+        let markup = format!("<driver intremap={q}on{q} eim={q}on{q}/>");
+        append_child(&mut r.edits, text, i, &markup);
+        let what =
+            "<iommu model='intel'>: <driver intremap='on' eim='on'/> added (more than 255 vCPUs)";
+        r.notes.change(
+            Change::new(rule, Action::Add, "driver", what).new_value("intremap='on' eim='on'"),
+        );
     }
     true
 }

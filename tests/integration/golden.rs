@@ -13,6 +13,9 @@
 //! * `expected-check` — optional, with `expected.xml`: `exit N`, the exit code of `check` on the
 //!   output (default 0; an audit-mode policy leaves the document as it was, so 3).
 //!
+//! * `expected-changes.json` — optional: the `changes` of `check --format json` on the input,
+//!   each without its sentence (`what`), as a JSON array; the structured record a program reads.
+//!
 //! For every `expected.xml` case the output must also be a fixed point: `rewrite` of it is
 //! byte-identical and `check` of it exits as `expected-check` says. `BLESS=1 cargo test golden` rewrites `expected.xml`
 //! files from the actual output (review the diff before committing).
@@ -140,6 +143,7 @@ fn check_case(case: &Case) -> Result<bool, String> {
                 }
             }
         }
+        check_changes(case)?;
         // Fixed point: rewriting the output changes nothing, and check agrees it conforms.
         let again = case.run("rewrite", &[], &exp).unwrap();
         if again.code != 0 || again.stdout != want {
@@ -190,6 +194,40 @@ fn check_case(case: &Case) -> Result<bool, String> {
         }
     }
     Ok(true)
+}
+
+/// `expected-changes.json`, when the case has one, against `check --format json`'s changes.
+fn check_changes(case: &Case) -> Result<(), String> {
+    let path = case.dir.join("expected-changes.json");
+    if !path.exists() {
+        return Ok(());
+    }
+    let out = case
+        .run("check", &["--format", "json"], &case.input())
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_str(&out.stdout).map_err(|e| {
+        format!(
+            "case {}: check --format json: {e}\n{}",
+            case.name, out.stdout
+        )
+    })?;
+    let mut changes = report["changes"].clone();
+    for c in changes.as_array_mut().into_iter().flatten() {
+        c.as_object_mut().map(|o| o.remove("what"));
+    }
+    if std::env::var_os("BLESS").is_some() {
+        let text = serde_json::to_string_pretty(&changes).unwrap() + "\n";
+        std::fs::write(&path, text).unwrap();
+    }
+    let want: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+        .map_err(|e| format!("case {}: expected-changes.json: {e}", case.name))?;
+    if changes != want {
+        return Err(format!(
+            "case {}: changes differ from expected-changes.json\nwanted: {want:#}\nactual: {changes:#}",
+            case.name
+        ));
+    }
+    Ok(())
 }
 
 #[test]
