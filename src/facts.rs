@@ -43,6 +43,9 @@ pub struct Facts<'h> {
     pub host_cpus: Option<Fact<u32>>,
     /// The versioned machine type the domain's alias stands for, when a host file says.
     pub canonical_machine: Option<String>,
+    /// The emulator whose (fresh) QEMU capability cache does not list the domain's machine type
+    /// ([`Host::machine_unsupported`]).
+    pub machine_unsupported: Option<String>,
     /// The host's libvirt version, when a version rule can matter and a source says
     /// ([`Host::libvirt_version`]); unknown, libvirt 9.0's rules apply.
     pub libvirt: Option<Fact<LibvirtVersion>>,
@@ -102,6 +105,12 @@ impl<'h> Facts<'h> {
             kvm_limit,
             host_cpus,
             canonical_machine: host.canonical_machine(arch, machine),
+            machine_unsupported: host.machine_unsupported(
+                arch,
+                vt,
+                machine,
+                dom.emulator().as_deref(),
+            ),
             libvirt,
             arch: arch.to_string(),
             virt_type: vt.to_string(),

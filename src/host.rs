@@ -520,8 +520,7 @@ impl Host {
     /// one, for `qemu-system-ARCH`), read once. Files that cannot be read or parsed are skipped:
     /// the cache is libvirt's, and a corrupt file must not stop a guest.
     pub fn qemu_cache_machines(&self, arch: &str, emulator: Option<&str>) -> Vec<MachineFact> {
-        let qemu_arch = if arch == "i686" { "i386" } else { arch };
-        let wanted = emulator.map_or_else(|| format!("/qemu-system-{qemu_arch}"), str::to_string);
+        let wanted = emulator_suffix(arch, emulator);
         if let Some(m) = self.qemu_cache.borrow().get(&wanted) {
             return m.clone();
         }
@@ -536,8 +535,7 @@ impl Host {
             let Some(head) = file_head(&p) else {
                 continue;
             };
-            let matches = element_text(&head, "emulator")
-                .is_some_and(|e| e == wanted || e.ends_with(&wanted));
+            let matches = element_text(&head, "emulator").is_some_and(|e| e.ends_with(&wanted));
             if matches {
                 if let Ok(FactFile::Machines(m)) = read_fact_file(&p) {
                     machines.extend(m);
@@ -548,6 +546,59 @@ impl Host {
             .borrow_mut()
             .insert(wanted, machines.clone());
         machines
+    }
+
+    /// The emulator (as libvirt's QEMU capability cache names it) that does not support machine
+    /// type `machine` for `virt_type`, or None when it does or nothing can be said. libvirt
+    /// refuses such a domain at define: "Emulator '/usr/bin/qemu-system-x86_64' does not support
+    /// machine type 'pc-q35-99.0'" (`qemuValidateDomainDef`, seen with libvirt 9.0 and 11.3).
+    ///
+    /// Only a cache file that still describes its binary is trusted: its `<qemuctime>` must be
+    /// the emulator's ctime, libvirt's own test before it reuses the file (`virQEMUCapsIsValid`);
+    /// after a QEMU upgrade the stale file says nothing. The file's `<machine>` lines are searched
+    /// as text, by `name` and `alias` under the virt type (`kvm`, or `tcg` for `qemu`): the hook
+    /// pays no parse of the 200 KiB file on every start.
+    #[must_use]
+    pub fn machine_unsupported(
+        &self,
+        arch: &str,
+        virt_type: &str,
+        machine: &str,
+        emulator: Option<&str>,
+    ) -> Option<String> {
+        if machine.is_empty() || machine.contains(['\'', '"', '&', '<']) {
+            return None;
+        }
+        let qemu_type = if virt_type == "kvm" { "kvm" } else { "tcg" };
+        let wanted = emulator_suffix(arch, emulator);
+        let dir = self.qemu_cache_dir.as_deref()?;
+        for p in xml_files(dir) {
+            let Some(head) = file_head(&p) else { continue };
+            let Some(e) = element_text(&head, "emulator").filter(|e| e.ends_with(&wanted)) else {
+                continue;
+            };
+            let text = std::fs::read_to_string(&p).ok()?;
+            let fresh = element_text(&head, "qemuctime")
+                .and_then(|t| t.trim().parse::<i64>().ok())
+                .zip(std::fs::metadata(e).ok())
+                .is_some_and(|(t, m)| std::os::unix::fs::MetadataExt::ctime(&m) == t);
+            if !fresh || !text.contains(&format!("<arch>{arch}</arch>")) {
+                return None;
+            }
+            let typed = format!("<machine type='{qemu_type}' ");
+            let mut lines = text
+                .lines()
+                .map(str::trim_start)
+                .filter(|l| l.starts_with(&typed));
+            let (by_name, by_alias) = (format!(" name='{machine}'"), format!(" alias='{machine}'"));
+            let mut any = false;
+            let known = lines.any(|l| {
+                any = true;
+                l.contains(&by_name) || l.contains(&by_alias)
+            });
+            return (any && !known).then(|| e.to_string());
+        }
+        None
     }
 
     /// Every machine type in libvirt's QEMU capability cache, all emulators (for
@@ -670,6 +721,14 @@ pub fn xml_files(dir: &Path) -> Vec<PathBuf> {
         .collect();
     v.sort();
     v
+}
+
+/// The domain's emulator, or without one the end of the path libvirt picks for the arch
+/// (`/qemu-system-x86_64`, `/qemu-system-i386` for i686): what a cache file's `<emulator>` ends
+/// with.
+fn emulator_suffix(arch: &str, emulator: Option<&str>) -> String {
+    let qemu_arch = if arch == "i686" { "i386" } else { arch };
+    emulator.map_or_else(|| format!("/qemu-system-{qemu_arch}"), str::to_string)
 }
 
 /// The first 4 KiB of a file, as text (libvirt's QEMU capability cache names its emulator and

@@ -35,6 +35,16 @@ pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &Facts<'_>) -> Vec<Finding
             "merge them into one <cpu> (virt-cpu-policy rewrite does)",
         ));
     }
+    if let Some(emulator) = &facts.machine_unsupported {
+        out.push(Finding::error(
+            "machine-unsupported",
+            format!(
+                "Emulator '{emulator}' does not support machine type '{}' (libvirt refuses the domain at define; per libvirt's QEMU capability cache)",
+                dom.machine()
+            ),
+            format!("use a machine type `{emulator} -machine help` lists"),
+        ));
+    }
     vcpu::check(dom, facts, &mut out);
     cpu::check(dom, cpus.first().copied(), plan, facts, &mut out);
     out

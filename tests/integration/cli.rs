@@ -10,7 +10,7 @@
 use crate::harness::{Cmd, Output, Scratch, bin, corpus, root, s};
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -1189,4 +1189,59 @@ fn audit_mode_reports_but_writes_the_input() {
     out.status(0);
     assert_eq!(std::fs::read_to_string(&f).unwrap(), cloudstack_text());
     assert_eq!(std::fs::metadata(&f).unwrap().ino(), before.ino());
+}
+
+/// A qemuCaps cache file for `emulator` listing `machines` under `kvm`, with `ctime` as its
+/// `<qemuctime>`.
+fn qemu_caps_file(emulator: &Path, ctime: i64, machines: &[&str]) -> String {
+    let lines: String = machines
+        .iter()
+        .map(|m| format!("  <machine type='kvm' name='{m}' maxCpus='288'/>\n"))
+        .collect();
+    format!(
+        "<qemuCaps>\n  <emulator>{}</emulator>\n  <qemuctime>{ctime}</qemuctime>\n  <selfvers>9000000</selfvers>\n  <arch>x86_64</arch>\n{lines}</qemuCaps>\n",
+        emulator.display()
+    )
+}
+
+#[test]
+fn machine_type_the_emulator_lacks_is_refused_only_with_a_fresh_cache() {
+    let dir = Scratch::new("machine-cache");
+    let emulator = dir.write("qemu-system-x86_64", "not a real QEMU");
+    let ctime = std::fs::metadata(&emulator).unwrap().ctime();
+    let cache = dir.path("caps");
+    std::fs::create_dir(&cache).unwrap();
+    let dom = |machine: &str| {
+        dir.write(
+            &format!("{machine}.xml"),
+            format!(
+                "<domain type='kvm'><name>m</name><memory>1048576</memory><vcpu>2</vcpu><os><type arch='x86_64' machine='{machine}'>hvm</type></os><devices><emulator>{}</emulator></devices></domain>",
+                emulator.display()
+            ),
+        )
+    };
+    let check = |machine: &str| {
+        Cmd::new(&["check", "--policy"])
+            .arg(s(&dir.write("p.toml", "version = 1\n")))
+            .arg("--qemu-caps-cache")
+            .arg(s(&cache))
+            .arg(s(&dom(machine)))
+            .run()
+    };
+    let caps = cache.join("a.xml");
+    std::fs::write(&caps, qemu_caps_file(&emulator, ctime, &["pc-q35-7.2"])).unwrap();
+    let out = check("pc-q35-10.0");
+    out.status(1);
+    assert!(
+        out.stdout.contains(&format!(
+            "error[machine-unsupported]: Emulator '{}' does not support machine type 'pc-q35-10.0'",
+            emulator.display()
+        )),
+        "{}",
+        out.stdout
+    );
+    check("pc-q35-7.2").status(0);
+    // A cache older than the binary (QEMU upgraded, libvirt not yet restarted) says nothing.
+    std::fs::write(&caps, qemu_caps_file(&emulator, ctime - 1, &["pc-q35-7.2"])).unwrap();
+    check("pc-q35-10.0").status(0);
 }

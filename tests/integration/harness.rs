@@ -87,7 +87,12 @@ impl Cmd {
                 let _ = w.write_all(&data);
             });
         }
-        let out = child.wait_with_output().expect("wait for virt-cpu-policy");
+        Output::from(child.wait_with_output().expect("wait for virt-cpu-policy"))
+    }
+}
+
+impl From<std::process::Output> for Output {
+    fn from(out: std::process::Output) -> Output {
         Output {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -327,3 +327,105 @@ fn more_than_255_tcg_vcpus_need_x2apic() {
         }
     }
 }
+
+/// A guest of machine type `machine` with nothing else to judge.
+fn machine_guest(name: &str, machine: &str) -> String {
+    format!(
+        "<domain type='qemu'>\n  <name>{name}</name>\n  <memory unit='MiB'>64</memory>\n  <vcpu>1</vcpu>\n  <os>\n    <type arch='x86_64' machine='{machine}'>hvm</type>\n  </os>\n  <devices/>\n</domain>\n"
+    )
+}
+
+/// `check --format json` of `file` as the oracle's system runs it: directly on the host, inside
+/// the root (`chroot`, the binary copied in: it needs only libc) for the Debian 13 root, so the
+/// tool reads that libvirt's QEMU capability cache and that QEMU's ctime.
+fn check_inside(oracle: &Oracle, file: &str, policy: &str) -> serde_json::Value {
+    let out = if oracle.is_host() {
+        Cmd::new(&["check", "--format", "json", "--policy", policy, file]).run()
+    } else {
+        let inside = oracle.path("/tmp/virt-cpu-policy");
+        std::fs::copy(crate::harness::bin(), &inside).expect("copy the tool into the root");
+        let o = oracle
+            .command("/tmp/virt-cpu-policy")
+            .args(["check", "--format", "json", "--policy", policy, file])
+            .output()
+            .expect("run the tool in the root");
+        let _ = std::fs::remove_file(inside);
+        crate::harness::Output::from(o)
+    };
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{}: check JSON: {e}\n{}{}",
+            oracle.label, out.stdout, out.stderr
+        )
+    })
+}
+
+#[test]
+#[ignore = "needs the host's libvirtd and the Debian 13 root's: .ci/run starts them"]
+fn machine_types_the_emulator_lacks_are_refused_like_define() {
+    let mut rows = Vec::new();
+    for oracle in oracles() {
+        let dir = oracle.path(&format!("/tmp/vcp-machines-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let inside = |p: &std::path::Path| {
+            let rel = p.strip_prefix(&oracle.root).unwrap();
+            format!("/{}", rel.display())
+        };
+        let policy = dir.join("p.toml");
+        std::fs::write(&policy, "version = 1\n").unwrap();
+        // The newest machine types of QEMU 10.0 arrive at a QEMU 7.2 host with a migrated or
+        // copied definition; 99.0 is nobody's.
+        let (mut agree, mut refused) = (0, 0);
+        for machine in [
+            "q35",
+            "pc",
+            "pc-q35-7.2",
+            "pc-q35-10.0",
+            "pc-i440fx-10.0",
+            "pc-q35-99.0",
+        ] {
+            let name = format!("vcp-test-{}-machine", std::process::id());
+            let file = dir.join(format!("{machine}.xml"));
+            std::fs::write(&file, machine_guest(&name, machine)).unwrap();
+            let v = check_inside(&oracle, &inside(&file), &inside(&policy));
+            let d = oracle.virsh(&["define", &s(&file)]);
+            let _ = oracle.virsh(&["undefine", &name]);
+            let tool = v["findings"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|f| f["code"] == "machine-unsupported")
+                .map(|f| f["message"].as_str().unwrap_or("").to_string());
+            match (&tool, d.ok) {
+                (None, true) => agree += 1,
+                (Some(m), false) => {
+                    let libvirt = d
+                        .stderr
+                        .lines()
+                        .find_map(|l| l.split("unsupported configuration: ").nth(1))
+                        .unwrap_or_else(|| panic!("{}: {machine}: {}", oracle.label, d.stderr));
+                    assert!(
+                        m.starts_with(libvirt.trim()),
+                        "{}: {machine}: the tool says `{m}`, libvirt `{libvirt}`",
+                        oracle.label
+                    );
+                    agree += 1;
+                    refused += 1;
+                }
+                _ => panic!(
+                    "{}: {machine}: the tool says {tool:?}, define {}: {}",
+                    oracle.label,
+                    if d.ok { "accepts" } else { "refuses" },
+                    d.stderr
+                ),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(refused >= 1, "{}: no machine type refused", oracle.label);
+        rows.push(format!(
+            "{}: {agree}/6 machine types agree with define, {refused} refused alike",
+            oracle.label
+        ));
+    }
+    eprintln!("oracles: {}", rows.join("; "));
+}
