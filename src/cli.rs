@@ -267,7 +267,7 @@ pub fn run(cli: Cli) -> i32 {
         Ok(code) => code,
         Err(f) => {
             if let Some(m) = f.message {
-                eprintln!("virt-cpu-policy: {m}");
+                crate::stdio::message_line(&format!("virt-cpu-policy: {m}"));
             }
             f.code
         }
@@ -427,7 +427,7 @@ fn cmd_rewrite(a: &RewriteArgs) -> Result<i32, Failure> {
         Format::Text if a.explain || audit => explain(o, audit) + &findings_text(o),
         Format::Text => findings_text(o),
     };
-    eprint!("{err}");
+    crate::stdio::message(&err);
     if o.has_errors() && !audit {
         return Ok(EXIT_REFUSED);
     }
@@ -551,7 +551,7 @@ fn cmd_hook(a: &HookCmd) -> i32 {
     match crate::hook::run(&a.guest, check, &xml, &opts) {
         crate::hook::Verdict::Allow => EXIT_OK,
         crate::hook::Verdict::Refuse(line) => {
-            eprintln!("{line}");
+            crate::stdio::message_line(&line);
             EXIT_REFUSED
         }
     }

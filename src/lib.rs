@@ -18,6 +18,7 @@ pub mod error;
 pub mod finding;
 pub mod machine;
 pub mod modes;
+pub mod stdio;
 
 // The document.
 pub mod domain;

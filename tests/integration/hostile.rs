@@ -761,6 +761,105 @@ fn closed_stdout_on_check_and_small_rewrites() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// A stderr that cannot be written (`2>/dev/full`): messages are lost, never the result
+// ---------------------------------------------------------------------------------------------
+
+/// `args` run with stderr on `/dev/full`, where every write fails (ENOSPC), as `eprintln!` would
+/// panic on: the exit status and stdout.
+fn with_full_stderr(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("open /dev/full");
+    let out = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::from(full))
+        .output()
+        .expect("run virt-cpu-policy");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn a_full_stderr_keeps_the_document_and_the_exit_code() {
+    let pol = default_policy();
+    let cloudstack = s(&root().join("examples/cloudstack-default-cpu.xml"));
+    let base = ["--policy", pol.as_str(), "--no-qemu-caps-cache"];
+    let rewritten = Cmd::new(&["rewrite"]).args(&base).arg(&cloudstack).run();
+    rewritten.status(0);
+    let case = |name: &str| root().join("tests/cases").join(name);
+    let read = |p: PathBuf| std::fs::read_to_string(p).expect("case file");
+    // (arguments, exit code, stdout): each writes to stderr before or after the document.
+    let clusters = case("topology-clusters-ignored-libvirt-9.0");
+    let audit = case("policy-audit-mode");
+    let runs: Vec<(Vec<String>, i32, String)> = vec![
+        (
+            vec!["rewrite".into(), "--explain".into(), cloudstack.clone()],
+            0,
+            rewritten.stdout.clone(),
+        ),
+        (
+            vec![
+                "rewrite".into(),
+                "--explain".into(),
+                "--format".into(),
+                "json".into(),
+                cloudstack.clone(),
+            ],
+            0,
+            rewritten.stdout.clone(),
+        ),
+        // Only a warning (topology-clusters) on stderr.
+        (
+            vec![
+                "rewrite".into(),
+                "--policy".into(),
+                s(&clusters.join("policy.toml")),
+                "--libvirt-version".into(),
+                "9.0.0".into(),
+                s(&clusters.join("input.xml")),
+            ],
+            0,
+            read(clusters.join("expected.xml")),
+        ),
+        // mode = "audit": "would make N change(s)" on stderr, the input on stdout.
+        (
+            vec![
+                "rewrite".into(),
+                "--policy".into(),
+                s(&audit.join("policy.toml")),
+                s(&audit.join("input.xml")),
+            ],
+            0,
+            read(audit.join("input.xml")),
+        ),
+        // The one-line refusal is lost; the exit code is not.
+        (
+            vec!["rewrite".into(), s(&root().join("no-such-file.xml"))],
+            2,
+            String::new(),
+        ),
+    ];
+    for (args, code, stdout) in runs {
+        let mut a: Vec<&str> = args.iter().map(String::as_str).collect();
+        if !a.contains(&"--policy") {
+            a.splice(1..1, ["--policy", pol.as_str()]);
+        }
+        a.insert(1, "--no-qemu-caps-cache");
+        let (status, out) = with_full_stderr(&a);
+        assert_eq!(
+            status.code(),
+            Some(code),
+            "{a:?} with stderr on /dev/full: {status:?} (134 is the abort of a panic)"
+        );
+        assert_eq!(out, stdout, "{a:?}: the document still goes to stdout");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // A full disk under --in-place (root only: a 16 KiB tmpfs)
 // ---------------------------------------------------------------------------------------------
 
