@@ -73,6 +73,23 @@ pub enum Command {
     Compare(cluster::CompareArgs),
 }
 
+impl Command {
+    /// Whether the command's result goes to stdout (`hook` writes nothing there, `rewrite
+    /// --in-place` writes the file).
+    #[must_use]
+    pub fn writes_stdout(&self) -> bool {
+        match self {
+            Command::Rewrite(a) => !a.in_place,
+            Command::Hook(_) => false,
+            Command::Check(_)
+            | Command::Host(_)
+            | Command::Audit(_)
+            | Command::Baseline(_)
+            | Command::Compare(_) => true,
+        }
+    }
+}
+
 /// `hook` arguments: libvirt's four, plus options for tests and dry runs.
 #[derive(Debug, Args)]
 pub struct HookCmd {
@@ -254,6 +271,13 @@ pub fn fast_path(args: &[std::ffi::OsString]) -> Option<i32> {
 /// name; only results go to stdout.
 #[must_use]
 pub fn run(cli: Cli) -> i32 {
+    if cli.command.writes_stdout() && !crate::stdio::stdout_open() {
+        // Rust would write the result into /dev/null (stdio.rs): refuse before doing anything.
+        crate::stdio::message_line(
+            "virt-cpu-policy: cannot write to standard output: it is closed",
+        );
+        return EXIT_BAD_INPUT;
+    }
     let result = match cli.command {
         Command::Rewrite(a) => cmd_rewrite(&a),
         Command::Check(a) => cmd_check(&a),

@@ -761,6 +761,124 @@ fn closed_stdout_on_check_and_small_rewrites() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// A closed stdout (`>&-`): Rust's runtime puts /dev/null there, the tool must still see it
+// ---------------------------------------------------------------------------------------------
+
+/// `args` run in `dir` with descriptor 1 closed, as the shell's `>&-` leaves it: the exit status
+/// and stderr.
+fn with_closed_stdout(args: &[&str], dir: &Path) -> (std::process::ExitStatus, String) {
+    let mut c = Command::new(bin());
+    c.args(args).current_dir(dir).stdin(Stdio::null());
+    // SAFETY: close(2) is async-signal-safe, and only the child's descriptor 1 is closed (after
+    // std has set up its standard streams).
+    unsafe {
+        c.pre_exec(|| {
+            libc::close(1);
+            Ok(())
+        });
+    }
+    let out = c.output().expect("run virt-cpu-policy");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_closed_stdout_is_exit_2_for_every_command_that_writes_there() {
+    let t = Scratch::new("closed-stdout");
+    let f = t.write("d.xml", cloudstack_text());
+    let (pol, fs) = (default_policy(), s(&f));
+    let opts = ["--policy", pol.as_str(), "--no-qemu-caps-cache"];
+    let mut runs: Vec<(Vec<String>, PathBuf)> = Vec::new();
+    let mut add = |args: &[&str], dir: &Path| {
+        runs.push((
+            args.iter().map(|a| (*a).to_string()).collect(),
+            dir.to_path_buf(),
+        ));
+    };
+    for cmd in [
+        &["rewrite"][..],
+        &["rewrite", "--diff"],
+        &["check"],
+        &["check", "--format", "json"],
+        &["audit"],
+        &["audit", "--format", "prometheus"],
+    ] {
+        let mut a = cmd.to_vec();
+        a.extend(opts);
+        a.push(&fs);
+        add(&a, &t.0);
+    }
+    let mut host = vec!["host"];
+    host.extend(opts);
+    add(&host, &t.0);
+    if let Some(c) = crate::harness::corpus() {
+        let arm = s(&c.join("virt-manager/capabilities/kvm-aarch64.xml"));
+        let cases = root().join("tests/baseline-cases");
+        add(
+            &[
+                "baseline",
+                "--format",
+                "nova",
+                &arm,
+                "node-a.xml",
+                "node-b.xml",
+            ],
+            &cases.join("aarch64-groups-nova"),
+        );
+        let map = Path::new("/usr/share/libvirt/cpu_map");
+        if map.join("index.xml").is_file() {
+            let host = s(&c.join("libvirt-cputestdata/x86_64-cpuid-Xeon-E5-2650-v4-host.xml"));
+            add(
+                &[
+                    "compare",
+                    "--cpu-map",
+                    &s(map),
+                    "--host",
+                    &host,
+                    "guest.xml",
+                ],
+                &cases.join("compare-superset"),
+            );
+        } else {
+            eprintln!("compare with a closed stdout not run: no /usr/share/libvirt/cpu_map");
+        }
+    } else {
+        eprintln!("baseline and compare with a closed stdout not run: ../shared/corpus is absent");
+    }
+    for (args, dir) in &runs {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (status, stderr) = with_closed_stdout(&a, dir);
+        assert_eq!(status.code(), Some(2), "{a:?} with stdout closed\n{stderr}");
+        assert_eq!(
+            stderr, "virt-cpu-policy: cannot write to standard output: it is closed\n",
+            "{a:?}"
+        );
+    }
+    // Commands that write nothing to stdout do not need it.
+    let (status, stderr) = with_closed_stdout(
+        &["rewrite", "--in-place", opts[0], opts[1], opts[2], &fs],
+        &t.0,
+    );
+    assert_eq!(status.code(), Some(0), "rewrite --in-place: {stderr}");
+    assert_ne!(
+        std::fs::read_to_string(&f).unwrap(),
+        cloudstack_text(),
+        "rewritten in place"
+    );
+    let log = s(&t.path("hook.log"));
+    let hook = [
+        &["hook"][..],
+        &opts,
+        &["--log-file", &log, "g", "prepare", "begin", "-"],
+    ]
+    .concat();
+    let (status, stderr) = with_closed_stdout(&hook, &t.0);
+    assert_eq!(status.code(), Some(0), "hook: {stderr}");
+}
+
+// ---------------------------------------------------------------------------------------------
 // A stderr that cannot be written (`2>/dev/full`): messages are lost, never the result
 // ---------------------------------------------------------------------------------------------
 
