@@ -483,8 +483,19 @@ fn cmd_rewrite(a: &RewriteArgs) -> Result<i32, Failure> {
     Ok(EXIT_OK)
 }
 
+/// Give `f` the owner and group of the file it replaces (before its mode: a change of owner
+/// clears set-id bits). Only root may give a file away: EPERM leaves it as created.
+fn keep_owner(f: &std::fs::File, old: &std::fs::Metadata) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    match std::os::unix::fs::fchown(f, Some(old.uid()), Some(old.gid())) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(()),
+        r => r,
+    }
+}
+
 /// Replace `path` with `bytes`: a temporary file in the same directory, synced, given the old
-/// file's permissions, then renamed over it, so readers see the old or the new file, never half.
+/// file's owner, group and permissions, then renamed over it, so readers see the old or the new
+/// file, never half.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
     let fail = |source: std::io::Error| {
         Failure::from(Error::Write {
@@ -509,6 +520,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
             .create_new(true)
             .open(&tmp)?;
         if let Ok(meta) = std::fs::metadata(path) {
+            keep_owner(&f, &meta)?;
             f.set_permissions(meta.permissions())?;
         }
         f.write_all(bytes)?;

@@ -7,9 +7,10 @@
 //! Every test passes `--policy` explicitly, so a `/etc/virt-cpu-policy/policy.toml` on the machine
 //! running the tests cannot change the results.
 
-use crate::harness::{Cmd, Output, Scratch, bin, corpus, root, s};
+use crate::harness::{Cmd, Output, Scratch, bin, corpus, is_root, root, s};
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -726,6 +727,75 @@ fn in_place_rewrites_atomically_and_keeps_permissions() {
     // A second run is a no-op.
     let again = check(&["--policy", &default_policy(), &s(&f)]).run();
     again.status(0);
+}
+
+#[test]
+fn in_place_keeps_the_owner_and_group() {
+    if !is_root() {
+        eprintln!(
+            "SKIP in_place_keeps_the_owner_and_group: not root (giving a file away needs root)"
+        );
+        return;
+    }
+    let t = Scratch::new("inplace-owner");
+    let f = t.write("guest.xml", cloudstack_text());
+    let nobody = 65534;
+    std::os::unix::fs::chown(&f, Some(nobody), Some(nobody)).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let out = rewrite(&["--policy", &default_policy(), "--in-place", &s(&f)]).run();
+    out.status(0);
+    let meta = std::fs::metadata(&f).unwrap();
+    assert_ne!(
+        std::fs::read_to_string(&f).unwrap(),
+        cloudstack_text(),
+        "rewritten"
+    );
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (nobody, nobody),
+        "owner and group kept"
+    );
+    assert_eq!(
+        meta.permissions().mode() & 0o7777,
+        0o640,
+        "permissions kept"
+    );
+
+    // A user who may not give files away (EPERM) still rewrites a file it may replace: the new
+    // file is its own.
+    let d = Scratch::new("inplace-eperm");
+    std::os::unix::fs::chown(&d.0, Some(nobody), Some(nobody)).unwrap();
+    let g = d.write("guest.xml", cloudstack_text());
+    std::fs::set_permissions(&g, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut c = Command::new(bin());
+    c.args([
+        "rewrite",
+        "--policy",
+        &default_policy(),
+        "--in-place",
+        &s(&g),
+    ])
+    .uid(nobody)
+    .gid(nobody)
+    .stdin(Stdio::null());
+    let out = c.output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "as nobody: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta = std::fs::metadata(&g).unwrap();
+    assert_ne!(
+        std::fs::read_to_string(&g).unwrap(),
+        cloudstack_text(),
+        "rewritten"
+    );
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (nobody, nobody),
+        "the writer's own"
+    );
 }
 
 #[test]

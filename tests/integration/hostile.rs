@@ -7,7 +7,7 @@
 //!
 //! Also: every crash the fuzz targets (fuzz/) found, replayed from `tests/fuzz-regressions/`.
 
-use crate::harness::{Cmd, Output, Scratch, bin, root, s};
+use crate::harness::{Cmd, Output, Scratch, bin, is_root, root, s};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -253,11 +253,6 @@ fn no_crash(out: &Output) {
         out.code,
         out.stderr
     );
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 fn mkfifo(p: &Path) {
