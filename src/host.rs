@@ -607,6 +607,17 @@ fn file_head(path: &Path) -> Option<String> {
     Some(String::from_utf8_lossy(&head).into_owned())
 }
 
+/// The emulator binary a libvirt QEMU capability cache (`qemuCaps`) file describes (its
+/// `<emulator>`, in the first 4 KiB); None for any other file or one that cannot be read.
+#[must_use]
+pub fn qemu_caps_emulator(path: &Path) -> Option<String> {
+    let head = file_head(path)?;
+    if !head.contains("<qemuCaps>") {
+        return None;
+    }
+    element_text(&head, "emulator").map(|e| e.trim().to_string())
+}
+
 /// The text of the first `<name>...</name>` in `text`, unparsed (for a file head).
 fn element_text<'a>(text: &'a str, name: &str) -> Option<&'a str> {
     let rest = text.split(&format!("<{name}>")).nth(1)?;

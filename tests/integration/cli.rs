@@ -1117,6 +1117,132 @@ fn host_reports_machines_and_host_model_from_the_corpus() {
     );
 }
 
+#[test]
+fn host_says_what_it_does_not_know() {
+    let Some(c) = corpus() else {
+        eprintln!("skipped: ../shared/corpus is absent");
+        return;
+    };
+    let caps = c.join("virt-manager/capabilities");
+    let host = |args: &[&str]| {
+        let out = Cmd::new(&[
+            "host",
+            "--policy",
+            &default_policy(),
+            "--no-qemu-caps-cache",
+        ])
+        .args(args)
+        .run();
+        out.status(0);
+        no_panic(&out);
+        out.stdout
+    };
+    // Machine types without maxCpus: said, never an empty group.
+    let no_kvm = s(&caps.join("test-qemu-no-kvm.xml"));
+    let text = host(&["--caps", &no_kvm]);
+    let lines: Vec<&str> = text.lines().collect();
+    for pair in lines.windows(2) {
+        assert!(
+            !pair[0].starts_with("machine types (") || pair[1].starts_with("  "),
+            "an empty machine-type group: {:?}\n{text}",
+            pair[0]
+        );
+    }
+    assert!(
+        text.contains("machine types (arm) from ")
+            && text.contains("  none of its 24 machine types gives a vCPU limit (no maxCpus)\n"),
+        "{text}"
+    );
+    let verbose = host(&["--verbose", "--caps", &no_kvm]);
+    assert!(
+        verbose.contains("  malta: limit unknown (no maxCpus)\n"),
+        "{verbose}"
+    );
+    // psABI levels are x86's.
+    let ppc = s(&caps.join("kvm-ppc64le-domcaps.xml"));
+    let text = host(&["--caps", &ppc]);
+    assert!(
+        text.contains(
+            "  host-model: POWER8 + 0 required, 0 disabled (x86-64 levels apply to x86 only)\n"
+        ) && !text.contains("x86-64-v1"),
+        "{text}"
+    );
+    // No machine type, no CPU modes.
+    let bhyve = s(&caps.join("bhyve-domcaps.xml"));
+    let text = host(&["--caps", &bhyve]);
+    assert!(
+        text.contains(
+            "domcapabilities: x86_64 bhyve (no machine type): vcpu max unknown, modes none (from "
+        ),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&host(&[
+        "--format",
+        "json",
+        "--caps",
+        &bhyve,
+        "--caps",
+        &ppc,
+        "--host-cpus",
+        "8",
+        "--kvm-max-vcpus",
+        "1024",
+        "--libvirt-version",
+        "11.3",
+    ]))
+    .expect("one JSON object");
+    assert_eq!(
+        json["domcapabilities"][0]["machine"],
+        serde_json::Value::Null
+    );
+    assert_eq!(
+        json["domcapabilities"][1]["host_model"]["level"],
+        serde_json::Value::Null
+    );
+    // Counts are numbers, a version a string.
+    assert_eq!(json["host_cpus"]["value"], 8);
+    assert_eq!(json["kvm_max_vcpus"]["value"], 1024);
+    assert_eq!(json["libvirt_version"]["value"], "11.3.0");
+    // A --libvirt-version is another host's: it says nothing about this cpu_map; the cache that
+    // was not read names no version.
+    let text = host(&["--libvirt-version", "11.3.0"]);
+    let cpu_map = text.lines().find(|l| l.starts_with("cpu_map: ")).unwrap();
+    assert!(!cpu_map.contains("11.3.0"), "{cpu_map}");
+    let text = host(&[]);
+    assert!(
+        text.contains(
+            "libvirt: unknown (give --libvirt-version: libvirt's QEMU capability cache was not read"
+        ),
+        "{text}"
+    );
+    // A file of libvirt's QEMU capability cache is named by a hash: its emulator labels it.
+    let t = Scratch::new("host-cache");
+    let cached = t.path("926803a9278e445ec919c2b6cbd8c1c449c75b26dcb1686b774314180376c725.xml");
+    std::fs::copy(
+        c.join("host-libvirt-9.0-qemu-7.2/qemucaps-x86_64.xml"),
+        &cached,
+    )
+    .unwrap();
+    let out = Cmd::new(&[
+        "host",
+        "--policy",
+        &default_policy(),
+        "--qemu-caps-cache",
+        &s(&t.0),
+    ])
+    .run();
+    out.status(0);
+    let header = format!(
+        "machine types (x86_64; kvm, qemu) from /usr/bin/qemu-system-x86_64 (capability cache {}):\n",
+        cached.display()
+    );
+    assert!(
+        out.stdout.contains(&header),
+        "{header:?} in:\n{}",
+        out.stdout
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Scope and audit
 // ---------------------------------------------------------------------------------------------
