@@ -165,8 +165,8 @@ pub struct LimitArgs {
     /// KVM's vCPU limit, instead of asking /dev/kvm (KVM_CAP_MAX_VCPUS).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub kvm_max_vcpus: Option<u32>,
-    /// The host's libvirt version (MAJOR.MINOR.MICRO), instead of libvirt's QEMU capability
-    /// cache (for dry runs of another host's rules).
+    /// The host's libvirt version (MAJOR[.MINOR[.MICRO]], e.g. 11.3.0; a missing part is 0),
+    /// instead of libvirt's QEMU capability cache (for dry runs of another host's rules).
     #[arg(long, value_name = "VERSION")]
     pub libvirt_version: Option<LibvirtVersion>,
 }

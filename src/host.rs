@@ -56,13 +56,20 @@ impl LibvirtVersion {
 impl std::str::FromStr for LibvirtVersion {
     type Err = String;
 
-    /// `MAJOR[.MINOR[.MICRO]]` (`9.0.0`, `11.3`).
+    /// `MAJOR[.MINOR[.MICRO]]` (`9.0.0`, `11.3`, `11`; a missing part is 0): digits and dots
+    /// only, so no surrounding whitespace and no sign.
     fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
-        let bad = || format!("'{s}' is not a libvirt version (MAJOR.MINOR.MICRO, e.g. 11.3.0)");
-        let mut parts = s
-            .trim()
-            .split('.')
-            .map(|p| p.parse::<u32>().map_err(|_| bad()));
+        let bad = || {
+            format!(
+                "'{s}' is not a libvirt version: MAJOR[.MINOR[.MICRO]], digits only (e.g. 11.3.0, 11.3 or 11)"
+            )
+        };
+        let mut parts = s.split('.').map(|p| {
+            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad());
+            }
+            p.parse::<u32>().map_err(|_| bad())
+        });
         let major = parts.next().ok_or_else(bad)??;
         let minor = parts.next().transpose()?.unwrap_or(0);
         let micro = parts.next().transpose()?.unwrap_or(0);
@@ -843,6 +850,31 @@ mod tests {
         assert!(h.machines.iter().any(|m| m.name == "pc-q35-7.2"
             && m.virt_type.as_deref() == Some("qemu")
             && m.max_cpus == Some(288)));
+    }
+
+    #[test]
+    fn libvirt_versions_are_major_minor_micro_with_parts_left_out() {
+        let v = |s: &str| s.parse::<LibvirtVersion>();
+        assert_eq!(v("11.3.0").unwrap().to_string(), "11.3.0");
+        assert_eq!(v("11.3").unwrap().to_string(), "11.3.0");
+        assert_eq!(v("11").unwrap().to_string(), "11.0.0");
+        for bad in [
+            "",
+            " 11.3",
+            "11.3 ",
+            "11 .3",
+            "+11",
+            "11.+3",
+            "11.",
+            ".3",
+            "11..3",
+            "1.2.3.4",
+            "11.x",
+            "99999999999",
+        ] {
+            let e = v(bad).unwrap_err();
+            assert!(e.contains("MAJOR[.MINOR[.MICRO]]"), "{bad:?}: {e}");
+        }
     }
 
     #[test]

@@ -1118,6 +1118,25 @@ fn host_reports_machines_and_host_model_from_the_corpus() {
 }
 
 #[test]
+fn libvirt_version_takes_major_minor_micro_with_parts_left_out() {
+    for ok in ["11.3.0", "11.3", "11"] {
+        let out = Cmd::new(&["host", "--no-qemu-caps-cache", "--libvirt-version", ok]).run();
+        out.status(0);
+    }
+    for bad in [" 11.3", "11.3 ", "+11", "11..3", "1.2.3.4"] {
+        let out = Cmd::new(&["host", "--no-qemu-caps-cache", "--libvirt-version", bad]).run();
+        out.status(2);
+        assert!(out.stdout.is_empty(), "{}", out.stdout);
+        assert!(
+            out.stderr
+                .contains("is not a libvirt version: MAJOR[.MINOR[.MICRO]], digits only"),
+            "{bad:?}:\n{}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
 fn host_says_what_it_does_not_know() {
     let Some(c) = corpus() else {
         eprintln!("skipped: ../shared/corpus is absent");
