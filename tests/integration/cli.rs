@@ -1263,6 +1263,148 @@ fn host_says_what_it_does_not_know() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// README.md says what the tool does
+// ---------------------------------------------------------------------------------------------
+
+fn readme() -> String {
+    std::fs::read_to_string(root().join("README.md")).unwrap()
+}
+
+/// The text of `text` between the first `after` and the next `until`.
+#[track_caller]
+fn between<'t>(text: &'t str, after: &str, until: &str) -> &'t str {
+    text.split_once(after)
+        .and_then(|(_, rest)| rest.split(until).next())
+        .unwrap_or_else(|| panic!("no {after:?} … {until:?}"))
+}
+
+/// The subcommands of `virt-cpu-policy`, as clap (and so `--help`, the man pages) knows them.
+fn subcommands() -> Vec<String> {
+    use clap::CommandFactory;
+    virt_cpu_policy::cli::Cli::command()
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| c.get_name().to_string())
+        .collect()
+}
+
+#[test]
+fn readme_names_every_subcommand_in_the_synopsis_and_the_man_pages() {
+    let r = readme();
+    let synopsis = between(&r, "## Commands\n\n```text\n", "```");
+    let man_row = r
+        .lines()
+        .find(|l| l.contains("/usr/share/man/man8/virt-cpu-policy{"))
+        .expect("README.md's man page row");
+    let pages = between(man_row, "virt-cpu-policy{", "}");
+    let packaging = std::fs::read_to_string(root().join("tests/packaging/run")).unwrap();
+    let subs = subcommands();
+    assert!(subs.len() >= 7, "{subs:?}");
+    for sub in &subs {
+        assert!(
+            synopsis
+                .lines()
+                .any(|l| l.starts_with(&format!("virt-cpu-policy {sub} "))),
+            "the Commands synopsis has no line for {sub}:\n{synopsis}"
+        );
+        assert!(
+            pages.split(',').any(|p| p == format!("-{sub}")),
+            "README.md's man pages omit virt-cpu-policy-{sub}.8: {man_row}"
+        );
+        assert!(
+            packaging.contains(&format!(" virt-cpu-policy-{sub}")),
+            "tests/packaging/run does not check virt-cpu-policy-{sub}.8"
+        );
+    }
+}
+
+#[test]
+fn warnings_go_where_readme_says() {
+    let r = readme();
+    let table = between(&r, "Where each command puts them:\n\n", "\n\n");
+    for sub in subcommands() {
+        assert!(
+            table.contains(&format!("`{sub}`")),
+            "README.md does not say where `{sub}` puts warnings:\n{table}"
+        );
+    }
+    // A warning (topology-clusters) and no error: `rewrite` on stderr, `check` in its report.
+    let case = root().join("tests/cases/topology-clusters-ignored-libvirt-9.0");
+    let args = [
+        "--policy".to_string(),
+        s(&case.join("policy.toml")),
+        "--no-qemu-caps-cache".into(),
+        "--libvirt-version".into(),
+        "9.0.0".into(),
+        s(&case.join("input.xml")),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = rewrite(&args).run();
+    out.status(0);
+    assert!(
+        out.stderr
+            .contains("virt-cpu-policy: guest 'vcp-golden-clusters': warning[topology-clusters]: "),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stdout.contains("warning["), "{}", out.stdout);
+    let out = check(&args).run();
+    out.status(0);
+    assert!(
+        out.stdout.contains("\n  warning[topology-clusters]: "),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stderr.is_empty(), "{}", out.stderr);
+}
+
+/// The names of the `name="value"` fields in `text`.
+fn quoted_fields(text: &str) -> std::collections::BTreeSet<String> {
+    text.match_indices("=\"")
+        .map(|(i, _)| {
+            text[..i]
+                .chars()
+                .rev()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect::<String>()
+                .chars()
+                .rev()
+                .collect::<String>()
+        })
+        .filter(|k| !k.is_empty())
+        .collect()
+}
+
+#[test]
+fn readme_describes_the_hook_log_file_as_written() {
+    let t = Scratch::new("hook-log-format");
+    let log = t.path("hook.log");
+    let out = Cmd::new(&[
+        "hook",
+        "--policy",
+        &default_policy(),
+        "--no-qemu-caps-cache",
+    ])
+    .args(&["--log-file", &s(&log), "i-2-14-VM", "prepare", "begin", "-"])
+    .stdin(cloudstack_text())
+    .run();
+    out.status(0);
+    let line = std::fs::read_to_string(&log).unwrap();
+    let written = quoted_fields(&line);
+    assert!(
+        written.contains("rule") && written.contains("code"),
+        "{line}"
+    );
+    let r = readme();
+    let said = between(&r, "Without journald the hook writes", "\n\n");
+    assert_eq!(
+        quoted_fields(said),
+        written,
+        "README.md:\n{said}\nthe log file:\n{line}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Scope and audit
 // ---------------------------------------------------------------------------------------------
 
