@@ -14,7 +14,7 @@
 //!   identical CPU (where a `host-passthrough` guest may migrate), aarch64 included.
 //! * [`compare`] is libvirt's `x86Compute`: identical, superset or incompatible, with the
 //!   features named.
-//! * [`format`] writes a report as text, JSON, a policy rule, `nova.conf` or CloudStack
+//! * [`mod@format`] writes a report as text, JSON, a policy rule, `nova.conf` or CloudStack
 //!   `agent.properties` lines.
 //!
 //! Nothing here calls libvirt: like the rest of the tool, host facts come from files.
