@@ -73,6 +73,23 @@ pub enum Command {
     Compare(cluster::CompareArgs),
 }
 
+impl Command {
+    /// Whether the command's result goes to stdout (`hook` writes nothing there, `rewrite
+    /// --in-place` writes the file).
+    #[must_use]
+    pub fn writes_stdout(&self) -> bool {
+        match self {
+            Command::Rewrite(a) => !a.in_place,
+            Command::Hook(_) => false,
+            Command::Check(_)
+            | Command::Host(_)
+            | Command::Audit(_)
+            | Command::Baseline(_)
+            | Command::Compare(_) => true,
+        }
+    }
+}
+
 /// `hook` arguments: libvirt's four, plus options for tests and dry runs.
 #[derive(Debug, Args)]
 pub struct HookCmd {
@@ -149,8 +166,8 @@ pub struct LimitArgs {
     /// KVM's vCPU limit, instead of asking /dev/kvm (KVM_CAP_MAX_VCPUS).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub kvm_max_vcpus: Option<u32>,
-    /// The host's libvirt version (MAJOR.MINOR.MICRO), instead of libvirt's QEMU capability
-    /// cache (for dry runs of another host's rules).
+    /// The host's libvirt version (MAJOR[.MINOR[.MICRO]], e.g. 11.3.0; a missing part is 0),
+    /// instead of libvirt's QEMU capability cache (for dry runs of another host's rules).
     #[arg(long, value_name = "VERSION")]
     pub libvirt_version: Option<LibvirtVersion>,
 }
@@ -255,6 +272,13 @@ pub fn fast_path(args: &[std::ffi::OsString]) -> Option<i32> {
 /// name; only results go to stdout.
 #[must_use]
 pub fn run(cli: Cli) -> i32 {
+    if cli.command.writes_stdout() && !crate::stdio::stdout_open() {
+        // Rust would write the result into /dev/null (stdio.rs): refuse before doing anything.
+        crate::stdio::message_line(
+            "virt-cpu-policy: cannot write to standard output: it is closed",
+        );
+        return EXIT_BAD_INPUT;
+    }
     let result = match cli.command {
         Command::Rewrite(a) => cmd_rewrite(&a),
         Command::Check(a) => cmd_check(&a),
@@ -268,7 +292,7 @@ pub fn run(cli: Cli) -> i32 {
         Ok(code) => code,
         Err(f) => {
             if let Some(m) = f.message {
-                eprintln!("virt-cpu-policy: {m}");
+                crate::stdio::message_line(&format!("virt-cpu-policy: {m}"));
             }
             f.code
         }
@@ -428,7 +452,7 @@ fn cmd_rewrite(a: &RewriteArgs) -> Result<i32, Failure> {
         Format::Text if a.explain || audit => explain(o, audit) + &findings_text(o),
         Format::Text => findings_text(o),
     };
-    eprint!("{err}");
+    crate::stdio::message(&err);
     if o.has_errors() && !audit {
         return Ok(EXIT_REFUSED);
     }
@@ -460,8 +484,19 @@ fn cmd_rewrite(a: &RewriteArgs) -> Result<i32, Failure> {
     Ok(EXIT_OK)
 }
 
+/// Give `f` the owner and group of the file it replaces (before its mode: a change of owner
+/// clears set-id bits). Only root may give a file away: EPERM leaves it as created.
+fn keep_owner(f: &std::fs::File, old: &std::fs::Metadata) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    match std::os::unix::fs::fchown(f, Some(old.uid()), Some(old.gid())) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(()),
+        r => r,
+    }
+}
+
 /// Replace `path` with `bytes`: a temporary file in the same directory, synced, given the old
-/// file's permissions, then renamed over it, so readers see the old or the new file, never half.
+/// file's owner, group and permissions, then renamed over it, so readers see the old or the new
+/// file, never half.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
     let fail = |source: std::io::Error| {
         Failure::from(Error::Write {
@@ -486,6 +521,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
             .create_new(true)
             .open(&tmp)?;
         if let Ok(meta) = std::fs::metadata(path) {
+            keep_owner(&f, &meta)?;
             f.set_permissions(meta.permissions())?;
         }
         f.write_all(bytes)?;
@@ -552,7 +588,7 @@ fn cmd_hook(a: &HookCmd) -> i32 {
     match crate::hook::run(&a.guest, check, &xml, &opts) {
         crate::hook::Verdict::Allow => EXIT_OK,
         crate::hook::Verdict::Refuse(line) => {
-            eprintln!("{line}");
+            crate::stdio::message_line(&line);
             EXIT_REFUSED
         }
     }

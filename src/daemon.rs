@@ -588,14 +588,17 @@ fn cmd_apply(cli: &Cli, a: &ApplyArgs) -> i32 {
     let policy = match Policy::load(cli.policy.as_deref()) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("virt-cpu-policyd: {e}");
+            crate::stdio::message_line(&format!("virt-cpu-policyd: {e}"));
             return 2;
         }
     };
     let conn = match Connect::open(Some(&cli.uri)) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("virt-cpu-policyd: cannot connect to {}: {e}", cli.uri);
+            crate::stdio::message_line(&format!(
+                "virt-cpu-policyd: cannot connect to {}: {e}",
+                cli.uri
+            ));
             return 2;
         }
     };
@@ -607,7 +610,7 @@ fn cmd_apply(cli: &Cli, a: &ApplyArgs) -> i32 {
     let host = match host_for(&policy, &snapshot) {
         Ok(h) => h,
         Err(e) => {
-            eprintln!("virt-cpu-policyd: {e}");
+            crate::stdio::message_line(&format!("virt-cpu-policyd: {e}"));
             return 2;
         }
     };
@@ -1182,14 +1185,14 @@ fn cmd_daemon(cli: &Cli, a: &DaemonArgs) -> i32 {
         Ok(p) => p,
         Err(e) => {
             tracing::error!(error = %e, "cannot load the policy");
-            eprintln!("virt-cpu-policyd: {e}");
+            crate::stdio::message_line(&format!("virt-cpu-policyd: {e}"));
             return 2;
         }
     };
     let signals = match Signals::install().and_then(|s| start_libvirt_event_loop().map(|()| s)) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("virt-cpu-policyd: {e}");
+            crate::stdio::message_line(&format!("virt-cpu-policyd: {e}"));
             return 2;
         }
     };

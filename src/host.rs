@@ -62,13 +62,20 @@ impl LibvirtVersion {
 impl std::str::FromStr for LibvirtVersion {
     type Err = String;
 
-    /// `MAJOR[.MINOR[.MICRO]]` (`9.0.0`, `11.3`).
+    /// `MAJOR[.MINOR[.MICRO]]` (`9.0.0`, `11.3`, `11`; a missing part is 0): digits and dots
+    /// only, so no surrounding whitespace and no sign.
     fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
-        let bad = || format!("'{s}' is not a libvirt version (MAJOR.MINOR.MICRO, e.g. 11.3.0)");
-        let mut parts = s
-            .trim()
-            .split('.')
-            .map(|p| p.parse::<u32>().map_err(|_| bad()));
+        let bad = || {
+            format!(
+                "'{s}' is not a libvirt version: MAJOR[.MINOR[.MICRO]], digits only (e.g. 11.3.0, 11.3 or 11)"
+            )
+        };
+        let mut parts = s.split('.').map(|p| {
+            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad());
+            }
+            p.parse::<u32>().map_err(|_| bad())
+        });
         let major = parts.next().ok_or_else(bad)??;
         let minor = parts.next().transpose()?.unwrap_or(0);
         let micro = parts.next().transpose()?.unwrap_or(0);
@@ -740,6 +747,17 @@ fn file_head(path: &Path) -> Option<String> {
     Some(String::from_utf8_lossy(&head).into_owned())
 }
 
+/// The emulator binary a libvirt QEMU capability cache (`qemuCaps`) file describes (its
+/// `<emulator>`, in the first 4 KiB); None for any other file or one that cannot be read.
+#[must_use]
+pub fn qemu_caps_emulator(path: &Path) -> Option<String> {
+    let head = file_head(path)?;
+    if !head.contains("<qemuCaps>") {
+        return None;
+    }
+    element_text(&head, "emulator").map(|e| e.trim().to_string())
+}
+
 /// The text of the first `<name>...</name>` in `text`, unparsed (for a file head).
 fn element_text<'a>(text: &'a str, name: &str) -> Option<&'a str> {
     let rest = text.split(&format!("<{name}>")).nth(1)?;
@@ -1181,6 +1199,31 @@ mod tests {
             assert!(e.contains(needle) && e.contains("bad.xml"), "{e}");
         }
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn libvirt_versions_are_major_minor_micro_with_parts_left_out() {
+        let v = |s: &str| s.parse::<LibvirtVersion>();
+        assert_eq!(v("11.3.0").unwrap().to_string(), "11.3.0");
+        assert_eq!(v("11.3").unwrap().to_string(), "11.3.0");
+        assert_eq!(v("11").unwrap().to_string(), "11.0.0");
+        for bad in [
+            "",
+            " 11.3",
+            "11.3 ",
+            "11 .3",
+            "+11",
+            "11.+3",
+            "11.",
+            ".3",
+            "11..3",
+            "1.2.3.4",
+            "11.x",
+            "99999999999",
+        ] {
+            let e = v(bad).unwrap_err();
+            assert!(e.contains("MAJOR[.MINOR[.MICRO]]"), "{bad:?}: {e}");
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod cpu;
 pub mod error;
 pub mod machine;
 pub mod modes;
+pub mod stdio;
 
 // The document.
 pub mod domain;

@@ -2,6 +2,18 @@
 
 use clap::Parser;
 
+/// Runs before Rust's runtime, which puts `/dev/null` on a closed stdout: `>&-` must be seen
+/// (exit 2), not written into the void.
+#[cfg(target_os = "linux")]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static NOTE_STDOUT: extern "C" fn() = note_stdout;
+
+#[cfg(target_os = "linux")]
+extern "C" fn note_stdout() {
+    virt_cpu_policy::stdio::note_stdout_at_start();
+}
+
 fn main() {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some(code) = virt_cpu_policy::cli::fast_path(&args) {

@@ -9,7 +9,8 @@
 //!
 //! The text is produced by the `prometheus-client` crate's 0.0.4 encoder (counters get their
 //! `_total`, units their suffix, info metrics their `_info`), from plain values: this module keeps
-//! no global registry, so a render is a pure function of [`Gauges`] and [`Counters`].
+//! no global registry, so a render is a pure function of [`Gauges`] and [`Counters`]: each
+//! metric's series are sorted, so the same figures always give the same text.
 
 use crate::cpu::{Level, normalize_feature};
 use crate::host::Host;
@@ -45,10 +46,21 @@ type Labels = Vec<(String, String)>;
 pub struct HostLevel {
     /// The level; None when unknown or below x86-64-v1.
     pub level: Option<Level>,
-    /// `domcapabilities` (the host-model CPU KVM gives guests), `/proc/cpuinfo` (the host CPU's
-    /// own flags: KVM may give guests less), or `unknown`.
+    /// [`SOURCE_DOMCAPS`], [`SOURCE_QEMU_CACHE`], [`SOURCE_CPUINFO`] or `unknown`.
     pub source: &'static str,
 }
+
+/// [`HostLevel::source`]: the host-model CPU of a KVM x86_64 domcapabilities (what KVM and QEMU
+/// give a host-model guest).
+pub const SOURCE_DOMCAPS: &str = "domcapabilities";
+
+/// [`HostLevel::source`]: QEMU's own view of the host-model CPU under KVM, `<hostCPU
+/// type='kvm'>` in libvirt's QEMU capability cache (what KVM gives guests).
+pub const SOURCE_QEMU_CACHE: &str = "qemu capability cache";
+
+/// [`HostLevel::source`]: the flags of the physical CPU; under nested virtualisation KVM may give
+/// guests less, and the label says so.
+pub const SOURCE_CPUINFO: &str = "/proc/cpuinfo (physical CPU, not what KVM gives guests)";
 
 /// The state of the stored definitions at one point in time: what the gauges say.
 #[derive(Debug, Clone, Default)]
@@ -104,9 +116,11 @@ pub fn now_seconds() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// The level a host-model guest gets on this host: the KVM x86_64 domcapabilities' host-model CPU
-/// when a host-fact file gives one, else the host CPU's own flags (`/proc/cpuinfo`; under nested
-/// virtualisation KVM may give guests less, so the source is a label), else unknown.
+/// The level a host-model guest gets on this host, from the first source that knows: the KVM
+/// x86_64 domcapabilities' host-model CPU when a host-fact file gives one; else QEMU's view of it
+/// in libvirt's QEMU capability cache (`<hostCPU type='kvm'>` of the file for this host's
+/// `qemu-system-x86_64`); else the physical CPU's flags (`/proc/cpuinfo`: under nested
+/// virtualisation KVM may give guests much less, so the label says so); else unknown.
 #[must_use]
 pub fn host_level(host: &Host) -> HostLevel {
     let domcaps = host
@@ -116,10 +130,16 @@ pub fn host_level(host: &Host) -> HostLevel {
     if let Some((_, level)) = domcaps.and_then(|d| host.host_model_level(d)) {
         return HostLevel {
             level,
-            source: "domcapabilities",
+            source: SOURCE_DOMCAPS,
         };
     }
     if crate::domain::host_arch() == "x86_64" {
+        if let Some(level) = qemu_cache_level(host) {
+            return HostLevel {
+                level,
+                source: SOURCE_QEMU_CACHE,
+            };
+        }
         if let Some(level) = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
             .as_deref()
@@ -127,7 +147,7 @@ pub fn host_level(host: &Host) -> HostLevel {
         {
             return HostLevel {
                 level,
-                source: "/proc/cpuinfo",
+                source: SOURCE_CPUINFO,
             };
         }
     }
@@ -135,6 +155,41 @@ pub fn host_level(host: &Host) -> HostLevel {
         level: None,
         source: "unknown",
     }
+}
+
+/// The level of `<hostCPU type='kvm'>` in the file of libvirt's QEMU capability cache (the
+/// host's, unless disabled or moved) whose emulator is `qemu-system-x86_64`; None when there is
+/// no such file or element.
+fn qemu_cache_level(host: &Host) -> Option<Option<Level>> {
+    let dir = host.qemu_cache_dir.as_deref()?;
+    let file = crate::host::xml_files(dir).into_iter().find(|p| {
+        crate::host::qemu_caps_emulator(p).is_some_and(|e| e.ends_with("/qemu-system-x86_64"))
+    })?;
+    let text = std::fs::read_to_string(&file).ok()?;
+    kvm_host_cpu_level(&text, &file.display().to_string())
+}
+
+/// The level QEMU's host-model CPU under KVM reaches, from a QEMU capability cache (`qemuCaps`)
+/// document: the boolean `<property>`s of `<hostCPU type='kvm'>` that are true, QEMU spellings
+/// (`lahf-lm`, `sse4.1`) normalised to libvirt's; None when the document has no such element.
+#[must_use]
+pub fn kvm_host_cpu_level(qemu_caps: &str, what: &str) -> Option<Option<Level>> {
+    let doc = crate::domain::parse_xml(qemu_caps, what).ok()?;
+    let cpu = doc
+        .root_element()
+        .children()
+        .find(|n| n.has_tag_name("hostCPU") && n.attribute("type") == Some("kvm"))?;
+    let features: std::collections::BTreeSet<String> = cpu
+        .children()
+        .filter(|p| {
+            p.has_tag_name("property")
+                && p.attribute("type") == Some("boolean")
+                && p.attribute("value") == Some("true")
+        })
+        .filter_map(|p| p.attribute("name"))
+        .map(|f| normalize_feature(f).unwrap_or_else(|| f.to_string()))
+        .collect();
+    Some(Level::highest(|f| features.contains(f)))
 }
 
 /// The level the first `flags` line of `/proc/cpuinfo` text reaches (Linux spellings normalised
@@ -290,6 +345,32 @@ pub fn render(gauges: &Gauges, counters: Option<&Counters>, rules: &[String]) ->
     let mut out = String::new();
     // Writing into a String cannot fail; the encoder's only error is the writer's.
     let _ = prometheus_text::encode(&mut out, &reg);
+    sorted_series(&out)
+}
+
+/// The text with each metric's series in sorted order: a family keeps its series in a hash map,
+/// so the encoder's order changes from run to run (and a diff of two runs would show noise).
+/// Metrics stay in the order they were registered; `# HELP`/`# TYPE` lines stay in place.
+fn sorted_series(text: &str) -> String {
+    fn flush(series: &mut Vec<&str>, out: &mut String) {
+        series.sort_unstable();
+        for line in series.drain(..) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut series: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with('#') {
+            flush(&mut series, &mut out);
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            series.push(line);
+        }
+    }
+    flush(&mut series, &mut out);
     out
 }
 
@@ -381,6 +462,96 @@ mod tests {
                 "no line {line:?} in:\n{text}"
             );
         }
+    }
+
+    #[test]
+    fn series_come_sorted_and_every_render_is_the_same() {
+        let mut g = sample();
+        for rule in ["b rule", "a rule", "z rule", "m rule", "c rule"] {
+            g.count("needs-rewrite", &[rule.into()]);
+            g.count("cannot-conform", &[rule.into()]);
+        }
+        let mut c = Counters::default();
+        c.failures.insert("backup", 2);
+        let first = render(&g, Some(&c), &["y".into(), "x".into(), "w".into()]);
+        for _ in 0..20 {
+            assert_eq!(
+                render(&g, Some(&c), &["y".into(), "x".into(), "w".into()]),
+                first
+            );
+        }
+        let rules: Vec<&str> = first
+            .lines()
+            .filter(|l| l.starts_with("virt_cpu_policy_rule_guests{"))
+            .collect();
+        let mut sorted = rules.clone();
+        sorted.sort_unstable();
+        assert_eq!(rules, sorted);
+        assert_eq!(rules.len(), 13, "{first}");
+        let verdicts: Vec<&str> = first
+            .lines()
+            .filter(|l| l.starts_with("virt_cpu_policy_guests{"))
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                "virt_cpu_policy_guests{verdict=\"cannot-conform\"} 6",
+                "virt_cpu_policy_guests{verdict=\"conforms\"} 1",
+                "virt_cpu_policy_guests{verdict=\"needs-rewrite\"} 7",
+                "virt_cpu_policy_guests{verdict=\"out-of-scope\"} 0",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_duration_is_the_last_line_of_the_gauges() {
+        // README's cron recipe moves a file into place only when it ends so (a complete write).
+        let text = render(&sample(), None, &[]);
+        let last = text.lines().last().unwrap();
+        assert!(
+            last.starts_with("virt_cpu_policy_reconcile_duration_seconds "),
+            "{last}"
+        );
+    }
+
+    #[test]
+    fn qemu_caps_host_cpu_gives_a_level() {
+        let props = |names: &[&str], value: &str| -> String {
+            names
+                .iter()
+                .map(|n| format!("<property name='{n}' type='boolean' value='{value}'/>"))
+                .collect()
+        };
+        // QEMU's spellings: lahf-lm, sse4.1, sse4-2.
+        let v1 = [
+            "cmov", "cx8", "fpu", "fxsr", "mmx", "syscall", "sse", "sse2", "lm",
+        ];
+        let v2 = [
+            "cx16", "lahf-lm", "popcnt", "pni", "sse4.1", "sse4-2", "ssse3",
+        ];
+        let doc = |on: &[&str], off: &[&str]| {
+            format!(
+                "<qemuCaps><emulator>/usr/bin/qemu-system-x86_64</emulator><hostCPU type='tcg' model='base'>{}</hostCPU><hostCPU type='kvm' model='base' migratability='yes'>{}{}<property name='family' type='number' value='6'/></hostCPU></qemuCaps>",
+                props(&v1, "true") + &props(&v2, "true"),
+                props(on, "true"),
+                props(off, "false")
+            )
+        };
+        let all: Vec<&str> = v1.iter().chain(&v2).copied().collect();
+        assert_eq!(
+            kvm_host_cpu_level(&doc(&all, &[]), "t"),
+            Some(Some(Level::V2))
+        );
+        // This nested host: KVM gives guests no pni, ssse3, sse4.x or popcnt.
+        let nested = doc(
+            &v1,
+            &[
+                "pni", "ssse3", "sse4.1", "sse4.2", "popcnt", "cx16", "lahf-lm",
+            ],
+        );
+        assert_eq!(kvm_host_cpu_level(&nested, "t"), Some(Some(Level::V1)));
+        assert_eq!(kvm_host_cpu_level("<qemuCaps/>", "t"), None);
+        assert_eq!(kvm_host_cpu_level("not xml", "t"), None);
     }
 
     #[test]

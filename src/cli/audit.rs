@@ -72,12 +72,12 @@ pub(super) fn cmd_audit(a: &AuditArgs) -> Result<i32, Failure> {
     let step = (files.len() / 100).max(1);
     let entries = crate::audit::run(&files, &policy, &host, |done, total| {
         if progress && (done % step == 0 || done == total) {
-            eprint!("\raudit: {done}/{total} files");
+            crate::stdio::message(&format!("\raudit: {done}/{total} files"));
         }
     });
     if progress {
         // Clear the progress line: stderr is left as it was.
-        eprint!("\r\x1b[2K");
+        crate::stdio::message("\r\x1b[2K");
     }
     let totals = Totals::of(&entries);
     let code = exit_code(&totals);

@@ -148,10 +148,10 @@ pub(super) fn cmd_baseline(a: &BaselineArgs) -> Result<i32, Failure> {
         .iter()
         .map(|(h, lacks)| format!("{h} (missing {})", lacks.join(", ")))
         .collect();
-    eprintln!(
+    crate::stdio::message_line(&format!(
         "virt-cpu-policy: the cluster does not reach {min} ({reached}) because of host(s) {}",
         blockers.join(", ")
-    );
+    ));
     Ok(EXIT_REFUSED)
 }
 
@@ -177,11 +177,11 @@ pub(super) fn cmd_compare(a: &CompareArgs) -> Result<i32, Failure> {
     let json = matches!(a.format, Format::Json);
     write_stdout(render_compare(&host, &guest, &result, json).as_bytes())?;
     if result.verdict == compare::Verdict::Incompatible {
-        eprintln!(
+        crate::stdio::message_line(&format!(
             "virt-cpu-policy: the guest CPU cannot run on host {}: {}",
             host.name,
             result.message.as_deref().unwrap_or("incompatible")
-        );
+        ));
         return Ok(EXIT_REFUSED);
     }
     Ok(EXIT_OK)

@@ -35,11 +35,15 @@ pub(super) fn text(policy: &Policy, host: &Host, models: usize, verbose: bool) -
     if let Some(n) = &host.cpu_map_note {
         s.push_str(&format!("  note: {n}\n"));
     }
-    s.push_str(&fact_line(
-        "libvirt",
-        version,
-        "unknown (give --libvirt-version, or a <hostFacts libvirt=...> file with --caps: libvirt's QEMU capability cache names none)",
-    ));
+    let no_version = match &host.qemu_cache_dir {
+        None => "unknown (give --libvirt-version, or a <hostFacts libvirt=...> file with --caps: libvirt's QEMU capability cache was not read, --no-qemu-caps-cache)"
+            .to_string(),
+        Some(d) => format!(
+            "unknown (give --libvirt-version, or a <hostFacts libvirt=...> file with --caps: libvirt's QEMU capability cache {} names none)",
+            d.display()
+        ),
+    };
+    s.push_str(&fact_line("libvirt", version, &no_version));
     s.push_str(&fact_line("host CPUs", host.cpus(), "unknown"));
     s.push_str(&fact_line(
         "KVM max vCPUs",
@@ -74,11 +78,20 @@ pub(super) fn text(policy: &Policy, host: &Host, models: usize, verbose: bool) -
     s
 }
 
-/// ` (libvirt X)` when the cpu_map is the installed libvirt's own and its version is known.
+/// ` (libvirt X)` when the cpu_map and the version are the same installation's: the default
+/// cpu_map and the `<selfvers>` of the default QEMU capability cache. A `--libvirt-version` (a
+/// dry run of another host's rules) or another cache directory says nothing about this cpu_map.
 fn cpu_map_version(host: &Host, version: Option<&Fact<crate::host::LibvirtVersion>>) -> String {
+    let installed = |p: &Option<std::path::PathBuf>, default: &str| {
+        p.as_deref() == Some(std::path::Path::new(default))
+    };
     match (&host.cpu_map_dir, version) {
         (None, _) => " (libvirt 9.0.0's, built in)".into(),
-        (Some(d), Some(v)) if d.as_path() == std::path::Path::new(crate::host::DEFAULT_CPU_MAP) => {
+        (d, Some(v))
+            if installed(d, crate::host::DEFAULT_CPU_MAP)
+                && installed(&host.qemu_cache_dir, crate::host::QEMU_CAPS_CACHE)
+                && v.source.starts_with("<selfvers>") =>
+        {
             format!(" (libvirt {})", v.value)
         }
         _ => String::new(),
@@ -157,10 +170,15 @@ fn group_text(g: &Group<'_>, verbose: bool) -> String {
         [any] if any == "any" => String::new(),
         types => format!("; {}", types.join(", ")),
     };
-    let mut s = format!("machine types ({}{types}) from {}:\n", g.arch, g.source);
+    let mut s = format!(
+        "machine types ({}{types}) from {}:\n",
+        g.arch,
+        source_label(g.source)
+    );
     let mut families: BTreeMap<&str, Vec<Versioned<'_>>> = BTreeMap::new();
     let mut others: Vec<(&str, u32)> = Vec::new();
     let mut aliases: Vec<String> = Vec::new();
+    let mut unlimited: Vec<&str> = Vec::new();
     for m in &g.machines {
         match (&m.canonical, m.max_cpus) {
             (Some(c), _) => aliases.push(format!("{} → {c}", m.name)),
@@ -170,7 +188,7 @@ fn group_text(g: &Group<'_>, verbose: bool) -> String {
                 }
                 _ => others.push((&m.name, n)),
             },
-            (None, None) => {}
+            (None, None) => unlimited.push(&m.name),
         }
     }
     for (family, mut list) in families {
@@ -188,12 +206,29 @@ fn group_text(g: &Group<'_>, verbose: bool) -> String {
     others.sort_unstable();
     others.dedup();
     s.push_str(&others_text(&others, verbose));
+    unlimited.sort_unstable();
+    unlimited.dedup();
+    let all = !g
+        .machines
+        .iter()
+        .any(|m| m.canonical.is_none() && m.max_cpus.is_some());
+    s.push_str(&unlimited_text(&unlimited, all, verbose));
     aliases.sort();
     aliases.dedup();
     if !aliases.is_empty() {
         s.push_str(&format!("  aliases: {}\n", aliases.join(", ")));
     }
     s
+}
+
+/// Where a group's machine types come from: a capabilities file by its path; a file of libvirt's
+/// QEMU capability cache, named by a hash, by the emulator it describes
+/// (`/usr/bin/qemu-system-x86_64 (capability cache FILE)`).
+fn source_label(source: &str) -> String {
+    match crate::host::qemu_caps_emulator(std::path::Path::new(source)) {
+        Some(emulator) => format!("{emulator} (capability cache {source})"),
+        None => source.to_string(),
+    }
 }
 
 /// A versioned machine type: (version, name, vCPU limit).
@@ -233,20 +268,65 @@ fn others_text(others: &[(&str, u32)], verbose: bool) -> String {
     )
 }
 
+/// The machine types whose file gives no vCPU limit (`maxCpus`): each on its own line with
+/// `verbose`, else named (a few) or counted; `all` when no machine type of the group has one.
+fn unlimited_text(names: &[&str], all: bool, verbose: bool) -> String {
+    if names.is_empty() {
+        return String::new();
+    }
+    if verbose {
+        return names
+            .iter()
+            .map(|name| format!("  {name}: limit unknown (no maxCpus)\n"))
+            .collect();
+    }
+    let what = if all {
+        format!(
+            "none of its {} machine types gives a vCPU limit (no maxCpus)",
+            names.len()
+        )
+    } else {
+        format!(
+            "{} machine types give no vCPU limit (no maxCpus)",
+            names.len()
+        )
+    };
+    if names.len() <= MAX_NAMED_OTHERS {
+        format!("  {what}: {}\n", names.join(", "))
+    } else {
+        format!("  {what}\n")
+    }
+}
+
 fn domcaps_text(host: &Host, d: &DomCaps) -> String {
+    let machine = if d.machine.is_empty() {
+        "(no machine type)"
+    } else {
+        &d.machine
+    };
+    let modes = if d.modes.is_empty() {
+        "none".to_string()
+    } else {
+        d.modes.iter().cloned().collect::<Vec<_>>().join(",")
+    };
     let mut s = format!(
-        "domcapabilities: {} {} {}: vcpu max {}, modes {} (from {})\n",
+        "domcapabilities: {} {} {machine}: vcpu max {}, modes {modes} (from {})\n",
         d.arch,
         d.virt_type,
-        d.machine,
         d.vcpu_max.map_or("unknown".into(), |v| v.to_string()),
-        d.modes.iter().cloned().collect::<Vec<_>>().join(","),
         d.source
     );
     if let (Some(hm), Some((model, level))) = (&d.host_model, host.host_model_level(d)) {
-        let level = level.map_or("below x86-64-v1".into(), |l| l.to_string());
+        let level = if !x86(d) {
+            " (x86-64 levels apply to x86 only)".to_string()
+        } else {
+            format!(
+                ": reaches {}",
+                level.map_or("below x86-64-v1".into(), |l| l.to_string())
+            )
+        };
         s.push_str(&format!(
-            "  host-model: {model} + {} required, {} disabled: reaches {level}\n",
+            "  host-model: {model} + {} required, {} disabled{level}\n",
             hm.require.len(),
             hm.disable.len()
         ));
@@ -259,10 +339,16 @@ fn domcaps_text(host: &Host, d: &DomCaps) -> String {
     s
 }
 
-fn fact_json<T: std::fmt::Display>(f: Option<&Fact<T>>) -> Value {
+/// Whether the x86-64 psABI levels say anything about the domcapabilities' guests.
+fn x86(d: &DomCaps) -> bool {
+    matches!(d.arch.as_str(), "x86_64" | "i686")
+}
+
+/// `{"value", "source"}`, or null when the fact is unknown.
+fn fact_json<T: serde::Serialize>(f: Option<&Fact<T>>) -> Value {
     f.map_or(
         Value::Null,
-        |f| json!({"value": f.value.to_string(), "source": f.source}),
+        |f| json!({"value": f.value, "source": f.source}),
     )
 }
 
@@ -287,9 +373,10 @@ pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
                 json!({"model": model,
                        "require": hm.map(|h| h.require.iter().collect::<Vec<_>>()),
                        "disable": hm.map(|h| h.disable.iter().collect::<Vec<_>>()),
-                       "level": level.map(Level::as_str)})
+                       "level": level.filter(|_| x86(d)).map(Level::as_str)})
             });
-            json!({"arch": d.arch, "virt_type": d.virt_type, "machine": d.machine,
+            let machine = Some(&d.machine).filter(|m| !m.is_empty());
+            json!({"arch": d.arch, "virt_type": d.virt_type, "machine": machine,
                    "vcpu_max": d.vcpu_max, "modes": d.modes, "host_model": hm,
                    "models": d.models.len(),
                    "models_usable": d.models.iter().filter(|(_, u)| *u).count(),
@@ -300,7 +387,11 @@ pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
         "schema_version": 1,
         "policy": policy.source,
         "cpu_map": {"source": host.cpu_map_source(), "models": models, "note": host.cpu_map_note},
-        "libvirt_version": fact_json(host.libvirt_version()),
+        // A version stays a string ("11.3.0"); counts are numbers.
+        "libvirt_version": fact_json(host.libvirt_version().map(|v| Fact {
+            value: v.value.to_string(),
+            source: v.source.clone(),
+        }).as_ref()),
         "host_cpus": fact_json(host.cpus()),
         "kvm_max_vcpus": fact_json(host.kvm_limit()),
         "capability_files": host.files,

@@ -420,6 +420,172 @@ fn audit_fails_whole_on_a_bad_policy_and_reads_files_it_is_given() {
     assert!(out.stdout.starts_with("totals: 0 files"), "{}", out.stdout);
 }
 
+/// The Prometheus text without the two lines that change every run (when, how long).
+fn without_times(text: &str) -> String {
+    text.lines()
+        .filter(|l| {
+            !l.starts_with("virt_cpu_policy_last_reconcile")
+                && !l.starts_with("virt_cpu_policy_reconcile_duration")
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[test]
+fn prometheus_output_is_the_same_every_run() {
+    let t = Scratch::new("audit-prom-order");
+    write_generated(&t.0, 60);
+    let run = || {
+        let out = audit(&["--format".into(), "prometheus".into(), s(&t.0)]);
+        assert!(matches!(out.code, 1 | 3), "{}", out.stderr);
+        without_times(&out.stdout)
+    };
+    let first = run();
+    assert!(
+        first.matches("virt_cpu_policy_rule_guests{").count() >= 2,
+        "several series to order:\n{first}"
+    );
+    for _ in 0..4 {
+        assert_eq!(run(), first, "the same figures, the same text");
+    }
+}
+
+#[test]
+fn prometheus_host_level_prefers_the_qemu_capability_cache_to_cpuinfo() {
+    if std::env::consts::ARCH != "x86_64" {
+        eprintln!("skipped: the host level is an x86_64 host's");
+        return;
+    }
+    let Some(c) = corpus() else {
+        eprintln!("skipped: ../shared/corpus is absent");
+        return;
+    };
+    let t = Scratch::new("audit-prom-level");
+    let guest = t.write("g.xml", generated(2));
+    let cache = t.path("cache");
+    std::fs::create_dir(&cache).unwrap();
+    // Named by hashes, as libvirt names them; the i386 emulator's file comes first and is not it.
+    let host = c.join("host-libvirt-9.0-qemu-7.2");
+    std::fs::copy(host.join("qemucaps-i686.xml"), cache.join("0a.xml")).unwrap();
+    std::fs::copy(host.join("qemucaps-x86_64.xml"), cache.join("9f.xml")).unwrap();
+    let level = |cache_args: &[&str]| {
+        let out = Cmd::new(&["audit", "--format", "prometheus"])
+            .args(cache_args)
+            .arg(s(&guest))
+            .run();
+        out.status(0);
+        out.stdout
+            .lines()
+            .find(|l| l.starts_with("virt_cpu_policy_host_level_info{"))
+            .expect("the host level gauge")
+            .to_string()
+    };
+    // That host's KVM gives guests no pni, ssse3, sse4.x or popcnt: x86-64-v1.
+    assert_eq!(
+        level(&["--qemu-caps-cache", &s(&cache)]),
+        "virt_cpu_policy_host_level_info{level=\"x86-64-v1\",source=\"qemu capability cache\"} 1"
+    );
+    // Without the cache: the physical CPU, and the label says it is not what guests get.
+    let physical = level(&["--no-qemu-caps-cache"]);
+    assert!(
+        physical.contains("source=\"/proc/cpuinfo (physical CPU, not what KVM gives guests)\"")
+            || physical.contains("source=\"unknown\""),
+        "{physical}"
+    );
+}
+
+/// The cron line of README.md ("Watching a fleet"), with the node_exporter directory `dir`.
+fn readme_cron_line(dir: &Path) -> String {
+    let readme = std::fs::read_to_string(crate::harness::root().join("README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find_map(|l| l.strip_prefix("*/10 * * * * root "))
+        .expect("README.md has the cron recipe");
+    assert!(
+        line.contains("D=/var/lib/prometheus/node-exporter;"),
+        "{line}"
+    );
+    line.replace(
+        "D=/var/lib/prometheus/node-exporter;",
+        &format!("D={};", dir.display()),
+    )
+}
+
+#[test]
+fn readme_cron_recipe_keeps_the_old_file_when_audit_fails() {
+    let t = Scratch::new("audit-cron");
+    let defs = t.path("defs");
+    std::fs::create_dir(&defs).unwrap();
+    write_generated(&defs, 10);
+    let out_dir = t.path("node-exporter");
+    std::fs::create_dir(&out_dir).unwrap();
+    let prom = out_dir.join("virt_cpu_policy.prom");
+    let bad_policy = t.write(
+        "bad.toml",
+        "version = 1\n[[rule]]\nname = 'x'\ncpu.modle = 'custom'\n",
+    );
+    let bin_dir = t.path("bin");
+    std::fs::create_dir(&bin_dir).unwrap();
+    // `virt-cpu-policy` on PATH: the real one, with this test's facts and inputs.
+    let run = |extra: &str| {
+        let wrapper = bin_dir.join("virt-cpu-policy");
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nexec '{}' \"$@\" {} {extra}\n",
+                crate::harness::bin(),
+                FACTS.join(" ")
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            &wrapper,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let path = format!(
+            "{}:{}",
+            bin_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let st = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(readme_cron_line(&out_dir))
+            .env("PATH", path)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.code().is_some(), "sh ran");
+        let left: Vec<String> = std::fs::read_dir(&out_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, ["virt_cpu_policy.prom"], "no temporary file left");
+        std::fs::read_to_string(&prom).unwrap()
+    };
+    std::fs::write(&prom, "OLD\n").unwrap();
+    // A guest needs a rewrite (exit 3): the new figures.
+    let good = run(&s(&defs));
+    assert!(
+        good.contains("virt_cpu_policy_guests{verdict=\"needs-rewrite\"}"),
+        "{good}"
+    );
+    // A policy that does not load (exit 2, nothing on stdout): the old file stays.
+    std::fs::write(&prom, "OLD\n").unwrap();
+    assert_eq!(
+        run(&format!("--policy {} {}", s(&bad_policy), s(&defs))),
+        "OLD\n"
+    );
+    // An unreadable definition (exit 2, the figures complete): the new figures, counting it.
+    std::fs::create_dir(defs.join("x.xml")).unwrap();
+    let counted = run(&s(&defs));
+    assert!(
+        counted.contains("virt_cpu_policy_unreadable_definitions 1\n"),
+        "{counted}"
+    );
+}
+
 #[test]
 fn audit_shows_progress_on_a_terminal_above_200_files() {
     if std::process::Command::new("script")

@@ -7,9 +7,10 @@
 //! Every test passes `--policy` explicitly, so a `/etc/virt-cpu-policy/policy.toml` on the machine
 //! running the tests cannot change the results.
 
-use crate::harness::{Cmd, Output, Scratch, bin, corpus, root, s};
+use crate::harness::{Cmd, Output, Scratch, bin, corpus, is_root, root, s};
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -729,6 +730,75 @@ fn in_place_rewrites_atomically_and_keeps_permissions() {
 }
 
 #[test]
+fn in_place_keeps_the_owner_and_group() {
+    if !is_root() {
+        eprintln!(
+            "SKIP in_place_keeps_the_owner_and_group: not root (giving a file away needs root)"
+        );
+        return;
+    }
+    let t = Scratch::new("inplace-owner");
+    let f = t.write("guest.xml", cloudstack_text());
+    let nobody = 65534;
+    std::os::unix::fs::chown(&f, Some(nobody), Some(nobody)).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let out = rewrite(&["--policy", &default_policy(), "--in-place", &s(&f)]).run();
+    out.status(0);
+    let meta = std::fs::metadata(&f).unwrap();
+    assert_ne!(
+        std::fs::read_to_string(&f).unwrap(),
+        cloudstack_text(),
+        "rewritten"
+    );
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (nobody, nobody),
+        "owner and group kept"
+    );
+    assert_eq!(
+        meta.permissions().mode() & 0o7777,
+        0o640,
+        "permissions kept"
+    );
+
+    // A user who may not give files away (EPERM) still rewrites a file it may replace: the new
+    // file is its own.
+    let d = Scratch::new("inplace-eperm");
+    std::os::unix::fs::chown(&d.0, Some(nobody), Some(nobody)).unwrap();
+    let g = d.write("guest.xml", cloudstack_text());
+    std::fs::set_permissions(&g, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut c = Command::new(bin());
+    c.args([
+        "rewrite",
+        "--policy",
+        &default_policy(),
+        "--in-place",
+        &s(&g),
+    ])
+    .uid(nobody)
+    .gid(nobody)
+    .stdin(Stdio::null());
+    let out = c.output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "as nobody: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta = std::fs::metadata(&g).unwrap();
+    assert_ne!(
+        std::fs::read_to_string(&g).unwrap(),
+        cloudstack_text(),
+        "rewritten"
+    );
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (nobody, nobody),
+        "the writer's own"
+    );
+}
+
+#[test]
 fn in_place_through_a_symlink_rewrites_the_target_and_keeps_the_link() {
     let t = Scratch::new("inplace-link");
     let real = t.write("real.xml", cloudstack_text());
@@ -1126,6 +1196,293 @@ fn host_libvirt_version_comes_from_override_then_host_facts_then_the_cache() {
             && out.stderr.contains("'eleven'"),
         "{}",
         out.stderr
+    );
+}
+
+#[test]
+fn libvirt_version_takes_major_minor_micro_with_parts_left_out() {
+    for ok in ["11.3.0", "11.3", "11"] {
+        let out = Cmd::new(&["host", "--no-qemu-caps-cache", "--libvirt-version", ok]).run();
+        out.status(0);
+    }
+    for bad in [" 11.3", "11.3 ", "+11", "11..3", "1.2.3.4"] {
+        let out = Cmd::new(&["host", "--no-qemu-caps-cache", "--libvirt-version", bad]).run();
+        out.status(2);
+        assert!(out.stdout.is_empty(), "{}", out.stdout);
+        assert!(
+            out.stderr
+                .contains("is not a libvirt version: MAJOR[.MINOR[.MICRO]], digits only"),
+            "{bad:?}:\n{}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn host_says_what_it_does_not_know() {
+    let Some(c) = corpus() else {
+        eprintln!("skipped: ../shared/corpus is absent");
+        return;
+    };
+    let caps = c.join("virt-manager/capabilities");
+    let host = |args: &[&str]| {
+        let out = Cmd::new(&[
+            "host",
+            "--policy",
+            &default_policy(),
+            "--no-qemu-caps-cache",
+        ])
+        .args(args)
+        .run();
+        out.status(0);
+        no_panic(&out);
+        out.stdout
+    };
+    // Machine types without maxCpus: said, never an empty group.
+    let no_kvm = s(&caps.join("test-qemu-no-kvm.xml"));
+    let text = host(&["--caps", &no_kvm]);
+    let lines: Vec<&str> = text.lines().collect();
+    for pair in lines.windows(2) {
+        assert!(
+            !pair[0].starts_with("machine types (") || pair[1].starts_with("  "),
+            "an empty machine-type group: {:?}\n{text}",
+            pair[0]
+        );
+    }
+    assert!(
+        text.contains("machine types (arm) from ")
+            && text.contains("  none of its 24 machine types gives a vCPU limit (no maxCpus)\n"),
+        "{text}"
+    );
+    let verbose = host(&["--verbose", "--caps", &no_kvm]);
+    assert!(
+        verbose.contains("  malta: limit unknown (no maxCpus)\n"),
+        "{verbose}"
+    );
+    // psABI levels are x86's.
+    let ppc = s(&caps.join("kvm-ppc64le-domcaps.xml"));
+    let text = host(&["--caps", &ppc]);
+    assert!(
+        text.contains(
+            "  host-model: POWER8 + 0 required, 0 disabled (x86-64 levels apply to x86 only)\n"
+        ) && !text.contains("x86-64-v1"),
+        "{text}"
+    );
+    // No machine type, no CPU modes.
+    let bhyve = s(&caps.join("bhyve-domcaps.xml"));
+    let text = host(&["--caps", &bhyve]);
+    assert!(
+        text.contains(
+            "domcapabilities: x86_64 bhyve (no machine type): vcpu max unknown, modes none (from "
+        ),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&host(&[
+        "--format",
+        "json",
+        "--caps",
+        &bhyve,
+        "--caps",
+        &ppc,
+        "--host-cpus",
+        "8",
+        "--kvm-max-vcpus",
+        "1024",
+        "--libvirt-version",
+        "11.3",
+    ]))
+    .expect("one JSON object");
+    assert_eq!(
+        json["domcapabilities"][0]["machine"],
+        serde_json::Value::Null
+    );
+    assert_eq!(
+        json["domcapabilities"][1]["host_model"]["level"],
+        serde_json::Value::Null
+    );
+    // Counts are numbers, a version a string.
+    assert_eq!(json["host_cpus"]["value"], 8);
+    assert_eq!(json["kvm_max_vcpus"]["value"], 1024);
+    assert_eq!(json["libvirt_version"]["value"], "11.3.0");
+    // A --libvirt-version is another host's: it says nothing about this cpu_map; the cache that
+    // was not read names no version.
+    let text = host(&["--libvirt-version", "11.3.0"]);
+    let cpu_map = text.lines().find(|l| l.starts_with("cpu_map: ")).unwrap();
+    assert!(!cpu_map.contains("11.3.0"), "{cpu_map}");
+    let text = host(&[]);
+    assert!(
+        text.contains(
+            "libvirt: unknown (give --libvirt-version, or a <hostFacts libvirt=...> file with --caps: libvirt's QEMU capability cache was not read"
+        ),
+        "{text}"
+    );
+    // A file of libvirt's QEMU capability cache is named by a hash: its emulator labels it.
+    let t = Scratch::new("host-cache");
+    let cached = t.path("926803a9278e445ec919c2b6cbd8c1c449c75b26dcb1686b774314180376c725.xml");
+    std::fs::copy(
+        c.join("host-libvirt-9.0-qemu-7.2/qemucaps-x86_64.xml"),
+        &cached,
+    )
+    .unwrap();
+    let out = Cmd::new(&[
+        "host",
+        "--policy",
+        &default_policy(),
+        "--qemu-caps-cache",
+        &s(&t.0),
+    ])
+    .run();
+    out.status(0);
+    let header = format!(
+        "machine types (x86_64; kvm, qemu) from /usr/bin/qemu-system-x86_64 (capability cache {}):\n",
+        cached.display()
+    );
+    assert!(
+        out.stdout.contains(&header),
+        "{header:?} in:\n{}",
+        out.stdout
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// README.md says what the tool does
+// ---------------------------------------------------------------------------------------------
+
+fn readme() -> String {
+    std::fs::read_to_string(root().join("README.md")).unwrap()
+}
+
+/// The text of `text` between the first `after` and the next `until`.
+#[track_caller]
+fn between<'t>(text: &'t str, after: &str, until: &str) -> &'t str {
+    text.split_once(after)
+        .and_then(|(_, rest)| rest.split(until).next())
+        .unwrap_or_else(|| panic!("no {after:?} … {until:?}"))
+}
+
+/// The subcommands of `virt-cpu-policy`, as clap (and so `--help`, the man pages) knows them.
+fn subcommands() -> Vec<String> {
+    use clap::CommandFactory;
+    virt_cpu_policy::cli::Cli::command()
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| c.get_name().to_string())
+        .collect()
+}
+
+#[test]
+fn readme_names_every_subcommand_in_the_synopsis_and_the_man_pages() {
+    let r = readme();
+    let synopsis = between(&r, "## Commands\n\n```text\n", "```");
+    let man_row = r
+        .lines()
+        .find(|l| l.contains("/usr/share/man/man8/virt-cpu-policy{"))
+        .expect("README.md's man page row");
+    let pages = between(man_row, "virt-cpu-policy{", "}");
+    let packaging = std::fs::read_to_string(root().join("tests/packaging/run")).unwrap();
+    let subs = subcommands();
+    assert!(subs.len() >= 7, "{subs:?}");
+    for sub in &subs {
+        assert!(
+            synopsis
+                .lines()
+                .any(|l| l.starts_with(&format!("virt-cpu-policy {sub} "))),
+            "the Commands synopsis has no line for {sub}:\n{synopsis}"
+        );
+        assert!(
+            pages.split(',').any(|p| p == format!("-{sub}")),
+            "README.md's man pages omit virt-cpu-policy-{sub}.8: {man_row}"
+        );
+        assert!(
+            packaging.contains(&format!(" virt-cpu-policy-{sub}")),
+            "tests/packaging/run does not check virt-cpu-policy-{sub}.8"
+        );
+    }
+}
+
+#[test]
+fn warnings_go_where_readme_says() {
+    let r = readme();
+    let table = between(&r, "Where each command puts them:\n\n", "\n\n");
+    for sub in subcommands() {
+        assert!(
+            table.contains(&format!("`{sub}`")),
+            "README.md does not say where `{sub}` puts warnings:\n{table}"
+        );
+    }
+    // A warning (topology-clusters) and no error: `rewrite` on stderr, `check` in its report.
+    let case = root().join("tests/cases/topology-clusters-ignored-libvirt-9.0");
+    let args = [
+        "--policy".to_string(),
+        s(&case.join("policy.toml")),
+        "--no-qemu-caps-cache".into(),
+        "--libvirt-version".into(),
+        "9.0.0".into(),
+        s(&case.join("input.xml")),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = rewrite(&args).run();
+    out.status(0);
+    assert!(
+        out.stderr
+            .contains("virt-cpu-policy: guest 'vcp-golden-clusters': warning[topology-clusters]: "),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stdout.contains("warning["), "{}", out.stdout);
+    let out = check(&args).run();
+    out.status(0);
+    assert!(
+        out.stdout.contains("\n  warning[topology-clusters]: "),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stderr.is_empty(), "{}", out.stderr);
+}
+
+/// The names of the `name="value"` fields in `text`.
+fn quoted_fields(text: &str) -> std::collections::BTreeSet<String> {
+    text.match_indices("=\"")
+        .map(|(i, _)| {
+            text[..i]
+                .chars()
+                .rev()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect::<String>()
+                .chars()
+                .rev()
+                .collect::<String>()
+        })
+        .filter(|k| !k.is_empty())
+        .collect()
+}
+
+#[test]
+fn readme_describes_the_hook_log_file_as_written() {
+    let t = Scratch::new("hook-log-format");
+    let log = t.path("hook.log");
+    let out = Cmd::new(&[
+        "hook",
+        "--policy",
+        &default_policy(),
+        "--no-qemu-caps-cache",
+    ])
+    .args(&["--log-file", &s(&log), "i-2-14-VM", "prepare", "begin", "-"])
+    .stdin(cloudstack_text())
+    .run();
+    out.status(0);
+    let line = std::fs::read_to_string(&log).unwrap();
+    let written = quoted_fields(&line);
+    assert!(
+        written.contains("rule") && written.contains("code"),
+        "{line}"
+    );
+    let r = readme();
+    let said = between(&r, "Without journald the hook writes", "\n\n");
+    assert_eq!(
+        quoted_fields(said),
+        written,
+        "README.md:\n{said}\nthe log file:\n{line}"
     );
 }
 

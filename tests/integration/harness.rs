@@ -191,6 +191,12 @@ pub fn exit_file(path: &Path) -> Option<i32> {
     })
 }
 
+/// Whether the tests run as root (some need it: mounts, files owned by another user).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// A path as an argument.
 pub fn s(p: &Path) -> String {
     p.display().to_string()

@@ -7,7 +7,7 @@
 //!
 //! Also: every crash the fuzz targets (fuzz/) found, replayed from `tests/fuzz-regressions/`.
 
-use crate::harness::{Cmd, Output, Scratch, bin, root, s};
+use crate::harness::{Cmd, Output, Scratch, bin, is_root, root, s};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -253,11 +253,6 @@ fn no_crash(out: &Output) {
         out.code,
         out.stderr
     );
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 fn mkfifo(p: &Path) {
@@ -757,6 +752,223 @@ fn closed_stdout_on_check_and_small_rewrites() {
         // The write fails with EPIPE: exit 2 (check's own verdict, 3, must not hide it), one line
         // naming standard output.
         refused(&r, 2, &["standard output"]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A closed stdout (`>&-`): Rust's runtime puts /dev/null there, the tool must still see it
+// ---------------------------------------------------------------------------------------------
+
+/// `args` run in `dir` with descriptor 1 closed, as the shell's `>&-` leaves it: the exit status
+/// and stderr.
+fn with_closed_stdout(args: &[&str], dir: &Path) -> (std::process::ExitStatus, String) {
+    let mut c = Command::new(bin());
+    c.args(args).current_dir(dir).stdin(Stdio::null());
+    // SAFETY: close(2) is async-signal-safe, and only the child's descriptor 1 is closed (after
+    // std has set up its standard streams).
+    unsafe {
+        c.pre_exec(|| {
+            libc::close(1);
+            Ok(())
+        });
+    }
+    let out = c.output().expect("run virt-cpu-policy");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_closed_stdout_is_exit_2_for_every_command_that_writes_there() {
+    let t = Scratch::new("closed-stdout");
+    let f = t.write("d.xml", cloudstack_text());
+    let (pol, fs) = (default_policy(), s(&f));
+    let opts = ["--policy", pol.as_str(), "--no-qemu-caps-cache"];
+    let mut runs: Vec<(Vec<String>, PathBuf)> = Vec::new();
+    let mut add = |args: &[&str], dir: &Path| {
+        runs.push((
+            args.iter().map(|a| (*a).to_string()).collect(),
+            dir.to_path_buf(),
+        ));
+    };
+    for cmd in [
+        &["rewrite"][..],
+        &["rewrite", "--diff"],
+        &["check"],
+        &["check", "--format", "json"],
+        &["audit"],
+        &["audit", "--format", "prometheus"],
+    ] {
+        let mut a = cmd.to_vec();
+        a.extend(opts);
+        a.push(&fs);
+        add(&a, &t.0);
+    }
+    let mut host = vec!["host"];
+    host.extend(opts);
+    add(&host, &t.0);
+    if let Some(c) = crate::harness::corpus() {
+        let arm = s(&c.join("virt-manager/capabilities/kvm-aarch64.xml"));
+        let cases = root().join("tests/baseline-cases");
+        add(
+            &[
+                "baseline",
+                "--format",
+                "nova",
+                &arm,
+                "node-a.xml",
+                "node-b.xml",
+            ],
+            &cases.join("aarch64-groups-nova"),
+        );
+        let map = Path::new("/usr/share/libvirt/cpu_map");
+        if map.join("index.xml").is_file() {
+            let host = s(&c.join("libvirt-cputestdata/x86_64-cpuid-Xeon-E5-2650-v4-host.xml"));
+            add(
+                &[
+                    "compare",
+                    "--cpu-map",
+                    &s(map),
+                    "--host",
+                    &host,
+                    "guest.xml",
+                ],
+                &cases.join("compare-superset"),
+            );
+        } else {
+            eprintln!("compare with a closed stdout not run: no /usr/share/libvirt/cpu_map");
+        }
+    } else {
+        eprintln!("baseline and compare with a closed stdout not run: ../shared/corpus is absent");
+    }
+    for (args, dir) in &runs {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (status, stderr) = with_closed_stdout(&a, dir);
+        assert_eq!(status.code(), Some(2), "{a:?} with stdout closed\n{stderr}");
+        assert_eq!(
+            stderr, "virt-cpu-policy: cannot write to standard output: it is closed\n",
+            "{a:?}"
+        );
+    }
+    // Commands that write nothing to stdout do not need it.
+    let (status, stderr) = with_closed_stdout(
+        &["rewrite", "--in-place", opts[0], opts[1], opts[2], &fs],
+        &t.0,
+    );
+    assert_eq!(status.code(), Some(0), "rewrite --in-place: {stderr}");
+    assert_ne!(
+        std::fs::read_to_string(&f).unwrap(),
+        cloudstack_text(),
+        "rewritten in place"
+    );
+    let log = s(&t.path("hook.log"));
+    let hook = [
+        &["hook"][..],
+        &opts,
+        &["--log-file", &log, "g", "prepare", "begin", "-"],
+    ]
+    .concat();
+    let (status, stderr) = with_closed_stdout(&hook, &t.0);
+    assert_eq!(status.code(), Some(0), "hook: {stderr}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A stderr that cannot be written (`2>/dev/full`): messages are lost, never the result
+// ---------------------------------------------------------------------------------------------
+
+/// `args` run with stderr on `/dev/full`, where every write fails (ENOSPC), as `eprintln!` would
+/// panic on: the exit status and stdout.
+fn with_full_stderr(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("open /dev/full");
+    let out = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::from(full))
+        .output()
+        .expect("run virt-cpu-policy");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn a_full_stderr_keeps_the_document_and_the_exit_code() {
+    let pol = default_policy();
+    let cloudstack = s(&root().join("examples/cloudstack-default-cpu.xml"));
+    let base = ["--policy", pol.as_str(), "--no-qemu-caps-cache"];
+    let rewritten = Cmd::new(&["rewrite"]).args(&base).arg(&cloudstack).run();
+    rewritten.status(0);
+    let case = |name: &str| root().join("tests/cases").join(name);
+    let read = |p: PathBuf| std::fs::read_to_string(p).expect("case file");
+    // (arguments, exit code, stdout): each writes to stderr before or after the document.
+    let clusters = case("topology-clusters-ignored-libvirt-9.0");
+    let audit = case("policy-audit-mode");
+    let runs: Vec<(Vec<String>, i32, String)> = vec![
+        (
+            vec!["rewrite".into(), "--explain".into(), cloudstack.clone()],
+            0,
+            rewritten.stdout.clone(),
+        ),
+        (
+            vec![
+                "rewrite".into(),
+                "--explain".into(),
+                "--format".into(),
+                "json".into(),
+                cloudstack.clone(),
+            ],
+            0,
+            rewritten.stdout.clone(),
+        ),
+        // Only a warning (topology-clusters) on stderr.
+        (
+            vec![
+                "rewrite".into(),
+                "--policy".into(),
+                s(&clusters.join("policy.toml")),
+                "--libvirt-version".into(),
+                "9.0.0".into(),
+                s(&clusters.join("input.xml")),
+            ],
+            0,
+            read(clusters.join("expected.xml")),
+        ),
+        // mode = "audit": "would make N change(s)" on stderr, the input on stdout.
+        (
+            vec![
+                "rewrite".into(),
+                "--policy".into(),
+                s(&audit.join("policy.toml")),
+                s(&audit.join("input.xml")),
+            ],
+            0,
+            read(audit.join("input.xml")),
+        ),
+        // The one-line refusal is lost; the exit code is not.
+        (
+            vec!["rewrite".into(), s(&root().join("no-such-file.xml"))],
+            2,
+            String::new(),
+        ),
+    ];
+    for (args, code, stdout) in runs {
+        let mut a: Vec<&str> = args.iter().map(String::as_str).collect();
+        if !a.contains(&"--policy") {
+            a.splice(1..1, ["--policy", pol.as_str()]);
+        }
+        a.insert(1, "--no-qemu-caps-cache");
+        let (status, out) = with_full_stderr(&a);
+        assert_eq!(
+            status.code(),
+            Some(code),
+            "{a:?} with stderr on /dev/full: {status:?} (134 is the abort of a panic)"
+        );
+        assert_eq!(out, stdout, "{a:?}: the document still goes to stdout");
     }
 }
 
