@@ -28,7 +28,7 @@ type Value<'t> = Spanned<DeValue<'t>>;
 pub(super) fn parse(text: &str, source: &str) -> Result<Policy> {
     let table = DeTable::parse(text).map_err(|e| Error::Policy {
         path: source.to_string(),
-        message: toml_message(text, &e),
+        errors: vec![toml_message(text, &e)],
     })?;
     let mut r = Reader {
         text,
@@ -41,20 +41,9 @@ pub(super) fn parse(text: &str, source: &str) -> Result<Policy> {
         return Ok(policy);
     }
     r.errors.sort_by_key(|(at, _)| *at);
-    let messages: Vec<String> = r.errors.into_iter().map(|(_, m)| m).collect();
-    let message = match messages.as_slice() {
-        [one] => one.clone(),
-        many => format!(
-            "{} errors:{}",
-            many.len(),
-            many.iter()
-                .map(|m| format!("\n  - {m}"))
-                .collect::<String>()
-        ),
-    };
     Err(Error::Policy {
         path: source.to_string(),
-        message,
+        errors: r.errors.into_iter().map(|(_, m)| m).collect(),
     })
 }
 
