@@ -1158,7 +1158,7 @@ impl Daemon<'_> {
                 self.reconcile(session, None, host);
             }
             Err(e) => {
-                tracing::error!(error = %e, "SIGHUP: the new policy does not load; keeping the old one")
+                tracing::error!(error = %e.one_line(), "SIGHUP: the new policy does not load; keeping the old one")
             }
         }
     }
@@ -1184,7 +1184,7 @@ fn cmd_daemon(cli: &Cli, a: &DaemonArgs) -> i32 {
     let policy = match Policy::load(cli.policy.as_deref()) {
         Ok(p) => p,
         Err(e) => {
-            tracing::error!(error = %e, "cannot load the policy");
+            tracing::error!(error = %e.one_line(), "cannot load the policy");
             crate::stdio::message_line(&format!("virt-cpu-policyd: {e}"));
             return 2;
         }

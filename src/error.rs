@@ -65,14 +65,15 @@ pub enum Error {
         /// The root element's name.
         root: String,
     },
-    /// The policy file does not parse or has a bad key or value; the message names the key and
-    /// its line and column.
-    #[error("policy {path}: {message}")]
+    /// The policy file does not parse or has bad keys or values; each message names the key and
+    /// its line and column. Shown one mistake per line (`policy P: 2 errors:` and the two); see
+    /// [`Error::one_line`] for logs.
+    #[error("policy {path}: {}", bulleted(errors))]
     Policy {
         /// The policy file ("built-in" for the compiled-in default).
         path: String,
-        /// What is wrong, with line and column.
-        message: String,
+        /// What is wrong, with line and column: one entry per mistake, never empty.
+        errors: Vec<String>,
     },
     /// A host-fact file (`--caps`, `[host] capabilities`, cpu_map) is unusable.
     #[error("host facts: {0}")]
@@ -85,7 +86,39 @@ pub enum Error {
     Cluster(String),
 }
 
+/// One mistake as is; several as a count and one indented line each, for a terminal.
+fn bulleted(errors: &[String]) -> String {
+    match errors {
+        [one] => one.clone(),
+        many => format!(
+            "{} errors:{}",
+            many.len(),
+            many.iter()
+                .map(|m| format!("\n  - {m}"))
+                .collect::<String>()
+        ),
+    }
+}
+
 impl Error {
+    /// The error as one line, for a log line or a journal `MESSAGE`: a policy's mistakes joined
+    /// with "; " where [`Display`](std::fmt::Display) gives each its own line (a log line cut in
+    /// several reads as several entries), any other line break a space.
+    #[must_use]
+    pub fn one_line(&self) -> String {
+        let text = match self {
+            Error::Policy { path, errors } if errors.len() > 1 => {
+                format!(
+                    "policy {path}: {} errors: {}",
+                    errors.len(),
+                    errors.join("; ")
+                )
+            }
+            _ => self.to_string(),
+        };
+        text.replace(['\n', '\r'], " ")
+    }
+
     /// A stable short name of the kind of error, for logs (the journal's `CODE` field): `read`,
     /// `write`, `too-large`, `not-utf8`, `xml`, `not-a-domain`, `policy`, `host`, `cluster`.
     #[must_use]

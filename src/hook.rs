@@ -184,7 +184,7 @@ fn tool_failure(
 ) -> Verdict {
     let line = refusal(
         guest,
-        &format!("the hook cannot check this guest: {e}"),
+        &format!("the hook cannot check this guest: {}", e.one_line()),
         "[hook] on_error",
         fix,
     );
@@ -210,7 +210,7 @@ fn tool_failure(
         code: Some(e.code()),
         decision,
     };
-    crate::log::decision(kind, tracing::Level::ERROR, &fields, &e.to_string());
+    crate::log::decision(kind, tracing::Level::ERROR, &fields, &e.one_line());
     if refuse {
         Verdict::Refuse(line)
     } else {
@@ -326,7 +326,8 @@ fn finding_line(guest: &str, f: &Finding) -> String {
 
 fn log_warnings(guest: &str, check: Check, findings: &[Finding]) {
     for f in findings.iter().filter(|f| f.severity == Severity::Warning) {
-        tracing::warn!(guest, operation = check.as_str(), code = f.code, finding = %f.message);
+        let message = one_line(&f.message);
+        crate::log::warning(guest, check.as_str(), f.rule.as_deref(), f.code, &message);
     }
 }
 
@@ -542,29 +543,46 @@ fn destination(
         CpuCompare::Incompatible(f) => return Ok(hard_refusal(guest, check, policy, &f)),
         CpuCompare::Runs(what) | CpuCompare::NotCompared(what) => what,
     };
-    for f in findings.iter().filter(|f| POLICY_CODES.contains(&f.code)) {
-        let rule = finding_rule(f);
-        let fields = Fields {
-            guest,
-            operation: check.as_str(),
-            verdict: "allow",
-            rule: Some(&rule),
-            code: Some(f.code),
-            decision: "allow (policy not met; the CPU cannot change on migrate/restore)",
-        };
-        crate::log::decision(
-            Decision::HookViolationAllowed,
-            tracing::Level::WARN,
-            &fields,
-            &f.message,
-        );
-    }
     log_warnings(guest, check, &findings);
-    Ok(allowed(
+    let unmet: Vec<&Finding> = findings
+        .iter()
+        .filter(|f| POLICY_CODES.contains(&f.code))
+        .collect();
+    let runs = format!("this host can run the guest ({cpu})");
+    if unmet.is_empty() {
+        return Ok(allowed(guest, check, &runs));
+    }
+    Ok(policy_not_met(guest, check, &unmet, &runs))
+}
+
+/// An incoming guest that runs here but misses the policy: let in, since libvirt keeps its CPU on
+/// migrate and restore, with one decision for all it misses (its rules joined with `, `, the
+/// first finding's code).
+fn policy_not_met(guest: &str, check: Check, unmet: &[&Finding], runs: &str) -> Verdict {
+    let mut rules: Vec<String> = Vec::new();
+    for rule in unmet.iter().map(|f| finding_rule(f)) {
+        if !rules.contains(&rule) {
+            rules.push(rule);
+        }
+    }
+    let rules = rules.join(", ");
+    let fields = Fields {
         guest,
-        check,
-        &format!("this host can run the guest ({cpu})"),
-    ))
+        operation: check.as_str(),
+        verdict: "allow",
+        rule: Some(&rules),
+        code: unmet.first().map(|f| f.code),
+        decision: "allow (policy not met; the CPU cannot change on migrate/restore)",
+    };
+    let mut message: Vec<&str> = unmet.iter().map(|f| f.message.as_str()).collect();
+    message.push(runs);
+    crate::log::decision(
+        Decision::HookViolationAllowed,
+        tracing::Level::WARN,
+        &fields,
+        &one_line(&message.join("; ")),
+    );
+    Verdict::Allow
 }
 
 /// What comparing the incoming guest's CPU with this host's found.

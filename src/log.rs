@@ -5,8 +5,14 @@
 //! Every decision of the hook and the daemon goes through [`decision`], which gives it structured
 //! fields: `GUEST`, `OPERATION`, `VERDICT`, `RULE`, `CODE`, `DECISION` and a stable `MESSAGE_ID`
 //! per kind of decision ([`Decision`]), so `journalctl MESSAGE_ID=...` and log shippers can select
-//! them. Field names reach the journal unprefixed (tracing-journald's default `F_` prefix is
-//! switched off) and upper-cased.
+//! them; the hook's warnings go through [`warning`], with a `MESSAGE_ID` of their own. Field names
+//! reach the journal unprefixed (tracing-journald's default `F_` prefix is switched off) and
+//! upper-cased.
+//!
+//! The journal's `PRIORITY` is what a syslog reader expects of each record (README.md, "Journal
+//! fields"): the hook's `INFO` (a guest let through, nothing wrong) is 6 (info), not
+//! tracing-journald's default 5 (notice); the daemon keeps 5 for `INFO`, which it uses for what it
+//! changed (a rewritten definition) and for its own life cycle.
 
 use std::path::{Path, PathBuf};
 use tracing_subscriber::prelude::*;
@@ -33,9 +39,14 @@ pub enum Target {
 pub fn init(file: Option<&Path>) -> Target {
     if file.is_none() {
         if let Ok(layer) = tracing_journald::layer() {
+            let priorities = tracing_journald::PriorityMappings {
+                info: tracing_journald::Priority::Informational,
+                ..tracing_journald::PriorityMappings::new()
+            };
             let layer = layer
                 .with_syslog_identifier(SYSLOG_IDENTIFIER.to_string())
-                .with_field_prefix(None);
+                .with_field_prefix(None)
+                .with_priority_mappings(priorities);
             if tracing_subscriber::registry()
                 .with(layer)
                 .try_init()
@@ -236,6 +247,24 @@ pub fn decision(kind: Decision, level: tracing::Level, f: &Fields<'_>, message: 
     }
 }
 
+/// The journal `MESSAGE_ID` of a warning the hook logs beside its decision (a finding libvirt
+/// accepts with a warning, such as `match` under host-model): not a decision, so not a
+/// [`Decision`], but selectable all the same. README.md lists it as `hook-warning`.
+pub const HOOK_WARNING_ID: &str = "fc3e55da7ca34faa94b17bcbd67937ba";
+
+/// Log one warning of the hook at WARN: `MESSAGE_ID` [`HOOK_WARNING_ID`], `GUEST`, `OPERATION`,
+/// `CODE`, `RULE` when a rule is involved, and `message` (the finding, one line) as `MESSAGE`.
+pub fn warning(guest: &str, operation: &str, rule: Option<&str>, code: &str, message: &str) {
+    tracing::warn!(
+        message_id = HOOK_WARNING_ID,
+        guest,
+        operation,
+        rule,
+        code,
+        "{message}"
+    );
+}
+
 /// A `tracing` layer that keeps every event's fields, for tests of what is logged.
 #[cfg(test)]
 pub(crate) mod capture {
@@ -291,15 +320,15 @@ mod tests {
     #[test]
     fn message_ids_are_128_bit_hex_and_distinct() {
         let mut seen = std::collections::BTreeSet::new();
-        for d in Decision::ALL {
-            let id = d.message_id();
+        let ids = Decision::ALL.map(|d| (d.message_id(), d.name()));
+        for (id, name) in ids.into_iter().chain([(HOOK_WARNING_ID, "hook-warning")]) {
             assert_eq!(id.len(), 32, "{id}");
             assert!(
                 id.bytes()
                     .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
             );
             assert!(seen.insert(id), "{id} used twice");
-            assert!(seen.insert(d.name()));
+            assert!(seen.insert(name));
         }
     }
 
@@ -336,7 +365,10 @@ mod tests {
     fn decision_of(events: &[capture::Event], kind: Decision) -> &capture::Event {
         let with_id: Vec<&capture::Event> = events
             .iter()
-            .filter(|(_, f)| f.contains_key("message_id"))
+            .filter(|(_, f)| {
+                f.get("message_id")
+                    .is_some_and(|id| Decision::ALL.iter().any(|d| d.message_id() == id))
+            })
             .collect();
         assert_eq!(with_id.len(), 1, "one decision per hook run: {events:#?}");
         let e = with_id[0];

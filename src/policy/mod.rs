@@ -404,10 +404,11 @@ impl Policy {
     /// Parse a policy from TOML text; `source` names it in messages.
     ///
     /// # Errors
-    /// [`Error::Policy`] naming the key, line and column of the first problem: TOML syntax,
-    /// an unknown key, a wrong type, a bad value, `version` other than 1, a rule without a name,
-    /// a feature both required and disabled, a disabled feature that `min_level` needs, a model
-    /// with a non-custom mode.
+    /// [`Error::Policy`] naming the key, line and column of every problem (of the first only for
+    /// a TOML syntax error): an unknown key, a wrong type, a bad value, `version` other than 1, a
+    /// rule without a name, a rule name used twice or with a control character, a feature both
+    /// required and disabled, a disabled feature that `min_level` needs, a model with a
+    /// non-custom mode.
     pub fn parse(text: &str, source: &str) -> Result<Policy> {
         read::parse(text, source)
     }
@@ -442,7 +443,7 @@ impl Policy {
         const MAX_POLICY: u64 = 1024 * 1024;
         let unreadable = |e: std::io::Error| Error::Policy {
             path: path.display().to_string(),
-            message: format!("cannot read it: {e}"),
+            errors: vec![format!("cannot read it: {e}")],
         };
         let meta = std::fs::metadata(&path).map_err(unreadable)?;
         if meta.is_dir() {
@@ -455,19 +456,19 @@ impl Policy {
         if meta.len() > MAX_POLICY {
             return Err(Error::Policy {
                 path: path.display().to_string(),
-                message: format!(
+                errors: vec![format!(
                     "the file is {} bytes, over the 1 MiB limit for a policy",
                     meta.len()
-                ),
+                )],
             });
         }
         let bytes = std::fs::read(&path).map_err(unreadable)?;
         let text = String::from_utf8(bytes).map_err(|e| Error::Policy {
             path: path.display().to_string(),
-            message: format!(
+            errors: vec![format!(
                 "not valid UTF-8 at byte {} (TOML files are UTF-8)",
                 e.utf8_error().valid_up_to()
-            ),
+            )],
         })?;
         Policy::parse(&text, &path.display().to_string())
     }

@@ -16,6 +16,7 @@ use crate::cpu::{Level, normalize_feature};
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use serde::de::IntoDeserializer;
+use std::collections::HashMap;
 use std::ops::Range;
 use std::path::PathBuf;
 use toml::Spanned;
@@ -27,32 +28,22 @@ type Value<'t> = Spanned<DeValue<'t>>;
 pub(super) fn parse(text: &str, source: &str) -> Result<Policy> {
     let table = DeTable::parse(text).map_err(|e| Error::Policy {
         path: source.to_string(),
-        message: toml_message(text, &e),
+        errors: vec![toml_message(text, &e)],
     })?;
     let mut r = Reader {
         text,
         errors: Vec::new(),
         baseline_models: Vec::new(),
+        rule_names: HashMap::new(),
     };
     let policy = r.policy(table.get_ref(), source);
     if r.errors.is_empty() {
         return Ok(policy);
     }
     r.errors.sort_by_key(|(at, _)| *at);
-    let messages: Vec<String> = r.errors.into_iter().map(|(_, m)| m).collect();
-    let message = match messages.as_slice() {
-        [one] => one.clone(),
-        many => format!(
-            "{} errors:{}",
-            many.len(),
-            many.iter()
-                .map(|m| format!("\n  - {m}"))
-                .collect::<String>()
-        ),
-    };
     Err(Error::Policy {
         path: source.to_string(),
-        message,
+        errors: r.errors.into_iter().map(|(_, m)| m).collect(),
     })
 }
 
@@ -72,6 +63,9 @@ struct Reader<'t> {
     /// Where `cpu.model = "baseline"` is written: it needs `[host] cluster`, which may come
     /// after the rules.
     baseline_models: Vec<Range<usize>>,
+    /// Each rule name read so far and the line it is on: a plan names the rule behind each
+    /// value, so two rules of one name would make the logs ambiguous.
+    rule_names: HashMap<String, usize>,
 }
 
 /// The keys of `[[rule]]` and its sub-tables, as serde would list them.
@@ -94,6 +88,8 @@ const VCPU_KEYS: &[&str] = &["max", "topology", "iommu"];
 impl<'t> Reader<'t> {
     fn error(&mut self, span: Range<usize>, key: &str, msg: &str) {
         let (line, col) = line_col(self.text, span.start);
+        // Messages quote the policy's values, and one mistake must stay one line.
+        let msg = escape_controls(msg);
         self.errors.push((
             span.start,
             format!("line {line}, column {col}: key `{key}`: {msg}"),
@@ -268,18 +264,22 @@ impl<'t> Reader<'t> {
     fn rule(&mut self, v: &Value<'t>) -> Option<Rule> {
         let before = self.errors.len();
         let mut name = None;
+        let mut named = false;
         let mut matches = Match::default();
         let mut cpu = CpuRule::default();
         let mut vcpu = VcpuRule::default();
         for (key, v) in self.table(v, "rule", RULE_KEYS) {
             match key {
-                "name" => name = self.rule_name(v),
+                "name" => {
+                    named = true;
+                    name = self.rule_name(v);
+                }
                 "match" => matches = self.rule_match(v),
                 "cpu" => cpu = self.rule_cpu(v),
                 _ => vcpu = self.rule_vcpu(v),
             }
         }
-        if name.is_none() && self.errors.len() == before {
+        if !named {
             self.error(
                 v.span(),
                 "rule.name",
@@ -295,13 +295,32 @@ impl<'t> Reader<'t> {
         })
     }
 
+    /// A rule's name: not empty, no control character (names go into journal fields and log
+    /// lines, where a newline would forge a line), not the name of an earlier rule.
     fn rule_name(&mut self, v: &Value<'t>) -> Option<String> {
         let name = self.value::<String>(v, "rule.name")?;
+        if let Some(c) = name.chars().find(|c| c.is_control()) {
+            let msg = format!(
+                "`{name}` contains the control character `{}`: rule names appear in journal fields and log lines",
+                c.escape_debug()
+            );
+            self.error(v.span(), "rule.name", &msg);
+            return None;
+        }
         let name = name.trim().to_string();
         if name.is_empty() {
             self.error(v.span(), "rule.name", "must not be empty");
             return None;
         }
+        let (line, _) = line_col(self.text, v.span().start);
+        if let Some(first) = self.rule_names.get(&name) {
+            let msg = format!(
+                "`{name}` is already the name of the [[rule]] on line {first}: every rule needs its own name"
+            );
+            self.error(v.span(), "rule.name", &msg);
+            return None;
+        }
+        self.rule_names.insert(name.clone(), line);
         Some(name)
     }
 
@@ -433,10 +452,12 @@ impl<'t> Reader<'t> {
 
     fn vcpu_max(&mut self, v: &Value<'t>, key: &str) -> Option<VcpuMax> {
         let max = match v.get_ref() {
-            DeValue::Integer(_) => self
-                .value::<i64>(v, key)
-                .filter(|n| (1..=i64::from(u32::MAX)).contains(n))
+            // Not `self.value`: an integer out of i64's range would be a second error for the
+            // one mistake reported below.
+            DeValue::Integer(_) => i64::deserialize(v.clone().into_deserializer())
+                .ok()
                 .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| *n >= 1)
                 .map(VcpuMax::Count),
             DeValue::String(s) if s == "host" => Some(VcpuMax::Host),
             DeValue::String(s) if s == "machine" => Some(VcpuMax::Machine),
@@ -496,6 +517,19 @@ fn dotted(table: &str, key: &str) -> String {
 fn lookup<'v, 't>(v: &'v Value<'t>, path: &[&str]) -> Option<&'v Value<'t>> {
     path.iter()
         .try_fold(v, |v, key| v.get_ref().as_table()?.get(*key))
+}
+
+/// `s` with each control character escaped (`\n`, `\u{1b}`).
+fn escape_controls(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// A value as written in the policy, for messages (`0`, `"lots"`).

@@ -648,6 +648,100 @@ fn policy_misspelled_key_names_key_line_and_column() {
     bad_input(&out, &["line 2", "column", "mdoe"]);
 }
 
+/// A policy with several mistakes: exit 2, a first line `policy P: N errors:`, then one line per
+/// mistake, each with its line and column, in the order of the file. Returns those lines.
+#[track_caller]
+fn policy_errors(text: &str, n: usize) -> Vec<String> {
+    let t = Scratch::new("polmany");
+    let pol = t.write("policy.toml", text);
+    let out = rewrite(&["--policy", &s(&pol), &s(&cloudstack())]).run();
+    refused(&out, 2, &[]);
+    let lines: Vec<&str> = out.stderr.trim_end().lines().collect();
+    let head = format!("virt-cpu-policy: policy {}: {n} errors:", s(&pol));
+    assert_eq!(lines.len(), n + 1, "{n} errors wanted:\n{}", out.stderr);
+    assert_eq!(lines[0], head, "{}", out.stderr);
+    for l in &lines[1..] {
+        assert!(
+            l.starts_with("  - line ") && l.contains(", column "),
+            "not `  - line L, column C: ...`: {l:?}\n{}",
+            out.stderr
+        );
+    }
+    lines[1..].iter().map(|l| (*l).to_string()).collect()
+}
+
+/// A `[[rule]]` without a name is reported also when that rule (and the file) has other
+/// mistakes: every mistake at once.
+#[test]
+fn policy_rule_without_a_name_is_reported_among_other_errors() {
+    let errors = policy_errors(
+        "mode = \"enforc\"\n[[rule]]\ncpu.min_level = \"v9\"\n[[rule]]\nname = \"b\"\ncpu.check = 3\n",
+        4,
+    );
+    assert!(
+        errors[0].contains("line 1, column 8: key `mode`"),
+        "{errors:#?}"
+    );
+    assert!(
+        errors[1].contains("line 2, column 1: key `rule.name`: missing"),
+        "{errors:#?}"
+    );
+    assert!(
+        errors[2].contains("line 3, column 17: key `rule.cpu.min_level`"),
+        "{errors:#?}"
+    );
+    assert!(
+        errors[3].contains("line 6, column 13: key `rule.cpu.check`"),
+        "{errors:#?}"
+    );
+}
+
+/// Rule names reach journal fields and log lines: a name used twice is an error at the second
+/// (naming the first's line), and so is a name with a control character, shown escaped so the
+/// message stays one line per mistake.
+#[test]
+fn policy_duplicate_or_control_character_rule_names_are_errors() {
+    let errors = policy_errors(
+        "[[rule]]\nname = \"v2\"\n[[rule]]\nname = \" v2\"\n[[rule]]\nname = \"a\\tb\"\n[[rule]]\nname = \"c\\nd\"\n[[rule]]\nname = \"e\\u007f\"\n[[rule]]\nname = \"f\\u001b[31m\"\n",
+        5,
+    );
+    assert!(
+        errors[0].contains("line 4, column 8: key `rule.name`")
+            && errors[0].contains("`v2`")
+            && errors[0].contains("line 2"),
+        "{errors:#?}"
+    );
+    for (i, (line, shown)) in [
+        ("line 6, column 8", "\\t"),
+        ("line 8, column 8", "\\n"),
+        ("line 10, column 8", "\\u{7f}"),
+        ("line 12, column 8", "\\u{1b}"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let e = &errors[i + 1];
+        assert!(
+            e.contains(line) && e.contains("control character") && e.contains(shown),
+            "{line} {shown}: {errors:#?}"
+        );
+    }
+}
+
+/// A `vcpu.max` too large for any integer type is one mistake, reported once.
+#[test]
+fn policy_vcpu_max_overflow_is_reported_once() {
+    let t = Scratch::new("polmax");
+    for value in ["99999999999999999999", "4294967296", "-1", "0"] {
+        let pol = t.write(
+            "policy.toml",
+            format!("version = 1\n[[rule]]\nname = \"x\"\nvcpu.max = {value}\n"),
+        );
+        let out = rewrite(&["--policy", &s(&pol), &s(&cloudstack())]).run();
+        bad_input(&out, &["line 4, column 12: key `rule.vcpu.max`", value]);
+    }
+}
+
 /// Usage errors (clap): exit 2, nothing on stdout.
 #[test]
 fn usage_errors_exit_2() {

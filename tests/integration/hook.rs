@@ -921,6 +921,74 @@ fn destination_warn_lets_a_nonconforming_but_runnable_guest_in() {
     log_has_no_xml(&log);
 }
 
+/// The log lines that are decisions (a warning logged beside one has no `decision` field).
+fn decisions(log: &str) -> Vec<&str> {
+    log.lines().filter(|l| l.contains(" decision=\"")).collect()
+}
+
+/// A migrate or restore of a guest below the policy that this host can run is let in with
+/// exactly one decision logged: `hook-violation-allowed` with the rule, not that one plus a
+/// `hook-allowed`.
+#[test]
+fn destination_logs_exactly_one_decision() {
+    let t = Scratch::with_snap("dest-one");
+    let p = t.write("p.toml", policy("enforce", "warn", "allow"));
+    for op in ["migrate", "restore"] {
+        std::fs::remove_file(t.log_path()).ok();
+        let out = t
+            .hook(&p, &["i-2-14-VM", op, "begin", "-"])
+            .stdin(cloudstack("i-2-14-VM"))
+            .run();
+        allowed(&out);
+        let log = t.log();
+        let d = decisions(&log);
+        assert_eq!(d.len(), 1, "{op}: one decision wanted:\n{log}");
+        for needle in [
+            "message_id=\"ae90be5fa89e42ffbcc423cedbe8c7f4\"",
+            &format!("operation=\"{op}\""),
+            &format!("rule=\"{RULE}\""),
+            "code=\"cpu-level\"",
+            "this host can run the guest",
+        ] {
+            assert!(d[0].contains(needle), "{op}: no {needle}:\n{log}");
+        }
+        log_has_no_xml(&log);
+    }
+}
+
+/// A warning the hook logs (here libvirt's: `match` means nothing under host-model) carries its
+/// own `MESSAGE_ID` and the finding as its message, beside the one decision.
+#[test]
+fn hook_warnings_carry_a_message_id() {
+    let t = Scratch::with_snap("warn-id");
+    let p = t.write("p.toml", policy("enforce", "warn", "allow"));
+    let xml = cloudstack("g1").replace(
+        "<cpu><topology sockets='1' cores='2' threads='1' /></cpu>",
+        "<cpu mode='host-model' match='exact'/>",
+    );
+    for op in ["prepare", "migrate"] {
+        std::fs::remove_file(t.log_path()).ok();
+        allowed(
+            &t.hook(&p, &["g1", op, "begin", "-"])
+                .stdin(xml.as_str())
+                .run(),
+        );
+        let log = t.log();
+        let warning: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("code=\"cpu-match-host-model\""))
+            .collect();
+        assert_eq!(warning.len(), 1, "{op}:\n{log}");
+        assert!(
+            warning[0].contains(" WARN <cpu match> has no meaning with mode='host-model'")
+                && warning[0].contains("message_id=\"fc3e55da7ca34faa94b17bcbd67937ba\"")
+                && warning[0].contains(&format!("operation=\"{op}\"")),
+            "{op}:\n{log}"
+        );
+        assert_eq!(decisions(&log).len(), 1, "{op}:\n{log}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The tool's own failures: [hook] on_error
 // ---------------------------------------------------------------------------------------------
@@ -1017,6 +1085,37 @@ fn broken_policy_follows_on_error() {
         );
     }
     log_has_no_xml(&t.log());
+}
+
+/// A policy with several mistakes is one log line, the mistakes joined with "; " (the command
+/// line prints one per line), and one line on stderr when it refuses.
+#[test]
+fn broken_policy_with_several_errors_is_one_log_line() {
+    let t = Scratch::with_snap("bad-policy-many");
+    for on_error in ["allow", "deny"] {
+        let p = t.write(
+            "p.toml",
+            broken_policy(on_error).replace("name = \"x\"", "name = \"x\"\nvcpu.max = 0"),
+        );
+        std::fs::remove_file(t.log_path()).ok();
+        let out = t
+            .hook(&p, &["g1", "prepare", "begin", "-"])
+            .stdin(conforming("g1"))
+            .run();
+        let joined = "min_levl`, expected one of `mode`, `model`, `fallback`, `check`, `min_level`, `require`, `disable`; line 11, column 12: key `rule.vcpu.max`";
+        if on_error == "deny" {
+            refused(&out, "g1", "[hook] on_error", &["2 errors: line 9", joined]);
+        } else {
+            allowed(&out);
+        }
+        let log = t.log();
+        assert_eq!(log.lines().count(), 1, "one line wanted:\n{log}");
+        assert!(
+            log.contains("2 errors: line 9, column 5: key `rule.cpu.min_levl`")
+                && log.contains(joined),
+            "{log}"
+        );
+    }
 }
 
 /// A policy whose one rule gives x86_64 guests the baseline of `cluster` (`[host] cluster`),

@@ -1,5 +1,6 @@
 //! The hook's decisions through journald's socket: each carries `GUEST`, `OPERATION`, `VERDICT`,
-//! `RULE`, `CODE` and its `MESSAGE_ID`, and never domain XML.
+//! `RULE`, `CODE`, its `MESSAGE_ID` and the `PRIORITY` README.md documents, and never domain XML;
+//! one decision per hook call, warnings with a `MESSAGE_ID` of their own, every `MESSAGE` one line.
 //!
 //! CI containers run no journald, and a test must not replace the machine's
 //! `/run/systemd/journal/socket` (other programs log there). So the test binds a datagram socket
@@ -53,16 +54,14 @@ fn can_unshare() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Run the hook with `xml` on stdin inside the namespace where `sock` is journald's socket.
-fn hook_through(sock: &std::path::Path, policy: &std::path::Path, args: &[&str], xml: &str) -> i32 {
+/// Run `program ARGS` with `xml` on stdin inside a private mount namespace where `sock` is
+/// journald's socket.
+fn run_through(sock: &std::path::Path, program: &str, args: &str, xml: &str) -> i32 {
     let script = format!(
-        "mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/journal && touch /run/systemd/journal/socket \
-         && mount --bind '{}' /run/systemd/journal/socket && exec '{}' hook --policy '{}' \
-         --no-qemu-caps-cache --snapshot-dir /run/none {}",
+        "mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/journal \
+         && touch /run/systemd/journal/socket \
+         && mount --bind '{}' /run/systemd/journal/socket && exec '{program}' {args}",
         s(sock),
-        bin(),
-        s(policy),
-        args.join(" ")
     );
     let mut child = Command::new("unshare")
         .args(["-m", "--propagation", "private", "sh", "-c", &script])
@@ -75,34 +74,99 @@ fn hook_through(sock: &std::path::Path, policy: &std::path::Path, args: &[&str],
     child.wait().unwrap().code().unwrap_or(-1)
 }
 
+/// Run the hook with `xml` on stdin inside the namespace where `sock` is journald's socket.
+fn hook_through(sock: &std::path::Path, policy: &std::path::Path, args: &[&str], xml: &str) -> i32 {
+    let args = format!(
+        "hook --policy '{}' --no-qemu-caps-cache --snapshot-dir /run/none {}",
+        s(policy),
+        args.join(" ")
+    );
+    run_through(sock, bin(), &args, xml)
+}
+
+/// Every entry the program that just ended sent to `sock` (tracing-journald's empty probe
+/// datagram left out).
+fn entries(sock: &UnixDatagram) -> Vec<Entry> {
+    sock.set_nonblocking(true).unwrap();
+    let mut buf = vec![0u8; 65536];
+    let mut out = Vec::new();
+    while let Ok(n) = sock.recv(&mut buf) {
+        if n > 0 {
+            out.push(parse(&buf[..n]));
+        }
+    }
+    sock.set_nonblocking(false).unwrap();
+    out
+}
+
+/// The one decision (an entry with `DECISION`) among `entries`.
+#[track_caller]
+fn one_decision(entries: &[Entry]) -> &Entry {
+    let d: Vec<&Entry> = entries
+        .iter()
+        .filter(|e| e.contains_key("DECISION"))
+        .collect();
+    assert_eq!(d.len(), 1, "one decision per hook call: {entries:#?}");
+    d[0]
+}
+
+/// No field of `e` holds domain XML, a line break, or a prefixed name.
+#[track_caller]
+fn clean(e: &Entry) {
+    assert!(
+        !e.keys().any(|k| k.starts_with("F_")),
+        "unprefixed fields: {e:#?}"
+    );
+    for v in e.values() {
+        assert!(
+            !v.contains("<domain") && !v.contains("s3cret"),
+            "XML in the journal: {v}"
+        );
+        assert!(!v.contains('\n'), "a field of several lines: {e:#?}");
+    }
+}
+
+/// Whether the test can run; a message (and under `CI`, a failure) when it cannot.
+fn namespace_or_skip() -> bool {
+    if can_unshare() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").is_err(),
+        "CI runs as root: unshare --mount must work"
+    );
+    eprintln!("skipping: cannot make a private mount namespace (not root?)");
+    false
+}
+
 const CLOUDSTACK: &str = "<domain type='kvm'>\n  <name>i-2-14-VM</name>\n  <vcpu>2</vcpu>\n  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>\n  </os>\n  <cpu><topology sockets='1' cores='2' threads='1' /></cpu>\n  <devices><graphics type='vnc' passwd='s3cret'/></devices>\n</domain>\n";
 
+/// A policy of one x86-64-v2 rule with these `[hook]` settings.
+fn policy(on_violation: &str, on_error: &str) -> String {
+    format!(
+        "version = 1\n[hook]\non_violation = \"{on_violation}\"\non_error = \"{on_error}\"\n[[rule]]\nname = \"x86-64-v2 baseline\"\nmatch = {{ arch = \"x86_64\" }}\ncpu.min_level = \"x86-64-v2\"\n"
+    )
+}
+
+/// Each kind of decision, with the journal `PRIORITY` README.md gives it: a refusal 4 (warning),
+/// a guest let through below the policy 4, the hook's own failure 3 (err), a guest let through
+/// with nothing wrong 6 (info).
 #[test]
 fn hook_decisions_reach_journald_with_their_fields() {
-    if !can_unshare() {
-        assert!(
-            std::env::var("CI").is_err(),
-            "CI runs as root: unshare --mount must work"
-        );
-        eprintln!("skipping: cannot make a private mount namespace (not root?)");
+    if !namespace_or_skip() {
         return;
     }
     let t = Scratch::new("journal");
     let sock_path = t.path("journal.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let policy = |v: &str, e: &str| {
-        format!(
-            "version = 1\n[hook]\non_violation = \"{v}\"\non_error = \"{e}\"\n[[rule]]\nname = \"x86-64-v2 baseline\"\nmatch = {{ arch = \"x86_64\" }}\ncpu.min_level = \"x86-64-v2\"\n"
-        )
-    };
     let deny = t.write("deny.toml", policy("deny", "deny"));
     let warn = t.write("warn.toml", policy("warn", "allow"));
     let conforming = CLOUDSTACK.replace(
         "<cpu><topology sockets='1' cores='2' threads='1' /></cpu>",
         "<cpu mode='custom'><model>Nehalem</model></cpu>",
     );
-    // (policy, operation, XML, exit, MESSAGE_ID, VERDICT, RULE, CODE)
+    // (policy, operation, XML, exit, MESSAGE_ID, VERDICT, RULE, CODE, PRIORITY)
     let cases = [
         (
             &deny,
@@ -113,6 +177,7 @@ fn hook_decisions_reach_journald_with_their_fields() {
             "refuse",
             Some("x86-64-v2 baseline"),
             Some("cpu-level"),
+            "4",
         ),
         (
             &warn,
@@ -123,6 +188,7 @@ fn hook_decisions_reach_journald_with_their_fields() {
             "allow",
             Some("x86-64-v2 baseline"),
             Some("cpu-level"),
+            "4",
         ),
         (
             &deny,
@@ -133,6 +199,7 @@ fn hook_decisions_reach_journald_with_their_fields() {
             "allow",
             None,
             None,
+            "6",
         ),
         (
             &deny,
@@ -143,6 +210,7 @@ fn hook_decisions_reach_journald_with_their_fields() {
             "refuse",
             Some("[hook] on_error"),
             Some("xml"),
+            "3",
         ),
         (
             &warn,
@@ -153,36 +221,154 @@ fn hook_decisions_reach_journald_with_their_fields() {
             "allow",
             Some("[hook] on_error"),
             Some("xml"),
+            "3",
         ),
     ];
-    for (p, op, xml, code, id, verdict, rule, finding) in cases {
+    for (p, op, xml, code, id, verdict, rule, finding, priority) in cases {
         let rc = hook_through(&sock_path, p, &["i-2-14-VM", op, "begin", "-"], xml);
         assert_eq!(rc, code, "{op} under {}", s(p));
-        // The hook's first datagram is tracing-journald's empty probe.
-        let mut buf = vec![0u8; 65536];
-        let entry = loop {
-            let n = sock.recv(&mut buf).expect("a journal entry within 5 s");
-            if n > 0 {
-                break parse(&buf[..n]);
-            }
-        };
+        let all = entries(&sock);
+        let entry = one_decision(&all);
         assert_eq!(entry["MESSAGE_ID"], id, "{entry:#?}");
+        assert_eq!(entry["PRIORITY"], priority, "{entry:#?}");
         assert_eq!(entry["GUEST"], "i-2-14-VM");
         assert_eq!(entry["OPERATION"], op);
         assert_eq!(entry["VERDICT"], verdict);
         assert_eq!(entry.get("RULE").map(String::as_str), rule, "{entry:#?}");
         assert_eq!(entry.get("CODE").map(String::as_str), finding, "{entry:#?}");
         assert_eq!(entry["SYSLOG_IDENTIFIER"], "virt-cpu-policy");
-        assert!(entry.contains_key("DECISION") && !entry["MESSAGE"].is_empty());
-        assert!(
-            !entry.keys().any(|k| k.starts_with("F_")),
-            "unprefixed fields: {entry:#?}"
-        );
-        for v in entry.values() {
-            assert!(
-                !v.contains("<domain") && !v.contains("s3cret"),
-                "XML in the journal: {v}"
-            );
-        }
+        assert!(!entry["MESSAGE"].is_empty());
+        all.iter().for_each(clean);
     }
+}
+
+/// A warning is its own entry (`MESSAGE_ID` `hook-warning`, `PRIORITY` 4, the finding as
+/// `MESSAGE`), beside the one decision; a restore below the policy is one decision.
+#[test]
+fn hook_warnings_reach_journald_beside_one_decision() {
+    if !namespace_or_skip() {
+        return;
+    }
+    let t = Scratch::new("journal-warn");
+    let sock_path = t.path("journal.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    let warn = t.write("warn.toml", policy("warn", "allow"));
+    let host_model = CLOUDSTACK.replace(
+        "<cpu><topology sockets='1' cores='2' threads='1' /></cpu>",
+        "<cpu mode='host-model' match='exact'/>",
+    );
+    for op in ["prepare", "migrate"] {
+        let rc = hook_through(
+            &sock_path,
+            &warn,
+            &["i-2-14-VM", op, "begin", "-"],
+            &host_model,
+        );
+        assert_eq!(rc, 0);
+        let all = entries(&sock);
+        one_decision(&all);
+        let w: Vec<&Entry> = all.iter().filter(|e| !e.contains_key("DECISION")).collect();
+        assert_eq!(w.len(), 1, "{op}: one warning: {all:#?}");
+        assert_eq!(
+            w[0]["MESSAGE_ID"], "fc3e55da7ca34faa94b17bcbd67937ba",
+            "{w:#?}"
+        );
+        assert_eq!(w[0]["PRIORITY"], "4");
+        assert_eq!(w[0]["CODE"], "cpu-match-host-model");
+        assert_eq!(w[0]["OPERATION"], op);
+        assert_eq!(w[0]["GUEST"], "i-2-14-VM");
+        assert_eq!(
+            w[0]["MESSAGE"],
+            "<cpu match> has no meaning with mode='host-model'"
+        );
+        all.iter().for_each(clean);
+    }
+
+    let rc = hook_through(
+        &sock_path,
+        &warn,
+        &["i-2-14-VM", "restore", "begin", "-"],
+        CLOUDSTACK,
+    );
+    assert_eq!(rc, 0);
+    let all = entries(&sock);
+    let d = one_decision(&all);
+    assert_eq!(
+        d["MESSAGE_ID"], "ae90be5fa89e42ffbcc423cedbe8c7f4",
+        "{d:#?}"
+    );
+    assert_eq!(d["PRIORITY"], "4");
+}
+
+/// A policy with several mistakes is one `MESSAGE` line, the mistakes joined with "; ".
+#[test]
+fn hook_policy_errors_reach_journald_on_one_line() {
+    if !namespace_or_skip() {
+        return;
+    }
+    let t = Scratch::new("journal-policy");
+    let sock_path = t.path("journal.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    let broken = t.write(
+        "broken.toml",
+        "mode = \"enforc\"\n[hook]\non_error = \"allow\"\n[[rule]]\ncpu.min_level = \"v9\"\n",
+    );
+    let rc = hook_through(
+        &sock_path,
+        &broken,
+        &["i-2-14-VM", "prepare", "begin", "-"],
+        CLOUDSTACK,
+    );
+    assert_eq!(rc, 0);
+    let all = entries(&sock);
+    let d = one_decision(&all);
+    assert_eq!(
+        d["MESSAGE_ID"], "f3b0c6b0d70941ceaf632ba6b321e054",
+        "{d:#?}"
+    );
+    assert_eq!(d["PRIORITY"], "3");
+    let want = format!(
+        "policy {}: 3 errors: line 1, column 8: key `mode`: unknown variant `enforc`, expected `enforce` or `audit`; line 4, column 1: key `rule.name`: missing: every [[rule]] needs a name; line 5, column 17: key `rule.cpu.min_level`",
+        s(&broken)
+    );
+    assert!(d["MESSAGE"].starts_with(&want), "{d:#?}");
+    all.iter().for_each(clean);
+}
+
+/// The daemon's policy error, through the same socket: one line, `PRIORITY` 3. It stops before
+/// it connects to libvirt.
+#[cfg(feature = "daemon")]
+#[test]
+fn daemon_policy_error_reaches_journald_on_one_line() {
+    if !namespace_or_skip() {
+        return;
+    }
+    let t = Scratch::new("journal-daemon");
+    let sock_path = t.path("journal.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    let broken = t.write("broken.toml", "mode = \"enforc\"\n[[rule]]\nname = 3\n");
+    let args = format!(
+        "--uri test:///default --policy '{}' --snapshot-dir '{}' daemon",
+        s(&broken),
+        s(&t.path("snap"))
+    );
+    let rc = run_through(
+        &sock_path,
+        env!("CARGO_BIN_EXE_virt-cpu-policyd"),
+        &args,
+        "",
+    );
+    assert_eq!(rc, 2);
+    let all = entries(&sock);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    let e = &all[0];
+    assert_eq!(e["PRIORITY"], "3", "{e:#?}");
+    assert_eq!(e["SYSLOG_IDENTIFIER"], "virt-cpu-policyd");
+    assert_eq!(e["MESSAGE"], "cannot load the policy");
+    assert!(
+        e["ERROR"].contains("2 errors: line 1, column 8: key `mode`")
+            && e["ERROR"].contains("; line 3, column 8: key `rule.name`"),
+        "{e:#?}"
+    );
+    clean(e);
 }
