@@ -248,6 +248,9 @@ fn replaced_cpu(
         // Only the start tag changes: the rest is copied as it is.
         let gap_and_body = &text[start_tag_attr_end(text, f)..f.range().end];
         format!("{start_tag}{gap_and_body}")
+    } else if items.is_empty() {
+        // Every child went (a model under host-passthrough): `<cpu .../>`, as libvirt writes it.
+        format!("{start_tag}/>")
     } else if !text[f.range()].contains('\n') && !self_closing {
         // Written on one line (CloudStack writes `<cpu><topology .../></cpu>`): it stays on one.
         let mut s = format!("{start_tag}>");
