@@ -158,6 +158,21 @@ pub struct Applied {
 }
 
 impl Applied {
+    /// A guest that was not judged: transient, or its definition could not be read or parsed.
+    fn unjudged(
+        report: Report,
+        code: Option<&'static str>,
+        failure: Option<&'static str>,
+    ) -> Applied {
+        Applied {
+            report,
+            verdict: None,
+            rules: Vec::new(),
+            code,
+            failure,
+        }
+    }
+
     /// The verdict of the stored definition *after* this step: a rewritten one conforms.
     #[must_use]
     pub fn verdict_after(&self) -> Option<&'static str> {
@@ -191,33 +206,14 @@ pub fn apply_judged(
     backup_dir: &Path,
     dry_run: bool,
 ) -> Applied {
-    let unjudged = |report, code, failure| Applied {
-        report,
-        verdict: None,
-        rules: Vec::new(),
-        code,
-        failure,
-    };
-    match dom.is_persistent() {
-        Ok(true) => {}
-        Ok(false) => return unjudged(Report::Transient, None, None),
-        Err(e) => {
-            let r = Report::Refused(format!("libvirt: {e}"));
-            return unjudged(r, Some("libvirt"), Some("unreadable"));
-        }
-    }
-    let name = dom.name().unwrap_or_default();
-    let xml = match dom.xml_desc(xml_flags()) {
-        Ok(x) => x,
-        Err(e) => {
-            let r = Report::Refused(format!("cannot read the definition: {e}"));
-            return unjudged(r, Some("libvirt"), Some("unreadable"));
-        }
+    let (name, xml) = match stored_definition(dom) {
+        Ok(d) => d,
+        Err(unjudged) => return *unjudged,
     };
     let outcome = match rewrite(&xml, &format!("the definition of '{name}'"), policy, host) {
         Ok(o) => o,
         Err(e) => {
-            return unjudged(
+            return Applied::unjudged(
                 Report::Refused(e.to_string()),
                 Some(e.code()),
                 Some("unreadable"),
@@ -228,49 +224,79 @@ pub fn apply_judged(
         .findings
         .iter()
         .find(|f| f.severity == crate::finding::Severity::Error);
-    let judged = |report, failure| Applied {
+    let (report, failure) = if let Some(f) = error {
+        (Report::Refused(f.to_string()), Some("cannot-conform"))
+    } else if !outcome.changed {
+        (Report::Unchanged, None)
+    } else if policy.mode == crate::policy::Mode::Audit {
+        let why = "would change, but the policy's mode is audit";
+        (Report::Refused(why.into()), None)
+    } else {
+        let new = &outcome.output;
+        define_rewritten(conn, dom, &name, &xml, new, backup_dir, dry_run)
+    };
+    Applied {
         report,
         verdict: Some(crate::report::verdict(&outcome).0),
         rules: crate::audit::rules_involved(&outcome, &crate::policy::Plan::default()),
         code: error.map(|f| f.code),
         failure,
+    }
+}
+
+/// A persistent guest's name and stored definition (with secrets); else what [`apply_judged`]
+/// reports for it (a transient guest, or one libvirt cannot give).
+fn stored_definition(dom: &VirDomain) -> Result<(String, String), Box<Applied>> {
+    let unreadable = |why: String| {
+        let r = Report::Refused(why);
+        Box::new(Applied::unjudged(r, Some("libvirt"), Some("unreadable")))
     };
-    if let Some(f) = error {
-        return judged(Report::Refused(f.to_string()), Some("cannot-conform"));
+    match dom.is_persistent() {
+        Ok(true) => {}
+        Ok(false) => return Err(Box::new(Applied::unjudged(Report::Transient, None, None))),
+        Err(e) => return Err(unreadable(format!("libvirt: {e}"))),
     }
-    if !outcome.changed || policy.mode == crate::policy::Mode::Audit {
-        return if outcome.changed {
-            judged(
-                Report::Refused("would change, but the policy's mode is audit".into()),
-                None,
-            )
-        } else {
-            judged(Report::Unchanged, None)
-        };
-    }
+    let name = dom.name().unwrap_or_default();
+    let xml = dom
+        .xml_desc(xml_flags())
+        .map_err(|e| unreadable(format!("cannot read the definition: {e}")))?;
+    Ok((name, xml))
+}
+
+/// Back the guest's `old` definition up and define the `new` one (under `dry_run`, neither):
+/// the report, and the failure reason when the backup or the define failed.
+fn define_rewritten(
+    conn: &Connect,
+    dom: &VirDomain,
+    name: &str,
+    old: &str,
+    new: &str,
+    backup_dir: &Path,
+    dry_run: bool,
+) -> (Report, Option<&'static str>) {
     let running = dom.is_active().unwrap_or(false);
-    let diff = similar::TextDiff::from_lines(&xml, &outcome.output)
+    let diff = similar::TextDiff::from_lines(old, new)
         .unified_diff()
         .header(&format!("{name} (stored)"), &format!("{name} (conforming)"))
         .to_string();
     if dry_run {
-        let r = Report::Changed {
+        let changed = Report::Changed {
             running,
             backup: None,
             diff,
         };
-        return judged(r, None);
+        return (changed, None);
     }
     let uuid = dom.uuid_string().unwrap_or_default();
-    let backup = match write_backup(backup_dir, &name, &uuid, &xml) {
+    let backup = match write_backup(backup_dir, name, &uuid, old) {
         Ok(p) => p,
         Err(e) => {
-            let r = Report::Refused(format!("cannot write the backup, nothing defined: {e}"));
-            return judged(r, Some("backup"));
+            let why = format!("cannot write the backup, nothing defined: {e}");
+            return (Report::Refused(why), Some("backup"));
         }
     };
-    match conn.define_domain_xml(&outcome.output) {
-        Ok(_) => judged(
+    match conn.define_domain_xml(new) {
+        Ok(_) => (
             Report::Changed {
                 running,
                 backup: Some(backup),
@@ -278,7 +304,7 @@ pub fn apply_judged(
             },
             None,
         ),
-        Err(e) => judged(
+        Err(e) => (
             Report::Refused(format!(
                 "libvirt refused the rewritten definition (old one kept, backup {}): {e}",
                 backup.display()
