@@ -23,7 +23,7 @@
 //! of [`crate::log::decision`].
 
 use crate::hook::SNAPSHOT_DIR;
-use crate::host::{Host, HostOptions};
+use crate::host::{Fact, Host, HostOptions, LibvirtVersion};
 use crate::policy::Policy;
 use crate::rewrite::rewrite;
 use clap::{Args, Parser, Subcommand};
@@ -73,6 +73,11 @@ pub struct Cli {
     /// /var/lib/prometheus/node-exporter/virt_cpu_policy.prom). Default: none.
     #[arg(long, global = true, value_name = "PATH")]
     pub metrics_file: Option<PathBuf>,
+    /// Apply the rules of this libvirt version (MAJOR.MINOR.MICRO) instead of the connected
+    /// libvirtd's (e.g. `apply --dry-run` before an upgrade). The snapshot and the published
+    /// facts keep the connected libvirtd's version.
+    #[arg(long, global = true, value_name = "VERSION")]
+    pub libvirt_version: Option<LibvirtVersion>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -153,6 +158,21 @@ pub struct Applied {
 }
 
 impl Applied {
+    /// A guest that was not judged: transient, or its definition could not be read or parsed.
+    fn unjudged(
+        report: Report,
+        code: Option<&'static str>,
+        failure: Option<&'static str>,
+    ) -> Applied {
+        Applied {
+            report,
+            verdict: None,
+            rules: Vec::new(),
+            code,
+            failure,
+        }
+    }
+
     /// The verdict of the stored definition *after* this step: a rewritten one conforms.
     #[must_use]
     pub fn verdict_after(&self) -> Option<&'static str> {
@@ -186,33 +206,14 @@ pub fn apply_judged(
     backup_dir: &Path,
     dry_run: bool,
 ) -> Applied {
-    let unjudged = |report, code, failure| Applied {
-        report,
-        verdict: None,
-        rules: Vec::new(),
-        code,
-        failure,
-    };
-    match dom.is_persistent() {
-        Ok(true) => {}
-        Ok(false) => return unjudged(Report::Transient, None, None),
-        Err(e) => {
-            let r = Report::Refused(format!("libvirt: {e}"));
-            return unjudged(r, Some("libvirt"), Some("unreadable"));
-        }
-    }
-    let name = dom.name().unwrap_or_default();
-    let xml = match dom.xml_desc(xml_flags()) {
-        Ok(x) => x,
-        Err(e) => {
-            let r = Report::Refused(format!("cannot read the definition: {e}"));
-            return unjudged(r, Some("libvirt"), Some("unreadable"));
-        }
+    let (name, xml) = match stored_definition(dom) {
+        Ok(d) => d,
+        Err(unjudged) => return *unjudged,
     };
     let outcome = match rewrite(&xml, &format!("the definition of '{name}'"), policy, host) {
         Ok(o) => o,
         Err(e) => {
-            return unjudged(
+            return Applied::unjudged(
                 Report::Refused(e.to_string()),
                 Some(e.code()),
                 Some("unreadable"),
@@ -223,49 +224,79 @@ pub fn apply_judged(
         .findings
         .iter()
         .find(|f| f.severity == crate::finding::Severity::Error);
-    let judged = |report, failure| Applied {
+    let (report, failure) = if let Some(f) = error {
+        (Report::Refused(f.to_string()), Some("cannot-conform"))
+    } else if !outcome.changed {
+        (Report::Unchanged, None)
+    } else if policy.mode == crate::policy::Mode::Audit {
+        let why = "would change, but the policy's mode is audit";
+        (Report::Refused(why.into()), None)
+    } else {
+        let new = &outcome.output;
+        define_rewritten(conn, dom, &name, &xml, new, backup_dir, dry_run)
+    };
+    Applied {
         report,
         verdict: Some(crate::report::verdict(&outcome).0),
         rules: crate::audit::rules_involved(&outcome, &crate::policy::Plan::default()),
         code: error.map(|f| f.code),
         failure,
+    }
+}
+
+/// A persistent guest's name and stored definition (with secrets); else what [`apply_judged`]
+/// reports for it (a transient guest, or one libvirt cannot give).
+fn stored_definition(dom: &VirDomain) -> Result<(String, String), Box<Applied>> {
+    let unreadable = |why: String| {
+        let r = Report::Refused(why);
+        Box::new(Applied::unjudged(r, Some("libvirt"), Some("unreadable")))
     };
-    if let Some(f) = error {
-        return judged(Report::Refused(f.to_string()), Some("cannot-conform"));
+    match dom.is_persistent() {
+        Ok(true) => {}
+        Ok(false) => return Err(Box::new(Applied::unjudged(Report::Transient, None, None))),
+        Err(e) => return Err(unreadable(format!("libvirt: {e}"))),
     }
-    if !outcome.changed || policy.mode == crate::policy::Mode::Audit {
-        return if outcome.changed {
-            judged(
-                Report::Refused("would change, but the policy's mode is audit".into()),
-                None,
-            )
-        } else {
-            judged(Report::Unchanged, None)
-        };
-    }
+    let name = dom.name().unwrap_or_default();
+    let xml = dom
+        .xml_desc(xml_flags())
+        .map_err(|e| unreadable(format!("cannot read the definition: {e}")))?;
+    Ok((name, xml))
+}
+
+/// Back the guest's `old` definition up and define the `new` one (under `dry_run`, neither):
+/// the report, and the failure reason when the backup or the define failed.
+fn define_rewritten(
+    conn: &Connect,
+    dom: &VirDomain,
+    name: &str,
+    old: &str,
+    new: &str,
+    backup_dir: &Path,
+    dry_run: bool,
+) -> (Report, Option<&'static str>) {
     let running = dom.is_active().unwrap_or(false);
-    let diff = similar::TextDiff::from_lines(&xml, &outcome.output)
+    let diff = similar::TextDiff::from_lines(old, new)
         .unified_diff()
         .header(&format!("{name} (stored)"), &format!("{name} (conforming)"))
         .to_string();
     if dry_run {
-        let r = Report::Changed {
+        let changed = Report::Changed {
             running,
             backup: None,
             diff,
         };
-        return judged(r, None);
+        return (changed, None);
     }
     let uuid = dom.uuid_string().unwrap_or_default();
-    let backup = match write_backup(backup_dir, &name, &uuid, &xml) {
+    let backup = match write_backup(backup_dir, name, &uuid, old) {
         Ok(p) => p,
         Err(e) => {
-            let r = Report::Refused(format!("cannot write the backup, nothing defined: {e}"));
-            return judged(r, Some("backup"));
+            let why = format!("cannot write the backup, nothing defined: {e}");
+            return (Report::Refused(why), Some("backup"));
         }
     };
-    match conn.define_domain_xml(&outcome.output) {
-        Ok(_) => judged(
+    match conn.define_domain_xml(new) {
+        Ok(_) => (
             Report::Changed {
                 running,
                 backup: Some(backup),
@@ -273,7 +304,7 @@ pub fn apply_judged(
             },
             None,
         ),
-        Err(e) => judged(
+        Err(e) => (
             Report::Refused(format!(
                 "libvirt refused the rewritten definition (old one kept, backup {}): {e}",
                 backup.display()
@@ -555,8 +586,75 @@ fn publish_dir<'a>(cli: &'a Cli, policy: &'a Policy) -> Option<&'a Path> {
     cli.publish.as_deref().or(policy.host.publish.as_deref())
 }
 
-fn host_for(policy: &Policy, snapshot: &[PathBuf]) -> Result<Host, crate::Error> {
-    Host::discover(&HostOptions::from_policy(policy, snapshot, None, None))
+/// A handler that drops libvirt's errors: they reach this program as `Result`s and are logged
+/// through `tracing` or said once on stderr, never twice.
+extern "C" fn ignore_libvirt_error(_opaque: *mut c_void, _error: sys::virErrorPtr) {}
+
+/// Silence libvirt's default error handler, which prints every error on stderr (the process's
+/// handler, so once is enough).
+fn quiet_libvirt_errors() {
+    static QUIET: std::sync::Once = std::sync::Once::new();
+    QUIET.call_once(|| {
+        // SAFETY: installs a handler that does nothing; no pointer is kept.
+        unsafe { sys::virSetErrorFunc(std::ptr::null_mut(), Some(ignore_libvirt_error)) };
+    });
+}
+
+/// Open a connection to `uri`. Every path that talks to libvirt opens through here, so none of
+/// them lets libvirt print its errors on stderr (an `apply` would say each twice, the daemon
+/// would put lines without journal fields in the journal).
+///
+/// # Errors
+/// libvirt's, when the connection cannot be opened.
+fn connect(uri: &str) -> Result<Connect, virt::error::Error> {
+    quiet_libvirt_errors();
+    Connect::open(Some(uri))
+}
+
+/// The libvirt version whose rules the daemon applies: the operator's `--libvirt-version`, else
+/// the connected libvirtd's (`virConnectGetLibVersion`: a remote connection answers with the
+/// daemon's version, not this library's). None when libvirt gives none: [`Host`] then falls
+/// back to its files (a `<hostFacts>` read, libvirt's QEMU capability cache).
+fn libvirt_version(cli: &Cli, conn: &Connect) -> Option<Fact<LibvirtVersion>> {
+    if let Some(value) = cli.libvirt_version {
+        return Some(Fact {
+            value,
+            source: "--libvirt-version".into(),
+        });
+    }
+    match conn.lib_version() {
+        Ok(n) => Some(Fact {
+            value: LibvirtVersion::from_number(u64::from(n)),
+            source: format!("virConnectGetLibVersion on {}", cli.uri),
+        }),
+        Err(e) => {
+            tracing::warn!(uri = %cli.uri, error = %e, "the connected libvirtd gives no version");
+            None
+        }
+    }
+}
+
+/// This host's facts for judging guests: the snapshot just written, the policy's `[host]`
+/// files, and `libvirt` (from [`libvirt_version`]) over any version those files name, so the
+/// daemon judges with the libvirtd it is connected to rather than with a file that another
+/// libvirt may have written.
+fn host_for(
+    policy: &Policy,
+    snapshot: &[PathBuf],
+    libvirt: Option<&Fact<LibvirtVersion>>,
+) -> Result<Host, crate::Error> {
+    Host::discover(&HostOptions {
+        libvirt_version: libvirt.cloned(),
+        ..HostOptions::from_policy(policy, snapshot, None, None)
+    })
+}
+
+/// The libvirt version `host` judges with and where it came from, as one sentence for the log.
+fn version_used(host: &Host) -> String {
+    match host.libvirt_version() {
+        Some(v) => format!("judging with libvirt {} (from {})", v.value, v.source),
+        None => "judging with libvirt 9.0's rules: no libvirt version known (the connection, host-facts files and libvirt's capability cache gave none)".into(),
+    }
 }
 
 fn describe(name: &str, r: &Report) -> String {
@@ -582,6 +680,23 @@ fn describe(name: &str, r: &Report) -> String {
     }
 }
 
+/// The guests `apply` names (`--all`: every guest libvirt lists), each with its domain, None when
+/// libvirt has no guest of that name.
+fn guests(conn: &Connect, a: &ApplyArgs) -> Vec<(String, Option<VirDomain>)> {
+    if a.all {
+        conn.list_all_domains(0)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| (d.name().unwrap_or_default(), Some(d)))
+            .collect()
+    } else {
+        a.names
+            .iter()
+            .map(|n| (n.clone(), conn.lookup_domain_by_name(n).ok()))
+            .collect()
+    }
+}
+
 /// `virt-cpu-policyd apply`: exit 0 when every guest is unchanged, changed or transient; 1 when
 /// any was refused; 2 when the policy or the connection fails.
 fn cmd_apply(cli: &Cli, a: &ApplyArgs) -> i32 {
@@ -592,7 +707,7 @@ fn cmd_apply(cli: &Cli, a: &ApplyArgs) -> i32 {
             return 2;
         }
     };
-    let conn = match Connect::open(Some(&cli.uri)) {
+    let conn = match connect(&cli.uri) {
         Ok(c) => c,
         Err(e) => {
             crate::stdio::message_line(&format!(
@@ -607,28 +722,18 @@ fn cmd_apply(cli: &Cli, a: &ApplyArgs) -> i32 {
     } else {
         write_snapshot(&conn, &cli.snapshot_dir, publish_dir(cli, &policy))
     };
-    let host = match host_for(&policy, &snapshot) {
+    let host = match host_for(&policy, &snapshot, libvirt_version(cli, &conn).as_ref()) {
         Ok(h) => h,
         Err(e) => {
             crate::stdio::message_line(&format!("virt-cpu-policyd: {e}"));
             return 2;
         }
     };
-    let doms: Vec<(String, Option<VirDomain>)> = if a.all {
-        conn.list_all_domains(0)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|d| (d.name().unwrap_or_default(), Some(d)))
-            .collect()
-    } else {
-        a.names
-            .iter()
-            .map(|n| (n.clone(), conn.lookup_domain_by_name(n).ok()))
-            .collect()
-    };
+    // On stderr: stdout is the per-guest report (and the diffs), which scripts read.
+    eprintln!("virt-cpu-policyd: {}", version_used(&host));
     let mut code = 0;
     let mut out = String::new();
-    for (name, d) in doms {
+    for (name, d) in guests(&conn, a) {
         let r = match d {
             Some(d) => apply_one(&conn, &d, &policy, &host, &cli.backup_dir, a.dry_run),
             None => Report::Refused("no such guest".into()),
@@ -712,15 +817,17 @@ extern "C" fn free_callback_data(opaque: *mut c_void) {
     }
 }
 
-/// A connection with its event callbacks registered.
+/// A connection with its event callbacks registered, and the libvirt version it judges with
+/// (asked at each connection: a libvirtd upgraded and restarted brings its own rules).
 struct Session {
     conn: Connect,
     callback_id: c_int,
+    libvirt: Option<Fact<LibvirtVersion>>,
 }
 
 impl Session {
-    fn open(uri: &str, tx: &mpsc::Sender<Event>) -> Result<Session, String> {
-        let conn = Connect::open(Some(uri)).map_err(|e| e.to_string())?;
+    fn open(cli: &Cli, tx: &mpsc::Sender<Event>) -> Result<Session, String> {
+        let conn = connect(&cli.uri).map_err(|e| e.to_string())?;
         // Keepalive makes libvirt notice a dead daemon and run the close callback.
         let _ = conn.set_keep_alive(5, 3);
         let data = Box::into_raw(Box::new(CallbackData { tx: tx.clone() })) as *mut c_void;
@@ -758,7 +865,12 @@ impl Session {
         if rc < 0 {
             free_callback_data(close_data);
         }
-        Ok(Session { conn, callback_id })
+        let libvirt = libvirt_version(cli, &conn);
+        Ok(Session {
+            conn,
+            callback_id,
+            libvirt,
+        })
     }
 
     fn close(self) {
@@ -935,10 +1047,6 @@ impl Fleet {
     }
 }
 
-/// libvirt prints every error on stderr through its default handler; errors reach this program as
-/// `Result`s and are logged through `tracing` instead.
-extern "C" fn quiet_libvirt_errors(_opaque: *mut c_void, _error: sys::virErrorPtr) {}
-
 /// SIGHUP (reload) and SIGTERM/SIGINT (stop), as flags the main loop polls.
 struct Signals {
     hup: Arc<AtomicBool>,
@@ -973,8 +1081,7 @@ impl Signals {
 /// libvirt's default event loop, run on its own thread (the lifecycle and close callbacks are
 /// called from it).
 fn start_libvirt_event_loop() -> Result<(), String> {
-    // SAFETY: installs a handler that does nothing; no pointer is kept.
-    unsafe { sys::virSetErrorFunc(std::ptr::null_mut(), Some(quiet_libvirt_errors)) };
+    quiet_libvirt_errors();
     virt::event::event_register_default_impl()
         .map_err(|e| format!("cannot start libvirt's event loop: {e}"))?;
     std::thread::spawn(|| {
@@ -988,16 +1095,16 @@ fn start_libvirt_event_loop() -> Result<(), String> {
 }
 
 /// Connect, retrying with backoff (1 s, doubling up to 30 s); None when SIGTERM comes first.
-fn connect_with_backoff(uri: &str, tx: &mpsc::Sender<Event>, signals: &Signals) -> Option<Session> {
+fn connect_with_backoff(cli: &Cli, tx: &mpsc::Sender<Event>, signals: &Signals) -> Option<Session> {
     let mut backoff = Duration::from_secs(1);
     loop {
         if signals.stop() {
             return None;
         }
-        match Session::open(uri, tx) {
+        match Session::open(cli, tx) {
             Ok(s) => return Some(s),
             Err(e) => {
-                tracing::warn!(uri, error = %e, retry_in_s = backoff.as_secs(), "cannot connect to libvirt");
+                tracing::warn!(uri = %cli.uri, error = %e, retry_in_s = backoff.as_secs(), "cannot connect to libvirt");
                 let until = Instant::now() + backoff;
                 while Instant::now() < until {
                     if signals.stop() {
@@ -1037,13 +1144,14 @@ impl Daemon<'_> {
         // This host's facts are published after the full reconciliation below.
         let snapshot = write_snapshot(&session.conn, &self.cli.snapshot_dir, None);
         tracing::info!(uri = %self.cli.uri, snapshot_files = snapshot.len(), policy = %self.policy.source, "connected; reconciling every guest");
-        let mut host = match host_for(&self.policy, &snapshot) {
+        let mut host = match host_for(&self.policy, &snapshot, session.libvirt.as_ref()) {
             Ok(h) => h,
             Err(e) => {
                 tracing::error!(error = %e, "host facts unusable");
                 return After::Exit(2);
             }
         };
+        tracing::info!("{}", version_used(&host));
         self.reconcile(session, None, &host);
         let mut next_full = Instant::now() + self.interval;
         loop {
@@ -1057,7 +1165,7 @@ impl Daemon<'_> {
             if Instant::now() >= next_full {
                 // Fresh facts files, and the cluster's baseline computed again: other hosts
                 // may have published new facts.
-                match host_for(&self.policy, &snapshot) {
+                match host_for(&self.policy, &snapshot, session.libvirt.as_ref()) {
                     Ok(h) => host = h,
                     Err(e) => {
                         tracing::error!(error = %e, "host facts unusable; keeping the previous ones")
@@ -1149,7 +1257,7 @@ impl Daemon<'_> {
             Ok(p) => {
                 tracing::info!(policy = %p.source, "SIGHUP: policy reloaded; reconciling every guest");
                 self.policy = p;
-                match host_for(&self.policy, snapshot) {
+                match host_for(&self.policy, snapshot, session.libvirt.as_ref()) {
                     Ok(h) => *host = h,
                     Err(e) => {
                         tracing::error!(error = %e, "host facts unusable; keeping the previous ones")
@@ -1205,7 +1313,7 @@ fn cmd_daemon(cli: &Cli, a: &DaemonArgs) -> i32 {
         fleet: Fleet::default(),
     };
     loop {
-        let Some(session) = connect_with_backoff(&cli.uri, &tx, &signals) else {
+        let Some(session) = connect_with_backoff(cli, &tx, &signals) else {
             return 0;
         };
         let after = daemon.serve(&session, &rx, &signals);
@@ -1439,5 +1547,52 @@ mod tests {
         assert_eq!(g.guests.get("conforms"), Some(&2));
         assert_eq!(g.guests.get("cannot-conform"), None);
         assert_eq!(fleet.counters.rewrites, 2);
+    }
+
+    /// libvirt's test driver runs inside this process: a connection without a libvirtd.
+    const TEST_URI: &str = "test:///default";
+
+    #[test]
+    fn the_connected_libvirt_version_wins_over_files_and_the_override_over_it() {
+        let dir = std::env::temp_dir().join(format!("vcp-dmn-version-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A snapshot file that another libvirt wrote.
+        let caps = "<capabilities><host><cpu><arch>x86_64</arch></cpu></host></capabilities>";
+        let stale = dir.join(SNAPSHOT_FACTS);
+        let doc = crate::host::host_facts_document("n", "99.9.0".parse().unwrap(), caps, None);
+        std::fs::write(&stale, doc).unwrap();
+        let cli = |extra: &[&str]| {
+            let mut args = vec!["virt-cpu-policyd", "--uri", TEST_URI];
+            args.extend_from_slice(extra);
+            args.extend(["apply", "--all"]);
+            Cli::parse_from(args)
+        };
+        let conn = connect(TEST_URI).unwrap();
+        let connected = LibvirtVersion::from_number(u64::from(conn.lib_version().unwrap()));
+        let policy = Policy::load(None).unwrap();
+        let used = |cli: &Cli| {
+            let fact = libvirt_version(cli, &conn);
+            let host = host_for(&policy, std::slice::from_ref(&stale), fact.as_ref()).unwrap();
+            let v = host.libvirt_version().unwrap();
+            (v.value.to_string(), v.source.clone(), version_used(&host))
+        };
+        let (value, source, line) = used(&cli(&[]));
+        assert_eq!(value, connected.to_string());
+        assert_eq!(source, format!("virConnectGetLibVersion on {TEST_URI}"));
+        assert_eq!(
+            line,
+            format!(
+                "judging with libvirt {connected} (from virConnectGetLibVersion on {TEST_URI})"
+            )
+        );
+        let (value, source, _) = used(&cli(&["--libvirt-version", "11.3.0"]));
+        assert_eq!(
+            (value.as_str(), source.as_str()),
+            ("11.3.0", "--libvirt-version")
+        );
+        // Without a version from the connection, the files decide, as for the hook.
+        let host = host_for(&policy, std::slice::from_ref(&stale), None).unwrap();
+        assert_eq!(host.libvirt_version().unwrap().value.to_string(), "99.9.0");
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -12,7 +12,7 @@ use super::ClusterError;
 use super::baseline::{Select, cpu_data};
 use super::facts::{CpuDef, FeaturePolicy, HostFacts, read_cpu};
 use super::report::is_x86;
-use crate::cpu::x86_map::X86Map;
+use crate::cpu::x86_map::{CpuData, X86Map};
 use crate::domain::{Domain, child, parse_xml};
 use std::path::Path;
 
@@ -139,6 +139,29 @@ pub fn compare(
     guest: &GuestCpu,
     guest_path: &Path,
 ) -> Result<Comparison, ClusterError> {
+    let host_cpu = host_cpu(host)?;
+    let mut answer = Comparison {
+        verdict: Verdict::Incompatible,
+        message: None,
+        missing: Vec::new(),
+        forbidden: Vec::new(),
+        extra: Vec::new(),
+        notes: versioned_model_note(map, guest).into_iter().collect(),
+    };
+    if let Some(v) = &guest.cpu.vendor {
+        if host_cpu.vendor.as_ref() != Some(v) {
+            answer.message = Some(format!(
+                "host CPU vendor does not match required CPU vendor {v}"
+            ));
+            return Ok(answer);
+        }
+    }
+    let host_data = cpu_data(map, host_cpu, Select::All, &host.path)?;
+    compare_features(map, host_data, guest, guest_path, answer)
+}
+
+/// The CPU of an x86 `host` that compare can judge against.
+fn host_cpu(host: &HostFacts) -> Result<&CpuDef, ClusterError> {
     let host_error = |message: String| ClusterError::Facts {
         path: host.path.clone(),
         message,
@@ -149,35 +172,33 @@ pub fn compare(
             host.arch
         )));
     }
-    let Some(host_cpu) = &host.cpu else {
-        return Err(host_error(
-            "no host CPU: its domcapabilities have no supported host-model".into(),
-        ));
-    };
-    let mut answer = Comparison {
-        verdict: Verdict::Incompatible,
-        message: None,
-        missing: Vec::new(),
-        forbidden: Vec::new(),
-        extra: Vec::new(),
-        notes: Vec::new(),
-    };
+    host.cpu.as_ref().ok_or_else(|| {
+        host_error("no host CPU: its domcapabilities have no supported host-model".into())
+    })
+}
+
+/// What the reader must know when the guest's model is a versioned alias: libvirt 11 judges it
+/// through QEMU's definition, which this answer does not have.
+fn versioned_model_note(map: &X86Map, guest: &GuestCpu) -> Option<String> {
     let versioned = guest.cpu.model.as_deref().and_then(|m| map.model(m));
-    if let Some(m) = versioned.filter(|m| !m.decode_guest) {
-        answer.notes.push(format!(
+    versioned.filter(|m| !m.decode_guest).map(|m| {
+        format!(
             "{} is a versioned alias (<decode guest='off'/> in the cpu_map): libvirt 11 judges it through QEMU's own definition of that version, which may have more features and ignores the vendor; this answer uses the cpu_map's definition",
             m.name
-        ));
-    }
-    if let Some(v) = &guest.cpu.vendor {
-        if host_cpu.vendor.as_ref() != Some(v) {
-            answer.message = Some(format!(
-                "host CPU vendor does not match required CPU vendor {v}"
-            ));
-            return Ok(answer);
-        }
-    }
-    let host_data = cpu_data(map, host_cpu, Select::All, &host.path)?;
+        )
+    })
+}
+
+/// `x86Compute` on the features, once the vendors agree: a forbidden feature the host has, then
+/// a required one it lacks, make the guest incompatible; else the host's features beyond the
+/// guest's decide between `identical` and `superset` (incompatible under `match='strict'`).
+fn compare_features(
+    map: &X86Map,
+    host_data: CpuData,
+    guest: &GuestCpu,
+    guest_path: &Path,
+    mut answer: Comparison,
+) -> Result<Comparison, ClusterError> {
     let part = |p| cpu_data(map, &guest.cpu, Select::Policy(p), guest_path);
     let force = part(FeaturePolicy::Force)?;
     let mut require = part(FeaturePolicy::Require)?;

@@ -168,6 +168,8 @@ pub fn analyze(
     Ok(report)
 }
 
+/// The x86 part of [`analyze`]: each host's level and what it lacks, the groups of identical
+/// CPUs, and libvirt's baseline restricted to the models every host can use.
 fn x86(
     report: &mut ClusterReport,
     hosts: &[HostFacts],
@@ -175,52 +177,14 @@ fn x86(
     opts: &ClusterOptions,
 ) -> Result<(), ClusterError> {
     report.cpu_map = Some(map.source().to_owned());
-    let mut datas: Vec<CpuData> = Vec::new();
-    for h in hosts {
-        let Some(cpu) = &h.cpu else {
-            return Err(ClusterError::Facts {
-                path: h.path.clone(),
-                message: "no host CPU: its domcapabilities have no supported host-model (give virsh capabilities, or both in a <hostFacts>)".into(),
-            });
-        };
-        if let Some(v) = cpu.vendor.as_ref().filter(|v| !map.has_vendor(v)) {
-            return Err(ClusterError::UnknownVendor {
-                path: h.path.clone(),
-                vendor: v.clone(),
-                map: map.source().to_owned(),
-            });
-        }
-        datas.push(cpu_data(map, cpu, Select::All, &h.path)?);
-    }
-    for (r, data) in report.hosts.iter_mut().zip(&datas) {
-        r.level = Level::highest(|f| map.has_feature(data, f));
-        for level in Level::ALL.into_iter().filter(|l| Some(*l) > r.level) {
-            let lacks = level
-                .features()
-                .into_iter()
-                .filter(|f| !map.has_feature(data, f))
-                .map(str::to_owned)
-                .collect();
-            r.lacks.insert(level, lacks);
-        }
-    }
-    report.level = report.hosts.iter().map(|h| h.level).min().flatten();
+    let datas = host_data(hosts, map)?;
+    host_levels(report, map, &datas);
     let keys = hosts.iter().zip(&datas).map(|(h, data)| {
         let vendor = h.cpu.as_ref().and_then(|c| c.vendor.as_deref());
         Some(format!("{vendor:?} {data:?}"))
     });
     report.groups = groups(hosts, keys);
-
-    let mut usable: Option<BTreeSet<String>> = None;
-    for h in hosts {
-        if let Some(u) = &h.usable_models {
-            report.usable_from.push(h.name.clone());
-            usable = Some(match usable {
-                None => u.clone(),
-                Some(all) => all.intersection(u).cloned().collect(),
-            });
-        }
-    }
+    let usable = usable_models(report, hosts);
     let inputs: Vec<InputCpu<'_>> = hosts
         .iter()
         .zip(datas)
@@ -256,6 +220,65 @@ fn x86(
         .collect();
     report.baseline = Some(b);
     Ok(())
+}
+
+/// Each host's CPU as CPUID data, in the hosts' order.
+///
+/// # Errors
+/// A host without a CPU, or whose vendor, model or features the cpu_map does not know.
+fn host_data(hosts: &[HostFacts], map: &X86Map) -> Result<Vec<CpuData>, ClusterError> {
+    let mut datas: Vec<CpuData> = Vec::new();
+    for h in hosts {
+        let Some(cpu) = &h.cpu else {
+            return Err(ClusterError::Facts {
+                path: h.path.clone(),
+                message: "no host CPU: its domcapabilities have no supported host-model (give virsh capabilities, or both in a <hostFacts>)".into(),
+            });
+        };
+        if let Some(v) = cpu.vendor.as_ref().filter(|v| !map.has_vendor(v)) {
+            return Err(ClusterError::UnknownVendor {
+                path: h.path.clone(),
+                vendor: v.clone(),
+                map: map.source().to_owned(),
+            });
+        }
+        datas.push(cpu_data(map, cpu, Select::All, &h.path)?);
+    }
+    Ok(datas)
+}
+
+/// Each host's highest level and, for every level above it, the features it lacks; the
+/// cluster's level is the lowest host's.
+fn host_levels(report: &mut ClusterReport, map: &X86Map, datas: &[CpuData]) {
+    for (r, data) in report.hosts.iter_mut().zip(datas) {
+        r.level = Level::highest(|f| map.has_feature(data, f));
+        for level in Level::ALL.into_iter().filter(|l| Some(*l) > r.level) {
+            let lacks = level
+                .features()
+                .into_iter()
+                .filter(|f| !map.has_feature(data, f))
+                .map(str::to_owned)
+                .collect();
+            r.lacks.insert(level, lacks);
+        }
+    }
+    report.level = report.hosts.iter().map(|h| h.level).min().flatten();
+}
+
+/// The models every host with domcapabilities lists as usable (None: no host lists any), and
+/// those hosts' names in [`ClusterReport::usable_from`].
+fn usable_models(report: &mut ClusterReport, hosts: &[HostFacts]) -> Option<BTreeSet<String>> {
+    let mut usable: Option<BTreeSet<String>> = None;
+    for h in hosts {
+        if let Some(u) = &h.usable_models {
+            report.usable_from.push(h.name.clone());
+            usable = Some(match usable {
+                None => u.clone(),
+                Some(all) => all.intersection(u).cloned().collect(),
+            });
+        }
+    }
+    usable
 }
 
 /// Hosts grouped by their CPU identity `keys` (one per host; None: alone), groups in order of

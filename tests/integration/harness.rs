@@ -30,8 +30,15 @@ pub struct Output {
     pub stderr: String,
 }
 
+/// Path of the daemon's binary (`--features daemon`).
+#[cfg(feature = "daemon")]
+pub fn daemon_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_virt-cpu-policyd")
+}
+
 /// A command to run.
 pub struct Cmd {
+    program: &'static str,
     args: Vec<String>,
     stdin: Option<Vec<u8>>,
     dir: Option<PathBuf>,
@@ -40,10 +47,18 @@ pub struct Cmd {
 impl Cmd {
     pub fn new<S: AsRef<str>>(args: &[S]) -> Self {
         Cmd {
+            program: bin(),
             args: args.iter().map(|a| a.as_ref().to_string()).collect(),
             stdin: None,
             dir: None,
         }
+    }
+
+    /// Run `program` instead of `virt-cpu-policy`.
+    #[cfg(feature = "daemon")]
+    pub fn program(mut self, program: &'static str) -> Self {
+        self.program = program;
+        self
     }
 
     pub fn arg(mut self, a: impl AsRef<str>) -> Self {
@@ -67,7 +82,7 @@ impl Cmd {
     }
 
     pub fn run(self) -> Output {
-        let mut c = Command::new(bin());
+        let mut c = Command::new(self.program);
         c.args(&self.args)
             .stdin(if self.stdin.is_some() {
                 Stdio::piped()
@@ -79,7 +94,7 @@ impl Cmd {
         if let Some(d) = &self.dir {
             c.current_dir(d);
         }
-        let mut child = c.spawn().expect("spawn virt-cpu-policy");
+        let mut child = c.spawn().expect("spawn the binary under test");
         if let Some(data) = self.stdin {
             let mut w = child.stdin.take().unwrap();
             // The tool may refuse early and close stdin; a write error then is expected.

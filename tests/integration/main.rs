@@ -8,6 +8,8 @@ mod cli;
 mod cluster;
 mod cluster_oracle;
 mod corpus;
+#[cfg(feature = "daemon")]
+mod daemon;
 mod differential;
 mod golden;
 mod harness;
