@@ -597,33 +597,48 @@ fn numa_cover(text: &str, numa: Node<'_, '_>, max: u32, q: char, rule: &str, r: 
         );
         return;
     }
+    rewrite_cells(text, numa, &cells, (&sets, &new_sets), q, rule, r);
+}
+
+/// The cells whose set changed get their new `cpus` (one change each, named by the cell's `id`);
+/// the rest of `<numa>` is copied as it is.
+fn rewrite_cells(
+    text: &str,
+    numa: Node<'_, '_>,
+    cells: &[Node<'_, '_>],
+    (sets, new_sets): (&[BTreeSet<u32>], &[BTreeSet<u32>]),
+    q: char,
+    rule: &str,
+    r: &mut VcpuResult,
+) {
     let base = numa.range().start;
+    let covers = new_sets.iter().flatten().max().copied().unwrap_or(0);
     let mut e = Edits::new();
     let mut changes = Vec::new();
     for (i, c) in cells.iter().enumerate() {
-        if new_sets[i] != sets[i] {
-            let cpus = format_cpuset(&new_sets[i]);
-            e.replace(
-                c.range().start - base..c.range().end - base,
-                with_attrs(text, *c, &[("cpus", &cpus)], q),
-            );
-            let id = c
-                .attribute("id")
-                .map_or_else(|| i.to_string(), str::to_string);
-            let old = c.attribute("cpus");
-            let what = format!(
-                "<numa><cell id='{id}'>: cpus '{}' -> '{cpus}' (the cells cover vCPUs 0-{}; new vCPUs join the last cell)",
-                old.unwrap_or(""),
-                max - 1
-            );
-            changes.push(
-                Change::new(rule, Action::Set, "cell", what)
-                    .name(&id)
-                    .attribute("cpus")
-                    .old(old)
-                    .new_value(cpus),
-            );
+        if new_sets[i] == sets[i] {
+            continue;
         }
+        let cpus = format_cpuset(&new_sets[i]);
+        e.replace(
+            c.range().start - base..c.range().end - base,
+            with_attrs(text, *c, &[("cpus", &cpus)], q),
+        );
+        let id = c
+            .attribute("id")
+            .map_or_else(|| i.to_string(), str::to_string);
+        let old = c.attribute("cpus");
+        let what = format!(
+            "<numa><cell id='{id}'>: cpus '{}' -> '{cpus}' (the cells cover vCPUs 0-{covers}; new vCPUs join the last cell)",
+            old.unwrap_or("")
+        );
+        changes.push(
+            Change::new(rule, Action::Set, "cell", what)
+                .name(&id)
+                .attribute("cpus")
+                .old(old)
+                .new_value(cpus),
+        );
     }
     if let Ok(m) = e.apply(&text[numa.range()]) {
         r.numa_markup = Some(m);
