@@ -17,11 +17,12 @@ pub const BUILTIN_RULE: &str = "built-in: libvirt rules";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
-    /// The element (or the feature named by `name`) was added.
+    /// The element, the feature named by `name`, or the attribute `attribute` (which had no
+    /// value) was added.
     Add,
     /// The element, or its attribute `attribute`, was removed.
     Remove,
-    /// The element's text or its attribute `attribute` was given a new value.
+    /// The element's text or its attribute `attribute`, which had a value, was given another.
     Set,
     /// Several copies (of `<cpu>`, of a `<feature>`, of a child written twice) were folded into
     /// one.
@@ -119,8 +120,13 @@ pub struct Notes {
 }
 
 impl Notes {
-    /// Record a change.
-    pub fn change(&mut self, c: Change) {
+    /// Record a change. An attribute given a value where it had none is an [`Action::Add`],
+    /// whichever way the step phrased it, so a program tells "written" from "changed" alike
+    /// everywhere.
+    pub fn change(&mut self, mut c: Change) {
+        if c.action == Action::Set && c.attribute.is_some() && c.old.is_none() {
+            c.action = Action::Add;
+        }
         self.changes.push(c);
     }
 

@@ -151,6 +151,17 @@ pub fn written_attributes(node: Node<'_, '_>) -> String {
         .join(" ")
 }
 
+/// An element's value in a change: its attributes as written ([`written_attributes`]), else its
+/// trimmed text (`Intel` for `<vendor>`).
+#[must_use]
+pub fn written_value(node: Node<'_, '_>) -> String {
+    if node.attributes().len() > 0 {
+        written_attributes(node)
+    } else {
+        text_of(node).unwrap_or_default()
+    }
+}
+
 /// The CPU model a `<model>` element names, as libvirt reads it: the text as written, spaces
 /// included (libvirt 9.0 and 11.3 refuse `<model>  Nehalem\n</model>` with "Unknown CPU model
 /// Nehalem" at start, the spaces kept); None when empty or only spaces (no model).

@@ -313,6 +313,19 @@ impl Host {
                 }
             }
         };
+        if let Some(p) = opts
+            .qemu_cache
+            .as_ref()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            // A mistyped directory would silently judge without the cache: said, not guessed.
+            if !p.is_dir() {
+                return Err(Error::Host(format!(
+                    "QEMU capability cache {}: not a directory",
+                    p.display()
+                )));
+            }
+        }
         let mut host = Host {
             cpu_map_dir,
             cpu_map_note,
@@ -589,7 +602,9 @@ impl Host {
                 .and_then(|t| t.trim().parse::<i64>().ok())
                 .zip(std::fs::metadata(e).ok())
                 .is_some_and(|(t, m)| std::os::unix::fs::MetadataExt::ctime(&m) == t);
-            if !fresh || !text.contains(&format!("<arch>{arch}</arch>")) {
+            // The emulator's machine types whatever the guest arch (an i686 guest of
+            // qemu-system-x86_64 gets x86_64's), as libvirt checks them.
+            if !fresh {
                 return None;
             }
             let typed = format!("<machine type='{qemu_type}' ");
@@ -734,7 +749,13 @@ pub fn xml_files(dir: &Path) -> Vec<PathBuf> {
 /// (`/qemu-system-x86_64`, `/qemu-system-i386` for i686): what a cache file's `<emulator>` ends
 /// with.
 fn emulator_suffix(arch: &str, emulator: Option<&str>) -> String {
-    let qemu_arch = if arch == "i686" { "i386" } else { arch };
+    // libvirt's names for QEMU's binaries (virQEMUCapsArchToString).
+    let qemu_arch = match arch {
+        "i686" => "i386",
+        "armv6l" | "armv7l" => "arm",
+        "ppc64le" => "ppc64",
+        other => other,
+    };
     emulator.map_or_else(|| format!("/qemu-system-{qemu_arch}"), str::to_string)
 }
 

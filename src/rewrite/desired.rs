@@ -8,7 +8,7 @@
 //! can copy it byte for byte.
 
 use crate::cpu::normalize_feature;
-use crate::domain::text_of;
+use crate::domain::{text_of, written_value};
 use crate::finding::Finding;
 use roxmltree::Node;
 use std::collections::{HashMap, HashSet};
@@ -38,6 +38,16 @@ pub(crate) struct ModelD<'a, 't> {
     pub(crate) src: Option<Node<'a, 't>>,
 }
 
+/// A once-only child written again in the same `<cpu>`, and dropped.
+pub(crate) struct Repeat {
+    /// `model` or one of [`SINGLES`].
+    pub(crate) element: &'static str,
+    /// The kept (first) element's value ([`crate::domain::written_value`]).
+    pub(crate) kept: String,
+    /// The dropped one's.
+    pub(crate) dropped: String,
+}
+
 /// The `<cpu>` the rewrite aims at.
 #[derive(Default)]
 pub(crate) struct Desired<'a, 't> {
@@ -61,10 +71,13 @@ pub(crate) struct Desired<'a, 't> {
     /// order met, each with the policy it had before it was listed again.
     pub(crate) duplicates: Vec<(String, String)>,
     duplicate_keys: HashSet<String>,
-    /// Elements that occur once (`model`, `topology`...) written more than once in one `<cpu>`.
-    pub(crate) repeated: Vec<String>,
+    /// Elements that occur once (`model`, `topology`...) written more than once in one `<cpu>`:
+    /// the first is kept (libvirt reads the first, `virXPathNode`), each later one dropped.
+    pub(crate) repeated: Vec<Repeat>,
     /// The model's name as written when it has spaces around it (rewritten without them).
     pub(crate) padded_model: Option<String>,
+    /// The `<cpu>` the model was read from (a second `<model>` in it is a [`Repeat`]).
+    model_parent: Option<Node<'a, 't>>,
 }
 
 impl<'a, 't> Desired<'a, 't> {
@@ -190,13 +203,16 @@ pub(crate) fn merge<'a, 't>(cpus: &[Node<'a, 't>], findings: &mut Vec<Finding>) 
 }
 
 fn merge_model<'a, 't>(d: &mut Desired<'a, 't>, c: Node<'a, 't>) -> bool {
-    if d.model
-        .as_ref()
-        .and_then(|m| m.src)
-        .is_some_and(|m| m.parent() == c.parent())
-    {
-        d.repeated.push("model".into());
+    if d.model_parent == c.parent() {
+        let kept = d.model.as_ref().map(|m| m.text.clone()).unwrap_or_default();
+        d.repeated.push(Repeat {
+            element: "model",
+            kept,
+            dropped: text_of(c).unwrap_or_default(),
+        });
+        return true;
     }
+    d.model_parent = c.parent();
     let raw = crate::domain::model_name(c);
     let text = text_of(c).unwrap_or_default();
     // libvirt takes the name as written, spaces included: a padded name is rewritten trimmed.
@@ -219,10 +235,11 @@ fn merge_feature<'a, 't>(d: &mut Desired<'a, 't>, c: Node<'a, 't>, first: bool) 
     let policy = c.attribute("policy").unwrap_or("require").to_string();
     if let Some(i) = d.feature_index.get(&key).copied() {
         let f = &mut d.features[i];
-        let same_cpu =
-            f.f_node.is_some_and(|n| n.parent() == c.parent()) || (f.f_node.is_none() && !first);
+        // Only the first <cpu> is read by libvirt, which refuses a feature listed twice in it; in
+        // a later <cpu> the last listing is simply the override.
+        let twice_in_first = first && f.f_node.is_some_and(|n| n.parent() == c.parent());
         let before = std::mem::replace(&mut f.policy, policy);
-        if same_cpu && d.duplicate_keys.insert(key.clone()) {
+        if twice_in_first && d.duplicate_keys.insert(key.clone()) {
             d.duplicates.push((key, before));
         }
     } else {
@@ -262,7 +279,13 @@ fn merge_numa<'a, 't>(
 fn merge_single<'a, 't>(d: &mut Desired<'a, 't>, name: &str, c: Node<'a, 't>) -> bool {
     if let Some(s) = d.singles.iter_mut().find(|(n, _)| n == name) {
         if s.1.parent() == c.parent() {
-            d.repeated.push(name.to_string());
+            let element = SINGLES.into_iter().find(|e| *e == name).unwrap_or("cpu");
+            d.repeated.push(Repeat {
+                element,
+                kept: written_value(s.1),
+                dropped: written_value(c),
+            });
+            return true;
         }
         s.1 = c;
     } else {

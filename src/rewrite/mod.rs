@@ -22,7 +22,7 @@ mod vcpu;
 pub use vcpu::reshape;
 
 use crate::change::{Action, BUILTIN_RULE, Change, Notes};
-use crate::domain::{Domain, child, text_of, written_attributes};
+use crate::domain::{Domain, child, text_of, written_value};
 use crate::error::{Error, Result};
 use crate::facts::Facts;
 use crate::finding::{Finding, Severity};
@@ -196,13 +196,16 @@ fn explain_merge(desired: &desired::Desired<'_, '_>, all: &[Node<'_, '_>], notes
                 .new_value(&m.text),
         );
     }
-    for e in &desired.repeated {
-        let element = desired::SINGLES
-            .into_iter()
-            .find(|s| s == e)
-            .unwrap_or("model");
-        let what = format!("<{e}> given more than once in one <cpu>: the last one kept");
-        notes.change(Change::new(BUILTIN_RULE, Action::Fold, element, what));
+    for r in &desired.repeated {
+        let (e, kept, dropped) = (r.element, &r.kept, &r.dropped);
+        let what = format!(
+            "<{e}> given more than once in one <cpu>: the first ({kept}) kept, as libvirt reads it; {dropped} dropped"
+        );
+        notes.change(
+            Change::new(BUILTIN_RULE, Action::Fold, e, what)
+                .old(Some(dropped))
+                .new_value(kept),
+        );
     }
     for (f, before) in &desired.duplicates {
         let p = desired.feature(f).map_or("require", |f| f.policy.as_str());
@@ -239,7 +242,8 @@ fn explain_fold(desired: &desired::Desired<'_, '_>, first: Node<'_, '_>, notes: 
             .attribute(name.as_str())
             .or((name == "mode").then_some("custom"));
         if old != Some(value.as_str()) {
-            let what = format!("<cpu {name}>: '{}' -> '{value}'{later}", old.unwrap_or(""));
+            let was = old.map_or_else(|| "(none)".to_string(), |o| format!("'{o}'"));
+            let what = format!("<cpu {name}>: {was} -> '{value}'{later}");
             let mut c = fold("cpu", what).old(old).new_value(value);
             c.attribute = CPU_ATTRIBUTES.into_iter().find(|a| a == name);
             notes.change(c);
@@ -286,15 +290,6 @@ fn explain_fold(desired: &desired::Desired<'_, '_>, first: Node<'_, '_>, notes: 
         );
         let c = fold("feature", what).name(&f.key).attribute("policy");
         notes.change(c.old(old).new_value(&f.policy));
-    }
-}
-
-/// An element's value in a change: its attributes as written, else its text.
-fn written_value(node: Node<'_, '_>) -> String {
-    if node.attributes().len() > 0 {
-        written_attributes(node)
-    } else {
-        text_of(node).unwrap_or_default()
     }
 }
 

@@ -1695,4 +1695,19 @@ fn machine_type_the_emulator_lacks_is_refused_only_with_a_fresh_cache() {
     // A cache older than the binary (QEMU upgraded, libvirt not yet restarted) says nothing.
     std::fs::write(&caps, qemu_caps_file(&emulator, ctime - 1, &["pc-q35-7.2"])).unwrap();
     check("pc-q35-10.0").status(0);
+    // A mistyped cache directory is said, not taken for an empty cache.
+    let missing = dir.path("no-such-dir");
+    let out = Cmd::new(&["check", "--policy", &s(&dir.path("p.toml"))])
+        .arg("--qemu-caps-cache")
+        .arg(s(&missing))
+        .arg(s(&dom("pc-q35-10.0")))
+        .run();
+    out.status(2);
+    assert!(
+        out.stdout.is_empty()
+            && out.stderr.lines().count() == 1
+            && out.stderr.contains("not a directory"),
+        "{}",
+        out.stderr
+    );
 }

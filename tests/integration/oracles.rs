@@ -328,10 +328,12 @@ fn more_than_255_tcg_vcpus_need_x2apic() {
     }
 }
 
-/// A guest of machine type `machine` with nothing else to judge.
-fn machine_guest(name: &str, machine: &str) -> String {
+/// A guest of `arch` and machine type `machine` (with `<emulator>` when given) with nothing else
+/// to judge.
+fn machine_guest(name: &str, arch: &str, machine: &str, emulator: Option<&str>) -> String {
+    let emulator = emulator.map_or_else(String::new, |e| format!("<emulator>{e}</emulator>"));
     format!(
-        "<domain type='qemu'>\n  <name>{name}</name>\n  <memory unit='MiB'>64</memory>\n  <vcpu>1</vcpu>\n  <os>\n    <type arch='x86_64' machine='{machine}'>hvm</type>\n  </os>\n  <devices/>\n</domain>\n"
+        "<domain type='qemu'>\n  <name>{name}</name>\n  <memory unit='MiB'>64</memory>\n  <vcpu>1</vcpu>\n  <os>\n    <type arch='{arch}' machine='{machine}'>hvm</type>\n  </os>\n  <devices>{emulator}</devices>\n</domain>\n"
     )
 }
 
@@ -375,18 +377,26 @@ fn machine_types_the_emulator_lacks_are_refused_like_define() {
         std::fs::write(&policy, "version = 1\n").unwrap();
         // The newest machine types of QEMU 10.0 arrive at a QEMU 7.2 host with a migrated or
         // copied definition; 99.0 is nobody's.
+        let x86_64 = Some("/usr/bin/qemu-system-x86_64");
+        let mut guests = vec![
+            ("x86_64", "q35", None),
+            ("x86_64", "pc", None),
+            ("x86_64", "pc-q35-7.2", None),
+            ("x86_64", "pc-q35-10.0", None),
+            ("x86_64", "pc-i440fx-10.0", None),
+            ("x86_64", "pc-q35-99.0", None),
+            ("i686", "pc-q35-99.0", None),
+            ("i686", "pc-q35-99.0", x86_64),
+            ("i686", "q35", x86_64),
+        ];
+        if oracle.path("/usr/bin/qemu-system-arm").exists() {
+            guests.extend([("armv7l", "virt", None), ("armv7l", "virt-99.0", None)]);
+        }
         let (mut agree, mut refused) = (0, 0);
-        for machine in [
-            "q35",
-            "pc",
-            "pc-q35-7.2",
-            "pc-q35-10.0",
-            "pc-i440fx-10.0",
-            "pc-q35-99.0",
-        ] {
+        for (i, (arch, machine, emulator)) in guests.iter().enumerate() {
             let name = format!("vcp-test-{}-machine", std::process::id());
-            let file = dir.join(format!("{machine}.xml"));
-            std::fs::write(&file, machine_guest(&name, machine)).unwrap();
+            let file = dir.join(format!("{i}.xml"));
+            std::fs::write(&file, machine_guest(&name, arch, machine, *emulator)).unwrap();
             let v = check_inside(&oracle, &inside(&file), &inside(&policy));
             let d = oracle.virsh(&["define", &s(&file)]);
             let _ = oracle.virsh(&["undefine", &name]);
@@ -403,17 +413,19 @@ fn machine_types_the_emulator_lacks_are_refused_like_define() {
                         .stderr
                         .lines()
                         .find_map(|l| l.split("unsupported configuration: ").nth(1))
-                        .unwrap_or_else(|| panic!("{}: {machine}: {}", oracle.label, d.stderr));
+                        .unwrap_or_else(|| {
+                            panic!("{}: {arch} {machine}: {}", oracle.label, d.stderr)
+                        });
                     assert!(
                         m.starts_with(libvirt.trim()),
-                        "{}: {machine}: the tool says `{m}`, libvirt `{libvirt}`",
+                        "{}: {arch} {machine}: the tool says `{m}`, libvirt `{libvirt}`",
                         oracle.label
                     );
                     agree += 1;
                     refused += 1;
                 }
                 _ => panic!(
-                    "{}: {machine}: the tool says {tool:?}, define {}: {}",
+                    "{}: {arch} {machine} {emulator:?}: the tool says {tool:?}, define {}: {}",
                     oracle.label,
                     if d.ok { "accepts" } else { "refuses" },
                     d.stderr
@@ -423,8 +435,9 @@ fn machine_types_the_emulator_lacks_are_refused_like_define() {
         let _ = std::fs::remove_dir_all(&dir);
         assert!(refused >= 1, "{}: no machine type refused", oracle.label);
         rows.push(format!(
-            "{}: {agree}/6 machine types agree with define, {refused} refused alike",
-            oracle.label
+            "{}: {agree}/{} guests' machine types agree with define, {refused} refused alike",
+            oracle.label,
+            guests.len()
         ));
     }
     eprintln!("oracles: {}", rows.join("; "));
