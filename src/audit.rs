@@ -259,7 +259,7 @@ pub fn rules_involved(o: &Outcome, plan: &Plan) -> Vec<String> {
             .map(|f| {
                 f.rule
                     .clone()
-                    .unwrap_or_else(|| format!("libvirt: {}", f.code))
+                    .unwrap_or_else(|| crate::change::libvirt_rule(f.code))
             })
             .collect(),
         "needs-rewrite" => o.changes.iter().map(|c| c.rule.clone()).collect(),

@@ -13,6 +13,53 @@ use serde::Serialize;
 /// policy rule: libvirt refuses the alternative).
 pub const BUILTIN_RULE: &str = "built-in: libvirt rules";
 
+/// The name the hook gives as the rule of a decision `[hook] on_error` took (the tool itself
+/// failed: no policy rule is involved).
+pub const HOOK_ERROR_RULE: &str = "[hook] on_error";
+
+/// What stands for the rule of a finding no policy rule caused: `libvirt: CODE`, one of libvirt's
+/// own rules ([`libvirt_rule`]).
+pub const LIBVIRT_RULE_PREFIX: &str = "libvirt: ";
+
+/// The rule named for a finding of code `code` that no policy rule caused.
+#[must_use]
+pub fn libvirt_rule(code: &str) -> String {
+    format!("{LIBVIRT_RULE_PREFIX}{code}")
+}
+
+/// Why `name` cannot be a policy rule's name, or None when it can.
+///
+/// The tool names its own sources of changes and decisions ([`BUILTIN_RULE`],
+/// [`HOOK_ERROR_RULE`], `libvirt: CODE`) where a rule's name goes: in `--explain`, JSON, journal
+/// fields and Prometheus labels. A rule of such a name could not be told from them. Case and runs
+/// of white space are ignored, so a near-copy is refused too; so is every name that starts like
+/// [`BUILTIN_RULE`] or a `libvirt:` name, for the names the tool may add later.
+#[must_use]
+pub fn reserved_rule_name(name: &str) -> Option<String> {
+    let folded = name
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase();
+    let libvirt = LIBVIRT_RULE_PREFIX.trim_end();
+    if folded.starts_with("built-in") {
+        Some(format!(
+            "the tool names its changes that follow libvirt's rules `{BUILTIN_RULE}`, and keeps every name starting with \"built-in\""
+        ))
+    } else if folded.starts_with(libvirt) {
+        Some(format!(
+            "the tool names libvirt's own rules `{LIBVIRT_RULE_PREFIX}CODE` (as `{}`), and keeps every name starting with \"{libvirt}\"",
+            libvirt_rule("topology-mismatch")
+        ))
+    } else if folded == HOOK_ERROR_RULE {
+        Some(format!(
+            "the hook names its own failures `{HOOK_ERROR_RULE}`"
+        ))
+    } else {
+        None
+    }
+}
+
 /// What happened to the element.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -145,6 +192,29 @@ impl Notes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tools_own_rule_names_are_reserved() {
+        for name in [
+            BUILTIN_RULE,
+            HOOK_ERROR_RULE,
+            &libvirt_rule("topology-mismatch"),
+            "Built-In",
+            "built-in  later",
+            "LIBVIRT:x",
+            "[Hook]   On_Error",
+        ] {
+            assert!(reserved_rule_name(name).is_some(), "{name}");
+        }
+        for name in [
+            "x86-64-v2 baseline",
+            "libvirt rules",
+            "builtin",
+            "[hook] on_violation",
+        ] {
+            assert_eq!(reserved_rule_name(name), None, "{name}");
+        }
+    }
 
     #[test]
     fn serialises_every_key() {

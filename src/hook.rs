@@ -185,7 +185,7 @@ fn tool_failure(
     let line = refusal(
         guest,
         &format!("the hook cannot check this guest: {}", e.one_line()),
-        "[hook] on_error",
+        crate::change::HOOK_ERROR_RULE,
         fix,
     );
     let refuse = on_error == OnError::Deny && !audit;
@@ -206,7 +206,7 @@ fn tool_failure(
         guest,
         operation: check.as_str(),
         verdict,
-        rule: Some("[hook] on_error"),
+        rule: Some(crate::change::HOOK_ERROR_RULE),
         code: Some(e.code()),
         decision,
     };
@@ -311,7 +311,7 @@ fn hard_refusal(guest: &str, check: Check, policy: &Policy, f: &Finding) -> Verd
 fn finding_rule(f: &Finding) -> String {
     f.rule
         .clone()
-        .unwrap_or_else(|| format!("libvirt: {}", f.code))
+        .unwrap_or_else(|| crate::change::libvirt_rule(f.code))
 }
 
 fn finding_line(guest: &str, f: &Finding) -> String {

@@ -406,9 +406,10 @@ impl Policy {
     /// # Errors
     /// [`Error::Policy`] naming the key, line and column of every problem (of the first only for
     /// a TOML syntax error): an unknown key, a wrong type, a bad value, `version` other than 1, a
-    /// rule without a name, a rule name used twice or with a control character, a feature both
-    /// required and disabled, a disabled feature that `min_level` needs, a model with a
-    /// non-custom mode.
+    /// rule without a name, a rule name used twice, with a control character or reserved
+    /// ([`crate::change::reserved_rule_name`]), an empty or blank `[host]` path, a `vcpu.max`
+    /// above `u32::MAX`, a feature both required and disabled, a disabled feature that
+    /// `min_level` needs, a model with a non-custom mode.
     pub fn parse(text: &str, source: &str) -> Result<Policy> {
         read::parse(text, source)
     }

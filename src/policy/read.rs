@@ -12,6 +12,7 @@ use super::{
     BASELINE_MODEL, Check, CpuMode, CpuRule, Fallback, HookSettings, HostSettings, IommuStrategy,
     Match, Mode, OnError, OnViolation, Policy, Rule, TopologyStrategy, VcpuMax, VcpuRule,
 };
+use crate::change::reserved_rule_name;
 use crate::cpu::{Level, normalize_feature};
 use crate::error::{Error, Result};
 use serde::Deserialize;
@@ -216,10 +217,8 @@ impl<'t> Reader<'t> {
         for (key, v) in self.table(v, "host", HOST_KEYS) {
             let full = dotted("host", key);
             match key {
-                "cpu_map" => h.cpu_map = self.value::<PathBuf>(v, &full),
-                "capabilities" => {
-                    h.capabilities = self.value::<Vec<PathBuf>>(v, &full).unwrap_or_default();
-                }
+                "cpu_map" => h.cpu_map = self.path(v, &full),
+                "capabilities" => h.capabilities = self.paths(v, &full),
                 "publish" => h.publish = self.path(v, &full),
                 "cluster" => h.cluster = self.paths(v, &full),
                 _ => match self.value::<u32>(v, &full) {
@@ -231,11 +230,19 @@ impl<'t> Reader<'t> {
         h
     }
 
-    /// A path that is not empty.
+    /// A path that is not empty nor only white space: used as written, either would fail only
+    /// when the file is opened, far from the policy line that caused it.
     fn path(&mut self, v: &Value<'t>, key: &str) -> Option<PathBuf> {
         let p = self.value::<PathBuf>(v, key)?;
-        if p.as_os_str().is_empty() {
-            self.error(v.span(), key, "must not be empty");
+        let written = p.to_string_lossy();
+        if written.is_empty() {
+            self.error(v.span(), key, "must not be empty: a path is needed");
+            return None;
+        }
+        if written.trim().is_empty() {
+            let msg =
+                format!("must not be empty: `{written}` is only white space, and a path is needed");
+            self.error(v.span(), key, &msg);
             return None;
         }
         Some(p)
@@ -296,7 +303,8 @@ impl<'t> Reader<'t> {
     }
 
     /// A rule's name: not empty, no control character (names go into journal fields and log
-    /// lines, where a newline would forge a line), not the name of an earlier rule.
+    /// lines, where a newline would forge a line), not a name the tool gives its own changes and
+    /// decisions ([`reserved_rule_name`]), not the name of an earlier rule.
     fn rule_name(&mut self, v: &Value<'t>) -> Option<String> {
         let name = self.value::<String>(v, "rule.name")?;
         if let Some(c) = name.chars().find(|c| c.is_control()) {
@@ -310,6 +318,13 @@ impl<'t> Reader<'t> {
         let name = name.trim().to_string();
         if name.is_empty() {
             self.error(v.span(), "rule.name", "must not be empty");
+            return None;
+        }
+        if let Some(why) = reserved_rule_name(&name) {
+            let msg = format!(
+                "`{name}` is reserved: {why}; a rule of that name could not be told from the tool's own in explanations, JSON, logs and metrics"
+            );
+            self.error(v.span(), "rule.name", &msg);
             return None;
         }
         let (line, _) = line_col(self.text, v.span().start);
@@ -453,12 +468,22 @@ impl<'t> Reader<'t> {
     fn vcpu_max(&mut self, v: &Value<'t>, key: &str) -> Option<VcpuMax> {
         let max = match v.get_ref() {
             // Not `self.value`: an integer out of i64's range would be a second error for the
-            // one mistake reported below.
-            DeValue::Integer(_) => i64::deserialize(v.clone().into_deserializer())
-                .ok()
-                .and_then(|n| u32::try_from(n).ok())
-                .filter(|n| *n >= 1)
-                .map(VcpuMax::Count),
+            // one mistake reported below, and serde's message would not say the limit.
+            DeValue::Integer(n) => match u32::from_str_radix(n.as_str(), n.radix()) {
+                Ok(0) => None,
+                Ok(n) => Some(VcpuMax::Count(n)),
+                // `toml` checked the digits: only the sign or the size is wrong.
+                Err(_) if n.as_str().starts_with('-') => None,
+                Err(_) => {
+                    let found = toml_display(self.text, v.span());
+                    let msg = format!(
+                        "{found} is too large: a vCPU maximum is at most {} (libvirt's <vcpu> is an unsigned 32-bit count); \"machine\" asks for the machine type's limit",
+                        u32::MAX
+                    );
+                    self.error(v.span(), key, &msg);
+                    return None;
+                }
+            },
             DeValue::String(s) if s == "host" => Some(VcpuMax::Host),
             DeValue::String(s) if s == "machine" => Some(VcpuMax::Machine),
             _ => None,

@@ -742,6 +742,99 @@ fn policy_vcpu_max_overflow_is_reported_once() {
     }
 }
 
+/// A `vcpu.max` above what the tool can hold (a `u32`, as libvirt's `<vcpu>`) is too large, and
+/// the message says so with the largest allowed; 0 and negative values stay "not positive".
+#[test]
+fn policy_vcpu_max_too_large_names_the_largest() {
+    let t = Scratch::new("polmaxbig");
+    let pol = |value: &str| {
+        t.write(
+            "policy.toml",
+            format!("version = 1\n[[rule]]\nname = \"x\"\nvcpu.max = {value}\n"),
+        )
+    };
+    for value in ["4294967296", "99999999999999999999", "0x100000000"] {
+        let out = rewrite(&["--policy", &s(&pol(value)), &s(&cloudstack())]).run();
+        bad_input(
+            &out,
+            &[
+                "line 4, column 12: key `rule.vcpu.max`",
+                &format!("{value} is too large"),
+                "at most 4294967295",
+            ],
+        );
+        assert!(!out.stderr.contains("positive"), "{}", out.stderr);
+    }
+    for value in ["0", "-1", "-99999999999999999999"] {
+        let out = rewrite(&["--policy", &s(&pol(value)), &s(&cloudstack())]).run();
+        bad_input(&out, &["expected a positive integer", value]);
+    }
+    let out = check(&["--policy", &s(&pol("4294967295")), &s(&cloudstack())]).run();
+    assert!(!out.stderr.contains("policy"), "{}", out.stderr);
+    no_panic(&out);
+}
+
+/// A path key of `[host]` that is empty or only white space would fail only when the file is
+/// opened, with no policy line to go to: each is an error of the policy, with its position.
+#[test]
+fn policy_empty_or_blank_paths_are_errors() {
+    let errors = policy_errors(
+        "[host]\ncapabilities = [\"/ok.xml\", \"\"]\ncpu_map = \"\"\ncluster = [\" \"]\npublish = \"\\t\"\n[[rule]]\nname = \"a\"\n",
+        4,
+    );
+    for (e, (at, key, written)) in errors.iter().zip([
+        ("line 2, column 28", "host.capabilities", ""),
+        ("line 3, column 11", "host.cpu_map", ""),
+        ("line 4, column 12", "host.cluster", "` `"),
+        ("line 5, column 11", "host.publish", "`\\t`"),
+    ]) {
+        assert!(
+            e.contains(&format!("{at}: key `{key}`: must not be empty")) && e.contains(written),
+            "{at} {key}: {errors:#?}"
+        );
+    }
+    let errors = policy_errors("[host]\ncapabilities = [\"  \", 3]\n", 2);
+    assert!(
+        errors[0].contains("line 2, column 17: key `host.capabilities`: must not be empty"),
+        "{errors:#?}"
+    );
+    assert!(
+        errors[1].contains("line 2, column 23: key `host.capabilities`"),
+        "{errors:#?}"
+    );
+}
+
+/// The tool names its own changes and decisions where a rule's name goes (`built-in: libvirt
+/// rules`, `[hook] on_error`, `libvirt: CODE`): a rule of such a name, or of any name starting
+/// with "built-in" or "libvirt:" (case and spacing aside), is refused; names that only resemble
+/// them are not.
+#[test]
+fn policy_rule_names_the_tool_uses_are_reserved() {
+    let names = [
+        virt_cpu_policy::change::BUILTIN_RULE,
+        "BUILT-IN mine",
+        "[hook]  On_Error",
+        "libvirt: topology-mismatch",
+        "Libvirt:defaults",
+    ];
+    let mut text: String = names
+        .iter()
+        .map(|n| format!("[[rule]]\nname = \"{n}\"\n"))
+        .collect();
+    text.push_str("[[rule]]\nname = \"builtin\"\n[[rule]]\nname = \"libvirt rules\"\n");
+    let errors = policy_errors(&text, names.len());
+    for (i, (e, name)) in errors.iter().zip(names).enumerate() {
+        let at = format!("line {}, column 8: key `rule.name`", 2 * i + 2);
+        assert!(
+            e.contains(&at) && e.contains(&format!("`{name}` is reserved")),
+            "{name}: {errors:#?}"
+        );
+    }
+    assert!(errors[0].contains("\"built-in\""), "{errors:#?}");
+    assert!(errors[2].contains("`[hook] on_error`"), "{errors:#?}");
+    assert!(errors[3].contains("`libvirt: CODE`"), "{errors:#?}");
+}
+
 /// Usage errors (clap): exit 2, nothing on stdout.
 #[test]
 fn usage_errors_exit_2() {
