@@ -597,7 +597,8 @@ impl Host {
             let Some(e) = element_text(&head, "emulator").filter(|e| e.ends_with(&wanted)) else {
                 continue;
             };
-            let text = std::fs::read_to_string(&p).ok()?;
+            // Bytes, not a String: UTF-8 validation of 200 KiB would cost more than the search.
+            let text = std::fs::read(&p).ok()?;
             let fresh = element_text(&head, "qemuctime")
                 .and_then(|t| t.trim().parse::<i64>().ok())
                 .zip(std::fs::metadata(e).ok())
@@ -607,18 +608,7 @@ impl Host {
             if !fresh {
                 return None;
             }
-            let typed = format!("<machine type='{qemu_type}' ");
-            let mut lines = text
-                .lines()
-                .map(str::trim_start)
-                .filter(|l| l.starts_with(&typed));
-            let (by_name, by_alias) = (format!(" name='{machine}'"), format!(" alias='{machine}'"));
-            let mut any = false;
-            let known = lines.any(|l| {
-                any = true;
-                l.contains(&by_name) || l.contains(&by_alias)
-            });
-            return (any && !known).then(|| e.to_string());
+            return cache_lacks_machine(&text, qemu_type, machine).then(|| e.to_string());
         }
         None
     }
@@ -743,6 +733,28 @@ pub fn xml_files(dir: &Path) -> Vec<PathBuf> {
         .collect();
     v.sort();
     v
+}
+
+/// Whether a qemuCaps file's `<machine type='TYPE' .../>` elements (libvirt writes one per line,
+/// `type` then `name`, then `alias`) list machine types and none is `machine` by name or alias.
+/// Searched with `memmem` (SIMD), not line by line: the hook reads the file at every start.
+fn cache_lacks_machine(text: &[u8], qemu_type: &str, machine: &str) -> bool {
+    let typed = format!("<machine type='{qemu_type}' ");
+    if memchr::memmem::find(text, typed.as_bytes()).is_none() {
+        return false;
+    }
+    let by_name = format!("{typed}name='{machine}'");
+    if memchr::memmem::find(text, by_name.as_bytes()).is_some() {
+        return false;
+    }
+    let by_alias = format!(" alias='{machine}'");
+    let aliased = memchr::memmem::find_iter(text, by_alias.as_bytes()).any(|at| {
+        let line_start = memchr::memrchr(b'\n', &text[..at]).map_or(0, |i| i + 1);
+        let line = &text[line_start..at];
+        let indent = line.iter().take_while(|b| b.is_ascii_whitespace()).count();
+        line[indent..].starts_with(typed.as_bytes())
+    });
+    !aliased
 }
 
 /// The domain's emulator, or without one the end of the path libvirt picks for the arch
