@@ -608,12 +608,22 @@ fn read_model_file(path: &Path, raw: &mut BTreeMap<String, RawModel>) -> Result<
     Ok(())
 }
 
-/// Reads a whole `cpu_map` file.
+/// Reads a whole `cpu_map` file: a regular file (a FIFO there would hang the hook) of at most
+/// [`crate::readfile::MAX_FACT_BYTES`], UTF-8.
 fn read_file(path: &Path) -> Result<String, CpuMapError> {
-    std::fs::read_to_string(path).map_err(|error| CpuMapError::Read {
+    use crate::readfile::{MAX_FACT_BYTES, ReadError, read_regular};
+    let read = |error| CpuMapError::Read {
         path: path.to_owned(),
         error,
-    })
+    };
+    let bytes = read_regular(path, MAX_FACT_BYTES).map_err(|e| match e {
+        ReadError::Io { source, .. } => read(source),
+        ReadError::TooLarge { size, limit, .. } => read(std::io::Error::other(format!(
+            "over the limit of {limit} bytes (at least {size} bytes)"
+        ))),
+    })?;
+    String::from_utf8(bytes)
+        .map_err(|e| read(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
 }
 
 /// Parses a `cpu_map` file's XML.

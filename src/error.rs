@@ -26,12 +26,16 @@ pub enum Error {
         /// The operating system's reason.
         source: std::io::Error,
     },
-    /// The domain document is larger than [`crate::domain::MAX_INPUT_BYTES`].
-    #[error("{what} is over the limit of {limit} bytes ({size} bytes read); refusing to parse it")]
+    /// The domain document, or a file read as facts, is over its limit
+    /// ([`crate::domain::MAX_INPUT_BYTES`], [`crate::readfile::MAX_FACT_BYTES`]).
+    #[error(
+        "{what} is over the limit of {limit} bytes (at least {size} bytes); refusing to parse it"
+    )]
     TooLarge {
         /// "the domain XML" or a file name.
         what: String,
-        /// Its size in bytes.
+        /// Its size in bytes, as far as known: a file's size, or what was read of a stream
+        /// (the limit plus one byte: reading stops there).
         size: usize,
         /// The limit in bytes.
         limit: usize,
@@ -84,6 +88,19 @@ pub enum Error {
     /// the policy and the file or the reason.
     #[error("cpu.model = \"baseline\": {0}")]
     Cluster(String),
+}
+
+impl From<crate::readfile::ReadError> for Error {
+    fn from(e: crate::readfile::ReadError) -> Error {
+        match e {
+            crate::readfile::ReadError::Io { path, source } => Error::Read { path, source },
+            crate::readfile::ReadError::TooLarge { path, size, limit } => Error::TooLarge {
+                what: path.display().to_string(),
+                size: usize::try_from(size).unwrap_or(usize::MAX),
+                limit,
+            },
+        }
+    }
 }
 
 /// One mistake as is; several as a count and one indented line each, for a terminal.

@@ -15,6 +15,7 @@
 //! The hook never calls libvirt (a deadlock is likely), never writes to stdout (on migrate and
 //! restore libvirt would take it as new XML) and never logs domain XML (it carries secrets).
 
+use crate::change::{BUILTIN_RULE, Change};
 use crate::cpu::{Level, guaranteed_features, policy_absent, policy_present};
 use crate::domain::{Domain, child, cpu_features, decode, text_of};
 use crate::error::Error;
@@ -120,10 +121,9 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(crate::policy::SYSTEM_POLICY));
             // Only a regular file is read again: a FIFO would block every guest start.
-            let on_error = std::fs::metadata(&path)
+            let on_error = crate::readfile::read_regular(&path, 1024 * 1024)
                 .ok()
-                .filter(|m| m.is_file() && m.len() <= 1024 * 1024)
-                .and_then(|_| std::fs::read_to_string(&path).ok())
+                .and_then(|b| String::from_utf8(b).ok())
                 .and_then(|t| on_error_hint(&t))
                 .unwrap_or_default();
             return tool_failure(
@@ -362,49 +362,99 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
     if !o.changed && !o.has_errors() {
         return Ok(allowed(guest, Check::Prepare, "conforms"));
     }
-    let fix = "rewrite its definition with `virt-cpu-policy rewrite --in-place` (or `virt-cpu-policyd apply`), then start it";
-    let (line, rule, code) =
-        if let Some(f) = findings.iter().find(|f| POLICY_CODES.contains(&f.code)) {
-            let rule = f.rule.as_deref().unwrap_or("policy");
-            (
-                refusal(guest, &f.message, rule, fix),
-                rule.to_string(),
-                Some(f.code),
-            )
-        } else if let Some(f) = o.findings.iter().find(|f| f.severity == Severity::Error) {
-            (finding_line(guest, f), finding_rule(f), Some(f.code))
-        } else {
-            let Some(first) = o.changes.first() else {
-                return Ok(violation(
-                    guest,
-                    Check::Prepare,
-                    policy,
-                    refusal(guest, "does not conform to the CPU policy", "policy", fix),
-                    "policy",
-                    None,
-                ));
-            };
-            // The change's first clause: "<feature policy='require' name='aes'/> added".
-            let short = first
-                .what
-                .split([':', '('])
-                .next()
-                .unwrap_or(&first.what)
-                .trim();
-            let more = if o.changes.len() > 1 {
-                format!(" and {} more change(s)", o.changes.len() - 1)
-            } else {
-                String::new()
-            };
-            let line = refusal(
-                guest,
-                &format!("does not conform to the CPU policy: needs {short}{more}"),
-                &first.rule,
-                fix,
-            );
-            (line, first.rule.clone(), None)
-        };
+    let policy_unmet = findings.iter().any(|f| POLICY_CODES.contains(&f.code));
+    if !policy_unmet && !o.has_errors() && builtin_only(&o.changes) {
+        return Ok(builtin_cleanups(guest, &o.changes));
+    }
+    let (line, rule, code) = nonconformance(guest, &findings, &o);
     Ok(violation(guest, Check::Prepare, policy, line, &rule, code))
+}
+
+/// Whether every change is one of libvirt's built-in cleanups ([`BUILTIN_RULE`]), and there is
+/// at least one.
+fn builtin_only(changes: &[Change]) -> bool {
+    !changes.is_empty() && changes.iter().all(|c| c.rule == BUILTIN_RULE)
+}
+
+/// A guest the policy is happy with but that libvirt's built-in cleanups would still change (a
+/// `match` under host-model, a model written twice...): libvirt starts it as it is, and refusing a
+/// start takes an operator's rule, so it is let through (whatever `on_violation` says) with each
+/// change logged as a hook warning (code `builtin-change`).
+fn builtin_cleanups(guest: &str, changes: &[Change]) -> Verdict {
+    for c in changes {
+        crate::log::warning(
+            guest,
+            Check::Prepare.as_str(),
+            Some(BUILTIN_RULE),
+            "builtin-change",
+            &one_line(&format!("a rewrite would make this change: {}", c.what)),
+        );
+    }
+    let fields = Fields {
+        guest,
+        operation: Check::Prepare.as_str(),
+        verdict: "allow",
+        rule: Some(BUILTIN_RULE),
+        decision: "allow (built-in changes only)",
+        ..Fields::default()
+    };
+    let message = format!(
+        "conforms to the policy; libvirt's built-in rules alone would make {} change(s), logged as warnings (a rewrite makes them)",
+        changes.len()
+    );
+    crate::log::decision(
+        Decision::HookAllowed,
+        tracing::Level::INFO,
+        &fields,
+        &message,
+    );
+    Verdict::Allow
+}
+
+/// The refusal line, rule and code for a guest that does not conform: the policy finding, else
+/// the rewrite's first error, else its first change.
+fn nonconformance<'f>(
+    guest: &str,
+    findings: &'f [Finding],
+    o: &'f crate::rewrite::Outcome,
+) -> (String, String, Option<&'f str>) {
+    let fix = "rewrite its definition with `virt-cpu-policy rewrite --in-place` (or `virt-cpu-policyd apply`), then start it";
+    if let Some(f) = findings.iter().find(|f| POLICY_CODES.contains(&f.code)) {
+        let rule = f.rule.as_deref().unwrap_or("policy");
+        return (
+            refusal(guest, &f.message, rule, fix),
+            rule.to_string(),
+            Some(f.code),
+        );
+    }
+    if let Some(f) = o.findings.iter().find(|f| f.severity == Severity::Error) {
+        return (finding_line(guest, f), finding_rule(f), Some(f.code));
+    }
+    // A refusal names an operator's rule: a policy change before any built-in cleanup.
+    let first = o.changes.iter().find(|c| c.rule != BUILTIN_RULE);
+    let Some(first) = first.or(o.changes.first()) else {
+        let line = refusal(guest, "does not conform to the CPU policy", "policy", fix);
+        return (line, "policy".to_string(), None);
+    };
+    // The change's first clause: "<feature policy='require' name='aes'/> added".
+    let short = first
+        .what
+        .split([':', '('])
+        .next()
+        .unwrap_or(&first.what)
+        .trim();
+    let more = if o.changes.len() > 1 {
+        format!(" and {} more change(s)", o.changes.len() - 1)
+    } else {
+        String::new()
+    };
+    let line = refusal(
+        guest,
+        &format!("does not conform to the CPU policy: needs {short}{more}"),
+        &first.rule,
+        fix,
+    );
+    (line, first.rule.clone(), None)
 }
 
 /// `started begin`: what the guest really got. libvirt's live XML carries the features QEMU could

@@ -279,7 +279,7 @@ impl HostOptions {
 }
 
 /// Largest host-fact file read (libvirt's qemuCaps files are about 300 KiB).
-const MAX_CAPS_BYTES: usize = 16 * 1024 * 1024;
+const MAX_CAPS_BYTES: usize = crate::readfile::MAX_FACT_BYTES;
 
 impl Host {
     /// Gather host facts from `opts`.
@@ -424,7 +424,11 @@ impl Host {
                 let text = self
                     .cpu_map_dir
                     .as_ref()
-                    .and_then(|d| std::fs::read_to_string(d.join("x86_features.xml")).ok())
+                    .and_then(|d| {
+                        crate::readfile::read_regular(&d.join("x86_features.xml"), MAX_CAPS_BYTES)
+                            .ok()
+                    })
+                    .and_then(|b| String::from_utf8(b).ok())
                     .unwrap_or_default();
                 // Every `name='...'` of the file: features and their aliases.
                 text.split("name=")
@@ -598,7 +602,7 @@ impl Host {
                 continue;
             };
             // Bytes, not a String: UTF-8 validation of 200 KiB would cost more than the search.
-            let text = std::fs::read(&p).ok()?;
+            let text = crate::readfile::read_regular(&p, MAX_CAPS_BYTES).ok()?;
             let fresh = element_text(&head, "qemuctime")
                 .and_then(|t| t.trim().parse::<i64>().ok())
                 .zip(std::fs::metadata(e).ok())
@@ -772,9 +776,9 @@ fn emulator_suffix(arch: &str, emulator: Option<&str>) -> String {
 }
 
 /// The first 4 KiB of a file, as text (libvirt's QEMU capability cache names its emulator and
-/// libvirt version there); None when it cannot be read.
+/// libvirt version there); None when it cannot be read or is not a regular file.
 fn file_head(path: &Path) -> Option<String> {
-    let f = std::fs::File::open(path).ok()?;
+    let (f, _) = crate::readfile::open_regular(path).ok()?;
     let mut head = Vec::with_capacity(4096);
     std::io::Read::read_to_end(&mut std::io::Read::take(f, 4096), &mut head).ok()?;
     Some(String::from_utf8_lossy(&head).into_owned())
@@ -861,19 +865,11 @@ pub fn host_facts_document(
     s
 }
 
+/// Read one host-facts file: a regular file of at most [`MAX_CAPS_BYTES`] (a FIFO named as host
+/// facts must not hang the hook, `/dev/zero` must not fill the memory), then by root element.
 fn read_fact_file(path: &Path) -> Result<FactFile> {
     let what = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| Error::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    if bytes.len() > MAX_CAPS_BYTES {
-        return Err(Error::TooLarge {
-            what,
-            size: bytes.len(),
-            limit: MAX_CAPS_BYTES,
-        });
-    }
+    let bytes = crate::readfile::read_regular(path, MAX_CAPS_BYTES)?;
     let text = decode(&bytes, &what)?;
     let doc = parse_xml(text, &what)?;
     let root = doc.root_element();

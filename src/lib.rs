@@ -14,6 +14,7 @@
 // Shared records and knowledge, imported by everything below them. (Blank lines keep rustfmt
 // from sorting the modules: the order is the import order.)
 pub mod finding;
+pub mod readfile;
 
 pub mod change;
 pub mod cpu;

@@ -14,6 +14,7 @@
 //! tracing-journald's default 5 (notice); the daemon keeps 5 for `INFO`, which it uses for what it
 //! changed (a rewritten definition) and for its own life cycle.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use tracing_subscriber::prelude::*;
 
@@ -30,11 +31,15 @@ pub enum Target {
     Journald,
     /// A log file (appended).
     File(PathBuf),
-    /// Nowhere: neither journald nor the file could be opened (not root, say).
+    /// stderr, in the log file's format: the log file could not be opened (libvirt keeps a
+    /// hook's stderr in its own log, so the decision is still recorded).
+    Stderr,
+    /// Nowhere: a subscriber was already installed.
     Nowhere,
 }
 
-/// Install the global `tracing` subscriber: `file` if given, else journald, else [`LOG_FILE`].
+/// Install the global `tracing` subscriber: `file` if given, else journald, else [`LOG_FILE`];
+/// when the file cannot be opened, one line on stderr says so and the records go to stderr.
 /// Never fails: logging that cannot be set up must not stop a guest.
 pub fn init(file: Option<&Path>) -> Target {
     if file.is_none() {
@@ -57,15 +62,23 @@ pub fn init(file: Option<&Path>) -> Target {
         }
     }
     let path = file.map_or_else(|| PathBuf::from(LOG_FILE), Path::to_path_buf);
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::create_dir_all(dir);
+    // Only the default directory is made: a named file in a directory that does not exist is a
+    // mistake to report (below), not a directory to create.
+    if file.is_none() {
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
     }
-    let Ok(f) = std::fs::OpenOptions::new()
+    // O_NONBLOCK: a FIFO without a reader fails to open (ENXIO) instead of hanging the hook and
+    // the guest start behind it; a regular file is not affected.
+    let f = match std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .custom_flags(libc::O_NONBLOCK)
         .open(&path)
-    else {
-        return Target::Nowhere;
+    {
+        Ok(f) => f,
+        Err(e) => return init_stderr(&path, &e),
     };
     let layer = tracing_subscriber::fmt::layer()
         .with_ansi(false)
@@ -77,6 +90,31 @@ pub fn init(file: Option<&Path>) -> Target {
         .is_ok()
     {
         Target::File(path)
+    } else {
+        Target::Nowhere
+    }
+}
+
+/// The log file `path` could not be opened (`e`): say so in one line on stderr and log there
+/// instead, so a decision is never recorded nowhere.
+fn init_stderr(path: &Path, e: &std::io::Error) -> Target {
+    crate::stdio::message_line(&format!(
+        "{SYSLOG_IDENTIFIER}: cannot open the log file {}: {e}; logging to stderr",
+        path.display()
+    ));
+    // No internal error reports: tracing-subscriber would print them with eprintln!, which
+    // panics on a closed stderr.
+    let layer = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
+    if tracing_subscriber::registry()
+        .with(layer)
+        .try_init()
+        .is_ok()
+    {
+        Target::Stderr
     } else {
         Target::Nowhere
     }

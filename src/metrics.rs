@@ -165,7 +165,8 @@ fn qemu_cache_level(host: &Host) -> Option<Option<Level>> {
     let file = crate::host::xml_files(dir).into_iter().find(|p| {
         crate::host::qemu_caps_emulator(p).is_some_and(|e| e.ends_with("/qemu-system-x86_64"))
     })?;
-    let text = std::fs::read_to_string(&file).ok()?;
+    let bytes = crate::readfile::read_regular(&file, crate::readfile::MAX_FACT_BYTES).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
     kvm_host_cpu_level(&text, &file.display().to_string())
 }
 

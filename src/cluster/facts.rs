@@ -22,7 +22,6 @@
 use super::ClusterError;
 use crate::domain::{child, decode, is_libvirt_element, parse_xml, text_of};
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// A feature's policy in a CPU definition (libvirt's `virCPUFeaturePolicy`; a host CPU's features
@@ -159,7 +158,7 @@ impl HostFacts {
 }
 
 /// Largest facts file read, in bytes (libvirt's domcapabilities are about 100 KiB).
-pub const MAX_FACTS_BYTES: usize = crate::domain::MAX_INPUT_BYTES;
+pub const MAX_FACTS_BYTES: usize = crate::readfile::MAX_FACT_BYTES;
 
 /// Reads every host of `paths`: files, and directories standing for their `*.xml` files.
 ///
@@ -307,21 +306,10 @@ pub fn read_cpu(node: roxmltree::Node<'_, '_>, path: &Path) -> Result<CpuDef, Cl
     Ok(cpu)
 }
 
-/// The text of a facts file: a regular file, at most [`MAX_FACTS_BYTES`], UTF-8.
+/// The text of a facts file: a regular file (a FIFO or a device would block or never end), at
+/// most [`MAX_FACTS_BYTES`], UTF-8.
 fn read_text(path: &Path) -> Result<String, crate::Error> {
-    let err = |source| crate::Error::Read {
-        path: path.to_owned(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(err)?;
-    // A FIFO or a device would block or never end: facts are regular files.
-    if !file.metadata().map_err(err)?.is_file() {
-        return Err(err(std::io::Error::other("not a regular file")));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_FACTS_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(err)?;
+    let bytes = crate::readfile::read_regular(path, MAX_FACTS_BYTES)?;
     Ok(decode(&bytes, &path.display().to_string())?.to_string())
 }
 

@@ -441,29 +441,21 @@ impl Policy {
                 }
             }
         };
-        const MAX_POLICY: u64 = 1024 * 1024;
+        const MAX_POLICY: usize = 1024 * 1024;
         let unreadable = |e: std::io::Error| Error::Policy {
             path: path.display().to_string(),
             errors: vec![format!("cannot read it: {e}")],
         };
-        let meta = std::fs::metadata(&path).map_err(unreadable)?;
-        if meta.is_dir() {
-            return Err(unreadable(std::io::Error::other("it is a directory")));
-        }
-        if !meta.is_file() {
-            // A FIFO or a device would block or never end: a policy is a regular file.
-            return Err(unreadable(std::io::Error::other("not a regular file")));
-        }
-        if meta.len() > MAX_POLICY {
-            return Err(Error::Policy {
+        // A FIFO or a device would block or never end: a policy is a regular file.
+        let bytes = crate::readfile::read_regular(&path, MAX_POLICY).map_err(|e| match e {
+            crate::readfile::ReadError::Io { source, .. } => unreadable(source),
+            crate::readfile::ReadError::TooLarge { size, .. } => Error::Policy {
                 path: path.display().to_string(),
                 errors: vec![format!(
-                    "the file is {} bytes, over the 1 MiB limit for a policy",
-                    meta.len()
+                    "the file is {size} bytes, over the 1 MiB limit for a policy"
                 )],
-            });
-        }
-        let bytes = std::fs::read(&path).map_err(unreadable)?;
+            },
+        })?;
         let text = String::from_utf8(bytes).map_err(|e| Error::Policy {
             path: path.display().to_string(),
             errors: vec![format!(

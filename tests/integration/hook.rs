@@ -989,6 +989,135 @@ fn hook_warnings_carry_a_message_id() {
     }
 }
 
+/// A guest that only libvirt's built-in cleanups would change (here `match` under host-model,
+/// which libvirt accepts) starts even under `on_violation = "deny"`: refusing a start takes an
+/// operator's rule. The decision is `hook-allowed`; each change is a `hook-warning` entry.
+#[test]
+fn prepare_deny_allows_a_guest_only_builtin_cleanups_would_change() {
+    let t = Scratch::with_snap("builtin-only");
+    let xml = cloudstack("g1").replace(
+        "<cpu><topology sockets='1' cores='2' threads='1' /></cpu>",
+        "<cpu mode='host-model' match='exact'/>",
+    );
+    for mode in ["enforce", "audit"] {
+        std::fs::remove_file(t.log_path()).ok();
+        let p = t.write("p.toml", policy(mode, "deny", "deny"));
+        allowed(
+            &t.hook(&p, &["g1", "prepare", "begin", "-"])
+                .stdin(xml.as_str())
+                .run(),
+        );
+        let log = t.log();
+        let d = decisions(&log);
+        assert_eq!(d.len(), 1, "{mode}: one decision:\n{log}");
+        for needle in [
+            "message_id=\"1bf6f9280b904f00aa082c3206e10849\"",
+            "verdict=\"allow\"",
+            "decision=\"allow (built-in changes only)\"",
+            "rule=\"built-in: libvirt rules\"",
+        ] {
+            assert!(d[0].contains(needle), "{mode}: no {needle}:\n{log}");
+        }
+        let changes: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("code=\"builtin-change\""))
+            .collect();
+        assert_eq!(changes.len(), 1, "{mode}: one change logged:\n{log}");
+        assert!(
+            changes[0].contains(" WARN ")
+                && changes[0].contains("match='exact'> removed")
+                && changes[0].contains("message_id=\"fc3e55da7ca34faa94b17bcbd67937ba\"")
+                && changes[0].contains("rule=\"built-in: libvirt rules\""),
+            "{mode}:\n{log}"
+        );
+        assert!(!log.contains("TOPSECRET"), "{log}");
+    }
+    // The same guest missing an operator's rule too is refused, and the refusal names that rule.
+    let p = t.write(
+        "aes.toml",
+        "version = 1\n[hook]\non_violation = \"deny\"\n[[rule]]\nname = \"need aes\"\ncpu.require = [\"aes\"]\n",
+    );
+    let out = t
+        .hook(&p, &["g1", "prepare", "begin", "-"])
+        .stdin(xml)
+        .run();
+    refused(&out, "g1", "need aes", &["aes"]);
+}
+
+/// A `--log-file` that cannot be opened (its directory missing, a directory, a path under a
+/// regular file, a FIFO nobody reads) must not leave the decision recorded nowhere: one line on stderr says so, and
+/// the decision goes to stderr (libvirt keeps a hook's stderr in its own log), before the refusal
+/// line when there is one. The missing directory is not created.
+#[test]
+fn unopenable_log_file_is_said_and_the_decision_goes_to_stderr() {
+    let t = Scratch::with_snap("log-unopenable");
+    let p = t.write("p.toml", policy("enforce", "deny", "allow"));
+    let plain = t.write("plain", "not a directory");
+    // A FIFO without a reader: opening it to write would block the hook.
+    let fifo = t.path("fifo.log");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for log in [
+        t.path("missing/h.log"),
+        t.path("snap"),
+        plain.join("h.log"),
+        fifo.clone(),
+    ] {
+        let run = |xml: String| {
+            Cmd::new(&["hook", "--policy"])
+                .arg(s(&p))
+                .arg("--log-file")
+                .arg(s(&log))
+                .arg("--snapshot-dir")
+                .arg(s(&t.path("snap")))
+                .args(&["i-2-14-VM", "prepare", "begin", "-"])
+                .stdin(xml)
+                .run()
+        };
+        let said = format!("virt-cpu-policy: cannot open the log file {}: ", s(&log));
+        let out = run(conforming("i-2-14-VM"));
+        out.status(0);
+        assert_eq!(out.stdout, "");
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(lines.len(), 2, "{}", out.stderr);
+        assert!(
+            lines[0].starts_with(&said) && lines[0].ends_with("; logging to stderr"),
+            "{}",
+            out.stderr
+        );
+        assert!(
+            lines[1].contains("message_id=\"1bf6f9280b904f00aa082c3206e10849\"")
+                && lines[1].contains("guest=\"i-2-14-VM\""),
+            "{}",
+            out.stderr
+        );
+        let out = run(cloudstack("i-2-14-VM"));
+        out.status(1);
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert!(lines[0].starts_with(&said), "{}", out.stderr);
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("decision=\"refuse (on_violation = deny)\"")),
+            "{}",
+            out.stderr
+        );
+        let last = lines.last().copied().unwrap_or_default();
+        assert!(
+            last.starts_with("virt-cpu-policy: guest 'i-2-14-VM': ")
+                && last.contains(&format!("(rule '{RULE}')")),
+            "the refusal line comes last:\n{}",
+            out.stderr
+        );
+        log_has_no_xml(&out.stderr);
+    }
+    assert!(
+        !t.path("missing").exists(),
+        "a named log's directory is not created"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // The tool's own failures: [hook] on_error
 // ---------------------------------------------------------------------------------------------

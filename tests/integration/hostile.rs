@@ -95,6 +95,27 @@ fn run_bounded(args: &[&str], stdin: Option<Vec<u8>>, limit: Duration) -> Run {
 /// spawned straight from this (large) test process would not do: Linux keeps the high-water mark
 /// of the memory the child shared with its parent before `execve`.
 fn run_cmd(args: &[&str], stdin: Option<Vec<u8>>, limit: Duration, read_stdout: bool) -> Run {
+    run_full(args, stdin, limit, read_stdout, None)
+}
+
+/// Address space a run of [`run_capped`] may map: far above what the tool needs, far below what
+/// an unbounded read of `/dev/zero` takes in a few seconds (so such a bug fails the test instead
+/// of the machine).
+const ADDRESS_SPACE_CAP: u64 = 2 << 30;
+
+/// As [`run_bounded`] with no stdin, under [`ADDRESS_SPACE_CAP`] (`RLIMIT_AS`).
+fn run_capped(args: &[&str], limit: Duration) -> Run {
+    run_full(args, None, limit, true, Some(ADDRESS_SPACE_CAP))
+}
+
+/// As [`run_cmd`], with `RLIMIT_AS` set to `cap` bytes in the child when given.
+fn run_full(
+    args: &[&str],
+    stdin: Option<Vec<u8>>,
+    limit: Duration,
+    read_stdout: bool,
+    cap: Option<u64>,
+) -> Run {
     static N: AtomicUsize = AtomicUsize::new(0);
     let rss_file = std::env::temp_dir().join(format!(
         "vcp-hostile-rss-{}-{}",
@@ -127,6 +148,22 @@ fn run_cmd(args: &[&str], stdin: Option<Vec<u8>>, limit: Duration, read_stdout: 
             closed_pipe()
         })
         .stderr(Stdio::piped());
+    if let Some(cap) = cap {
+        // SAFETY: setrlimit is async-signal-safe and touches nothing of the parent.
+        unsafe {
+            cmd.pre_exec(move || {
+                let l = libc::rlimit {
+                    rlim_cur: cap,
+                    rlim_max: cap,
+                };
+                if libc::setrlimit(libc::RLIMIT_AS, &l) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+    }
     let t0 = Instant::now();
     let mut child = cmd.spawn().expect("spawn virt-cpu-policy");
     let pid = child.id() as libc::pid_t;
@@ -1237,6 +1274,186 @@ fn qemu_capability_cache_fifo_does_not_hang() {
         Duration::from_secs(10),
     );
     assert_eq!(r.code, Some(0), "{}", r.stderr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host-fact files that are not regular files, or too large: refused at once, in bounded memory
+// ---------------------------------------------------------------------------------------------
+
+/// A kvm x86_64 guest below the default policy (a bare `<cpu>`).
+fn plain_guest(dir: &Scratch) -> PathBuf {
+    dir.write("g.xml", kvm_domain("  <cpu/>"))
+}
+
+/// The files no host-facts reader may wait on or read whole, each with what the one-line error
+/// must say besides the file's name: a FIFO without a writer (the open blocks), `/dev/zero` and
+/// `/dev/urandom` (endless), a 300 MB sparse file (16 MiB is the limit; its size is known before
+/// any byte is read).
+fn bad_fact_files(dir: &Scratch) -> Vec<(PathBuf, &'static str)> {
+    let fifo = dir.path("fifo.xml");
+    mkfifo(&fifo);
+    let sparse = dir.path("sparse.xml");
+    std::fs::File::create(&sparse)
+        .and_then(|f| f.set_len(300 * 1024 * 1024))
+        .unwrap();
+    vec![
+        (fifo, "a FIFO, not a regular file"),
+        ("/dev/zero".into(), "a character device, not a regular file"),
+        (
+            "/dev/urandom".into(),
+            "a character device, not a regular file",
+        ),
+        (sparse, "over the limit of 16777216 bytes"),
+    ]
+}
+
+/// Every command-line way of naming a host-facts file, for `file`: `--caps`, `[host]
+/// capabilities`, `compare --host`, `baseline`, `[host] cluster` (through `cpu.model =
+/// "baseline"`), and a cpu_map whose `index.xml` it is.
+fn fact_file_runs(dir: &Scratch, file: &Path) -> Vec<Vec<String>> {
+    let guest = s(&plain_guest(dir));
+    let f = s(file);
+    let caps_policy = dir.write(
+        "caps.toml",
+        format!("version = 1\n[host]\ncapabilities = [{f:?}]\n"),
+    );
+    let cluster_policy = dir.write(
+        "cluster.toml",
+        format!(
+            "version = 1\n[host]\ncluster = [{f:?}]\n[[rule]]\nname = \"c\"\ncpu.model = \"baseline\"\n"
+        ),
+    );
+    let cpu_map = dir.path("cpu_map");
+    std::fs::create_dir_all(&cpu_map).unwrap();
+    let index = cpu_map.join("index.xml");
+    std::fs::remove_file(&index).ok();
+    std::os::unix::fs::symlink(file, &index).unwrap();
+    let v = |a: &[&str]| a.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    vec![
+        v(&["check", "--caps", &f, &guest]),
+        v(&["rewrite", "--caps", &f, &guest]),
+        v(&["host", "--caps", &f]),
+        v(&["check", "--policy", &s(&caps_policy), &guest]),
+        v(&["compare", "--host", &f, &guest]),
+        v(&["baseline", &f]),
+        v(&["check", "--policy", &s(&cluster_policy), &guest]),
+        v(&["check", "--cpu-map", &s(&cpu_map), &guest]),
+    ]
+}
+
+#[test]
+fn host_fact_files_that_are_fifos_devices_or_huge_are_exit_2_at_once() {
+    let dir = Scratch::new("facts-odd");
+    for (file, why) in bad_fact_files(&dir) {
+        for args in fact_file_runs(&dir, &file) {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let r = run_capped(&args, Duration::from_secs(10));
+            // A cpu_map's index.xml is reported under its own (symlink) name.
+            let name = if args.contains(&"--cpu-map") {
+                "index.xml".to_string()
+            } else {
+                s(&file)
+            };
+            refused(&r, 2, &[&name, why]);
+            assert!(
+                r.elapsed < Duration::from_secs(5),
+                "{args:?}: took {:?}",
+                r.elapsed
+            );
+            r.rss_below(&format!("{args:?}"), BIG_RSS_LIMIT_KIB);
+        }
+    }
+}
+
+#[test]
+fn hook_with_a_host_facts_fifo_or_device_follows_on_error_at_once() {
+    // libvirt waits for the hook to start the guest: a FIFO in [host] capabilities (or --caps)
+    // must not hang it. The hook's own failure: on_error decides, as for any host-facts error.
+    let dir = Scratch::new("facts-hook");
+    let snap = dir.path("snap");
+    std::fs::create_dir_all(&snap).unwrap();
+    let guest = kvm_domain("  <cpu/>").into_bytes();
+    for (file, why) in bad_fact_files(&dir) {
+        let f = s(&file);
+        for on_error in ["deny", "allow"] {
+            let pol = dir.write(
+                "p.toml",
+                format!(
+                    "version = 1\n[host]\ncapabilities = [{f:?}]\n[hook]\non_error = \"{on_error}\"\n"
+                ),
+            );
+            let log = dir.path("hook.log");
+            std::fs::remove_file(&log).ok();
+            let r = run_full(
+                &[
+                    "hook",
+                    "--policy",
+                    &s(&pol),
+                    "--snapshot-dir",
+                    &s(&snap),
+                    "--log-file",
+                    &s(&log),
+                    "--no-qemu-caps-cache",
+                    "hostile",
+                    "prepare",
+                    "begin",
+                    "-",
+                ],
+                Some(guest.clone()),
+                Duration::from_secs(10),
+                true,
+                Some(ADDRESS_SPACE_CAP),
+            );
+            assert!(
+                r.elapsed < Duration::from_secs(5),
+                "{f}: took {:?}",
+                r.elapsed
+            );
+            let logged = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(
+                logged.contains(&f) && logged.contains(why) && logged.contains("[hook] on_error"),
+                "{f} {on_error}: the log names the file and the reason:\n{logged}"
+            );
+            if on_error == "deny" {
+                refused(&r, 1, &[&f, why, "[hook] on_error"]);
+            } else {
+                assert_eq!(r.code, Some(0), "{f}: {}", r.stderr);
+                assert_eq!(r.stderr, "", "{f}");
+            }
+        }
+    }
+}
+
+#[test]
+fn oversized_qemu_capability_cache_file_is_skipped_unread() {
+    // A cache file that names the emulator in its head, then runs to 300 MB (sparse): skipped as
+    // a corrupt one is, without reading 300 MB first.
+    let dir = Scratch::new("qcache-huge");
+    let cache = dir.path("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let big = cache.join("0a1b2c.xml");
+    std::fs::write(
+        &big,
+        "<qemuCaps>\n  <emulator>/usr/bin/qemu-system-x86_64</emulator>\n  <machine type='kvm' name='pc-huge-1.0' maxCpus='7'/>\n",
+    )
+    .unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&big)
+        .and_then(|f| f.set_len(300 * 1024 * 1024))
+        .unwrap();
+    let r = run_capped(
+        &["host", "--qemu-caps-cache", &s(&cache), "--verbose"],
+        Duration::from_secs(10),
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(
+        !r.stdout_text().contains("pc-huge-1.0"),
+        "{}",
+        r.stdout_text()
+    );
+    assert!(r.elapsed < Duration::from_secs(5), "took {:?}", r.elapsed);
+    r.rss_below("a 300 MB QEMU capability cache file", BIG_RSS_LIMIT_KIB);
 }
 
 // ---------------------------------------------------------------------------------------------
