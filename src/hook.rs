@@ -153,6 +153,7 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
         qemu_cache: opts.qemu_cache.clone(),
         kvm_max_vcpus: opts.kvm_max_vcpus.clone(),
         libvirt_version: opts.libvirt_version.clone(),
+        skip_machine_support: true,
         ..HostOptions::from_policy(&policy, &caps, None, None)
     };
     let host = match Host::discover(&host_opts) {

@@ -209,6 +209,7 @@ pub struct Host {
     facts_version: Option<Fact<LibvirtVersion>>,
     /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
     pub cluster: Option<Fact<Vec<PathBuf>>>,
+    skip_machine_support: bool,
     cluster_cpu: std::cell::OnceCell<std::result::Result<crate::policy::ClusterCpu, String>>,
 }
 
@@ -242,6 +243,9 @@ pub struct HostOptions {
     pub libvirt_version: Option<Fact<LibvirtVersion>>,
     /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
     pub cluster: Option<Fact<Vec<PathBuf>>>,
+    /// Leave the machine type's support to libvirt ([`Host::machine_unsupported`] says nothing):
+    /// the hook's guest was defined, so libvirt has checked it, and checks it again at start.
+    pub skip_machine_support: bool,
 }
 
 impl HostOptions {
@@ -349,6 +353,7 @@ impl Host {
             host_feature_names: std::cell::OnceCell::new(),
             facts_version: None,
             cluster: opts.cluster.clone(),
+            skip_machine_support: opts.skip_machine_support,
             cluster_cpu: std::cell::OnceCell::new(),
         };
         for path in &opts.caps {
@@ -590,7 +595,10 @@ impl Host {
         machine: &str,
         emulator: Option<&str>,
     ) -> Option<String> {
-        if machine.is_empty() || machine.contains(['\'', '"', '&', '<']) {
+        if self.skip_machine_support
+            || machine.is_empty()
+            || machine.contains(['\'', '"', '&', '<'])
+        {
             return None;
         }
         let qemu_type = if virt_type == "kvm" { "kvm" } else { "tcg" };

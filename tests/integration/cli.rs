@@ -1785,6 +1785,14 @@ fn machine_type_the_emulator_lacks_is_refused_only_with_a_fresh_cache() {
         out.stdout
     );
     check("pc-q35-7.2").status(0);
+    // The hook leaves it to libvirt, which checked it at define and checks it again at start.
+    let hook = Cmd::new(&["hook", "--policy", &s(&dir.path("p.toml"))])
+        .args(&["--qemu-caps-cache", &s(&cache)])
+        .args(&["--log-file", &s(&dir.path("hook.log"))])
+        .args(&["m", "prepare", "begin", "-"])
+        .stdin(std::fs::read(dom("pc-q35-10.0")).unwrap())
+        .run();
+    hook.status(0);
     // A cache older than the binary (QEMU upgraded, libvirt not yet restarted) says nothing.
     std::fs::write(&caps, qemu_caps_file(&emulator, ctime - 1, &["pc-q35-7.2"])).unwrap();
     check("pc-q35-10.0").status(0);
