@@ -184,7 +184,10 @@ fn check(input: &str, policy: &Policy, host: &Host) {
         machine: dom.machine(),
         virt_type: dom.virt_type(),
     });
-    if plan.vcpu_max.is_some() || had.is_empty() || !o.changed {
+    // Any vcpu.* key may edit <vcpu>, <features> and <devices> (vcpu.iommu alone adds the IOMMU
+    // a large guest needs).
+    let vcpu_rules = plan.vcpu_max.is_some() || plan.iommu.is_some() || plan.topology.is_some();
+    if vcpu_rules || had.is_empty() || !o.changed {
         return;
     }
     let first = had[0].clone();
