@@ -130,30 +130,31 @@ pub enum ListError {
 /// The files to audit: each directory of `paths` contributes every entry whose name ends in
 /// `.xml` (not recursing: libvirt keeps `autostart/` links and `networks/` below it), sorted;
 /// each other path is taken as named. Entries that are not regular files (a directory called
-/// `x.xml`, a dangling link, a FIFO) are kept, so [`judge_file`] reports them.
+/// `x.xml`, a dangling link, a FIFO) are kept, so [`judge_file`] reports them. A file named
+/// twice (a directory and a file in it, `f.xml` and `./f.xml`) is audited once, where first
+/// named: the totals and gauges count stored definitions.
 ///
 /// # Errors
 /// [`ListError::Dir`] when a directory cannot be listed.
 pub fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ListError> {
     let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for p in paths {
-        if !p.is_dir() {
-            out.push(p.clone());
-            continue;
-        }
-        let list = |source| ListError::Dir {
-            path: p.clone(),
-            source,
+        let found = if p.is_dir() {
+            crate::host::xml_entries(p).map_err(|source| ListError::Dir {
+                path: p.clone(),
+                source,
+            })?
+        } else {
+            vec![p.clone()]
         };
-        let mut found = Vec::new();
-        for e in std::fs::read_dir(p).map_err(list)? {
-            let e = e.map_err(list)?;
-            if e.file_name().to_string_lossy().ends_with(".xml") {
-                found.push(e.path());
+        for f in found {
+            // The path itself when it cannot be resolved (missing: reported as unreadable).
+            let key = std::fs::canonicalize(&f).unwrap_or_else(|_| f.clone());
+            if seen.insert(key) {
+                out.push(f);
             }
         }
-        found.sort();
-        out.extend(found);
     }
     Ok(out)
 }
@@ -234,14 +235,21 @@ fn judge(text: &str, what: &str, policy: &Policy, host: &Host) -> crate::Result<
     let facts = Facts::resolve(&dom, &plan, host);
     let outcome = rewrite_planned(&dom, what, policy, &plan, &facts)?;
     let level = level_of(&dom, &facts);
-    let limit = facts.machine_limit.clone().or_else(|| {
-        host.machine_limit(
-            dom.arch(),
-            dom.virt_type(),
-            dom.machine(),
-            dom.emulator().as_deref(),
-        )
-    });
+    // A machine type the emulator lacks has no limit: a built-in family rule would invent one.
+    let limit = facts
+        .machine_unsupported
+        .is_none()
+        .then(|| {
+            facts.machine_limit.clone().or_else(|| {
+                host.machine_limit(
+                    dom.arch(),
+                    dom.virt_type(),
+                    dom.machine(),
+                    dom.emulator().as_deref(),
+                )
+            })
+        })
+        .flatten();
     let rules = rules_involved(&outcome, &plan);
     Ok((outcome, level, vcpu_max, limit, rules))
 }

@@ -170,7 +170,10 @@ pub fn read_hosts(paths: &[PathBuf]) -> Result<Vec<HostFacts>, ClusterError> {
     let mut hosts: Vec<HostFacts> = Vec::new();
     for path in paths {
         let files = if path.is_dir() {
-            let files = crate::host::xml_files(path);
+            // Every *.xml entry is a host: one that cannot be read (a dangling link, a FIFO) is an
+            // error below, never a host silently left out of the baseline.
+            let files = crate::host::xml_entries(path)
+                .map_err(|e| facts_error(path, &format!("cannot list the directory: {e}")))?;
             if files.is_empty() {
                 return Err(facts_error(
                     path,
@@ -269,6 +272,17 @@ pub fn read_host(path: &Path) -> Result<HostFacts, ClusterError> {
     }
     if host.arch.is_empty() {
         return Err(facts_error(path, "names no arch"));
+    }
+    // The name goes into comment lines of the toml, nova and cloudstack output: a newline there
+    // would start a line of configuration taken from a file on shared storage.
+    if host.name.chars().any(char::is_control) {
+        return Err(facts_error(
+            path,
+            &format!(
+                "the host name {:?} has a control character (a hostname has none)",
+                host.name
+            ),
+        ));
     }
     Ok(host)
 }

@@ -140,7 +140,9 @@ fn toml(report: &ClusterReport) -> String {
     if !b.cpu.disable.is_empty() {
         let _ = writeln!(s, "cpu.disable = {}", list(&b.cpu.disable));
     }
-    if let Some(l) = report.level {
+    // The policy reader refuses cpu.min_level off x86_64 (`level-arch`): an i686 cluster's rule
+    // has none.
+    if let (Some(l), "x86_64") = (report.level, report.arch.as_str()) {
         let _ = writeln!(s, "cpu.min_level = {}", quoted(l.as_str()));
     }
     s

@@ -205,7 +205,23 @@ fn x86(
             migratable: opts.migratable,
             vendor_neutral: !opts.strict_vendor,
         },
-    )?;
+    )
+    .map_err(|e| match e {
+        // libvirt's sentence names no host; the operator needs to know which differ.
+        ClusterError::Incompatible(why) => {
+            let cpus: Vec<String> = report
+                .hosts
+                .iter()
+                .map(|h| {
+                    let model = h.model.as_deref().unwrap_or("no model");
+                    let vendor = h.vendor.as_deref().unwrap_or("no vendor");
+                    format!("{}: {model}, {vendor}", h.name)
+                })
+                .collect();
+            ClusterError::Incompatible(format!("{why} (hosts {})", cpus.join("; ")))
+        }
+        e => e,
+    })?;
     report.features = b
         .effective_features(map)
         .into_iter()
@@ -235,6 +251,13 @@ fn host_data(hosts: &[HostFacts], map: &X86Map) -> Result<Vec<CpuData>, ClusterE
                 message: "no host CPU: its domcapabilities have no supported host-model (give virsh capabilities, or both in a <hostFacts>)".into(),
             });
         };
+        if cpu.model.is_none() {
+            return Err(ClusterError::Facts {
+                path: h.path.clone(),
+                message: "its host CPU names no <model> (libvirt: \"Missing CPU model name\")"
+                    .into(),
+            });
+        }
         if let Some(v) = cpu.vendor.as_ref().filter(|v| !map.has_vendor(v)) {
             return Err(ClusterError::UnknownVendor {
                 path: h.path.clone(),

@@ -144,6 +144,7 @@ pub fn cluster_cpu(host: &Host) -> std::result::Result<ClusterCpu, String> {
         model: b.cpu.model.clone(),
         require: b.cpu.require.clone(),
         disable: b.cpu.disable.clone(),
+        vendor: b.cpu.vendor.clone(),
         features: report.features.clone(),
         level: report.level,
         blocked,

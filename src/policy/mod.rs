@@ -105,6 +105,9 @@ pub struct ClusterCpu {
     pub require: Vec<String>,
     /// Features of its model the baseline takes away.
     pub disable: Vec<String>,
+    /// The hosts' vendor as libvirt names it (`Intel`, `AMD`); None when they differ (the
+    /// vendor-neutral baseline) or a host names none.
+    pub vendor: Option<String>,
     /// Every feature the baseline CPU has (model + `require` − `disable`): the features all the
     /// hosts share.
     pub features: Vec<String>,

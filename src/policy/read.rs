@@ -168,6 +168,15 @@ impl<'t> Reader<'t> {
             host: HostSettings::default(),
             rules: Vec::new(),
         };
+        // An empty or comment-only file would be a policy of no rules, under which every guest
+        // conforms: a `baseline --format toml > policy.toml` that failed leaves exactly that.
+        if table.is_empty() {
+            self.error(
+                0..0,
+                "version",
+                "missing: the file is empty or only comments, which is no policy (a policy file states at least `version = 1`)",
+            );
+        }
         for (key, v) in self.entries(table, "", TOP_KEYS) {
             match key {
                 "version" => self.version(v),

@@ -13,7 +13,7 @@
 //!
 //! Every function reads host facts from [`Facts`] only, and records each change with its rule.
 
-use super::desired::{Desired, ModelD};
+use super::desired::{Desired, Feat, ModelD};
 use crate::change::{Action, BUILTIN_RULE, Change, Notes};
 use crate::cpu::{Level, default_model, policy_absent, policy_present};
 use crate::domain::Domain;
@@ -39,6 +39,7 @@ pub(crate) fn apply(
     check_cluster_features(plan, n);
     apply_require(d, plan, facts, n);
     apply_disable(d, plan, n);
+    fit_cluster(d, plan, n);
     if let Some(r) = plan.require.as_ref().or(plan.disable.as_ref()) {
         if d.model.is_none() && !d.features.is_empty() {
             ensure_model(d, dom.arch(), &r.rule, facts, n);
@@ -116,28 +117,7 @@ fn leave_custom(d: &mut Desired<'_, '_>, plan: &Plan, rule: &str, want: &str, n:
         let what = format!("<model>{}</model> removed: {why}", m.text);
         n.change(Change::new(rule, Action::Remove, "model", what).old(Some(m.text)));
     }
-    if let Some(v) = d.remove_single("vendor") {
-        let what = format!("<vendor> removed: {why}");
-        n.change(Change::new(rule, Action::Remove, "vendor", what).old(crate::domain::text_of(v)));
-    }
-    let named = |f: &str| {
-        [&plan.require, &plan.disable]
-            .into_iter()
-            .flatten()
-            .any(|set| set.value.iter().any(|v| v == f))
-    };
-    for f in d.retain_features(|f| named(&f.key)) {
-        let what = format!(
-            "<feature policy='{}' name='{}'/> removed: {why}",
-            f.policy, f.name
-        );
-        n.change(
-            Change::new(rule, Action::Remove, "feature", what)
-                .name(&f.key)
-                .attribute("policy")
-                .old(Some(f.policy)),
-        );
-    }
+    drop_description(d, plan, rule, &why, n);
     let default = default_check(want);
     if let (None, Some(c)) = (&plan.check, d.attr("check").map(str::to_string)) {
         if c != default {
@@ -155,6 +135,52 @@ fn leave_custom(d: &mut Desired<'_, '_>, plan: &Plan, rule: &str, want: &str, n:
     }
 }
 
+/// The `<vendor>` and every `<feature>` the policy itself does not name: the old CPU's
+/// description, removed with `why` when its model or mode is replaced.
+fn drop_description(d: &mut Desired<'_, '_>, plan: &Plan, rule: &str, why: &str, n: &mut Notes) {
+    if let Some(v) = d.remove_single("vendor") {
+        let what = format!("<vendor> removed: {why}");
+        n.change(Change::new(rule, Action::Remove, "vendor", what).old(crate::domain::text_of(v)));
+    }
+    let named = |f: &str| {
+        [&plan.require, &plan.disable]
+            .into_iter()
+            .flatten()
+            .any(|set| set.value.iter().any(|v| v == f))
+    };
+    for f in d.retain_features(|f| named(&f.key)) {
+        n.change(feature_removed(rule, &f.key, &f.name, &f.policy, why));
+    }
+}
+
+fn feature_removed(rule: &str, key: &str, name: &str, policy: &str, why: &str) -> Change {
+    let what = format!("<feature policy='{policy}' name='{name}'/> removed: {why}");
+    Change::new(rule, Action::Remove, "feature", what)
+        .name(key)
+        .attribute("policy")
+        .old(Some(policy))
+}
+
+/// `match` other than libvirt's default `exact` becomes `exact`, with `why`: `strict` (no host
+/// feature beyond the guest's) and `minimum` were chosen against the old model.
+fn reset_match(d: &mut Desired<'_, '_>, rule: &str, why: &str, n: &mut Notes) {
+    let Some(old) = d
+        .attr("match")
+        .filter(|m| *m != "exact")
+        .map(str::to_string)
+    else {
+        return;
+    };
+    d.set_attr("match", "exact");
+    let what = format!("<cpu match='{old}'> -> 'exact': {why}");
+    n.change(
+        Change::new(rule, Action::Set, "cpu", what)
+            .attribute("match")
+            .old(Some(old))
+            .new_value("exact"),
+    );
+}
+
 fn mode_change(rule: &str, have: &str, want: &str, why: &str) -> Change {
     Change::new(
         rule,
@@ -167,7 +193,11 @@ fn mode_change(rule: &str, have: &str, want: &str, why: &str) -> Change {
     .new_value(want)
 }
 
-/// `cpu.model`: the model is replaced; its `fallback` stays.
+/// `cpu.model`: the model is replaced; its `fallback` stays. Another model's description goes
+/// with it, as when leaving `custom`: its `<vendor>`, a `match` other than `exact`, and every
+/// `<feature>` the policy does not name (a definition imported from another host carries that
+/// host's expanded CPU; its features on top of the new model would make a CPU the policy did not
+/// ask for, and one a cluster's hosts may lack).
 fn set_model(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
     let Some(m) = &plan.model else { return };
     let have = d.model.as_ref().map(|m| m.text.clone());
@@ -193,9 +223,17 @@ fn set_model(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
     );
     n.change(
         Change::new(&m.rule, action, "model", what)
-            .old(have)
+            .old(have.clone())
             .new_value(&m.value),
     );
+    if let Some(old) = have {
+        let why = format!(
+            "it described the old model {old}, and the policy gives {}",
+            m.value
+        );
+        reset_match(d, &m.rule, &why, n);
+        drop_description(d, plan, &m.rule, &why, n);
+    }
 }
 
 /// A model or feature the policy names that libvirt's cpu_map does not define is the policy's
@@ -437,6 +475,52 @@ fn check_cluster_features(plan: &Plan, n: &mut Notes) {
             .rule(&r.rule),
         );
     }
+}
+
+/// Under a cluster's baseline, what the domain itself adds that not every host can run goes:
+/// each `require`d or `force`d feature outside the baseline CPU (the policy's own are
+/// `cluster-feature` errors instead), a `<vendor>` other than the hosts' own, and a `match` other
+/// than `exact` (`strict` fails on every host with a feature beyond the guest's). libvirt's
+/// `x86Compute` refuses each on the hosts concerned, and QEMU silently drops a missing feature
+/// when `check` is not `full`.
+fn fit_cluster(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
+    let Some(c) = &plan.cluster else { return };
+    if d.mode() != "custom" {
+        return;
+    }
+    let (cpu, rule) = (&c.value, c.rule.as_str());
+    let hosts = cpu.hosts_text();
+    let own = |f: &str| {
+        plan.require
+            .as_ref()
+            .is_some_and(|r| r.value.iter().any(|v| v == f))
+    };
+    let runs = |f: &Feat<'_, '_>| {
+        !matches!(f.policy.as_str(), "require" | "force")
+            || cpu.features.contains(&f.key)
+            || own(&f.key)
+    };
+    let why = format!(
+        "the cluster's baseline CPU lacks it: not every host ({hosts}) gives it to a migratable guest"
+    );
+    for f in d.retain_features(runs) {
+        n.change(feature_removed(rule, &f.key, &f.name, &f.policy, &why));
+    }
+    let vendor = d.single("vendor").and_then(crate::domain::text_of);
+    if vendor.is_some() && vendor != cpu.vendor {
+        d.remove_single("vendor");
+        let what = match &cpu.vendor {
+            Some(v) => format!("<vendor> removed: the cluster's hosts ({hosts}) are {v}"),
+            None => {
+                format!("<vendor> removed: the cluster's hosts ({hosts}) are not all of one vendor")
+            }
+        };
+        n.change(Change::new(rule, Action::Remove, "vendor", what).old(vendor));
+    }
+    let why = format!(
+        "a guest of the cluster ({hosts}) must run on hosts with more features than its model"
+    );
+    reset_match(d, rule, &why, n);
 }
 
 /// A `<feature>` added or given another policy; `why` (with its leading space) ends the sentence.
