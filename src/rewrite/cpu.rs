@@ -29,6 +29,7 @@ pub(crate) fn apply(
     facts: &Facts<'_>,
     n: &mut Notes,
 ) {
+    leave_custom_by_fold(d, plan, n);
     set_mode(d, plan, facts, n);
     set_model(d, plan, n);
     check_policy_names(plan, dom.arch(), facts, n);
@@ -77,6 +78,50 @@ fn set_mode(d: &mut Desired<'_, '_>, plan: &Plan, facts: &Facts<'_>, n: &mut Not
     }
 }
 
+/// An appended `<cpu>` whose mode overrides the first one's `custom` leaves custom as a policy's
+/// mode does: the first `<cpu>`'s description (model, vendor, features, `check`) goes, so the
+/// same CPU written as one `<cpu>` gives the same document. What the later `<cpu>` itself
+/// writes is the operator's override and stays.
+fn leave_custom_by_fold(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
+    let now = d.mode();
+    let first_mode = d
+        .first
+        .and_then(|c| c.attribute("mode"))
+        .unwrap_or("custom");
+    if first_mode != "custom" || now == "custom" {
+        return;
+    }
+    let rule = BUILTIN_RULE;
+    let why = format!("it described the first <cpu>'s custom CPU, and {now} takes this host's");
+    if d.model_in_first() {
+        if let Some(m) = d.model.take() {
+            let what = format!("<model>{}</model> removed: {why}", m.text);
+            n.change(Change::new(rule, Action::Remove, "model", what).old(Some(m.text)));
+        }
+    }
+    if d.in_first(d.single("vendor")) {
+        if let Some(v) = d.remove_single("vendor") {
+            let what = format!("<vendor> removed: {why}");
+            n.change(
+                Change::new(rule, Action::Remove, "vendor", what).old(crate::domain::text_of(v)),
+            );
+        }
+    }
+    let named = |f: &str| {
+        [&plan.require, &plan.disable]
+            .into_iter()
+            .flatten()
+            .any(|set| set.value.iter().any(|v| v == f))
+    };
+    for f in d.retain_features(|f| f.later || named(&f.key)) {
+        n.change(feature_removed(rule, &f.key, &f.name, &f.policy, &why));
+    }
+    let first_check = d.first.and_then(|c| c.attribute("check"));
+    if first_check.is_some() && d.attr("check") == first_check {
+        reset_check(d, plan, rule, &now, n);
+    }
+}
+
 /// For a mode libvirt does not offer this guest ([`Facts::mode_supported`] false), the nearest
 /// one it does ([`crate::modes::fallbacks`]) and why, as libvirt's refusal and where the
 /// verdict came from; None when the mode is offered, unknown, or has no offered fallback.
@@ -118,12 +163,17 @@ fn leave_custom(d: &mut Desired<'_, '_>, plan: &Plan, rule: &str, want: &str, n:
         n.change(Change::new(rule, Action::Remove, "model", what).old(Some(m.text)));
     }
     drop_description(d, plan, rule, &why, n);
-    let default = default_check(want);
+    reset_check(d, plan, rule, want, n);
+}
+
+/// The old custom CPU's `check` becomes `mode`'s default, unless the policy sets one.
+fn reset_check(d: &mut Desired<'_, '_>, plan: &Plan, rule: &str, mode: &str, n: &mut Notes) {
+    let default = default_check(mode);
     if let (None, Some(c)) = (&plan.check, d.attr("check").map(str::to_string)) {
         if c != default {
             d.set_attr("check", default);
             let what = format!(
-                "<cpu check='{c}'> -> '{default}': the old custom CPU's check; libvirt's default for {want}"
+                "<cpu check='{c}'> -> '{default}': the old custom CPU's check; libvirt's default for {mode}"
             );
             n.change(
                 Change::new(rule, Action::Set, "cpu", what)

@@ -26,6 +26,8 @@ pub(crate) struct Feat<'a, 't> {
     pub(crate) policy: String,
     /// The first `<feature>` of the first `<cpu>` with this name, kept in place.
     pub(crate) f_node: Option<Node<'a, 't>>,
+    /// Whether a later `<cpu>` lists it (an override libvirt ignored).
+    pub(crate) later: bool,
 }
 
 /// The desired `<model>`.
@@ -78,6 +80,8 @@ pub(crate) struct Desired<'a, 't> {
     pub(crate) padded_model: Option<String>,
     /// The `<cpu>` the model was read from (a second `<model>` in it is a [`Repeat`]).
     model_parent: Option<Node<'a, 't>>,
+    /// The first `<cpu>`, the one libvirt reads (None without any).
+    pub(crate) first: Option<Node<'a, 't>>,
 }
 
 impl<'a, 't> Desired<'a, 't> {
@@ -149,6 +153,7 @@ impl<'a, 't> Desired<'a, 't> {
             name: key.to_string(),
             policy: policy.to_string(),
             f_node: None,
+            later: false,
         });
         None
     }
@@ -165,6 +170,17 @@ impl<'a, 't> Desired<'a, 't> {
             .map(|(_, s)| *s)
     }
 
+    /// Whether `node`'s parent is the first `<cpu>`.
+    pub(crate) fn in_first(&self, node: Option<Node<'a, 't>>) -> bool {
+        node.and_then(|n| n.parent())
+            .is_some_and(|p| Some(p) == self.first)
+    }
+
+    /// Whether the model comes from the first `<cpu>`.
+    pub(crate) fn model_in_first(&self) -> bool {
+        self.model.is_some() && self.model_parent.is_some() && self.model_parent == self.first
+    }
+
     /// Drop the single child `name`; returns its node when it was there.
     pub(crate) fn remove_single(&mut self, name: &str) -> Option<Node<'a, 't>> {
         let i = self.singles.iter().position(|(n, _)| n == name)?;
@@ -178,6 +194,9 @@ pub(crate) fn merge<'a, 't>(cpus: &[Node<'a, 't>], findings: &mut Vec<Finding>) 
     let mut d = Desired::default();
     for (i, cpu) in cpus.iter().enumerate() {
         let first = i == 0;
+        if first {
+            d.first = Some(*cpu);
+        }
         for a in cpu.attributes() {
             if a.namespace().is_none() {
                 d.set_attr(a.name(), a.value());
@@ -238,6 +257,7 @@ fn merge_feature<'a, 't>(d: &mut Desired<'a, 't>, c: Node<'a, 't>, first: bool) 
         // Only the first <cpu> is read by libvirt, which refuses a feature listed twice in it; in
         // a later <cpu> the last listing is simply the override.
         let twice_in_first = first && f.f_node.is_some_and(|n| n.parent() == c.parent());
+        f.later |= !first;
         let before = std::mem::replace(&mut f.policy, policy);
         if twice_in_first && d.duplicate_keys.insert(key.clone()) {
             d.duplicates.push((key, before));
@@ -248,6 +268,7 @@ fn merge_feature<'a, 't>(d: &mut Desired<'a, 't>, c: Node<'a, 't>, first: bool) 
             name: name.to_string(),
             policy,
             f_node: first.then_some(c),
+            later: !first,
         });
     }
     true
