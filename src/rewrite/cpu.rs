@@ -290,6 +290,7 @@ fn set_model(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
 /// mistake (`cpu-model-unknown`, `cpu-feature-unknown`: errors; in the domain they are warnings).
 fn check_policy_names(plan: &Plan, arch: &str, facts: &Facts<'_>, n: &mut Notes) {
     if !is_x86(arch) {
+        check_x86_names_off_x86(plan, arch, facts, n);
         return;
     }
     if let Some(m) = &plan.model {
@@ -320,6 +321,29 @@ fn check_policy_names(plan: &Plan, arch: &str, facts: &Facts<'_>, n: &mut Notes)
                 )
                 .rule(&set.rule),
             );
+        }
+    }
+}
+
+/// An x86 model or feature (libvirt's x86 cpu_map) in a rule that matches a guest of another
+/// arch: libvirt defines the domain and refuses to start it ("cannot translate CPU model
+/// Haswell-noTSX to a supported model", "unknown CPU feature: vmx", libvirt 9.0 and 11.3), so it
+/// is `cpu-model-arch` / `cpu-feature-arch`, errors, as `level-arch` is for `min_level`.
+fn check_x86_names_off_x86(plan: &Plan, arch: &str, facts: &Facts<'_>, n: &mut Notes) {
+    let fix = "give the rule `match = { arch = \"x86_64\" }`, or write this arch's own names";
+    if let Some(m) = plan.model.as_ref().filter(|m| facts.model_features(&m.value).is_some()) {
+        let msg = format!(
+            "CPU model '{}' is an x86 model (libvirt's cpu_map) and this guest is {arch}: libvirt would refuse to start it (\"cannot translate CPU model {} to a supported model\")",
+            m.value, m.value
+        );
+        n.finding(Finding::error("cpu-model-arch", msg, fix).rule(&m.rule));
+    }
+    for set in [&plan.require, &plan.disable].into_iter().flatten() {
+        for f in set.value.iter().filter(|f| facts.feature_known(f)) {
+            let msg = format!(
+                "CPU feature '{f}' is an x86 feature (x86_features.xml) and this guest is {arch}: libvirt would refuse to start it (\"unknown CPU feature: {f}\")"
+            );
+            n.finding(Finding::error("cpu-feature-arch", msg, fix).rule(&set.rule));
         }
     }
 }
