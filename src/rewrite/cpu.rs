@@ -331,7 +331,11 @@ fn check_policy_names(plan: &Plan, arch: &str, facts: &Facts<'_>, n: &mut Notes)
 /// is `cpu-model-arch` / `cpu-feature-arch`, errors, as `level-arch` is for `min_level`.
 fn check_x86_names_off_x86(plan: &Plan, arch: &str, facts: &Facts<'_>, n: &mut Notes) {
     let fix = "give the rule `match = { arch = \"x86_64\" }`, or write this arch's own names";
-    if let Some(m) = plan.model.as_ref().filter(|m| facts.model_features(&m.value).is_some()) {
+    if let Some(m) = plan
+        .model
+        .as_ref()
+        .filter(|m| facts.model_features(&m.value).is_some())
+    {
         let msg = format!(
             "CPU model '{}' is an x86 model (libvirt's cpu_map) and this guest is {arch}: libvirt would refuse to start it (\"cannot translate CPU model {} to a supported model\")",
             m.value, m.value

@@ -205,3 +205,64 @@ fn aarch64_tcg_host_model_is_rewritten_to_a_mode_that_starts() {
     assert_eq!(libvirt_verdict(host, &dir, &name, &out.stdout), Ok(true));
     eprintln!("modes: aarch64 TCG host-model refused at start; rewritten to maximum, it starts");
 }
+
+/// An x86 model or feature that a rule without `match.arch` writes into an aarch64 guest:
+/// libvirt defines the domain and refuses to start it, on each libvirt; the tool refuses it first
+/// (`cpu-model-arch`, `cpu-feature-arch`, review 3: it wrote them and exited 0).
+#[test]
+#[ignore = "needs a running libvirtd and qemu-system-aarch64: .ci/run installs and starts them"]
+fn x86_names_in_an_aarch64_guest_are_refused_like_libvirt_refuses_the_start() {
+    require_libvirtd();
+    let dir = Scratch::new("arm-x86-names");
+    for o in oracles() {
+        for (what, cpu, code, libvirt_says) in [
+            (
+                "model",
+                "<cpu mode='custom' check='none'><model>Haswell-noTSX</model></cpu>",
+                "cpu-model-arch",
+                "cannot translate CPU model Haswell-noTSX",
+            ),
+            (
+                "feature",
+                "<cpu mode='maximum'><feature policy='require' name='x2apic'/></cpu>",
+                "cpu-feature-arch",
+                "unknown CPU feature: x2apic",
+            ),
+        ] {
+            let name = format!("vcp-test-{}-arm-x86-{what}", std::process::id());
+            let xml =
+                guest(&name, "aarch64", "qemu", "maximum").replace("<cpu mode='maximum'/>", cpu);
+            let file = dir.write(&format!("{name}.xml"), &xml);
+            let d = o.virsh(&["define", &s(&file)]);
+            let started = o.virsh(&["start", &name]);
+            let _ = o.virsh(&["destroy", &name]);
+            let _ = o.virsh(&["undefine", "--nvram", &name]);
+            let _ = o.virsh(&["undefine", &name]);
+            assert!(d.ok, "{}: {what}: define: {}", o.label, d.stderr);
+            assert!(
+                !started.ok && started.stderr.contains(libvirt_says),
+                "{}: {what}: start: {}",
+                o.label,
+                started.stderr
+            );
+            // The policy that would have written it: no match.arch.
+            let policy = dir.write(
+                "p.toml",
+                "version = 1\n[[rule]]\nname = \"fleet\"\ncpu.model = \"Haswell-noTSX\"\ncpu.require = [\"x2apic\"]\n",
+            );
+            let out = Cmd::new(&["check", "--no-qemu-caps-cache", "--policy", &s(&policy)])
+                .stdin(guest(&name, "aarch64", "qemu", "custom"))
+                .run();
+            out.status(1);
+            assert!(
+                out.stdout.contains(&format!("error[{code}]")),
+                "{}",
+                out.stdout
+            );
+            eprintln!(
+                "modes: {}: aarch64 guest with an x86 {what}: defined, start refused (\"{libvirt_says}\"); the tool: {code}",
+                o.label
+            );
+        }
+    }
+}
