@@ -245,12 +245,17 @@ impl<'t> Domain<'t> {
         self.os_type().and_then(|t| t.attribute("arch")).is_some()
     }
 
-    /// `<os><type machine=...>` as written (may be an alias such as `q35`), or "" if absent.
+    /// `<os><type machine=...>` as written (may be an alias such as `q35`). When absent on x86,
+    /// the one libvirt fills in at define: QEMU's default machine type, the alias `pc` (libvirt's
+    /// QEMU capability cache marks `pc-i440fx-7.2` on QEMU 7.2 and `pc-i440fx-10.0` on QEMU 10.0
+    /// `default='yes'`, alias `pc`); "" for other arches, which have no default.
     #[must_use]
     pub fn machine(&self) -> &str {
-        self.os_type()
-            .and_then(|t| t.attribute("machine"))
-            .unwrap_or("")
+        match self.os_type().and_then(|t| t.attribute("machine")) {
+            Some(m) => m,
+            None if matches!(self.arch(), "x86_64" | "i686") => "pc",
+            None => "",
+        }
     }
 
     /// `<devices><emulator>`, if given.

@@ -231,6 +231,14 @@ fn target_maximum(
             }
         },
     };
+    // A count every machine type of the family allows needs no exact limit (an alias such as
+    // `pc`, whose version the built-in table cannot know): nothing to clamp.
+    let floor = crate::machine::family_floor(arch, dom.machine());
+    if let (None, Some(c), Some(f)) = (&facts.machine_limit, requested, floor) {
+        if c <= f {
+            return Some(clamp_to_kvm(c, vt, facts, rule, n));
+        }
+    }
     let Some(limit) = &facts.machine_limit else {
         let machine = if dom.machine().is_empty() {
             "(none given)"
@@ -253,17 +261,22 @@ fn target_maximum(
         n.finding(Finding::warning("vcpu-clamped", what, "").rule(rule));
         max = limit.max_cpus;
     }
-    if let (Some(k), "kvm") = (&facts.kvm_limit, vt) {
-        if max > k.value {
+    Some(clamp_to_kvm(max, vt, facts, rule, n))
+}
+
+/// `max`, or KVM's limit when it is lower (for `kvm` guests), with a warning naming both.
+fn clamp_to_kvm(max: u32, vt: &str, facts: &Facts<'_>, rule: &str, n: &mut Notes) -> u32 {
+    match (&facts.kvm_limit, vt) {
+        (Some(k), "kvm") if max > k.value => {
             let what = format!(
                 "vCPU maximum {max} clamped to {}: KVM allows {} (from {})",
                 k.value, k.value, k.source
             );
             n.finding(Finding::warning("vcpu-clamped", what, "").rule(rule));
-            max = k.value;
+            k.value
         }
+        _ => max,
     }
-    Some(max)
 }
 
 /// More than 255 x86 vCPUs need q35 and an IOMMU in extended interrupt mode. A maximum `vcpu.max`
