@@ -41,9 +41,17 @@ pub(crate) fn apply(
     apply_require(d, plan, facts, n);
     apply_disable(d, plan, n);
     fit_cluster(d, plan, n);
+    // Features need a model under custom: the rule that lists them, or the one that made the
+    // mode custom (a host-model `<cpu>` with features and an empty `<model fallback=.../>`).
+    let custom_rule = plan.mode.as_ref().filter(|m| m.value.as_str() == "custom");
     if let Some(r) = plan.require.as_ref().or(plan.disable.as_ref()) {
-        if d.model.is_none() && !d.features.is_empty() {
+        if !d.has_model() && !d.features.is_empty() {
             ensure_model(d, dom.arch(), &r.rule, facts, n);
+        }
+    }
+    if let Some(m) = custom_rule {
+        if !d.has_model() && !d.features.is_empty() {
+            ensure_model(d, dom.arch(), &m.rule, facts, n);
         }
     }
     if let Some(level) = &plan.min_level {
@@ -624,15 +632,17 @@ fn feature_change(rule: &str, f: &str, have: Option<&str>, want: &str, why: &str
 /// listed (libvirt: "Non-empty feature list specified without CPU model"): QEMU's `qemu64` on
 /// x86_64, with `svm` disabled as libvirt does for its own implicit default CPU.
 fn ensure_model(d: &mut Desired<'_, '_>, arch: &str, rule: &str, facts: &Facts<'_>, n: &mut Notes) {
-    if d.model.is_some() || d.mode() != "custom" {
+    if d.has_model() || d.mode() != "custom" {
         return;
     }
     let Some(model) = default_model(arch) else {
         return;
     };
+    // An empty `<model fallback='allow'/>` (host-model writes one) keeps its fallback.
+    let fallback = d.model.take().and_then(|m| m.fallback);
     d.model = Some(ModelD {
         text: model.to_string(),
-        fallback: None,
+        fallback,
         src: None,
     });
     n.change(

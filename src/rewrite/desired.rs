@@ -176,6 +176,11 @@ impl<'a, 't> Desired<'a, 't> {
             .is_some_and(|p| Some(p) == self.first)
     }
 
+    /// Whether a model is named (an empty `<model/>`, as host-model writes, names none).
+    pub(crate) fn has_model(&self) -> bool {
+        self.model.as_ref().is_some_and(|m| !m.text.trim().is_empty())
+    }
+
     /// Whether the model comes from the first `<cpu>`.
     pub(crate) fn model_in_first(&self) -> bool {
         self.model.is_some() && self.model_parent.is_some() && self.model_parent == self.first
