@@ -496,28 +496,23 @@ fn regenerate_vcpus(
     }
     r.edits
         .replace(list.range(), rebuilt_vcpus(text, list, &kept, &added, q));
-    if !added.is_empty() {
-        let what = format!(
-            "<vcpus>: {} vCPU(s) added, disabled and hotpluggable",
-            added.len()
-        );
-        r.notes
-            .change(Change::new(rule, Action::Add, "vcpus", what).new_value(format_cpuset(&added)));
-    }
-    let removed: BTreeSet<u32> = entries
+    // One `set` of the list's ids, old and new: the `<vcpus>` element stays, its entries change.
+    let before: BTreeSet<u32> = entries
         .iter()
         .filter_map(|e| e.attribute("id")?.trim().parse::<u32>().ok())
-        .filter(|id| *id >= max)
         .collect();
-    if kept.len() < entries.len() {
-        let what = format!(
-            "<vcpus>: {} entr(ies) past the new maximum removed",
-            entries.len() - kept.len()
-        );
-        r.notes.change(
-            Change::new(rule, Action::Remove, "vcpus", what).old(Some(format_cpuset(&removed))),
-        );
-    }
+    let after: BTreeSet<u32> = known.union(&added).copied().collect();
+    let gone = entries.len() - kept.len();
+    let what = match (added.len(), gone) {
+        (a, 0) => format!("<vcpus>: {a} vCPU entry(ies) added, disabled and hotpluggable"),
+        (0, g) => format!("<vcpus>: {g} vCPU entry(ies) past the new maximum removed"),
+        (a, g) => format!("<vcpus>: {a} vCPU entry(ies) added, {g} past the new maximum removed"),
+    };
+    r.notes.change(
+        Change::new(rule, Action::Set, "vcpus", what)
+            .old(Some(format_cpuset(&before)))
+            .new_value(format_cpuset(&after)),
+    );
 }
 
 /// `<vcpus>` with the `kept` entries as written and the `added` ids, disabled and hotpluggable.
