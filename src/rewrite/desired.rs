@@ -178,7 +178,9 @@ impl<'a, 't> Desired<'a, 't> {
 
     /// Whether a model is named (an empty `<model/>`, as host-model writes, names none).
     pub(crate) fn has_model(&self) -> bool {
-        self.model.as_ref().is_some_and(|m| !m.text.trim().is_empty())
+        self.model
+            .as_ref()
+            .is_some_and(|m| !m.text.trim().is_empty())
     }
 
     /// Whether the model comes from the first `<cpu>`.
