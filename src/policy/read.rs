@@ -174,7 +174,7 @@ impl<'t> Reader<'t> {
             self.error(
                 0..0,
                 "version",
-                "missing: the file is empty or only comments, which is no policy (a policy file states at least `version = 1`)",
+                "missing: the file is empty or only comments, which is no policy (write at least `version = 1`)",
             );
         }
         for (key, v) in self.entries(table, "", TOP_KEYS) {
