@@ -21,7 +21,6 @@ use crate::policy::{Plan, Policy};
 use crate::rewrite::{Outcome, rewrite_parsed, rewrite_planned};
 use crate::topology::read_vcpu;
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Where libvirt keeps the stored definitions of the system instance's QEMU/KVM guests.
@@ -159,27 +158,11 @@ pub fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ListError> {
     Ok(out)
 }
 
-/// Read `path` as `check` reads its INPUT (at most [`crate::domain::MAX_INPUT_BYTES`] + 1 bytes),
-/// refusing anything but a regular file before opening it: a FIFO would block the audit.
+/// Read `path` through the one bounded reader ([`crate::readfile::read_regular`]): a regular
+/// file only, checked on the open descriptor (a FIFO would block the audit), at most
+/// [`crate::domain::MAX_INPUT_BYTES`], the limit `check` puts on its INPUT.
 fn read_file(path: &Path) -> Result<Vec<u8>, String> {
-    let meta =
-        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if !meta.is_file() {
-        let kind = if meta.is_dir() {
-            "a directory"
-        } else {
-            "not a regular file"
-        };
-        return Err(format!("cannot read {}: {kind}", path.display()));
-    }
-    let mut buf = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| {
-            f.take(crate::domain::MAX_INPUT_BYTES as u64 + 1)
-                .read_to_end(&mut buf)
-        })
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Ok(buf)
+    crate::readfile::read_regular(path, crate::domain::MAX_INPUT_BYTES).map_err(|e| e.to_string())
 }
 
 /// Judge one file under `policy` with `host` facts: never an error, a file that cannot be read,
