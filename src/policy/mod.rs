@@ -374,6 +374,24 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Whether the plan's `require` lists `feature`.
+    #[must_use]
+    pub fn requires(&self, feature: &str) -> bool {
+        self.require
+            .as_ref()
+            .is_some_and(|r| r.value.iter().any(|v| v == feature))
+    }
+
+    /// Whether the plan's `require` or `disable` lists `feature` (the policy names it).
+    #[must_use]
+    pub fn names_feature(&self, feature: &str) -> bool {
+        self.requires(feature)
+            || self
+                .disable
+                .as_ref()
+                .is_some_and(|x| x.value.iter().any(|v| v == feature))
+    }
+
     /// The rule a feature of `set` (the plan's `require` or `disable`) is there for: the rule
     /// that asked for the cluster's baseline when the baseline brought it, else the set's.
     #[must_use]

@@ -101,29 +101,7 @@ fn leave_custom_by_fold(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
     }
     let rule = BUILTIN_RULE;
     let why = format!("it described the first <cpu>'s custom CPU, and {now} takes this host's");
-    if d.model_in_first() {
-        if let Some(m) = d.model.take() {
-            let what = format!("<model>{}</model> removed: {why}", m.text);
-            n.change(Change::new(rule, Action::Remove, "model", what).old(Some(m.text)));
-        }
-    }
-    if d.in_first(d.single("vendor")) {
-        if let Some(v) = d.remove_single("vendor") {
-            let what = format!("<vendor> removed: {why}");
-            n.change(
-                Change::new(rule, Action::Remove, "vendor", what).old(crate::domain::text_of(v)),
-            );
-        }
-    }
-    let named = |f: &str| {
-        [&plan.require, &plan.disable]
-            .into_iter()
-            .flatten()
-            .any(|set| set.value.iter().any(|v| v == f))
-    };
-    for f in d.retain_features(|f| f.later || named(&f.key)) {
-        n.change(feature_removed(rule, &f.key, &f.name, &f.policy, &why));
-    }
+    drop_description(d, plan, rule, &why, Part::FirstCpu, n);
     let first_check = d.first.and_then(|c| c.attribute("check"));
     if first_check.is_some() && d.attr("check") == first_check {
         reset_check(d, plan, rule, &now, n);
@@ -166,11 +144,7 @@ fn default_check(mode: &str) -> &'static str {
 /// describe the model stays: topology, NUMA, cache, maxphysaddr.
 fn leave_custom(d: &mut Desired<'_, '_>, plan: &Plan, rule: &str, want: &str, n: &mut Notes) {
     let why = format!("it described the old custom CPU, and {want} takes this host's");
-    if let Some(m) = d.model.take() {
-        let what = format!("<model>{}</model> removed: {why}", m.text);
-        n.change(Change::new(rule, Action::Remove, "model", what).old(Some(m.text)));
-    }
-    drop_description(d, plan, rule, &why, n);
+    drop_description(d, plan, rule, &why, Part::Whole, n);
     reset_check(d, plan, rule, want, n);
 }
 
@@ -193,20 +167,47 @@ fn reset_check(d: &mut Desired<'_, '_>, plan: &Plan, rule: &str, mode: &str, n: 
     }
 }
 
-/// The `<vendor>` and every `<feature>` the policy itself does not name: the old CPU's
-/// description, removed with `why` when its model or mode is replaced.
-fn drop_description(d: &mut Desired<'_, '_>, plan: &Plan, rule: &str, why: &str, n: &mut Notes) {
-    if let Some(v) = d.remove_single("vendor") {
-        let what = format!("<vendor> removed: {why}");
-        n.change(Change::new(rule, Action::Remove, "vendor", what).old(crate::domain::text_of(v)));
-    }
-    let named = |f: &str| {
-        [&plan.require, &plan.disable]
-            .into_iter()
-            .flatten()
-            .any(|set| set.value.iter().any(|v| v == f))
+/// Which part of the desired `<cpu>` an old CPU description is taken from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// All of it, the model included: a policy's mode leaves custom.
+    Whole,
+    /// All of it but the model, which is replaced in place (its `fallback` stays).
+    ModelReplaced,
+    /// Only what the first `<cpu>` wrote: an appended `<cpu>` left custom, and what it writes
+    /// itself is the operator's override.
+    FirstCpu,
+}
+
+/// The old CPU's description, removed with `why`: its model (unless replaced), `<vendor>` and
+/// every `<feature>` the policy itself does not name, from the `part` concerned.
+fn drop_description(
+    d: &mut Desired<'_, '_>,
+    plan: &Plan,
+    rule: &str,
+    why: &str,
+    part: Part,
+    n: &mut Notes,
+) {
+    let first_only = part == Part::FirstCpu;
+    let model_goes = match part {
+        Part::Whole => true,
+        Part::ModelReplaced => false,
+        Part::FirstCpu => d.model_in_first(),
     };
-    for f in d.retain_features(|f| named(&f.key)) {
+    if let Some(m) = model_goes.then(|| d.model.take()).flatten() {
+        let what = format!("<model>{}</model> removed: {why}", m.text);
+        n.change(Change::new(rule, Action::Remove, "model", what).old(Some(m.text)));
+    }
+    if !first_only || d.in_first(d.single("vendor")) {
+        if let Some(v) = d.remove_single("vendor") {
+            let what = format!("<vendor> removed: {why}");
+            n.change(
+                Change::new(rule, Action::Remove, "vendor", what).old(crate::domain::text_of(v)),
+            );
+        }
+    }
+    for f in d.retain_features(|f| (first_only && f.later) || plan.names_feature(&f.key)) {
         n.change(feature_removed(rule, &f.key, &f.name, &f.policy, why));
     }
 }
@@ -290,7 +291,7 @@ fn set_model(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
             m.value
         );
         reset_match(d, &m.rule, &why, n);
-        drop_description(d, plan, &m.rule, &why, n);
+        drop_description(d, plan, &m.rule, &why, Part::ModelReplaced, n);
     }
 }
 
@@ -528,7 +529,7 @@ fn apply_disable(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
         .map(|c| &c.value.disable[..])
         .unwrap_or_default();
     for f in &x.value {
-        if plan.require.as_ref().is_some_and(|r| r.value.contains(f)) {
+        if plan.requires(f) {
             continue;
         }
         let have = d.feature_policy(f);
@@ -576,15 +577,10 @@ fn fit_cluster(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
     }
     let (cpu, rule) = (&c.value, c.rule.as_str());
     let hosts = cpu.hosts_text();
-    let own = |f: &str| {
-        plan.require
-            .as_ref()
-            .is_some_and(|r| r.value.iter().any(|v| v == f))
-    };
     let runs = |f: &Feat<'_, '_>| {
         !matches!(f.policy.as_str(), "require" | "force")
             || cpu.features.contains(&f.key)
-            || own(&f.key)
+            || plan.requires(&f.key)
     };
     let why = format!(
         "the cluster's baseline CPU lacks it: not every host ({hosts}) gives it to a migratable guest"
