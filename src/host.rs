@@ -755,13 +755,8 @@ pub fn xml_entries(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 /// a device would block the hook: only regular files.)
 #[must_use]
 pub fn xml_files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "xml"))
-        .collect();
-    v.sort();
+    let mut v = xml_entries(dir).unwrap_or_default();
+    v.retain(|p| p.is_file());
     v
 }
 
