@@ -65,6 +65,16 @@ impl Run {
             None => eprintln!("{what}: peak RSS not measured (/usr/bin/time not installed)"),
         }
     }
+
+    /// A refusal of a big or endless input: within 5 s and under [`BIG_RSS_LIMIT_KIB`].
+    fn bounded(&self, what: &str) {
+        assert!(
+            self.elapsed < Duration::from_secs(5),
+            "{what}: took {:?}",
+            self.elapsed
+        );
+        self.rss_below(what, BIG_RSS_LIMIT_KIB);
+    }
 }
 
 const TIME: &str = "/usr/bin/time";
@@ -335,12 +345,7 @@ fn hundred_mb_on_stdin_is_refused_fast_in_bounded_memory() {
             "{cmd}: 100 MB on stdin refused in {:?}, peak RSS {:?} KiB",
             r.elapsed, r.max_rss_kib
         );
-        assert!(
-            r.elapsed < Duration::from_secs(5),
-            "{cmd}: took {:?}",
-            r.elapsed
-        );
-        r.rss_below(&format!("{cmd}: a refused 100 MB input"), BIG_RSS_LIMIT_KIB);
+        r.bounded(&format!("{cmd}: a refused 100 MB input"));
     }
 }
 
@@ -365,11 +370,7 @@ fn hundred_mb_file_is_refused_fast_in_bounded_memory() {
             "{cmd} {extra:?}: 100 MB file refused in {:?}, peak RSS {:?} KiB",
             r.elapsed, r.max_rss_kib
         );
-        assert!(r.elapsed < Duration::from_secs(5), "took {:?}", r.elapsed);
-        r.rss_below(
-            &format!("{cmd} {extra:?}: a refused 100 MB file"),
-            BIG_RSS_LIMIT_KIB,
-        );
+        r.bounded(&format!("{cmd} {extra:?}: a refused 100 MB file"));
     }
     assert_eq!(
         std::fs::metadata(&f).unwrap().len(),
@@ -1355,12 +1356,7 @@ fn host_fact_files_that_are_fifos_devices_or_huge_are_exit_2_at_once() {
                 s(&file)
             };
             refused(&r, 2, &[&name, why]);
-            assert!(
-                r.elapsed < Duration::from_secs(5),
-                "{args:?}: took {:?}",
-                r.elapsed
-            );
-            r.rss_below(&format!("{args:?}"), BIG_RSS_LIMIT_KIB);
+            r.bounded(&format!("{args:?}"));
         }
     }
 }
@@ -1452,8 +1448,7 @@ fn oversized_qemu_capability_cache_file_is_skipped_unread() {
         "{}",
         r.stdout_text()
     );
-    assert!(r.elapsed < Duration::from_secs(5), "took {:?}", r.elapsed);
-    r.rss_below("a 300 MB QEMU capability cache file", BIG_RSS_LIMIT_KIB);
+    r.bounded("a 300 MB QEMU capability cache file");
 }
 
 // ---------------------------------------------------------------------------------------------
