@@ -1,10 +1,15 @@
 //! Turns `src/cpu/x86_features.txt` (libvirt's x86 feature names and their aliases, one feature a
 //! line) into sorted static tables, so looking a feature name up costs a bisection and no table
 //! is built at run time: the hook runs on every guest start.
+//!
+//! It also sets the cfg `vcp_shared_corpus` when `../shared/corpus` (real domain XML, host
+//! capabilities and libvirt's CPU test data, kept outside the repository) is beside the checkout:
+//! the tests that read it are `#[ignore]`d without it, never passed silently.
 
 use std::fmt::Write as _;
 
 fn main() {
+    shared_corpus();
     let src = "src/cpu/x86_features.txt";
     println!("cargo:rerun-if-changed={src}");
     let text = std::fs::read_to_string(src).expect("read src/cpu/x86_features.txt");
@@ -48,4 +53,18 @@ fn main() {
     let dest =
         std::path::Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("x86_features.rs");
     std::fs::write(dest, out).expect("write x86_features.rs");
+}
+
+/// `cfg(vcp_shared_corpus)` when `../shared/corpus` exists. The directory is watched only when
+/// it is there: a path that does not exist would make cargo run this script, and build the crate
+/// again, at every build.
+fn shared_corpus() {
+    println!("cargo:rustc-check-cfg=cfg(vcp_shared_corpus)");
+    let corpus =
+        std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"))
+            .join("../shared/corpus");
+    if corpus.is_dir() {
+        println!("cargo:rerun-if-changed={}", corpus.display());
+        println!("cargo:rustc-cfg=vcp_shared_corpus");
+    }
 }

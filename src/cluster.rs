@@ -131,17 +131,3 @@ pub fn baseline_from_files(
     };
     analyze(hosts, map.as_ref(), opts)
 }
-
-/// `../shared/corpus/REL` for unit tests, or None (said on stderr) when the corpus is absent.
-#[cfg(test)]
-pub(crate) fn test_corpus(rel: &str) -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/corpus")
-        .join(rel);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("skipping: {} not present", p.display());
-        None
-    }
-}

@@ -1071,27 +1071,17 @@ pub fn sysconf_cpus() -> Option<Fact<u32>> {
 mod tests {
     use super::*;
 
-    fn corpus(rel: &str) -> Option<PathBuf> {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../shared/corpus")
-            .join(rel);
-        if p.exists() {
-            Some(p)
-        } else {
-            eprintln!("skipping: {} not present", p.display());
-            None
-        }
-    }
+    use crate::testdata::corpus;
 
     #[test]
+    #[cfg_attr(
+        not(vcp_shared_corpus),
+        ignore = "needs ../shared/corpus beside the checkout"
+    )]
     fn reads_this_hosts_files() {
-        let (Some(caps), Some(dc), Some(qc)) = (
-            corpus("host-libvirt-9.0-qemu-7.2/capabilities.xml"),
-            corpus("host-libvirt-9.0-qemu-7.2/domcapabilities-x86_64-q35-kvm.xml"),
-            corpus("host-libvirt-9.0-qemu-7.2/qemucaps-x86_64.xml"),
-        ) else {
-            return;
-        };
+        let caps = corpus("host-libvirt-9.0-qemu-7.2/capabilities.xml");
+        let dc = corpus("host-libvirt-9.0-qemu-7.2/domcapabilities-x86_64-q35-kvm.xml");
+        let qc = corpus("host-libvirt-9.0-qemu-7.2/qemucaps-x86_64.xml");
         let h = Host::discover(&HostOptions {
             caps: vec![caps, dc, qc],
             ..HostOptions::default()

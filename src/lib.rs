@@ -60,4 +60,7 @@ pub mod daemon;
 
 pub mod cli;
 
+#[cfg(test)]
+mod testdata;
+
 pub use error::{Error, Result};

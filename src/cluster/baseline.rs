@@ -392,13 +392,8 @@ mod tests {
         assert!(!is_better(&list("rd"), &list("rrrrrrrr"), false));
     }
 
-    fn map() -> Option<X86Map> {
-        let dir = Path::new(crate::host::DEFAULT_CPU_MAP);
-        if !dir.join("index.xml").exists() {
-            eprintln!("skipping: {} not present", dir.display());
-            return None;
-        }
-        Some(X86Map::load(dir).unwrap())
+    fn map() -> X86Map {
+        X86Map::load(&crate::testdata::cpu_map()).unwrap()
     }
 
     fn cpu(map: &X86Map, model: &str, extra: &[&str]) -> CpuData {
@@ -415,7 +410,7 @@ mod tests {
 
     #[test]
     fn model_itself_decodes_to_itself() {
-        let Some(map) = map() else { return };
+        let map = map();
         for name in [
             "Nehalem",
             "SandyBridge",
@@ -446,7 +441,7 @@ mod tests {
 
     #[test]
     fn vendors_and_usable_models() {
-        let Some(map) = map() else { return };
+        let map = map();
         let intel = InputCpu {
             model: Some("IvyBridge"),
             vendor: Some("Intel"),
@@ -500,7 +495,7 @@ mod tests {
 
     #[test]
     fn migratable_drops_invtsc_and_unknown_names_fail() {
-        let Some(map) = map() else { return };
+        let map = map();
         let a = InputCpu {
             model: Some("Nehalem"),
             vendor: Some("Intel"),

@@ -422,18 +422,18 @@ fn not_facts(path: &Path, root: &str) -> ClusterError {
 mod tests {
     use super::*;
 
-    use crate::cluster::test_corpus as corpus;
+    use crate::testdata::corpus;
 
     #[test]
+    #[cfg_attr(
+        not(vcp_shared_corpus),
+        ignore = "needs ../shared/corpus beside the checkout"
+    )]
     fn reads_the_four_shapes() {
-        let (Some(cpu), Some(dc), Some(caps), Some(arm)) = (
-            corpus("libvirt-cputestdata/x86_64-cpuid-Xeon-E5-2650-v3-host.xml"),
-            corpus("libvirt-domaincapsdata/qemu_10.0.0-q35.x86_64.xml"),
-            corpus("virt-manager/capabilities/kvm-aarch64.xml"),
-            corpus("libvirt-domaincapsdata/qemu_11.0.0-virt.aarch64.xml"),
-        ) else {
-            return;
-        };
+        let cpu = corpus("libvirt-cputestdata/x86_64-cpuid-Xeon-E5-2650-v3-host.xml");
+        let dc = corpus("libvirt-domaincapsdata/qemu_10.0.0-q35.x86_64.xml");
+        let caps = corpus("virt-manager/capabilities/kvm-aarch64.xml");
+        let arm = corpus("libvirt-domaincapsdata/qemu_11.0.0-virt.aarch64.xml");
         let h = read_host(&cpu).unwrap();
         assert_eq!(h.name, "x86_64-cpuid-Xeon-E5-2650-v3-host");
         assert_eq!(h.arch, "x86_64");

@@ -336,15 +336,15 @@ fn common_machines(hosts: &[HostFacts]) -> Option<BTreeSet<String>> {
 mod tests {
     use super::*;
     use crate::cluster::facts::read_hosts;
-    use std::path::Path;
-
-    fn corpus() -> Option<PathBuf> {
-        crate::cluster::test_corpus("")
-    }
+    use crate::testdata::corpus;
 
     #[test]
+    #[cfg_attr(
+        not(vcp_shared_corpus),
+        ignore = "needs ../shared/corpus beside the checkout"
+    )]
     fn aarch64_groups_from_the_corpus() {
-        let Some(c) = corpus() else { return };
+        let c = corpus("");
         let hosts = read_hosts(&[
             c.join("virt-manager/capabilities/kvm-aarch64.xml"),
             c.join("libvirt-domaincapsdata/qemu_11.0.0-virt.aarch64.xml"),
@@ -359,8 +359,12 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(vcp_shared_corpus),
+        ignore = "needs ../shared/corpus beside the checkout"
+    )]
     fn mixed_arches_are_refused() {
-        let Some(c) = corpus() else { return };
+        let c = corpus("");
         let hosts = read_hosts(&[
             c.join("virt-manager/capabilities/kvm-aarch64.xml"),
             c.join("libvirt-cputestdata/x86_64-cpuid-Xeon-E5-2650-v4-host.xml"),
@@ -372,14 +376,13 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(vcp_shared_corpus),
+        ignore = "needs ../shared/corpus beside the checkout"
+    )]
     fn levels_blockers_and_groups() {
-        let Some(c) = corpus() else { return };
-        let dir = Path::new(crate::host::DEFAULT_CPU_MAP);
-        if !dir.join("index.xml").exists() {
-            eprintln!("skipping: no cpu_map");
-            return;
-        }
-        let map = X86Map::load(dir).unwrap();
+        let c = corpus("");
+        let map = X86Map::load(&crate::testdata::cpu_map()).unwrap();
         let d = c.join("libvirt-cputestdata");
         let hosts = read_hosts(&[
             d.join("x86_64-cpuid-Xeon-E5-2650-v4-host.xml"),
