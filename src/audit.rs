@@ -12,14 +12,16 @@
 //! rules involved ([`rules_involved`]). A file that cannot be read or judged is an [`Entry`] of
 //! its own, never a reason to stop.
 
-use crate::cpu::{Level, default_model, guaranteed_features};
-use crate::domain::{Domain, child, cpu_features};
+use crate::cpu::{Level, default_model};
+use crate::domain::{Domain, cpu_features};
 use crate::facts::Facts;
 use crate::finding::Severity;
 use crate::host::{Host, MachineLimit};
+use crate::libvirt::cpu::guaranteed_features;
 use crate::policy::{Plan, Policy};
 use crate::rewrite::{Outcome, rewrite_parsed, rewrite_planned};
 use crate::topology::read_vcpu;
+use crate::xml::child;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -140,7 +142,7 @@ pub fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ListError> {
     let mut seen = std::collections::HashSet::new();
     for p in paths {
         let found = if p.is_dir() {
-            crate::host::xml_entries(p).map_err(|source| ListError::Dir {
+            crate::readfile::xml_entries(p).map_err(|source| ListError::Dir {
                 path: p.clone(),
                 source,
             })?
@@ -160,9 +162,9 @@ pub fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ListError> {
 
 /// Read `path` through the one bounded reader ([`crate::readfile::read_regular`]): a regular
 /// file only, checked on the open descriptor (a FIFO would block the audit), at most
-/// [`crate::domain::MAX_INPUT_BYTES`], the limit `check` puts on its INPUT.
+/// [`crate::xml::MAX_INPUT_BYTES`], the limit `check` puts on its INPUT.
 fn read_file(path: &Path) -> Result<Vec<u8>, String> {
-    crate::readfile::read_regular(path, crate::domain::MAX_INPUT_BYTES).map_err(|e| e.to_string())
+    crate::readfile::read_regular(path, crate::xml::MAX_INPUT_BYTES).map_err(|e| e.to_string())
 }
 
 /// Judge one file under `policy` with `host` facts: never an error, a file that cannot be read,
@@ -176,7 +178,7 @@ pub fn judge_file(path: &Path, policy: &Policy, host: &Host) -> Entry {
     };
     let what = path.display().to_string();
     let judged =
-        crate::domain::decode(&bytes, &what).and_then(|text| judge(text, &what, policy, host));
+        crate::xml::decode(&bytes, &what).and_then(|text| judge(text, &what, policy, host));
     match judged {
         Ok((outcome, level, vcpu_max, machine_limit, rules)) => Entry::Guest(Box::new(Guest {
             file: path.to_path_buf(),
@@ -285,7 +287,7 @@ pub fn level_of(dom: &Domain<'_>, facts: &Facts<'_>) -> LevelReading {
         .and_then(|d| d.host_model.as_ref())
         .map(|hm| {
             let model = hm.model.as_deref().and_then(|m| facts.model_features(m));
-            hm.features(model)
+            hm.guaranteed_features(model)
         });
     let highest = |feats: &BTreeSet<String>| Level::highest(|f| feats.contains(f));
     if mode == "custom" {

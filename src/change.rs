@@ -97,7 +97,7 @@ pub struct Change {
     pub attribute: Option<&'static str>,
     /// The value before (None when there was none); for an element whose attributes are its
     /// value (`<topology>`, `<driver>`) its attributes as written, `sockets='2' cores='4'`
-    /// ([`crate::domain::written_attributes`]).
+    /// ([`crate::xml::written_attributes`]).
     pub old: Option<String>,
     /// The value after (None when removed).
     pub new: Option<String>,

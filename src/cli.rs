@@ -17,7 +17,8 @@ pub(crate) mod host;
 pub use audit::{AuditArgs, AuditFormat};
 
 use crate::error::Error;
-use crate::host::{Fact, Host, HostOptions, LibvirtVersion};
+use crate::host::{Fact, Host, HostOptions};
+use crate::libvirt::version::LibvirtVersion;
 use crate::policy::{Mode, Policy};
 use crate::rewrite::{Outcome, rewrite};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -338,7 +339,7 @@ impl LimitArgs {
 }
 
 fn read_input(input: &Path) -> Result<(Vec<u8>, String), Failure> {
-    let limit = crate::domain::MAX_INPUT_BYTES as u64 + 1;
+    let limit = crate::xml::MAX_INPUT_BYTES as u64 + 1;
     let mut buf = Vec::new();
     if input == Path::new("-") {
         std::io::stdin()
@@ -381,7 +382,7 @@ fn prepare(c: &Common) -> Result<Prepared, Failure> {
     let policy = Policy::load(c.facts.policy.as_deref())?;
     let host = Host::discover(&host_options(&policy, &c.facts))?;
     let (bytes, what) = read_input(&c.input)?;
-    let text = crate::domain::decode(&bytes, &what)?;
+    let text = crate::xml::decode(&bytes, &what)?;
     let outcome = rewrite(text, &what, &policy, &host)?;
     Ok(Prepared {
         policy,

@@ -268,40 +268,6 @@ pub fn normalize_feature(name: &str) -> Option<String> {
     Some(lower)
 }
 
-/// libvirt's `<feature policy>` values that make a feature present in the guest (`force`,
-/// `require`; libvirt `src/conf/cpu_conf.c`, `virCPUFeaturePolicy`).
-#[must_use]
-pub fn policy_present(policy: &str) -> bool {
-    matches!(policy, "require" | "force")
-}
-
-/// libvirt's `<feature policy>` values that make a feature absent (`disable`, `forbid`).
-#[must_use]
-pub fn policy_absent(policy: &str) -> bool {
-    matches!(policy, "disable" | "forbid")
-}
-
-/// The features a custom CPU is guaranteed to have: the model's (from cpu_map, `None` when the
-/// model is unknown) plus the ones listed as `require`/`force`, minus every other listed policy
-/// (`disable`, `forbid`, and `optional`, which only enables a feature when the host has it).
-///
-/// `explicit` holds (libvirt feature name, policy) pairs; a later pair overrides an earlier one.
-#[must_use]
-pub fn guaranteed_features(
-    model_features: Option<&BTreeSet<String>>,
-    explicit: &[(String, String)],
-) -> BTreeSet<String> {
-    let mut set: BTreeSet<String> = model_features.cloned().unwrap_or_default();
-    for (name, policy) in explicit {
-        if policy_present(policy) {
-            set.insert(name.clone());
-        } else {
-            set.remove(name);
-        }
-    }
-    set
-}
-
 /// The QEMU default CPU model libvirt uses when a domain names none, by guest arch (QEMU
 /// `target/i386/cpu.h`: `qemu64` for x86_64, `qemu32` for i686).
 #[must_use]

@@ -23,7 +23,8 @@
 //! of [`crate::log::decision`].
 
 use crate::hook::SNAPSHOT_DIR;
-use crate::host::{Fact, Host, HostOptions, LibvirtVersion};
+use crate::host::{Fact, Host, HostOptions};
+use crate::libvirt::version::LibvirtVersion;
 use crate::policy::Policy;
 use crate::rewrite::rewrite;
 use clap::{Args, Parser, Subcommand};
@@ -397,7 +398,7 @@ pub const SNAPSHOT_FACTS: &str = "host-facts.xml";
 const LEGACY_SNAPSHOT_CAPS: &str = "capabilities.xml";
 
 /// This host's facts from the connection: its name, its `<hostFacts>` document
-/// ([`crate::host::host_facts_document`]) and the domcapabilities in it.
+/// ([`crate::libvirt::host_facts::document`]) and the domcapabilities in it.
 #[derive(Debug, Clone)]
 pub struct HostFactsDoc {
     /// The host's name: libvirt's (`virConnectGetHostname`), else `gethostname(2)`'s.
@@ -423,12 +424,11 @@ pub fn host_facts(conn: &Connect) -> Result<HostFactsDoc, String> {
     let version = conn
         .lib_version()
         .map_err(|e| format!("virConnectGetLibVersion: {e}"))?;
-    let doc =
-        crate::domain::parse_xml(&caps, "libvirt's capabilities").map_err(|e| e.to_string())?;
-    let arch = crate::domain::child(doc.root_element(), "host")
-        .and_then(|h| crate::domain::child(h, "cpu"))
-        .and_then(|c| crate::domain::child(c, "arch"))
-        .and_then(crate::domain::text_of);
+    let what = "libvirt's capabilities";
+    let doc = crate::xml::parse_xml(&caps, what).map_err(|e| e.to_string())?;
+    let caps_read = crate::libvirt::capabilities::Capabilities::read(doc.root_element(), what)
+        .map_err(|e| format!("{what}: {e}"))?;
+    let arch = caps_read.host_arch().map(str::to_string);
     // KVM's host-model CPU is what guests get; without KVM, TCG's.
     let domcaps = ["kvm", "qemu"].into_iter().find_map(|vt| {
         conn.domain_capabilities(None, arch.as_deref(), None, Some(vt), 0)
@@ -441,8 +441,8 @@ pub fn host_facts(conn: &Connect) -> Result<HostFactsDoc, String> {
         .filter(|n| !n.trim().is_empty())
         .or_else(gethostname)
         .unwrap_or_else(|| "localhost".into());
-    let version = crate::host::LibvirtVersion::from_number(u64::from(version));
-    let xml = crate::host::host_facts_document(&name, version, &caps, domcaps.as_deref());
+    let version = LibvirtVersion::from_number(u64::from(version));
+    let xml = crate::libvirt::host_facts::document(&name, version, &caps, domcaps.as_deref());
     Ok(HostFactsDoc { name, xml, domcaps })
 }
 
@@ -1240,7 +1240,7 @@ impl Daemon<'_> {
             .conn
             .lib_version()
             .ok()
-            .map(|n| crate::host::LibvirtVersion::from_number(u64::from(n)).to_string());
+            .map(|n| LibvirtVersion::from_number(u64::from(n)).to_string());
         let mut gauges = self.fleet.gauges(host, libvirt);
         gauges.duration_seconds = took.as_secs_f64();
         let rules: Vec<String> = self.policy.rules.iter().map(|r| r.name.clone()).collect();
@@ -1454,7 +1454,7 @@ mod tests {
         let caps = "<capabilities><host><cpu><arch>x86_64</arch></cpu></host></capabilities>";
         let doc = |v: &str| HostFactsDoc {
             name: "node 1".into(),
-            xml: crate::host::host_facts_document("node 1", v.parse().unwrap(), caps, None),
+            xml: crate::libvirt::host_facts::document("node 1", v.parse().unwrap(), caps, None),
             domcaps: None,
         };
         let stored = store_host_facts(&doc("9.0.0"), &snap, Some(&publish));
@@ -1559,7 +1559,7 @@ mod tests {
         // A snapshot file that another libvirt wrote.
         let caps = "<capabilities><host><cpu><arch>x86_64</arch></cpu></host></capabilities>";
         let stale = dir.join(SNAPSHOT_FACTS);
-        let doc = crate::host::host_facts_document("n", "99.9.0".parse().unwrap(), caps, None);
+        let doc = crate::libvirt::host_facts::document("n", "99.9.0".parse().unwrap(), caps, None);
         std::fs::write(&stale, doc).unwrap();
         let cli = |extra: &[&str]| {
             let mut args = vec!["virt-cpu-policyd", "--uri", TEST_URI];

@@ -27,7 +27,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The domain document, or a file read as facts, is over its limit
-    /// ([`crate::domain::MAX_INPUT_BYTES`], [`crate::readfile::MAX_FACT_BYTES`]).
+    /// ([`crate::xml::MAX_INPUT_BYTES`], [`crate::readfile::MAX_FACT_BYTES`]).
     #[error(
         "{what} is over the limit of {limit} bytes (at least {size} bytes); refusing to parse it"
     )]

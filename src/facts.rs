@@ -15,11 +15,15 @@
 //! KVM's limit only for KVM guests above 240 vCPUs or with `vcpu.max`.
 
 use crate::cpu::{default_model, is_known_x86_feature};
-use crate::domain::{Domain, child, cpu_features, text_of};
-use crate::host::{DomCaps, Fact, Host, LibvirtVersion, MachineLimit};
+use crate::domain::{Domain, cpu_features};
+use crate::host::{Fact, Host, MachineLimit};
+use crate::libvirt::cpu::CpuMode;
+use crate::libvirt::domcaps::DomCaps;
+use crate::libvirt::version::LibvirtVersion;
 use crate::machine::family_floor;
 use crate::policy::{Plan, VcpuMax};
 use crate::topology::read_vcpu;
+use crate::xml::{child, text_of};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Every host fact the rewrite and the validator of one domain use.
@@ -50,7 +54,7 @@ pub struct Facts<'h> {
     /// ([`Host::libvirt_version`]); unknown, libvirt 9.0's rules apply.
     pub libvirt: Option<Fact<LibvirtVersion>>,
     /// The domain's arch, virt type, and the arch of the host that runs it
-    /// ([`crate::domain::host_arch`]), for the CPU modes libvirt offers.
+    /// ([`crate::libvirt::arch::host_arch`]), for the CPU modes libvirt offers.
     arch: String,
     virt_type: String,
     host_arch: &'static str,
@@ -114,7 +118,7 @@ impl<'h> Facts<'h> {
             libvirt,
             arch: arch.to_string(),
             virt_type: vt.to_string(),
-            host_arch: crate::domain::host_arch(),
+            host_arch: crate::libvirt::arch::host_arch(),
         }
     }
 
@@ -122,9 +126,9 @@ impl<'h> Facts<'h> {
     /// supported='yes'>` when a file gives them for its arch and virt type, else the built-in
     /// table ([`crate::modes::builtin_supported`]); None when neither says.
     #[must_use]
-    pub fn mode_supported(&self, mode: &str) -> Option<bool> {
+    pub fn mode_supported(&self, mode: CpuMode) -> Option<bool> {
         match self.domcaps {
-            Some(d) => Some(d.modes.contains(mode)),
+            Some(d) => Some(d.supports(mode)),
             None => {
                 crate::modes::builtin_supported(mode, &self.arch, &self.virt_type, self.host_arch)
             }
@@ -143,7 +147,7 @@ impl<'h> Facts<'h> {
     /// libvirt's refusal of `mode` for this domain ("CPU mode 'host-model' for aarch64 qemu domain
     /// on x86_64 host is not supported by hypervisor", `src/qemu/qemu_validate.c`).
     #[must_use]
-    pub fn mode_refusal(&self, mode: &str) -> String {
+    pub fn mode_refusal(&self, mode: CpuMode) -> String {
         let host = crate::modes::host_arch_for(&self.arch, &self.virt_type, self.host_arch);
         format!(
             "CPU mode '{mode}' for {} {} domain on {host} host is not supported by hypervisor",
@@ -272,7 +276,7 @@ fn model_names(dom: &Domain<'_>, plan: &Plan, domcaps: Option<&DomCaps>) -> BTre
         .iter()
         .flat_map(|c| {
             c.children()
-                .filter(|n| crate::domain::is_libvirt_element(*n, "model"))
+                .filter(|n| crate::xml::is_libvirt_element(*n, "model"))
         })
         .flat_map(|m| [crate::domain::model_name(m), text_of(m)])
         .map(Option::unwrap_or_default)

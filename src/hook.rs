@@ -16,15 +16,17 @@
 //! restore libvirt would take it as new XML) and never logs domain XML (it carries secrets).
 
 use crate::change::{BUILTIN_RULE, Change};
-use crate::cpu::{Level, guaranteed_features, policy_absent, policy_present};
-use crate::domain::{Domain, child, cpu_features, decode, text_of};
+use crate::cpu::Level;
+use crate::domain::{Domain, cpu_features};
 use crate::error::Error;
 use crate::facts::Facts;
 use crate::finding::{Finding, Severity};
 use crate::host::{Host, HostOptions};
+use crate::libvirt::cpu::{FeaturePolicy, guaranteed_features};
 use crate::log::{Decision, Fields};
 use crate::policy::{Mode, OnError, OnViolation, Plan, Policy, on_error_hint};
 use crate::rewrite::rewrite_planned;
+use crate::xml::{child, decode, text_of};
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -93,7 +95,7 @@ pub struct HookOptions {
     /// KVM's vCPU limit, instead of asking /dev/kvm.
     pub kvm_max_vcpus: Option<crate::host::Fact<u32>>,
     /// The host's libvirt version, instead of libvirt's QEMU capability cache.
-    pub libvirt_version: Option<crate::host::Fact<crate::host::LibvirtVersion>>,
+    pub libvirt_version: Option<crate::host::Fact<crate::libvirt::version::LibvirtVersion>>,
 }
 
 fn one_line(s: &str) -> String {
@@ -144,7 +146,7 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
         Err(e) => return fail(&e, "report the XML libvirt passed as a bug"),
     };
     let mut caps = opts.caps.clone();
-    caps.extend(crate::host::xml_files(
+    caps.extend(crate::readfile::xml_files(
         opts.snapshot_dir
             .as_deref()
             .unwrap_or(Path::new(SNAPSHOT_DIR)),
@@ -484,7 +486,11 @@ fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
         .missing
         .iter()
         .map(String::as_str)
-        .filter(|f| explicit.iter().any(|(n, p)| n == f && policy_absent(p)))
+        .filter(|f| {
+            explicit
+                .iter()
+                .any(|(n, p)| n == f && p.is_some_and(FeaturePolicy::takes_away))
+        })
         .collect();
     let detail = if disabled_by_qemu.is_empty() {
         format!("missing {}", short.missing.join(", "))
@@ -523,7 +529,7 @@ fn live_shortfall(
     dom: &Domain<'_>,
     plan: &Plan,
     feats: &BTreeSet<String>,
-    explicit: &[(String, String)],
+    explicit: &[(String, Option<FeaturePolicy>)],
 ) -> Option<Shortfall> {
     if let Some(level) = &plan.min_level {
         if dom.arch() == "x86_64" && Level::highest(|f| feats.contains(f)) < Some(level.value) {
@@ -546,7 +552,10 @@ fn live_shortfall(
         .value
         .iter()
         .filter(|f| {
-            !feats.contains(*f) && !explicit.iter().any(|(n, p)| n == *f && policy_present(p))
+            !feats.contains(*f)
+                && !explicit
+                    .iter()
+                    .any(|(n, p)| n == *f && p.is_some_and(FeaturePolicy::gives))
         })
         .cloned()
         .collect();
@@ -730,14 +739,14 @@ pub fn drain(stdin: &mut impl Read) {
 }
 
 /// Read stdin (libvirt writes the XML and closes it), keeping at most
-/// [`crate::domain::MAX_INPUT_BYTES`] + 1 bytes; the rest is drained (see [`drain`]).
+/// [`crate::xml::MAX_INPUT_BYTES`] + 1 bytes; the rest is drained (see [`drain`]).
 ///
 /// # Errors
 /// The read error.
 pub fn read_stdin(stdin: &mut impl Read) -> std::io::Result<Vec<u8>> {
     let mut buf = Vec::new();
     stdin
-        .take(crate::domain::MAX_INPUT_BYTES as u64 + 1)
+        .take(crate::xml::MAX_INPUT_BYTES as u64 + 1)
         .read_to_end(&mut buf)?;
     drain(stdin);
     Ok(buf)

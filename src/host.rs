@@ -6,23 +6,21 @@
 //! `cpu_map` directory and the kernel. Every fact remembers its source, and `virt-cpu-policy host`
 //! prints them.
 //!
-//! The tool's own host-facts file is a `<hostFacts name='HOST' libvirt='X.Y.Z'>` holding one
-//! host's `<capabilities>` and/or `<domainCapabilities>` ([`host_facts_document`] writes it;
-//! `virt-cpu-policyd` publishes it and puts it in its snapshot). Every reader takes it: `--caps`,
-//! `[host] capabilities`, the daemon's snapshot that the hook reads, and `virt-cpu-policy
-//! baseline` ([`crate::cluster::facts`]).
+//! The documents are read by [`crate::libvirt`] (one reader each, as the cluster reads them);
+//! this module decides which fact comes from which of them, and keeps what it has asked.
 
 use crate::cpu::CpuMap;
-use crate::domain::{child, decode, is_libvirt_element, parse_xml, text_of};
 use crate::error::{Error, Result};
+use crate::libvirt::capabilities::MachineType;
+use crate::libvirt::domcaps::DomCaps;
+use crate::libvirt::qemu_caps::{QemuCache, emulator_suffix};
+use crate::libvirt::version::LibvirtVersion;
+use crate::libvirt::{Document, DocumentError, read_document};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// libvirt's default cpu_map directory (Debian, Fedora, RHEL).
 pub const DEFAULT_CPU_MAP: &str = "/usr/share/libvirt/cpu_map";
-
-/// libvirt's QEMU capability cache (one `qemuCaps` file per emulator binary; root only).
-pub const QEMU_CAPS_CACHE: &str = "/var/cache/libvirt/qemu/capabilities";
 
 /// A value and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,148 +29,6 @@ pub struct Fact<T> {
     pub value: T,
     /// A file path, "--host-cpus", "sysconf(_SC_NPROCESSORS_ONLN)", ...
     pub source: String,
-}
-
-/// A libvirt release, `MAJOR.MINOR.MICRO`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct LibvirtVersion {
-    /// Major (`11` of 11.3.0).
-    pub major: u32,
-    /// Minor.
-    pub minor: u32,
-    /// Micro.
-    pub micro: u32,
-}
-
-impl LibvirtVersion {
-    /// A version from libvirt's number encoding, `major * 1,000,000 + minor * 1,000 + micro`
-    /// (`virConnectGetLibVersion`, and `<selfvers>` in libvirt's QEMU capability cache:
-    /// `9000000` is 9.0.0, `11003000` 11.3.0).
-    #[must_use]
-    pub fn from_number(n: u64) -> LibvirtVersion {
-        let part = |x: u64| u32::try_from(x % 1000).unwrap_or(0);
-        LibvirtVersion {
-            major: u32::try_from(n / 1_000_000).unwrap_or(u32::MAX),
-            minor: part(n / 1000),
-            micro: part(n),
-        }
-    }
-}
-
-impl std::str::FromStr for LibvirtVersion {
-    type Err = String;
-
-    /// `MAJOR[.MINOR[.MICRO]]` (`9.0.0`, `11.3`, `11`; a missing part is 0): digits and dots
-    /// only, so no surrounding whitespace and no sign.
-    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
-        let bad = || {
-            format!(
-                "'{s}' is not a libvirt version: MAJOR[.MINOR[.MICRO]], digits only (e.g. 11.3.0, 11.3 or 11)"
-            )
-        };
-        let mut parts = s.split('.').map(|p| {
-            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(bad());
-            }
-            p.parse::<u32>().map_err(|_| bad())
-        });
-        let major = parts.next().ok_or_else(bad)??;
-        let minor = parts.next().transpose()?.unwrap_or(0);
-        let micro = parts.next().transpose()?.unwrap_or(0);
-        if parts.next().is_some() {
-            return Err(bad());
-        }
-        Ok(LibvirtVersion {
-            major,
-            minor,
-            micro,
-        })
-    }
-}
-
-impl std::fmt::Display for LibvirtVersion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.micro)
-    }
-}
-
-/// One machine type from a capabilities or qemuCaps file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MachineFact {
-    /// Guest arch (`x86_64`, `aarch64`...).
-    pub arch: String,
-    /// Virt type it was listed under (`kvm`, `qemu`), or None when listed for every type.
-    pub virt_type: Option<String>,
-    /// Machine type name as listed (`pc-q35-7.2`, or an alias such as `q35`).
-    pub name: String,
-    /// The versioned type an alias stands for (`canonical=` / `alias=`).
-    pub canonical: Option<String>,
-    /// `maxCpus`.
-    pub max_cpus: Option<u32>,
-    /// The file.
-    pub source: String,
-}
-
-/// A CPU description as libvirt writes it: a model plus feature policies.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CpuDescription {
-    /// `<model>`.
-    pub model: Option<String>,
-    /// `<vendor>` (`Intel`, `AMD`...), when written.
-    pub vendor: Option<String>,
-    /// Features with policy `require` (or listed without policy).
-    pub require: BTreeSet<String>,
-    /// Features with policy `disable` or `forbid`.
-    pub disable: BTreeSet<String>,
-}
-
-impl CpuDescription {
-    /// The features it gives: its model's (`model_features`, from cpu_map) plus the listed
-    /// `require`s, minus the listed `disable`s (domcapabilities' host-model CPU is written so).
-    #[must_use]
-    pub fn features(&self, model_features: Option<&BTreeSet<String>>) -> BTreeSet<String> {
-        let explicit: Vec<(String, String)> = self
-            .require
-            .iter()
-            .map(|f| (f.clone(), "require".into()))
-            .chain(self.disable.iter().map(|f| (f.clone(), "disable".into())))
-            .collect();
-        crate::cpu::guaranteed_features(model_features, &explicit)
-    }
-}
-
-/// One `virsh domcapabilities` document.
-#[derive(Debug, Clone, Default)]
-pub struct DomCaps {
-    /// `<arch>`.
-    pub arch: String,
-    /// `<domain>`: `kvm` or `qemu`.
-    pub virt_type: String,
-    /// `<machine>` (versioned).
-    pub machine: String,
-    /// `<path>` of the emulator.
-    pub emulator: Option<String>,
-    /// `<vcpu max>` (the smaller of the machine type's and KVM's limits).
-    pub vcpu_max: Option<u32>,
-    /// CPU modes with `supported='yes'`.
-    pub modes: BTreeSet<String>,
-    /// The `host-model` CPU, when supported.
-    pub host_model: Option<CpuDescription>,
-    /// Custom models and whether each is `usable='yes'`.
-    pub models: Vec<(String, bool)>,
-    /// The file.
-    pub source: String,
-}
-
-impl DomCaps {
-    /// `Some(usable)` when the custom model is listed.
-    #[must_use]
-    pub fn model_usable(&self, model: &str) -> Option<bool> {
-        self.models
-            .iter()
-            .find(|(m, _)| m == model)
-            .map(|(_, u)| *u)
-    }
 }
 
 /// Everything the tool knows about the host.
@@ -190,14 +46,15 @@ pub struct Host {
     cpus_override: Option<Fact<u32>>,
     cpus: std::cell::OnceCell<Option<Fact<u32>>>,
     /// Machine types from capabilities and qemuCaps files.
-    pub machines: Vec<MachineFact>,
+    pub machines: Vec<MachineType>,
     /// domcapabilities documents.
     pub domcaps: Vec<DomCaps>,
     /// Files read, in order.
     pub files: Vec<String>,
-    /// The QEMU capability cache directory, read lazily when a machine limit is needed.
-    pub qemu_cache_dir: Option<PathBuf>,
-    qemu_cache: std::cell::RefCell<std::collections::HashMap<String, Vec<MachineFact>>>,
+    /// libvirt's QEMU capability cache, read lazily when a machine limit is needed.
+    qemu_cache: QemuCache,
+    /// Machine types of the cache, by emulator, as they are asked for.
+    qemu_cache_machines: std::cell::RefCell<std::collections::HashMap<String, Vec<MachineType>>>,
     kvm_limit: std::cell::OnceCell<Option<Fact<u32>>>,
     kvm_override: Option<Fact<u32>>,
     libvirt_version: std::cell::OnceCell<Option<Fact<LibvirtVersion>>>,
@@ -233,7 +90,8 @@ pub struct HostOptions {
     pub cpu_map: Option<PathBuf>,
     /// Host CPU count override (`--host-cpus` or `[host] cpus`), with its source.
     pub cpus: Option<Fact<u32>>,
-    /// libvirt's QEMU capability cache directory: None means the default [`QEMU_CAPS_CACHE`];
+    /// libvirt's QEMU capability cache directory: None means the default
+    /// ([`crate::libvirt::qemu_caps::QEMU_CAPS_CACHE`]);
     /// an empty path disables it (tests that must not depend on the machine).
     pub qemu_cache: Option<PathBuf>,
     /// KVM's vCPU limit override (`--kvm-max-vcpus`), instead of asking `/dev/kvm`.
@@ -281,9 +139,6 @@ impl HostOptions {
         }
     }
 }
-
-/// Largest host-fact file read (libvirt's qemuCaps files are about 300 KiB).
-const MAX_CAPS_BYTES: usize = crate::readfile::MAX_FACT_BYTES;
 
 impl Host {
     /// Gather host facts from `opts`.
@@ -340,12 +195,12 @@ impl Host {
             machines: Vec::new(),
             domcaps: Vec::new(),
             files: Vec::new(),
-            qemu_cache_dir: match &opts.qemu_cache {
+            qemu_cache: QemuCache::new(match &opts.qemu_cache {
                 Some(p) if p.as_os_str().is_empty() => None,
                 Some(p) => Some(p.clone()),
-                None => Some(PathBuf::from(QEMU_CAPS_CACHE)),
-            },
-            qemu_cache: std::cell::RefCell::default(),
+                None => Some(PathBuf::from(crate::libvirt::qemu_caps::QEMU_CAPS_CACHE)),
+            }),
+            qemu_cache_machines: std::cell::RefCell::default(),
             kvm_limit: std::cell::OnceCell::new(),
             kvm_override: opts.kvm_max_vcpus.clone(),
             libvirt_version: std::cell::OnceCell::new(),
@@ -369,24 +224,34 @@ impl Host {
     /// # Errors
     /// As [`Host::discover`].
     pub fn read_caps_file(&mut self, path: &Path) -> Result<()> {
-        match read_fact_file(path)? {
-            FactFile::Machines(m) => self.machines.extend(m),
-            FactFile::DomCaps(d) => self.domcaps.push(*d),
-            FactFile::HostFacts {
-                machines,
-                domcaps,
-                libvirt,
-            } => {
-                self.machines.extend(machines);
-                self.domcaps.extend(domcaps.map(|d| *d));
+        let accept = [
+            "capabilities",
+            "domainCapabilities",
+            "qemuCaps",
+            crate::libvirt::host_facts::ROOT,
+        ];
+        let doc = read_document(path, &accept).map_err(|e| match e {
+            DocumentError::Input(e) => e,
+            e @ DocumentError::Invalid { .. } => Error::Host(e.to_string()),
+        })?;
+        match doc {
+            Document::Capabilities(c) => self.machines.extend(c.machines),
+            Document::QemuCaps(q) => self.machines.extend(q.machines),
+            Document::DomCaps(d) => self.domcaps.push(*d),
+            Document::HostFacts(f) => {
+                self.machines
+                    .extend(f.capabilities.into_iter().flat_map(|c| c.machines));
+                self.domcaps.extend(f.domcaps);
                 // The first file wins, as for machine types: `--caps` files come first.
                 if self.facts_version.is_none() {
-                    self.facts_version = libvirt.map(|value| Fact {
+                    self.facts_version = f.libvirt.map(|value| Fact {
                         value,
                         source: format!("<hostFacts libvirt='{value}'> in {}", path.display()),
                     });
                 }
             }
+            // Not among `accept`: read_document refused it.
+            Document::Cpu(_) => {}
         }
         self.files.push(path.display().to_string());
         Ok(())
@@ -430,8 +295,11 @@ impl Host {
                     .cpu_map_dir
                     .as_ref()
                     .and_then(|d| {
-                        crate::readfile::read_regular(&d.join("x86_features.xml"), MAX_CAPS_BYTES)
-                            .ok()
+                        crate::readfile::read_regular(
+                            &d.join("x86_features.xml"),
+                            crate::readfile::MAX_FACT_BYTES,
+                        )
+                        .ok()
                     })
                     .and_then(|b| String::from_utf8(b).ok())
                     .unwrap_or_default();
@@ -505,13 +373,10 @@ impl Host {
             .get_or_init(|| {
                 let known = self.libvirt_override.clone();
                 known.or_else(|| self.facts_version.clone()).or_else(|| {
-                    let dir = self.qemu_cache_dir.as_deref()?;
-                    xml_files(dir).into_iter().find_map(|p| {
-                        let head = file_head(&p)?;
-                        let n: u64 = element_text(&head, "selfvers")?.trim().parse().ok()?;
+                    self.qemu_cache.files().iter().find_map(|f| {
                         Some(Fact {
-                            value: LibvirtVersion::from_number(n),
-                            source: format!("<selfvers> in {}", p.display()),
+                            value: LibvirtVersion::from_number(f.head.selfvers?),
+                            source: format!("<selfvers> in {}", f.path.display()),
                         })
                     })
                 })
@@ -541,37 +406,33 @@ impl Host {
     pub fn host_model_level(&self, d: &DomCaps) -> Option<(String, Option<crate::cpu::Level>)> {
         let hm = d.host_model.as_ref()?;
         let model = hm.model.clone().unwrap_or_else(|| "(none)".into());
-        let feats = hm.features(self.model_features(&model).as_ref());
+        let feats = hm.guaranteed_features(self.model_features(&model).as_ref());
         Some((model, crate::cpu::Level::highest(|f| feats.contains(f))))
     }
 
     /// Machine types from libvirt's QEMU capability cache for the domain's emulator (or, without
     /// one, for `qemu-system-ARCH`), read once. Files that cannot be read or parsed are skipped:
     /// the cache is libvirt's, and a corrupt file must not stop a guest.
-    pub fn qemu_cache_machines(&self, arch: &str, emulator: Option<&str>) -> Vec<MachineFact> {
+    pub fn qemu_cache_machines(&self, arch: &str, emulator: Option<&str>) -> Vec<MachineType> {
         let wanted = emulator_suffix(arch, emulator);
-        if let Some(m) = self.qemu_cache.borrow().get(&wanted) {
+        if let Some(m) = self.qemu_cache_machines.borrow().get(&wanted) {
             return m.clone();
         }
-        let mut machines = Vec::new();
-        let paths = self
-            .qemu_cache_dir
-            .as_deref()
-            .map(xml_files)
-            .unwrap_or_default();
-        for p in paths {
-            // The emulator is named in the file's first lines: look before parsing it whole.
-            let Some(head) = file_head(&p) else {
-                continue;
-            };
-            let matches = element_text(&head, "emulator").is_some_and(|e| e.ends_with(&wanted));
-            if matches {
-                if let Ok(FactFile::Machines(m)) = read_fact_file(&p) {
-                    machines.extend(m);
-                }
-            }
-        }
-        self.qemu_cache
+        // The emulator is named in each file's head: only its files are parsed whole.
+        let machines: Vec<MachineType> = self
+            .qemu_cache
+            .files()
+            .iter()
+            .filter(|f| {
+                f.head
+                    .emulator
+                    .as_deref()
+                    .is_some_and(|e| e.ends_with(&wanted))
+            })
+            .filter_map(|f| crate::libvirt::qemu_caps::read_file(&f.path))
+            .flat_map(|q| q.machines)
+            .collect();
+        self.qemu_cache_machines
             .borrow_mut()
             .insert(wanted, machines.clone());
         machines
@@ -602,46 +463,42 @@ impl Host {
             return None;
         }
         let qemu_type = if virt_type == "kvm" { "kvm" } else { "tcg" };
-        let wanted = emulator_suffix(arch, emulator);
-        let dir = self.qemu_cache_dir.as_deref()?;
-        for p in xml_files(dir) {
-            let Some(head) = file_head(&p) else { continue };
-            let Some(e) = element_text(&head, "emulator").filter(|e| e.ends_with(&wanted)) else {
-                continue;
-            };
-            // Bytes, not a String: UTF-8 validation of 200 KiB would cost more than the search.
-            let text = crate::readfile::read_regular(&p, MAX_CAPS_BYTES).ok()?;
-            let fresh = element_text(&head, "qemuctime")
-                .and_then(|t| t.trim().parse::<i64>().ok())
-                .zip(std::fs::metadata(e).ok())
-                .is_some_and(|(t, m)| std::os::unix::fs::MetadataExt::ctime(&m) == t);
-            // The emulator's machine types whatever the guest arch (an i686 guest of
-            // qemu-system-x86_64 gets x86_64's), as libvirt checks them.
-            if !fresh {
-                return None;
-            }
-            return cache_lacks_machine(&text, qemu_type, machine).then(|| e.to_string());
+        let file = self
+            .qemu_cache
+            .for_emulator(&emulator_suffix(arch, emulator))?;
+        let e = file.head.emulator.as_deref()?;
+        // Bytes, not a String: UTF-8 validation of 300 KiB would cost more than the search.
+        let text =
+            crate::readfile::read_regular(&file.path, crate::readfile::MAX_FACT_BYTES).ok()?;
+        let fresh = file
+            .head
+            .ctime
+            .zip(std::fs::metadata(e).ok())
+            .is_some_and(|(t, m)| std::os::unix::fs::MetadataExt::ctime(&m) == t);
+        // The emulator's machine types whatever the guest arch (an i686 guest of
+        // qemu-system-x86_64 gets x86_64's), as libvirt checks them.
+        if !fresh {
+            return None;
         }
-        None
+        crate::libvirt::qemu_caps::lacks_machine(&text, qemu_type, machine).then(|| e.to_string())
     }
 
     /// Every machine type in libvirt's QEMU capability cache, all emulators (for
     /// `virt-cpu-policy host`); unreadable files are skipped.
     #[must_use]
-    pub fn qemu_cache_all(&self) -> Vec<MachineFact> {
-        let paths = self
-            .qemu_cache_dir
-            .as_deref()
-            .map(xml_files)
-            .unwrap_or_default();
-        paths
+    pub fn qemu_cache_all(&self) -> Vec<MachineType> {
+        self.qemu_cache
+            .files()
             .iter()
-            .filter_map(|p| match read_fact_file(p) {
-                Ok(FactFile::Machines(m)) => Some(m),
-                _ => None,
-            })
-            .flatten()
+            .filter_map(|f| crate::libvirt::qemu_caps::read_file(&f.path))
+            .flat_map(|q| q.machines)
             .collect()
+    }
+
+    /// libvirt's QEMU capability cache this host reads (its directory: [`QemuCache::dir`]).
+    #[must_use]
+    pub fn qemu_cache(&self) -> &QemuCache {
+        &self.qemu_cache
     }
 
     /// The vCPU limit of the domain's machine type, from the first source that knows it:
@@ -656,7 +513,7 @@ impl Host {
         machine: &str,
         emulator: Option<&str>,
     ) -> Option<MachineLimit> {
-        let find = |list: &[MachineFact], name: &str| -> Option<MachineLimit> {
+        let find = |list: &[MachineType], name: &str| -> Option<MachineLimit> {
             list.iter()
                 .find(|m| {
                     m.arch == arch
@@ -733,329 +590,6 @@ impl Host {
     }
 }
 
-/// Every entry named `*.xml` directly in `dir`, whatever it is, sorted: for readers that must
-/// say what they cannot read (a dangling link or a FIFO in a cluster's facts directory is a host
-/// missing, not a file to skip).
-///
-/// # Errors
-/// The operating system's error when `dir` cannot be listed.
-pub fn xml_entries(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir(dir)? {
-        let e = e?;
-        if e.file_name().as_encoded_bytes().ends_with(b".xml") {
-            v.push(e.path());
-        }
-    }
-    v.sort();
-    Ok(v)
-}
-
-/// The regular `*.xml` files directly in `dir`, sorted; none when it cannot be read. (A FIFO or
-/// a device would block the hook: only regular files.)
-#[must_use]
-pub fn xml_files(dir: &Path) -> Vec<PathBuf> {
-    let mut v = xml_entries(dir).unwrap_or_default();
-    v.retain(|p| p.is_file());
-    v
-}
-
-/// Whether a qemuCaps file's `<machine type='TYPE' .../>` elements (libvirt writes one per line,
-/// `type` then `name`, then `alias`) list machine types and none is `machine` by name or alias.
-/// Searched with `memmem` (SIMD), not line by line: the hook reads the file at every start.
-fn cache_lacks_machine(text: &[u8], qemu_type: &str, machine: &str) -> bool {
-    let typed = format!("<machine type='{qemu_type}' ");
-    if memchr::memmem::find(text, typed.as_bytes()).is_none() {
-        return false;
-    }
-    let by_name = format!("{typed}name='{machine}'");
-    if memchr::memmem::find(text, by_name.as_bytes()).is_some() {
-        return false;
-    }
-    let by_alias = format!(" alias='{machine}'");
-    let aliased = memchr::memmem::find_iter(text, by_alias.as_bytes()).any(|at| {
-        let line_start = memchr::memrchr(b'\n', &text[..at]).map_or(0, |i| i + 1);
-        let line = &text[line_start..at];
-        let indent = line.iter().take_while(|b| b.is_ascii_whitespace()).count();
-        line[indent..].starts_with(typed.as_bytes())
-    });
-    !aliased
-}
-
-/// The domain's emulator, or without one the end of the path libvirt picks for the arch
-/// (`/qemu-system-x86_64`, `/qemu-system-i386` for i686): what a cache file's `<emulator>` ends
-/// with.
-fn emulator_suffix(arch: &str, emulator: Option<&str>) -> String {
-    // libvirt's names for QEMU's binaries (virQEMUCapsArchToString).
-    let qemu_arch = match arch {
-        "i686" => "i386",
-        "armv6l" | "armv7l" => "arm",
-        "ppc64le" => "ppc64",
-        other => other,
-    };
-    emulator.map_or_else(|| format!("/qemu-system-{qemu_arch}"), str::to_string)
-}
-
-/// The first 4 KiB of a file, as text (libvirt's QEMU capability cache names its emulator and
-/// libvirt version there); None when it cannot be read or is not a regular file.
-fn file_head(path: &Path) -> Option<String> {
-    let (f, _) = crate::readfile::open_regular(path).ok()?;
-    let mut head = Vec::with_capacity(4096);
-    std::io::Read::read_to_end(&mut std::io::Read::take(f, 4096), &mut head).ok()?;
-    Some(String::from_utf8_lossy(&head).into_owned())
-}
-
-/// The emulator binary a libvirt QEMU capability cache (`qemuCaps`) file describes (its
-/// `<emulator>`, in the first 4 KiB); None for any other file or one that cannot be read.
-#[must_use]
-pub fn qemu_caps_emulator(path: &Path) -> Option<String> {
-    let head = file_head(path)?;
-    if !head.contains("<qemuCaps>") {
-        return None;
-    }
-    element_text(&head, "emulator").map(|e| e.trim().to_string())
-}
-
-/// The text of the first `<name>...</name>` in `text`, unparsed (for a file head).
-fn element_text<'a>(text: &'a str, name: &str) -> Option<&'a str> {
-    let rest = text.split(&format!("<{name}>")).nth(1)?;
-    rest.split(&format!("</{name}>")).next()
-}
-
-/// What one host-fact file holds.
-enum FactFile {
-    /// Machine types (capabilities, qemuCaps).
-    Machines(Vec<MachineFact>),
-    /// One domcapabilities document.
-    DomCaps(Box<DomCaps>),
-    /// A `<hostFacts>`: its capabilities' machine types, its domcapabilities, its libvirt version.
-    HostFacts {
-        machines: Vec<MachineFact>,
-        domcaps: Option<Box<DomCaps>>,
-        libvirt: Option<LibvirtVersion>,
-    },
-}
-
-/// The root element of the tool's host-facts file.
-pub const HOST_FACTS_ROOT: &str = "hostFacts";
-
-/// The `libvirt='X.Y.Z'` attribute of a `<hostFacts>` element: None when absent.
-///
-/// # Errors
-/// A sentence naming the attribute when its value is not a libvirt version.
-pub fn host_facts_version(
-    root: roxmltree::Node<'_, '_>,
-) -> std::result::Result<Option<LibvirtVersion>, String> {
-    root.attribute("libvirt")
-        .map(|v| {
-            v.parse()
-                .map_err(|e| format!("<{HOST_FACTS_ROOT} libvirt='{v}'>: {e}"))
-        })
-        .transpose()
-}
-
-/// One host's facts file, as `virt-cpu-policyd` publishes it and every reader of host facts
-/// takes it: `<hostFacts name='NAME' libvirt='X.Y.Z'>` holding `capabilities` (`virsh
-/// capabilities`) and `domcapabilities` (`virsh domcapabilities`, when known), each as libvirt
-/// wrote it (an XML declaration dropped), one after the other, newline-terminated.
-#[must_use]
-pub fn host_facts_document(
-    name: &str,
-    libvirt: LibvirtVersion,
-    capabilities: &str,
-    domcapabilities: Option<&str>,
-) -> String {
-    // A document inside another cannot keep its own declaration.
-    let body = |doc: &str| {
-        let doc = doc.trim_start();
-        let doc = match doc.strip_prefix("<?xml") {
-            Some(rest) => rest.split_once("?>").map_or(doc, |(_, r)| r),
-            None => doc,
-        };
-        format!("{}\n", doc.trim())
-    };
-    let mut s = format!(
-        "<{HOST_FACTS_ROOT} name='{}' libvirt='{libvirt}'>\n",
-        quick_xml::escape::escape(name)
-    );
-    s.push_str(&body(capabilities));
-    if let Some(d) = domcapabilities {
-        s.push_str(&body(d));
-    }
-    s.push_str(&format!("</{HOST_FACTS_ROOT}>\n"));
-    s
-}
-
-/// Read one host-facts file: a regular file of at most [`MAX_CAPS_BYTES`] (a FIFO named as host
-/// facts must not hang the hook, `/dev/zero` must not fill the memory), then by root element.
-fn read_fact_file(path: &Path) -> Result<FactFile> {
-    let what = path.display().to_string();
-    let bytes = crate::readfile::read_regular(path, MAX_CAPS_BYTES)?;
-    let text = decode(&bytes, &what)?;
-    let doc = parse_xml(text, &what)?;
-    let root = doc.root_element();
-    let mut machines = Vec::new();
-    match root.tag_name().name() {
-        "capabilities" => read_capabilities(&mut machines, root, &what),
-        "domainCapabilities" => return Ok(FactFile::DomCaps(Box::new(read_domcaps(root, &what)))),
-        "qemuCaps" => read_qemucaps(&mut machines, root, &what),
-        HOST_FACTS_ROOT => {
-            let libvirt =
-                host_facts_version(root).map_err(|e| Error::Host(format!("{what}: {e}")))?;
-            let caps = child(root, "capabilities");
-            let domcaps = child(root, "domainCapabilities");
-            if caps.is_none() && domcaps.is_none() {
-                return Err(Error::Host(format!(
-                    "{what}: <{HOST_FACTS_ROOT}> holds neither <capabilities> nor <domainCapabilities>"
-                )));
-            }
-            if let Some(c) = caps {
-                read_capabilities(&mut machines, c, &what);
-            }
-            return Ok(FactFile::HostFacts {
-                machines,
-                domcaps: domcaps.map(|d| Box::new(read_domcaps(d, &what))),
-                libvirt,
-            });
-        }
-        other => {
-            return Err(Error::Host(format!(
-                "{what}: root element <{other}> is not <capabilities>, <domainCapabilities>, <qemuCaps> or <{HOST_FACTS_ROOT}>"
-            )));
-        }
-    }
-    Ok(FactFile::Machines(machines))
-}
-
-/// `virsh capabilities`: `<guest><arch name=...><machine maxCpus='N' [canonical='...']>NAME`,
-/// also under `<domain type=...>`.
-fn read_capabilities(machines: &mut Vec<MachineFact>, root: roxmltree::Node<'_, '_>, src: &str) {
-    for guest in root.children().filter(|n| is_libvirt_element(*n, "guest")) {
-        let Some(arch) = child(guest, "arch") else {
-            continue;
-        };
-        let arch_name = arch.attribute("name").unwrap_or("");
-        let mut push = |m: roxmltree::Node<'_, '_>, vt: Option<&str>| {
-            if let Some(name) = text_of(m) {
-                machines.push(MachineFact {
-                    arch: arch_name.to_string(),
-                    virt_type: vt.map(str::to_string),
-                    name,
-                    canonical: m.attribute("canonical").map(str::to_string),
-                    max_cpus: m.attribute("maxCpus").and_then(|v| v.parse().ok()),
-                    source: src.to_string(),
-                });
-            }
-        };
-        for m in arch
-            .children()
-            .filter(|n| is_libvirt_element(*n, "machine"))
-        {
-            push(m, None);
-        }
-        for d in arch.children().filter(|n| is_libvirt_element(*n, "domain")) {
-            let vt = d.attribute("type");
-            for m in d.children().filter(|n| is_libvirt_element(*n, "machine")) {
-                push(m, vt);
-            }
-        }
-    }
-}
-
-/// libvirt's QEMU capability cache: `<arch>`, `<machine type='kvm|tcg' name=... alias=...
-/// maxCpus=...>` (libvirt's `tcg` is the domain type `qemu`).
-fn read_qemucaps(machines: &mut Vec<MachineFact>, root: roxmltree::Node<'_, '_>, src: &str) {
-    let arch = child(root, "arch").and_then(text_of).unwrap_or_default();
-    for m in root
-        .children()
-        .filter(|n| is_libvirt_element(*n, "machine"))
-    {
-        let vt = match m.attribute("type") {
-            Some("tcg") => "qemu",
-            Some(t) => t,
-            None => continue,
-        };
-        let Some(name) = m.attribute("name") else {
-            continue;
-        };
-        let max = m.attribute("maxCpus").and_then(|v| v.parse().ok());
-        machines.push(MachineFact {
-            arch: arch.clone(),
-            virt_type: Some(vt.to_string()),
-            name: name.to_string(),
-            canonical: None,
-            max_cpus: max,
-            source: src.to_string(),
-        });
-        if let Some(alias) = m.attribute("alias") {
-            machines.push(MachineFact {
-                arch: arch.clone(),
-                virt_type: Some(vt.to_string()),
-                name: alias.to_string(),
-                canonical: Some(name.to_string()),
-                max_cpus: max,
-                source: src.to_string(),
-            });
-        }
-    }
-}
-
-fn read_domcaps(root: roxmltree::Node<'_, '_>, src: &str) -> DomCaps {
-    let txt = |name: &str| child(root, name).and_then(text_of);
-    let mut dc = DomCaps {
-        arch: txt("arch").unwrap_or_default(),
-        virt_type: txt("domain").unwrap_or_default(),
-        machine: txt("machine").unwrap_or_default(),
-        emulator: txt("path"),
-        vcpu_max: child(root, "vcpu")
-            .and_then(|v| v.attribute("max"))
-            .and_then(|v| v.parse().ok()),
-        source: src.to_string(),
-        ..DomCaps::default()
-    };
-    let Some(cpu) = child(root, "cpu") else {
-        return dc;
-    };
-    for mode in cpu.children().filter(|n| is_libvirt_element(*n, "mode")) {
-        if mode.attribute("supported") != Some("yes") {
-            continue;
-        }
-        let name = mode.attribute("name").unwrap_or("");
-        dc.modes.insert(name.to_string());
-        match name {
-            "host-model" => {
-                let mut d = CpuDescription {
-                    model: child(mode, "model").and_then(text_of),
-                    vendor: child(mode, "vendor").and_then(text_of),
-                    ..CpuDescription::default()
-                };
-                for f in mode
-                    .children()
-                    .filter(|n| is_libvirt_element(*n, "feature"))
-                {
-                    let Some(fname) = f.attribute("name") else {
-                        continue;
-                    };
-                    match f.attribute("policy").unwrap_or("require") {
-                        "disable" | "forbid" => d.disable.insert(fname.to_string()),
-                        _ => d.require.insert(fname.to_string()),
-                    };
-                }
-                dc.host_model = Some(d);
-            }
-            "custom" => {
-                for m in mode.children().filter(|n| is_libvirt_element(*n, "model")) {
-                    if let Some(name) = text_of(m) {
-                        dc.models.push((name, m.attribute("usable") == Some("yes")));
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    dc
-}
-
 /// The host's online CPU count from `sysconf(_SC_NPROCESSORS_ONLN)`.
 #[must_use]
 pub fn sysconf_cpus() -> Option<Fact<u32>> {
@@ -1070,7 +604,8 @@ pub fn sysconf_cpus() -> Option<Fact<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
+    use crate::libvirt::cpu::FeaturePolicy;
+    use crate::libvirt::host_facts::document as host_facts_document;
     use crate::testdata::corpus;
 
     #[test]
@@ -1095,7 +630,10 @@ mod tests {
         assert_eq!(d.vcpu_max, Some(288));
         assert_eq!(d.model_usable("qemu64"), Some(false));
         let hm = d.host_model.as_ref().unwrap();
-        assert!(hm.disable.contains("pni"));
+        assert!(
+            hm.features
+                .contains(&("pni".into(), FeaturePolicy::Disable))
+        );
         assert!(h.machines.iter().any(|m| m.name == "pc-q35-7.2"
             && m.virt_type.as_deref() == Some("qemu")
             && m.max_cpus == Some(288)));
@@ -1154,7 +692,13 @@ mod tests {
             (hm.model.as_deref(), hm.vendor.as_deref()),
             (Some("kvm64"), Some("Intel"))
         );
-        assert!(hm.require.contains("vme") && hm.disable.contains("pni"));
+        assert_eq!(
+            hm.features,
+            [
+                ("vme".into(), FeaturePolicy::Require),
+                ("pni".into(), FeaturePolicy::Disable)
+            ]
+        );
         let lv = h.libvirt_version().unwrap();
         assert_eq!(lv.value, v("11.3.0"));
         assert_eq!(
@@ -1239,31 +783,6 @@ mod tests {
             assert!(e.contains(needle) && e.contains("bad.xml"), "{e}");
         }
         std::fs::remove_dir_all(&dir).ok();
-    }
-
-    #[test]
-    fn libvirt_versions_are_major_minor_micro_with_parts_left_out() {
-        let v = |s: &str| s.parse::<LibvirtVersion>();
-        assert_eq!(v("11.3.0").unwrap().to_string(), "11.3.0");
-        assert_eq!(v("11.3").unwrap().to_string(), "11.3.0");
-        assert_eq!(v("11").unwrap().to_string(), "11.0.0");
-        for bad in [
-            "",
-            " 11.3",
-            "11.3 ",
-            "11 .3",
-            "+11",
-            "11.+3",
-            "11.",
-            ".3",
-            "11..3",
-            "1.2.3.4",
-            "11.x",
-            "99999999999",
-        ] {
-            let e = v(bad).unwrap_err();
-            assert!(e.contains("MAJOR[.MINOR[.MICRO]]"), "{bad:?}: {e}");
-        }
     }
 
     #[test]

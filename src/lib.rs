@@ -17,11 +17,17 @@ pub mod finding;
 pub mod readfile;
 
 pub mod change;
-pub mod cpu;
 pub mod error;
+pub mod stdio;
+
+pub mod xml;
+
+// libvirt's documents and words, then what the tool knows of CPUs, machines and modes.
+pub mod libvirt;
+
+pub mod cpu;
 pub mod machine;
 pub mod modes;
-pub mod stdio;
 
 // The document.
 pub mod domain;

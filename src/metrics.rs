@@ -133,7 +133,7 @@ pub fn host_level(host: &Host) -> HostLevel {
             source: SOURCE_DOMCAPS,
         };
     }
-    if crate::domain::host_arch() == "x86_64" {
+    if crate::libvirt::arch::host_arch() == "x86_64" {
         if let Some(level) = qemu_cache_level(host) {
             return HostLevel {
                 level,
@@ -161,34 +161,22 @@ pub fn host_level(host: &Host) -> HostLevel {
 /// host's, unless disabled or moved) whose emulator is `qemu-system-x86_64`; None when there is
 /// no such file or element.
 fn qemu_cache_level(host: &Host) -> Option<Option<Level>> {
-    let dir = host.qemu_cache_dir.as_deref()?;
-    let file = crate::host::xml_files(dir).into_iter().find(|p| {
-        crate::host::qemu_caps_emulator(p).is_some_and(|e| e.ends_with("/qemu-system-x86_64"))
-    })?;
-    let bytes = crate::readfile::read_regular(&file, crate::readfile::MAX_FACT_BYTES).ok()?;
-    let text = String::from_utf8(bytes).ok()?;
-    kvm_host_cpu_level(&text, &file.display().to_string())
+    let file = host.qemu_cache().for_emulator("/qemu-system-x86_64")?;
+    kvm_host_cpu_level(&crate::libvirt::qemu_caps::read_file(&file.path)?)
 }
 
-/// The level QEMU's host-model CPU under KVM reaches, from a QEMU capability cache (`qemuCaps`)
-/// document: the boolean `<property>`s of `<hostCPU type='kvm'>` that are true, QEMU spellings
-/// (`lahf-lm`, `sse4.1`) normalised to libvirt's; None when the document has no such element.
+/// The level QEMU's host-model CPU under KVM reaches, from a QEMU capability cache file
+/// ([`crate::libvirt::qemu_caps::QemuCaps::kvm_host_cpu`]), QEMU spellings (`lahf-lm`,
+/// `sse4.1`) normalised to libvirt's; None when the file has no `<hostCPU type='kvm'>`.
 #[must_use]
-pub fn kvm_host_cpu_level(qemu_caps: &str, what: &str) -> Option<Option<Level>> {
-    let doc = crate::domain::parse_xml(qemu_caps, what).ok()?;
-    let cpu = doc
-        .root_element()
-        .children()
-        .find(|n| n.has_tag_name("hostCPU") && n.attribute("type") == Some("kvm"))?;
-    let features: std::collections::BTreeSet<String> = cpu
-        .children()
-        .filter(|p| {
-            p.has_tag_name("property")
-                && p.attribute("type") == Some("boolean")
-                && p.attribute("value") == Some("true")
-        })
-        .filter_map(|p| p.attribute("name"))
-        .map(|f| normalize_feature(f).unwrap_or_else(|| f.to_string()))
+pub fn kvm_host_cpu_level(
+    qemu_caps: &crate::libvirt::qemu_caps::QemuCaps,
+) -> Option<Option<Level>> {
+    let features: std::collections::BTreeSet<String> = qemu_caps
+        .kvm_host_cpu
+        .as_ref()?
+        .iter()
+        .map(|f| normalize_feature(f).unwrap_or_else(|| f.clone()))
         .collect();
     Some(Level::highest(|f| features.contains(f)))
 }
@@ -539,10 +527,14 @@ mod tests {
             )
         };
         let all: Vec<&str> = v1.iter().chain(&v2).copied().collect();
-        assert_eq!(
-            kvm_host_cpu_level(&doc(&all, &[]), "t"),
-            Some(Some(Level::V2))
-        );
+        let level = |xml: &str| {
+            let d = roxmltree::Document::parse(xml).ok()?;
+            kvm_host_cpu_level(&crate::libvirt::qemu_caps::QemuCaps::read(
+                d.root_element(),
+                "t",
+            ))
+        };
+        assert_eq!(level(&doc(&all, &[])), Some(Some(Level::V2)));
         // This nested host: KVM gives guests no pni, ssse3, sse4.x or popcnt.
         let nested = doc(
             &v1,
@@ -550,9 +542,8 @@ mod tests {
                 "pni", "ssse3", "sse4.1", "sse4.2", "popcnt", "cx16", "lahf-lm",
             ],
         );
-        assert_eq!(kvm_host_cpu_level(&nested, "t"), Some(Some(Level::V1)));
-        assert_eq!(kvm_host_cpu_level("<qemuCaps/>", "t"), None);
-        assert_eq!(kvm_host_cpu_level("not xml", "t"), None);
+        assert_eq!(level(&nested), Some(Some(Level::V1)));
+        assert_eq!(level("<qemuCaps/>"), None);
     }
 
     #[test]

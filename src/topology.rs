@@ -4,7 +4,7 @@
 //! Readers only: deciding new values is the rewrite's job ([`crate::rewrite`]), judging them the
 //! validator's ([`crate::validate`]).
 
-use crate::domain::text_of;
+use crate::xml::text_of;
 use roxmltree::Node;
 use std::collections::BTreeSet;
 

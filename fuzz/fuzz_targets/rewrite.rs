@@ -18,7 +18,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use std::ops::Range;
-use virt_cpu_policy::domain::{Domain, decode};
+use virt_cpu_policy::domain::Domain;
+use virt_cpu_policy::xml::decode;
 use virt_cpu_policy::host::{Fact, Host, HostOptions};
 use virt_cpu_policy::policy::{Mode, Policy, Target};
 use virt_cpu_policy::rewrite::rewrite;
@@ -81,7 +82,7 @@ fn parse(text: &str) -> roxmltree::Document<'_> {
         text,
         roxmltree::ParsingOptions {
             allow_dtd: false,
-            nodes_limit: virt_cpu_policy::domain::MAX_NODES,
+            nodes_limit: virt_cpu_policy::xml::MAX_NODES,
             ..Default::default()
         },
     )

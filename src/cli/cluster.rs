@@ -159,7 +159,7 @@ pub(super) fn cmd_baseline(a: &BaselineArgs) -> Result<i32, Failure> {
 pub(super) fn cmd_compare(a: &CompareArgs) -> Result<i32, Failure> {
     let host = facts::read_host(&a.host)?;
     let (bytes, what) = read_input(&a.domain)?;
-    let text = crate::domain::decode(&bytes, &what)?;
+    let text = crate::xml::decode(&bytes, &what)?;
     let guest_path = PathBuf::from(&what);
     let guest = compare::guest_cpu(text, &guest_path)?;
     if !is_x86(&host.arch) {

@@ -3,7 +3,10 @@
 //! machine type on its own line) or for programs (`--format json`).
 
 use crate::cpu::Level;
-use crate::host::{DomCaps, Fact, Host, MachineFact};
+use crate::host::{Fact, Host};
+use crate::libvirt::capabilities::MachineType;
+use crate::libvirt::cpu::{CpuDef, FeaturePolicy};
+use crate::libvirt::domcaps::DomCaps;
 use crate::policy::Policy;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -18,7 +21,7 @@ struct Group<'h> {
     source: &'h str,
     arch: &'h str,
     virt_types: Vec<String>,
-    machines: Vec<&'h MachineFact>,
+    machines: Vec<&'h MachineType>,
 }
 
 /// `host` in text: the summary, or with `verbose` every machine type.
@@ -35,7 +38,7 @@ pub(super) fn text(policy: &Policy, host: &Host, models: usize, verbose: bool) -
     if let Some(n) = &host.cpu_map_note {
         s.push_str(&format!("  note: {n}\n"));
     }
-    let no_version = match &host.qemu_cache_dir {
+    let no_version = match host.qemu_cache().dir() {
         None => "unknown (give --libvirt-version, or a <hostFacts libvirt=...> file with --caps: libvirt's QEMU capability cache was not read, --no-qemu-caps-cache)"
             .to_string(),
         Some(d) => format!(
@@ -60,12 +63,12 @@ pub(super) fn text(policy: &Policy, host: &Host, models: usize, verbose: bool) -
     if cached.is_empty() {
         s.push_str(&format!(
             "QEMU capability cache: nothing read from {}\n",
-            host.qemu_cache_dir
-                .as_ref()
+            host.qemu_cache()
+                .dir()
                 .map_or("(disabled)".into(), |d| d.display().to_string())
         ));
     }
-    let all: Vec<&MachineFact> = host.machines.iter().chain(cached.iter()).collect();
+    let all: Vec<&MachineType> = host.machines.iter().chain(cached.iter()).collect();
     for g in groups(&all) {
         s.push_str(&group_text(&g, verbose));
     }
@@ -81,15 +84,20 @@ pub(super) fn text(policy: &Policy, host: &Host, models: usize, verbose: bool) -
 /// ` (libvirt X)` when the cpu_map and the version are the same installation's: the default
 /// cpu_map and the `<selfvers>` of the default QEMU capability cache. A `--libvirt-version` (a
 /// dry run of another host's rules) or another cache directory says nothing about this cpu_map.
-fn cpu_map_version(host: &Host, version: Option<&Fact<crate::host::LibvirtVersion>>) -> String {
-    let installed = |p: &Option<std::path::PathBuf>, default: &str| {
-        p.as_deref() == Some(std::path::Path::new(default))
-    };
+fn cpu_map_version(
+    host: &Host,
+    version: Option<&Fact<crate::libvirt::version::LibvirtVersion>>,
+) -> String {
+    let installed =
+        |p: Option<&std::path::Path>, default: &str| p == Some(std::path::Path::new(default));
     match (&host.cpu_map_dir, version) {
         (None, _) => " (libvirt 9.0.0's, built in)".into(),
         (d, Some(v))
-            if installed(d, crate::host::DEFAULT_CPU_MAP)
-                && installed(&host.qemu_cache_dir, crate::host::QEMU_CAPS_CACHE)
+            if installed(d.as_deref(), crate::host::DEFAULT_CPU_MAP)
+                && installed(
+                    host.qemu_cache().dir(),
+                    crate::libvirt::qemu_caps::QEMU_CAPS_CACHE,
+                )
                 && v.source.starts_with("<selfvers>") =>
         {
             format!(" (libvirt {})", v.value)
@@ -106,8 +114,8 @@ fn fact_line<T: std::fmt::Display>(name: &str, fact: Option<&Fact<T>>, unknown: 
 }
 
 /// Machine types grouped by (source, arch); virt types whose lists are the same share a group.
-fn groups<'h>(machines: &[&'h MachineFact]) -> Vec<Group<'h>> {
-    let mut by_key: BTreeMap<(&str, &str, String), Vec<&MachineFact>> = BTreeMap::new();
+fn groups<'h>(machines: &[&'h MachineType]) -> Vec<Group<'h>> {
+    let mut by_key: BTreeMap<(&str, &str, String), Vec<&MachineType>> = BTreeMap::new();
     for m in machines {
         let vt = m.virt_type.clone().unwrap_or_else(|| "any".into());
         by_key
@@ -133,8 +141,8 @@ fn groups<'h>(machines: &[&'h MachineFact]) -> Vec<Group<'h>> {
     out
 }
 
-fn same_machines(a: &[&MachineFact], b: &[&MachineFact]) -> bool {
-    let key = |l: &[&MachineFact]| {
+fn same_machines(a: &[&MachineType], b: &[&MachineType]) -> bool {
+    let key = |l: &[&MachineType]| {
         let mut v: Vec<(String, Option<u32>, Option<String>)> = l
             .iter()
             .map(|m| (m.name.clone(), m.max_cpus, m.canonical.clone()))
@@ -225,7 +233,8 @@ fn group_text(g: &Group<'_>, verbose: bool) -> String {
 /// QEMU capability cache, named by a hash, by the emulator it describes
 /// (`/usr/bin/qemu-system-x86_64 (capability cache FILE)`).
 fn source_label(source: &str) -> String {
-    match crate::host::qemu_caps_emulator(std::path::Path::new(source)) {
+    let head = crate::libvirt::qemu_caps::head(std::path::Path::new(source));
+    match head.and_then(|h| h.emulator) {
         Some(emulator) => format!("{emulator} (capability cache {source})"),
         None => source.to_string(),
     }
@@ -307,7 +316,8 @@ fn domcaps_text(host: &Host, d: &DomCaps) -> String {
     let modes = if d.modes.is_empty() {
         "none".to_string()
     } else {
-        d.modes.iter().cloned().collect::<Vec<_>>().join(",")
+        let modes: Vec<&str> = d.modes.iter().map(|m| m.as_str()).collect();
+        modes.join(",")
     };
     let mut s = format!(
         "domcapabilities: {} {} {machine}: vcpu max {}, modes {modes} (from {})\n",
@@ -327,8 +337,8 @@ fn domcaps_text(host: &Host, d: &DomCaps) -> String {
         };
         s.push_str(&format!(
             "  host-model: {model} + {} required, {} disabled{level}\n",
-            hm.require.len(),
-            hm.disable.len()
+            host_model_features(hm, FeaturePolicy::gives).len(),
+            host_model_features(hm, FeaturePolicy::takes_away).len()
         ));
     }
     let usable = d.models.iter().filter(|(_, u)| *u).count();
@@ -339,9 +349,15 @@ fn domcaps_text(host: &Host, d: &DomCaps) -> String {
     s
 }
 
+/// The host-model CPU's features of the policies `select` says yes to, sorted, each once.
+fn host_model_features(hm: &CpuDef, select: fn(FeaturePolicy) -> bool) -> Vec<&str> {
+    let set: std::collections::BTreeSet<&str> = hm.features_where(select).collect();
+    set.into_iter().collect()
+}
+
 /// Whether the x86-64 psABI levels say anything about the domcapabilities' guests.
 fn x86(d: &DomCaps) -> bool {
-    matches!(d.arch.as_str(), "x86_64" | "i686")
+    crate::libvirt::arch::is_x86(&d.arch)
 }
 
 /// `{"value", "source"}`, or null when the fact is unknown.
@@ -371,8 +387,8 @@ pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
             let hm = host.host_model_level(d).map(|(model, level)| {
                 let hm = d.host_model.as_ref();
                 json!({"model": model,
-                       "require": hm.map(|h| h.require.iter().collect::<Vec<_>>()),
-                       "disable": hm.map(|h| h.disable.iter().collect::<Vec<_>>()),
+                       "require": hm.map(|h| host_model_features(h, FeaturePolicy::gives)),
+                       "disable": hm.map(|h| host_model_features(h, FeaturePolicy::takes_away)),
                        "level": level.filter(|_| x86(d)).map(Level::as_str)})
             });
             let machine = Some(&d.machine).filter(|m| !m.is_empty());
@@ -395,7 +411,7 @@ pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
         "host_cpus": fact_json(host.cpus()),
         "kvm_max_vcpus": fact_json(host.kvm_limit()),
         "capability_files": host.files,
-        "qemu_caps_cache": host.qemu_cache_dir,
+        "qemu_caps_cache": host.qemu_cache().dir(),
         "machines": machines,
         "domcapabilities": domcaps,
     })

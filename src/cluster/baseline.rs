@@ -16,8 +16,8 @@
 //! own vendor string on every host).
 
 use super::ClusterError;
-use super::facts::{CpuDef, FeaturePolicy};
 use crate::cpu::x86_map::{CpuData, X86Map, X86Model};
+use crate::libvirt::cpu::{CpuDef, FeaturePolicy};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -399,11 +399,11 @@ mod tests {
     fn cpu(map: &X86Map, model: &str, extra: &[&str]) -> CpuData {
         let def = CpuDef {
             model: Some(model.into()),
-            vendor: None,
             features: extra
                 .iter()
                 .map(|f| ((*f).to_string(), FeaturePolicy::Require))
                 .collect(),
+            ..CpuDef::default()
         };
         cpu_data(map, &def, Select::All, Path::new("test")).unwrap()
     }
@@ -520,9 +520,8 @@ mod tests {
             "{e}"
         );
         let bad = CpuDef {
-            model: None,
-            vendor: None,
             features: vec![("cet-ss".into(), FeaturePolicy::Require)],
+            ..CpuDef::default()
         };
         let e = cpu_data(&map, &bad, Select::All, Path::new("h.xml")).unwrap_err();
         assert!(
@@ -532,12 +531,12 @@ mod tests {
         // A disabled feature is taken out, in document order.
         let def = CpuDef {
             model: Some("Nehalem".into()),
-            vendor: None,
             features: vec![
                 ("popcnt".into(), FeaturePolicy::Disable),
                 ("aes".into(), FeaturePolicy::Require),
                 ("x2apic".into(), FeaturePolicy::Optional),
             ],
+            ..CpuDef::default()
         };
         let d = cpu_data(&map, &def, Select::All, Path::new("x")).unwrap();
         assert!(!map.has_feature(&d, "popcnt") && map.has_feature(&d, "aes"));

@@ -10,10 +10,12 @@
 
 use super::ClusterError;
 use super::baseline::{Select, cpu_data};
-use super::facts::{CpuDef, FeaturePolicy, HostFacts, read_cpu};
+use super::facts::HostFacts;
 use super::report::is_x86;
 use crate::cpu::x86_map::{CpuData, X86Map};
-use crate::domain::{Domain, child, parse_xml};
+use crate::domain::Domain;
+use crate::libvirt::cpu::{CpuDef, CpuMatch, CpuType, FeaturePolicy};
+use crate::xml::parse_xml;
 use std::path::Path;
 
 /// The answer, as libvirt's `virCPUCompareResult`.
@@ -45,8 +47,9 @@ pub struct GuestCpu {
     /// The domain's `<name>` ("" for a bare `<cpu>`).
     pub name: String,
     /// `<cpu match=...>`: `exact` (the default), `minimum` or `strict`.
-    pub matching: String,
-    /// Model, vendor and features.
+    pub matching: CpuMatch,
+    /// Model, vendor and features, read as libvirt reads a guest CPU
+    /// ([`CpuDef::read_as`]).
     pub cpu: CpuDef,
 }
 
@@ -72,9 +75,9 @@ pub struct Comparison {
 ///
 /// # Errors
 /// [`ClusterError::Input`] for unreadable XML or another root; [`ClusterError::Facts`] for a
-/// domain without `<cpu>`, a `host-model`/`host-passthrough`/`maximum` CPU (it is the host's own
-/// CPU: nothing to compare), features without a model (libvirt: "Non-empty feature list
-/// specified without CPU model"), an unknown `match` or feature policy.
+/// domain without `<cpu>`, a CPU libvirt refuses ([`CpuDef::read_as`]: features without a model,
+/// an unknown `match` or feature policy...), a `host-model`/`host-passthrough`/`maximum` CPU (it
+/// is the host's own CPU: nothing to compare).
 pub fn guest_cpu(text: &str, path: &Path) -> Result<GuestCpu, ClusterError> {
     let what = path.display().to_string();
     let facts = |message: String| ClusterError::Facts {
@@ -102,28 +105,15 @@ pub fn guest_cpu(text: &str, path: &Path) -> Result<GuestCpu, ClusterError> {
             (String::new(), bare.root_element())
         }
     };
-    let mode = node.attribute("mode").unwrap_or("custom");
-    if mode != "custom" {
+    let cpu = CpuDef::read_as(node, CpuType::Guest).map_err(facts)?;
+    if let Some(mode) = cpu.mode.filter(|m| m.is_host_based()) {
         return Err(facts(format!(
             "the guest CPU is mode='{mode}': it takes the host's own CPU, so there is nothing to compare (compare judges custom CPUs)"
         )));
     }
-    let matching = node.attribute("match").unwrap_or("exact").to_string();
-    if !matches!(matching.as_str(), "exact" | "minimum" | "strict") {
-        return Err(facts(format!("invalid CPU match value '{matching}'")));
-    }
-    let cpu = read_cpu(node, path)?;
-    if cpu.model.is_none() && !cpu.features.is_empty() {
-        return Err(facts(
-            "Non-empty feature list specified without CPU model".into(),
-        ));
-    }
-    if child(node, "vendor").is_some() && cpu.model.is_none() {
-        return Err(facts("CPU vendor specified without CPU model".into()));
-    }
     Ok(GuestCpu {
         name,
-        matching,
+        matching: cpu.matching.unwrap_or(CpuMatch::Exact),
         cpu,
     })
 }
@@ -239,7 +229,7 @@ fn compare_features(
     answer.extra = names(&diff);
     if diff.is_empty() {
         answer.verdict = Verdict::Identical;
-    } else if guest.matching == "strict" {
+    } else if guest.matching == CpuMatch::Strict {
         answer.message = Some(format!(
             "Host CPU does not strictly match guest CPU: Extra features: {}",
             answer.extra.join(", ")
@@ -268,6 +258,7 @@ mod tests {
                 model: Some(model.into()),
                 vendor: Some(vendor.into()),
                 features: features.iter().map(|(n, p)| ((*n).into(), *p)).collect(),
+                ..CpuDef::default()
             }),
             origin: None,
             usable_models: None,

@@ -13,59 +13,23 @@
 //!   `tests/cputestdata/*-host.xml`).
 //! * `<hostFacts name='HOST' libvirt='X.Y.Z'>` holding a `<capabilities>` and/or a
 //!   `<domainCapabilities>`: one host's two documents in one file, the tool's own host-facts
-//!   format (`virt-cpu-policyd --publish` writes it: [`crate::host::host_facts_document`]). The
+//!   format (`virt-cpu-policyd --publish` writes it: [`crate::libvirt::host_facts::document`]). The
 //!   `host-model` CPU wins over the capabilities' host CPU when both are there.
 //!
 //! The host's name is `<hostFacts name=...>` when given, else the file name without `.xml`
 //! (`virsh capabilities` names no host). A directory stands for its regular `*.xml` files, sorted.
+//!
+//! The documents are read by [`crate::libvirt`], as `Host` reads them: a document libvirt refuses
+//! (a host-model feature policy it does not know) is refused here too.
 
 use super::ClusterError;
-use crate::domain::{child, decode, is_libvirt_element, parse_xml, text_of};
+use crate::libvirt::capabilities::Capabilities;
+use crate::libvirt::cpu::CpuDef;
+use crate::libvirt::domcaps::DomCaps;
+use crate::libvirt::version::LibvirtVersion;
+use crate::libvirt::{Document, DocumentError, read_document};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-
-/// A feature's policy in a CPU definition (libvirt's `virCPUFeaturePolicy`; a host CPU's features
-/// have none and count as `require`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum FeaturePolicy {
-    /// `force`: on even if the host lacks it.
-    Force,
-    /// `require` (the default): the host must have it.
-    Require,
-    /// `optional`: on when the host has it.
-    Optional,
-    /// `disable`: off.
-    Disable,
-    /// `forbid`: the host must not have it.
-    Forbid,
-}
-
-impl FeaturePolicy {
-    /// Parses libvirt's spelling (`force`, `require`, `optional`, `disable`, `forbid`).
-    #[must_use]
-    pub fn parse(s: &str) -> Option<FeaturePolicy> {
-        Some(match s {
-            "force" => FeaturePolicy::Force,
-            "require" => FeaturePolicy::Require,
-            "optional" => FeaturePolicy::Optional,
-            "disable" => FeaturePolicy::Disable,
-            "forbid" => FeaturePolicy::Forbid,
-            _ => return None,
-        })
-    }
-}
-
-/// A CPU as a libvirt `<cpu>` element describes it (libvirt's `virCPUDef`, the parts the cluster
-/// computations read).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CpuDef {
-    /// `<model>`.
-    pub model: Option<String>,
-    /// `<vendor>`.
-    pub vendor: Option<String>,
-    /// `<feature>` names with their policies, in document order.
-    pub features: Vec<(String, FeaturePolicy)>,
-}
 
 /// Which element a host's CPU came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,53 +76,78 @@ pub struct HostFacts {
     /// included) of the host's arch.
     pub machines: BTreeSet<String>,
     /// The libvirt the host runs: `<hostFacts libvirt=...>`; None in the other shapes.
-    pub libvirt: Option<crate::host::LibvirtVersion>,
+    pub libvirt: Option<LibvirtVersion>,
 }
 
 impl HostFacts {
     /// A host described by one domcapabilities document already read by [`crate::host::Host`]
-    /// (`--caps`, the daemon's snapshot): its host-model CPU (the model, the vendor, the
-    /// `require` features then the `disable` ones), its custom models `usable='yes'` and its
-    /// machine type. `name` names it in messages.
+    /// (`--caps`, the daemon's snapshot): its host-model CPU, its custom models `usable='yes'`
+    /// and its machine type. `name` names it in messages.
     #[must_use]
-    pub fn from_domcaps(name: &str, d: &crate::host::DomCaps) -> HostFacts {
-        let cpu = d.host_model.as_ref().map(|h| CpuDef {
-            model: h.model.clone(),
-            vendor: h.vendor.clone(),
-            features: h
-                .require
-                .iter()
-                .map(|f| (f.clone(), FeaturePolicy::Require))
-                .chain(
-                    h.disable
-                        .iter()
-                        .map(|f| (f.clone(), FeaturePolicy::Disable)),
-                )
-                .collect(),
-        });
+    pub fn from_domcaps(name: &str, d: &DomCaps) -> HostFacts {
+        let mut host = HostFacts::unnamed(PathBuf::from(&d.source));
+        host.name = name.to_string();
+        host.add_domcaps(d);
+        host
+    }
+
+    /// A host of no name yet, read from `path`, of whom nothing is known.
+    fn unnamed(path: PathBuf) -> HostFacts {
         HostFacts {
-            name: name.to_string(),
-            path: PathBuf::from(&d.source),
-            arch: d.arch.clone(),
-            origin: cpu.as_ref().map(|_| CpuOrigin::HostModel),
-            cpu,
-            usable_models: (!d.models.is_empty()).then(|| {
-                d.models
-                    .iter()
-                    .filter(|(_, usable)| *usable)
-                    .map(|(m, _)| m.clone())
-                    .collect()
-            }),
-            machines: std::iter::once(d.machine.clone())
-                .filter(|m| !m.is_empty())
-                .collect(),
+            name: String::new(),
+            path,
+            arch: String::new(),
+            cpu: None,
+            origin: None,
+            usable_models: None,
+            machines: BTreeSet::new(),
             libvirt: None,
         }
     }
-}
 
-/// Largest facts file read, in bytes (libvirt's domcapabilities are about 100 KiB).
-pub const MAX_FACTS_BYTES: usize = crate::readfile::MAX_FACT_BYTES;
+    /// What domcapabilities say: the arch, the machine type, the host-model CPU (when it names a
+    /// model: the CPU `hypervisor-cpu-baseline` works on), the usable custom models.
+    fn add_domcaps(&mut self, d: &DomCaps) {
+        if !d.arch.is_empty() {
+            self.arch.clone_from(&d.arch);
+        }
+        if !d.machine.is_empty() {
+            self.machines.insert(d.machine.clone());
+        }
+        if let Some(cpu) = d.host_model.as_ref().filter(|c| c.model.is_some()) {
+            self.cpu = Some(cpu.clone());
+            self.origin = Some(CpuOrigin::HostModel);
+        }
+        if let Some(usable) = d.usable_models() {
+            self.usable_models = Some(usable);
+        }
+    }
+
+    /// What capabilities say: the host CPU's arch (which must agree with domcapabilities'), the
+    /// host CPU unless domcapabilities gave one, the machine types of that arch.
+    fn add_capabilities(&mut self, c: &Capabilities) -> Result<(), String> {
+        let Some(cpu) = &c.host_cpu else {
+            return Err("capabilities without <host><cpu>".into());
+        };
+        let arch = c.host_arch().unwrap_or_default();
+        if !self.arch.is_empty() && !arch.is_empty() && self.arch != arch {
+            return Err(format!(
+                "its capabilities say arch {arch}, its domcapabilities {}",
+                self.arch
+            ));
+        }
+        if self.arch.is_empty() {
+            self.arch = arch.to_string();
+        }
+        if self.cpu.is_none() {
+            self.cpu = Some(cpu.clone());
+            self.origin = Some(CpuOrigin::Capabilities);
+        }
+        let machines = c.machines.iter().filter(|m| m.arch == self.arch);
+        self.machines.extend(machines.map(|m| m.name.clone()));
+        Ok(())
+    }
+}
 
 /// Reads every host of `paths`: files, and directories standing for their `*.xml` files.
 ///
@@ -172,7 +161,7 @@ pub fn read_hosts(paths: &[PathBuf]) -> Result<Vec<HostFacts>, ClusterError> {
         let files = if path.is_dir() {
             // Every *.xml entry is a host: one that cannot be read (a dangling link, a FIFO) is an
             // error below, never a host silently left out of the baseline.
-            let files = crate::host::xml_entries(path)
+            let files = crate::readfile::xml_entries(path)
                 .map_err(|e| facts_error(path, &format!("cannot list the directory: {e}")))?;
             if files.is_empty() {
                 return Err(facts_error(
@@ -210,65 +199,52 @@ pub fn read_hosts(paths: &[PathBuf]) -> Result<Vec<HostFacts>, ClusterError> {
 /// # Errors
 /// As [`read_hosts`].
 pub fn read_host(path: &Path) -> Result<HostFacts, ClusterError> {
-    let text = read_text(path)?;
-    let what = path.display().to_string();
-    let doc = parse_xml(&text, &what)?;
-    let root = doc.root_element();
+    let accept = [
+        "domainCapabilities",
+        "capabilities",
+        "cpu",
+        crate::libvirt::host_facts::ROOT,
+    ];
+    let doc = read_document(path, &accept).map_err(|e| match e {
+        DocumentError::Input(e) => ClusterError::Input(e),
+        DocumentError::Invalid { path, message } => ClusterError::Facts { path, message },
+    })?;
     let stem = path
         .file_name()
         .map(|n| n.to_string_lossy())
         .map(|n| n.strip_suffix(".xml").unwrap_or(&n).to_string())
         .unwrap_or_default();
-    let mut host = HostFacts {
-        name: stem,
-        path: path.to_owned(),
-        arch: String::new(),
-        cpu: None,
-        origin: None,
-        usable_models: None,
-        machines: BTreeSet::new(),
-        libvirt: None,
-    };
-    let name = root.tag_name().name();
-    if root.tag_name().namespace().is_some() {
-        return Err(not_facts(path, name));
-    }
-    match name {
-        "hostFacts" => {
-            if let Some(n) = root.attribute("name").filter(|n| !n.trim().is_empty()) {
-                host.name = n.trim().to_string();
+    let mut host = HostFacts::unnamed(path.to_owned());
+    host.name = stem;
+    let fail = |message: String| facts_error(path, &message);
+    match doc {
+        Document::HostFacts(f) => {
+            if let Some(n) = f.name {
+                host.name = n;
             }
-            host.libvirt =
-                crate::host::host_facts_version(root).map_err(|e| facts_error(path, &e))?;
-            let caps = child(root, "capabilities");
-            let domcaps = child(root, "domainCapabilities");
-            if caps.is_none() && domcaps.is_none() {
-                return Err(facts_error(
-                    path,
-                    "<hostFacts> holds neither <capabilities> nor <domainCapabilities>",
-                ));
-            }
+            host.libvirt = f.libvirt;
             // domcapabilities first: its host-model CPU is the one guests can get.
-            if let Some(d) = domcaps {
-                read_domcaps(&mut host, d);
+            if let Some(d) = &f.domcaps {
+                host.add_domcaps(d);
             }
-            if let Some(c) = caps {
-                read_capabilities(&mut host, c, path)?;
+            if let Some(c) = &f.capabilities {
+                host.add_capabilities(c).map_err(fail)?;
             }
         }
-        "domainCapabilities" => read_domcaps(&mut host, root),
-        "capabilities" => read_capabilities(&mut host, root, path)?,
-        "cpu" => {
-            host.arch = child(root, "arch").and_then(text_of).ok_or_else(|| {
-                facts_error(
-                    path,
-                    "this <cpu> names no <arch>: a host CPU from virsh capabilities has one (a guest <cpu> is not host facts)",
-                )
-            })?;
-            host.cpu = Some(read_cpu(root, path)?);
+        Document::DomCaps(d) => host.add_domcaps(&d),
+        Document::Capabilities(c) => host.add_capabilities(&c).map_err(fail)?,
+        Document::Cpu(cpu) => {
+            let Some(arch) = cpu.arch.clone() else {
+                return Err(fail(
+                    "this <cpu> names no <arch>: a host CPU from virsh capabilities has one (a guest <cpu> is not host facts)".into(),
+                ));
+            };
+            host.arch = arch;
+            host.cpu = Some(cpu);
             host.origin = Some(CpuOrigin::HostCpu);
         }
-        other => return Err(not_facts(path, other)),
+        // Not among `accept`: read_document refused it.
+        Document::QemuCaps(_) => {}
     }
     if host.arch.is_empty() {
         return Err(facts_error(path, "names no arch"));
@@ -287,121 +263,6 @@ pub fn read_host(path: &Path) -> Result<HostFacts, ClusterError> {
     Ok(host)
 }
 
-/// A `<cpu>` element's model, vendor and features. A feature without `policy` is `require`
-/// (host CPUs list no policies).
-///
-/// # Errors
-/// [`ClusterError::Facts`] for a feature without a name or with a policy libvirt does not know
-/// (libvirt: "Invalid CPU feature policy").
-pub fn read_cpu(node: roxmltree::Node<'_, '_>, path: &Path) -> Result<CpuDef, ClusterError> {
-    let mut cpu = CpuDef {
-        model: child(node, "model").and_then(text_of),
-        vendor: child(node, "vendor").and_then(text_of),
-        features: Vec::new(),
-    };
-    for f in node
-        .children()
-        .filter(|n| is_libvirt_element(*n, "feature"))
-    {
-        let Some(name) = f.attribute("name") else {
-            return Err(facts_error(path, "a CPU <feature> has no name"));
-        };
-        let policy = match f.attribute("policy") {
-            None => FeaturePolicy::Require,
-            Some(p) => FeaturePolicy::parse(p).ok_or_else(|| {
-                facts_error(
-                    path,
-                    &format!("feature '{name}': invalid CPU feature policy '{p}'"),
-                )
-            })?,
-        };
-        cpu.features.push((name.to_string(), policy));
-    }
-    Ok(cpu)
-}
-
-/// The text of a facts file: a regular file (a FIFO or a device would block or never end), at
-/// most [`MAX_FACTS_BYTES`], UTF-8.
-fn read_text(path: &Path) -> Result<String, crate::Error> {
-    let bytes = crate::readfile::read_regular(path, MAX_FACTS_BYTES)?;
-    Ok(decode(&bytes, &path.display().to_string())?.to_string())
-}
-
-fn read_domcaps(host: &mut HostFacts, root: roxmltree::Node<'_, '_>) {
-    let txt = |name: &str| child(root, name).and_then(text_of);
-    if let Some(arch) = txt("arch") {
-        host.arch = arch;
-    }
-    if let Some(m) = txt("machine") {
-        host.machines.insert(m);
-    }
-    let modes = child(root, "cpu")
-        .into_iter()
-        .flat_map(|c| c.children())
-        .filter(|n| is_libvirt_element(*n, "mode") && n.attribute("supported") == Some("yes"));
-    for mode in modes {
-        match mode.attribute("name") {
-            Some("host-model") if child(mode, "model").is_some() => {
-                // Features of a host-model CPU carry require/disable; read_cpu only fails on a
-                // nameless or unknown-policy feature, which libvirt never writes here.
-                if let Ok(cpu) = read_cpu(mode, &host.path) {
-                    host.cpu = Some(cpu);
-                    host.origin = Some(CpuOrigin::HostModel);
-                }
-            }
-            Some("custom") => {
-                let usable = mode
-                    .children()
-                    .filter(|n| is_libvirt_element(*n, "model"))
-                    .filter(|n| n.attribute("usable") == Some("yes"))
-                    .filter_map(text_of)
-                    .collect();
-                host.usable_models = Some(usable);
-            }
-            _ => {}
-        }
-    }
-}
-
-fn read_capabilities(
-    host: &mut HostFacts,
-    root: roxmltree::Node<'_, '_>,
-    path: &Path,
-) -> Result<(), ClusterError> {
-    let Some(cpu) = child(root, "host").and_then(|h| child(h, "cpu")) else {
-        return Err(facts_error(path, "capabilities without <host><cpu>"));
-    };
-    let arch = child(cpu, "arch").and_then(text_of).unwrap_or_default();
-    if !host.arch.is_empty() && !arch.is_empty() && host.arch != arch {
-        return Err(facts_error(
-            path,
-            &format!(
-                "its capabilities say arch {arch}, its domcapabilities {}",
-                host.arch
-            ),
-        ));
-    }
-    if host.arch.is_empty() {
-        host.arch = arch;
-    }
-    if host.cpu.is_none() {
-        host.cpu = Some(read_cpu(cpu, path)?);
-        host.origin = Some(CpuOrigin::Capabilities);
-    }
-    let guests = root
-        .children()
-        .filter(|n| is_libvirt_element(*n, "guest"))
-        .filter_map(|g| child(g, "arch"))
-        .filter(|a| a.attribute("name") == Some(host.arch.as_str()));
-    for arch in guests {
-        let machines = arch
-            .descendants()
-            .filter(|n| is_libvirt_element(*n, "machine"));
-        host.machines.extend(machines.filter_map(text_of));
-    }
-    Ok(())
-}
-
 fn facts_error(path: &Path, message: &str) -> ClusterError {
     ClusterError::Facts {
         path: path.to_owned(),
@@ -409,19 +270,10 @@ fn facts_error(path: &Path, message: &str) -> ClusterError {
     }
 }
 
-fn not_facts(path: &Path, root: &str) -> ClusterError {
-    facts_error(
-        path,
-        &format!(
-            "the root element <{root}> is not <domainCapabilities>, <capabilities>, a host <cpu> or <hostFacts>"
-        ),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
+    use crate::libvirt::cpu::FeaturePolicy;
     use crate::testdata::corpus;
 
     #[test]
@@ -491,7 +343,8 @@ mod tests {
         assert_eq!(h.libvirt, None);
         // What the daemon publishes: the host's name and libvirt version.
         let caps = "<capabilities><host><cpu><arch>x86_64</arch><model>Nehalem</model></cpu></host></capabilities>";
-        let doc = crate::host::host_facts_document("node-8", "11.3.0".parse().unwrap(), caps, None);
+        let doc =
+            crate::libvirt::host_facts::document("node-8", "11.3.0".parse().unwrap(), caps, None);
         let g = dir.join("g.xml");
         std::fs::write(&g, doc).unwrap();
         let h = read_host(&g).unwrap();
@@ -530,6 +383,50 @@ mod tests {
         let e = read_hosts(&[empty]).unwrap_err().to_string();
         assert!(e.contains("no *.xml"), "{e}");
         assert!(matches!(read_hosts(&[]), Err(ClusterError::NoHosts)));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// One reader, one answer: a domcapabilities file whose host-model CPU libvirt refuses (a
+    /// feature policy it does not know, a feature listed twice) is refused by `Host` (`--caps`,
+    /// the hook's snapshot) and by the cluster (`baseline`, `[host] cluster`) alike, in
+    /// libvirt's words. Before, `Host` counted an unknown policy as `require` and the cluster
+    /// dropped the host's CPU without a word.
+    #[test]
+    fn host_and_cluster_refuse_a_host_model_libvirt_refuses_alike() {
+        let dir = std::env::temp_dir().join(format!("vcp-facts-strict-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (features, libvirt_says) in [
+            (
+                "<feature policy='mandatory' name='vme'/>",
+                "Invalid CPU feature policy 'mandatory' for feature 'vme'",
+            ),
+            (
+                "<feature policy='require' name='vme'/><feature policy='disable' name='vme'/>",
+                "CPU feature 'vme' specified more than once",
+            ),
+        ] {
+            let f = dir.join("dc.xml");
+            std::fs::write(
+                &f,
+                format!(
+                    "<domainCapabilities><arch>x86_64</arch><domain>kvm</domain><cpu>\
+                     <mode name='host-model' supported='yes'><model>Nehalem</model>{features}</mode>\
+                     </cpu></domainCapabilities>"
+                ),
+            )
+            .unwrap();
+            let cluster = read_host(&f).unwrap_err().to_string();
+            let host = crate::host::Host::discover(&crate::host::HostOptions {
+                caps: vec![f.clone()],
+                qemu_cache: Some(PathBuf::new()),
+                ..crate::host::HostOptions::default()
+            })
+            .unwrap_err()
+            .to_string();
+            let said = format!("{}: <mode name='host-model'>: {libvirt_says}", f.display());
+            assert_eq!(cluster, said);
+            assert_eq!(host, format!("host facts: {said}"));
+        }
         std::fs::remove_dir_all(&dir).ok();
     }
 }

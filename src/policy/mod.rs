@@ -13,6 +13,7 @@ mod read;
 
 use crate::cpu::Level;
 use crate::error::{Error, Result};
+use crate::libvirt::cpu::{CpuCheck, CpuMode, Fallback};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -130,90 +131,6 @@ impl ClusterCpu {
     }
 }
 
-/// libvirt's `<cpu mode=...>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CpuMode {
-    /// `host-model`: libvirt copies the host's CPU model and features (x86, s390x, ppc64).
-    HostModel,
-    /// `host-passthrough`: the host CPU as KVM sees it (not under TCG).
-    HostPassthrough,
-    /// `maximum`: everything the hypervisor can give (libvirt >= 7.1).
-    Maximum,
-    /// `custom`: a named model plus features.
-    Custom,
-}
-
-impl CpuMode {
-    /// libvirt's spelling.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CpuMode::HostModel => "host-model",
-            CpuMode::HostPassthrough => "host-passthrough",
-            CpuMode::Maximum => "maximum",
-            CpuMode::Custom => "custom",
-        }
-    }
-
-    /// Parse libvirt's spelling; None for anything else.
-    #[must_use]
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "host-model" => CpuMode::HostModel,
-            "host-passthrough" => CpuMode::HostPassthrough,
-            "maximum" => CpuMode::Maximum,
-            "custom" => CpuMode::Custom,
-            _ => return None,
-        })
-    }
-}
-
-/// libvirt's `<model fallback=...>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Fallback {
-    /// libvirt may pick a close model.
-    Allow,
-    /// Only the named model.
-    Forbid,
-}
-
-/// libvirt's `<cpu check=...>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Check {
-    /// No check: features the host lacks are silently dropped (seen with libvirt 9.0).
-    None,
-    /// libvirt checks before start (its default for custom).
-    Partial,
-    /// libvirt also checks the CPU QEMU really created.
-    Full,
-}
-
-impl Check {
-    /// libvirt's spelling.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Check::None => "none",
-            Check::Partial => "partial",
-            Check::Full => "full",
-        }
-    }
-}
-
-impl Fallback {
-    /// libvirt's spelling.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fallback::Allow => "allow",
-            Fallback::Forbid => "forbid",
-        }
-    }
-}
-
 /// `vcpu.max`: the vCPU maximum a rule asks for (applied by part 2 of the rewrite engine).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VcpuMax {
@@ -272,7 +189,7 @@ pub struct CpuRule {
     /// `cpu.fallback`.
     pub fallback: Option<Fallback>,
     /// `cpu.check`.
-    pub check: Option<Check>,
+    pub check: Option<CpuCheck>,
     /// `cpu.min_level`.
     pub min_level: Option<Level>,
     /// `cpu.require`, libvirt spellings.
@@ -354,7 +271,7 @@ pub struct Plan {
     /// Desired `<model fallback>`.
     pub fallback: Option<Set<Fallback>>,
     /// Desired `<cpu check>`.
-    pub check: Option<Set<Check>>,
+    pub check: Option<Set<CpuCheck>>,
     /// Guaranteed psABI level.
     pub min_level: Option<Set<Level>>,
     /// Features that must be present.
@@ -796,6 +713,6 @@ mod tests {
             virt_type: "kvm",
             ..Target::default()
         });
-        assert_eq!(plan.check.unwrap().value, Check::Full);
+        assert_eq!(plan.check.unwrap().value, CpuCheck::Full);
     }
 }

@@ -15,10 +15,11 @@
 
 use super::desired::{Desired, Feat, ModelD};
 use crate::change::{Action, BUILTIN_RULE, Change, Notes};
-use crate::cpu::{Level, default_model, policy_absent, policy_present};
+use crate::cpu::{Level, default_model};
 use crate::domain::Domain;
 use crate::facts::Facts;
 use crate::finding::Finding;
+use crate::libvirt::cpu::{CpuMode, policy_absent, policy_present};
 use crate::policy::Plan;
 
 /// Apply the plan's `cpu.*` keys and libvirt's mode rules to `d`.
@@ -112,12 +113,14 @@ fn leave_custom_by_fold(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
 /// one it does ([`crate::modes::fallbacks`]) and why, as libvirt's refusal and where the
 /// verdict came from; None when the mode is offered, unknown, or has no offered fallback.
 fn supported_fallback(mode: &str, facts: &Facts<'_>) -> Option<(&'static str, String)> {
+    let mode = CpuMode::parse(mode)?;
     if facts.mode_supported(mode) != Some(false) {
         return None;
     }
     let new = crate::modes::fallbacks(mode)
         .iter()
-        .find(|m| facts.mode_supported(m) == Some(true))?;
+        .find(|m| facts.mode_supported(**m) == Some(true))?
+        .as_str();
     let why = format!(
         " libvirt: \"{}\"; per {}",
         facts.mode_refusal(mode),
@@ -202,9 +205,7 @@ fn drop_description(
     if !first_only || d.in_first(d.single("vendor")) {
         if let Some(v) = d.remove_single("vendor") {
             let what = format!("<vendor> removed: {why}");
-            n.change(
-                Change::new(rule, Action::Remove, "vendor", what).old(crate::domain::text_of(v)),
-            );
+            n.change(Change::new(rule, Action::Remove, "vendor", what).old(crate::xml::text_of(v)));
         }
     }
     for f in d.retain_features(|f| (first_only && f.later) || plan.names_feature(&f.key)) {
@@ -394,7 +395,7 @@ fn drop_what_mode_forbids(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
         if let Some(v) = d.remove_single("vendor") {
             let what = format!("<vendor> removed: {mode} takes no vendor");
             n.change(
-                Change::new(&rule, Action::Remove, "vendor", what).old(crate::domain::text_of(v)),
+                Change::new(&rule, Action::Remove, "vendor", what).old(crate::xml::text_of(v)),
             );
         }
     }
@@ -588,7 +589,7 @@ fn fit_cluster(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
     for f in d.retain_features(runs) {
         n.change(feature_removed(rule, &f.key, &f.name, &f.policy, &why));
     }
-    let vendor = d.single("vendor").and_then(crate::domain::text_of);
+    let vendor = d.single("vendor").and_then(crate::xml::text_of);
     if vendor.is_some() && vendor != cpu.vendor {
         d.remove_single("vendor");
         let what = match &cpu.vendor {

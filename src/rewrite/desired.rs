@@ -8,8 +8,8 @@
 //! can copy it byte for byte.
 
 use crate::cpu::normalize_feature;
-use crate::domain::{text_of, written_value};
 use crate::finding::Finding;
+use crate::xml::{text_of, written_value};
 use roxmltree::Node;
 use std::collections::{HashMap, HashSet};
 
@@ -44,7 +44,7 @@ pub(crate) struct ModelD<'a, 't> {
 pub(crate) struct Repeat {
     /// `model` or one of [`SINGLES`].
     pub(crate) element: &'static str,
-    /// The kept (first) element's value ([`crate::domain::written_value`]).
+    /// The kept (first) element's value ([`crate::xml::written_value`]).
     pub(crate) kept: String,
     /// The dropped one's.
     pub(crate) dropped: String,

@@ -9,12 +9,13 @@
 //! gets one after `<features>` (or `<cputune>`, `<os>`).
 
 use super::desired::{Desired, Feat, ModelD, SINGLES};
-use crate::domain::{Domain, child, is_libvirt_element};
+use crate::domain::Domain;
 use crate::edit::{
     Edits, Item, child_indent, document_quote, end_tag_start, escape_attr, escape_text, is_blank,
     is_self_closing, line_indent, newline, node_with_line, quote_of, raw_range, render_element,
     start_tag_attr_end, with_attrs,
 };
+use crate::xml::{child, is_libvirt_element};
 use roxmltree::Node;
 
 /// What a body item is, for placing new ones.

@@ -22,13 +22,14 @@ mod vcpu;
 pub use vcpu::reshape;
 
 use crate::change::{Action, BUILTIN_RULE, Change, Notes};
-use crate::domain::{Domain, child, text_of, written_value};
+use crate::domain::Domain;
 use crate::error::{Error, Result};
 use crate::facts::Facts;
 use crate::finding::{Finding, Severity};
 use crate::host::Host;
 use crate::policy::{Mode, Plan, Policy};
 use crate::validate;
+use crate::xml::{child, text_of, written_value};
 use roxmltree::Node;
 use serde::Serialize;
 

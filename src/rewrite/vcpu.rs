@@ -11,7 +11,7 @@
 //! [`regenerate_vcpus`], [`numa_cover`]). `current` is never lowered.
 
 use crate::change::{Action, Change, Notes};
-use crate::domain::{Domain, child, is_libvirt_element, written_attributes};
+use crate::domain::Domain;
 use crate::edit::{
     Edits, Item, append_child, child_indent, document_quote, line_indent, newline, node_with_line,
     render_element, start_tag_attr_end, with_attrs,
@@ -23,6 +23,7 @@ use crate::policy::{IommuStrategy, Plan, Set, TopologyStrategy, VcpuMax};
 use crate::topology::{
     Topology, VcpuCount, X86_XAPIC_LIMIT, format_cpuset, parse_cpuset, read_vcpu,
 };
+use crate::xml::{child, is_libvirt_element, written_attributes};
 use roxmltree::Node;
 use std::collections::BTreeSet;
 

@@ -1,16 +1,15 @@
 //! Checks of the `<cpu>` element (libvirt `src/conf/cpu_conf.c`, `src/qemu/qemu_validate.c`)
 //! and of the psABI level the guest CPU reaches.
 
-use crate::cpu::{Level, guaranteed_features, normalize_feature, policy_present};
-use crate::domain::{Domain, child, cpu_features, is_libvirt_element, model_name};
+use crate::cpu::{Level, normalize_feature};
+use crate::domain::{Domain, cpu_features, model_name};
 use crate::facts::Facts;
 use crate::finding::Finding;
+use crate::libvirt::cpu::{CpuMode, FeaturePolicy, guaranteed_features};
 use crate::policy::Plan;
+use crate::xml::{child, is_libvirt_element};
 use roxmltree::Node;
 use std::collections::BTreeSet;
-
-/// libvirt's `<feature policy>` values (`src/conf/cpu_conf.c`, `virCPUFeaturePolicy`).
-const FEATURE_POLICIES: [&str; 5] = ["force", "require", "optional", "disable", "forbid"];
 
 /// The checks of the first `<cpu>` (`cpu`, None when there is none: only the level applies).
 pub(super) fn check(
@@ -25,18 +24,15 @@ pub(super) fn check(
         return;
     };
     let mode = cpu.attribute("mode").unwrap_or("custom");
-    if !matches!(
-        mode,
-        "custom" | "host-model" | "host-passthrough" | "maximum"
-    ) {
+    let Some(known) = CpuMode::parse(mode) else {
         out.push(Finding::error(
             "cpu-mode-invalid",
             format!("Invalid mode attribute '{mode}' (libvirt accepts custom, host-model, host-passthrough, maximum)"),
             "set <cpu mode> to one of those",
         ));
         return;
-    }
-    check_mode_supported(mode, facts, out);
+    };
+    check_mode_supported(known, facts, out);
     check_mode_attributes(cpu, mode, out);
     let model = child(cpu, "model").and_then(model_name);
     check_model_presence(cpu, mode, model.as_deref(), out);
@@ -50,13 +46,13 @@ pub(super) fn check(
 
 /// Modes libvirt refuses for the arch and virt type ("CPU mode '...' for ... domain on ... host is
 /// not supported by hypervisor"), per domcapabilities or the built-in table.
-fn check_mode_supported(mode: &str, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+fn check_mode_supported(mode: CpuMode, facts: &Facts<'_>, out: &mut Vec<Finding>) {
     if facts.mode_supported(mode) != Some(false) {
         return;
     }
     let instead: Vec<String> = crate::modes::MODES
         .iter()
-        .filter(|m| facts.mode_supported(m) == Some(true))
+        .filter(|m| facts.mode_supported(**m) == Some(true))
         .map(|m| format!("mode='{m}'"))
         .collect();
     let fix = if instead.is_empty() {
@@ -161,7 +157,8 @@ fn check_features(
             ));
         }
         if let Some(p) = f.attribute("policy") {
-            if !FEATURE_POLICIES.contains(&p) && mode != "host-passthrough" && mode != "maximum" {
+            if FeaturePolicy::parse(p).is_none() && mode != "host-passthrough" && mode != "maximum"
+            {
                 out.push(Finding::error(
                     "cpu-feature-invalid",
                     format!("Invalid CPU feature policy '{p}' for feature '{name}'"),
@@ -298,11 +295,15 @@ fn check_level(
 /// switches off; None without domcapabilities.
 fn host_model_features(
     facts: &Facts<'_>,
-    explicit: &[(String, String)],
+    explicit: &[(String, Option<FeaturePolicy>)],
 ) -> Option<BTreeSet<String>> {
     let hm = facts.domcaps?.host_model.as_ref()?;
-    let mut feats = hm.features(hm.model.as_deref().and_then(|m| facts.model_features(m)));
-    for (name, _) in explicit.iter().filter(|(_, p)| !policy_present(p)) {
+    let mut feats =
+        hm.guaranteed_features(hm.model.as_deref().and_then(|m| facts.model_features(m)));
+    for (name, _) in explicit
+        .iter()
+        .filter(|(_, p)| !p.is_some_and(FeaturePolicy::gives))
+    {
         feats.remove(name);
     }
     Some(feats)

@@ -2,11 +2,12 @@
 //! QEMU: counts, topology, machine-type and KVM limits, the x86 rules above 255 vCPUs, `<vcpus>`,
 //! NUMA cells and memory hotplug. Error texts are libvirt's.
 
-use crate::domain::{Domain, child, is_libvirt_element};
+use crate::domain::Domain;
 use crate::facts::{Facts, KVM_FLOOR, VersionRule};
 use crate::finding::Finding;
 use crate::machine::{family_floor, is_q35};
 use crate::topology::{Topology, VcpuCount, X86_XAPIC_LIMIT, parse_cpuset, read_vcpu};
+use crate::xml::{child, is_libvirt_element};
 use roxmltree::Node;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -189,10 +190,10 @@ fn check_tcg_x2apic(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec
     }
     let model = cpu
         .and_then(|c| child(c, "model"))
-        .and_then(crate::domain::text_of)
+        .and_then(crate::xml::text_of)
         .unwrap_or_else(|| "qemu64".to_string());
     let explicit = cpu.map(crate::domain::cpu_features).unwrap_or_default();
-    let feats = crate::cpu::guaranteed_features(facts.model_features(&model), &explicit);
+    let feats = crate::libvirt::cpu::guaranteed_features(facts.model_features(&model), &explicit);
     if !feats.contains("x2apic") {
         out.push(Finding::warning(
             "tcg-x2apic",

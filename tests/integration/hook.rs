@@ -796,7 +796,7 @@ fn destination_compares_the_incoming_cpu_with_this_hosts() {
     let caps_text = std::fs::read_to_string(&caps).unwrap();
     std::fs::write(
         snap_facts.path("snap/host-facts.xml"),
-        virt_cpu_policy::host::host_facts_document(
+        virt_cpu_policy::libvirt::host_facts::document(
             "this-host",
             "9.0.0".parse().unwrap(),
             &caps_text,

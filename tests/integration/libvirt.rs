@@ -659,7 +659,7 @@ fn cluster_baseline_guest_is_defined_and_started_under_tcg() {
         let this_host = cluster.join("this-host.xml");
         std::fs::write(
             &this_host,
-            virt_cpu_policy::host::host_facts_document(
+            virt_cpu_policy::libvirt::host_facts::document(
                 "this-host",
                 oracle.version.parse().unwrap(),
                 &caps.stdout,
