@@ -13,7 +13,7 @@ use criterion::Criterion;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use virt_cpu_policy::cluster::{ClusterOptions, analyze, baseline_from_files, facts};
-use virt_cpu_policy::cpu::x86_map::X86Map;
+use virt_cpu_policy::libvirt::cpu_map::x86::X86Map;
 
 /// Writes the 100 hosts into a scratch directory; None (said on stderr) when something is missing.
 fn hosts(map: &Path) -> Option<PathBuf> {

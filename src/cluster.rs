@@ -8,7 +8,7 @@
 //!
 //! * [`facts`] reads one host's facts file (domcapabilities, capabilities, a host `<cpu>`).
 //! * [`baseline`] is libvirt's x86 baseline (`virCPUx86Baseline` and `x86Decode` in
-//!   `src/cpu/cpu_x86.c`) on CPUID data from [`crate::cpu::x86_map::X86Map`].
+//!   `src/cpu/cpu_x86.c`) on CPUID data from [`crate::libvirt::cpu_map::x86::X86Map`].
 //! * [`report`] puts a cluster together: the baseline restricted to the models every host can
 //!   run, each host's level and what it lacks for the next ones, the groups of hosts with an
 //!   identical CPU (where a `host-passthrough` guest may migrate), aarch64 included.
@@ -28,7 +28,7 @@ pub mod format;
 pub mod report;
 pub mod resolve;
 
-use crate::cpu::CpuMapError;
+use crate::libvirt::cpu_map::CpuMapError;
 use std::path::{Path, PathBuf};
 
 pub use report::{ClusterOptions, ClusterReport, analyze};
@@ -125,7 +125,7 @@ pub fn baseline_from_files(
 ) -> Result<ClusterReport, ClusterError> {
     let hosts = facts::read_hosts(paths)?;
     let map = if hosts.iter().any(|h| report::is_x86(&h.arch)) {
-        Some(crate::cpu::x86_map::X86Map::load(cpu_map)?)
+        Some(crate::libvirt::cpu_map::x86::X86Map::load(cpu_map)?)
     } else {
         None
     };

@@ -692,7 +692,7 @@ fn compare_cpu(dom: &Domain<'_>, text: &str, facts: &Facts<'_>, host: &Host) -> 
     };
     let guest_path = std::path::PathBuf::from("the incoming domain XML");
     let this_host = crate::cluster::facts::HostFacts::from_domcaps("this host", d);
-    let result = crate::cpu::x86_map::X86Map::load(dir)
+    let result = crate::libvirt::cpu_map::x86::X86Map::load(dir)
         .map_err(crate::cluster::ClusterError::from)
         .and_then(|map| {
             let g = guest_cpu(text, &guest_path)?;

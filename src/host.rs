@@ -9,18 +9,15 @@
 //! The documents are read by [`crate::libvirt`] (one reader each, as the cluster reads them);
 //! this module decides which fact comes from which of them, and keeps what it has asked.
 
-use crate::cpu::CpuMap;
 use crate::error::{Error, Result};
 use crate::libvirt::capabilities::MachineType;
+use crate::libvirt::cpu_map::{CpuMap, DEFAULT_CPU_MAP};
 use crate::libvirt::domcaps::DomCaps;
 use crate::libvirt::qemu_caps::{QemuCache, emulator_suffix};
 use crate::libvirt::version::LibvirtVersion;
 use crate::libvirt::{Document, DocumentError, read_document};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-
-/// libvirt's default cpu_map directory (Debian, Fedora, RHEL).
-pub const DEFAULT_CPU_MAP: &str = "/usr/share/libvirt/cpu_map";
 
 /// A value and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -291,26 +288,12 @@ impl Host {
         }
         self.host_feature_names
             .get_or_init(|| {
-                let text = self
-                    .cpu_map_dir
-                    .as_ref()
-                    .and_then(|d| {
-                        crate::readfile::read_regular(
-                            &d.join("x86_features.xml"),
-                            crate::readfile::MAX_FACT_BYTES,
-                        )
-                        .ok()
-                    })
-                    .and_then(|b| String::from_utf8(b).ok())
-                    .unwrap_or_default();
-                // Every `name='...'` of the file: features and their aliases.
-                text.split("name=")
-                    .skip(1)
-                    .filter_map(|rest| {
-                        let q = rest.chars().next().filter(|c| *c == '\'' || *c == '"')?;
-                        rest[1..].split(q).next().map(str::to_string)
-                    })
-                    .collect()
+                // A cpu_map that cannot be read knows no more names than libvirt 9.0's: a
+                // model read from it says so (`cpu-map-unreadable`).
+                self.cpu_map_dir
+                    .as_deref()
+                    .and_then(|d| crate::libvirt::cpu_map::feature_names(d).ok())
+                    .unwrap_or_default()
             })
             .contains(name)
     }

@@ -11,7 +11,7 @@ use crate::cluster::format::{BaselineFormat, render, render_compare};
 use crate::cluster::report::is_x86;
 use crate::cluster::{ClusterError, ClusterOptions, analyze, compare, facts};
 use crate::cpu::Level;
-use crate::cpu::x86_map::X86Map;
+use crate::libvirt::cpu_map::x86::X86Map;
 use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
 
@@ -93,7 +93,7 @@ impl From<ClusterError> for Failure {
 
 /// libvirt's x86 map at `dir`, or the default one; a missing default is said plainly.
 fn load_map(dir: Option<&Path>) -> Result<X86Map, Failure> {
-    let default = Path::new(crate::host::DEFAULT_CPU_MAP);
+    let default = Path::new(crate::libvirt::cpu_map::DEFAULT_CPU_MAP);
     if dir.is_none() && !default.join("index.xml").is_file() {
         return Err(Failure {
             code: EXIT_BAD_INPUT,

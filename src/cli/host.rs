@@ -93,7 +93,7 @@ fn cpu_map_version(
     match (&host.cpu_map_dir, version) {
         (None, _) => " (libvirt 9.0.0's, built in)".into(),
         (d, Some(v))
-            if installed(d.as_deref(), crate::host::DEFAULT_CPU_MAP)
+            if installed(d.as_deref(), crate::libvirt::cpu_map::DEFAULT_CPU_MAP)
                 && installed(
                     host.qemu_cache().dir(),
                     crate::libvirt::qemu_caps::QEMU_CAPS_CACHE,

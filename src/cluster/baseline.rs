@@ -16,8 +16,8 @@
 //! own vendor string on every host).
 
 use super::ClusterError;
-use crate::cpu::x86_map::{CpuData, X86Map, X86Model};
 use crate::libvirt::cpu::{CpuDef, FeaturePolicy};
+use crate::libvirt::cpu_map::x86::{CpuData, X86Map, X86Model};
 use std::collections::BTreeSet;
 use std::path::Path;
 

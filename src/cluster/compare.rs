@@ -12,9 +12,9 @@ use super::ClusterError;
 use super::baseline::{Select, cpu_data};
 use super::facts::HostFacts;
 use super::report::is_x86;
-use crate::cpu::x86_map::{CpuData, X86Map};
 use crate::domain::Domain;
 use crate::libvirt::cpu::{CpuDef, CpuMatch, CpuType, FeaturePolicy};
+use crate::libvirt::cpu_map::x86::{CpuData, X86Map};
 use crate::xml::parse_xml;
 use std::path::Path;
 

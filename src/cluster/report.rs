@@ -17,7 +17,7 @@ use super::ClusterError;
 use super::baseline::{Baseline, BaselineOptions, InputCpu, Select, baseline, cpu_data};
 use super::facts::{CpuOrigin, HostFacts};
 use crate::cpu::Level;
-use crate::cpu::x86_map::{CpuData, X86Map};
+use crate::libvirt::cpu_map::x86::{CpuData, X86Map};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 

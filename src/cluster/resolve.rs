@@ -17,7 +17,8 @@ use super::{ClusterOptions, baseline_from_files};
 use crate::cpu::Level;
 use crate::domain::Domain;
 use crate::error::Result;
-use crate::host::{DEFAULT_CPU_MAP, Host};
+use crate::host::Host;
+use crate::libvirt::cpu_map::DEFAULT_CPU_MAP;
 use crate::policy::{BASELINE_MODEL, ClusterCpu, Plan, Policy, Set};
 
 /// The plan for `dom` ([`Policy::plan_for`]) with `cpu.model = "baseline"` resolved

@@ -8,6 +8,7 @@
 //! * [`host_facts`]: the tool's own `<hostFacts>`, holding a host's capabilities and
 //!   domcapabilities (reader and writer);
 //! * [`cpu`]: a `<cpu>` definition and libvirt's words for its attributes;
+//! * [`cpu_map`]: libvirt's x86 cpu_map (vendors, features as CPUID bits, models), one loader;
 //! * [`arch`] and [`version`]: libvirt's architecture names and release numbers.
 //!
 //! Every host fact the tool uses comes through here, whoever asks (`Host` for one host, the
@@ -21,6 +22,7 @@
 pub mod arch;
 pub mod capabilities;
 pub mod cpu;
+pub mod cpu_map;
 pub mod domcaps;
 pub mod host_facts;
 pub mod qemu_caps;

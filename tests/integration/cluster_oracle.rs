@@ -27,8 +27,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use virt_cpu_policy::cluster::baseline::QEMU_DROPPED_FEATURES;
-use virt_cpu_policy::cpu::x86_map::X86Map;
-use virt_cpu_policy::cpu::{CpuMap, Level};
+use virt_cpu_policy::cpu::Level;
+use virt_cpu_policy::libvirt::cpu_map::CpuMap;
+use virt_cpu_policy::libvirt::cpu_map::x86::X86Map;
 
 /// Clusters drawn.
 const CLUSTERS: usize = 320;

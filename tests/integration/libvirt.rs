@@ -729,7 +729,7 @@ fn cluster_baseline_guest_is_defined_and_started_under_tcg() {
             .expect("a model")
             .to_string();
         assert_eq!(model, report["model"].as_str().unwrap(), "{label}");
-        let model_features = virt_cpu_policy::cpu::CpuMap::load(&map)
+        let model_features = virt_cpu_policy::libvirt::cpu_map::CpuMap::load(&map)
             .unwrap()
             .model_features(&model)
             .cloned()

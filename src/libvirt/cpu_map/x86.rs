@@ -10,14 +10,11 @@
 //! `x86_features.xml`. [`X86Map`] keeps exactly that: every feature's bits, the vendors, and every
 //! model's vendor, decode flags, data and `removed='yes'` features, in load order.
 //!
-//! Load order is libvirt's `cpuMapLoad` (`src/cpu/cpu_map.c`): the elements written inside
-//! `index.xml`'s `<arch name='x86'>` first, then each `<include>` in document order (libvirt 11
-//! wraps them in `<group>` elements), and within a file its vendors, then its features, then its
-//! models. A model may only inherit from a model
-//! loaded before it (libvirt: "Ancestor model %s not found for CPU model %s").
+//! Load order and strictness are libvirt's ([`super`]).
 
 use super::{
-    CpuMapError, arch_entries, check_root, include_path, parse_xml, read_file, required_name,
+    CpuMapError, Mark, ModelElement, arch_entries, include_path, invalid, parse, read_file,
+    x86_arch,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -114,6 +111,9 @@ pub struct X86Model {
     /// Its CPUID bits: the ancestor's plus its own features, without `removed='yes'` ones and
     /// without libvirt 11's `added='yes'` ones (see [`X86Model::added`]).
     pub data: CpuData,
+    /// The names of the features `data` is made of: the ancestor's plus its own, as written
+    /// (what [`super::CpuMap`] says the model has).
+    pub feature_names: Vec<String>,
     /// Its own `removed='yes'` features, in file order: libvirt lists them as
     /// `policy='disable'` in a guest CPU that does not mention them
     /// (`virCPUx86DisableRemovedFeatures`). Not inherited, as in libvirt.
@@ -158,6 +158,7 @@ struct RawModel {
     decode_host: bool,
     decode_guest: bool,
     bits: Vec<u32>,
+    names: Vec<String>,
     removed: Vec<String>,
     added: Vec<String>,
 }
@@ -176,8 +177,7 @@ impl X86Map {
     pub fn load(dir: &Path) -> Result<X86Map, CpuMapError> {
         let index_path = dir.join("index.xml");
         let index_text = read_file(&index_path)?;
-        let index = parse_xml(&index_path, &index_text)?;
-        check_root(&index_path, &index)?;
+        let index = parse(&index_path, &index_text)?;
         let mut loader = Loader {
             bits: HashMap::new(),
             features: Vec::new(),
@@ -186,16 +186,7 @@ impl X86Map {
             models: Vec::new(),
             model_index: HashMap::new(),
         };
-        let Some(arch) = index
-            .root_element()
-            .children()
-            .find(|n| n.has_tag_name("arch") && n.attribute("name") == Some("x86"))
-        else {
-            return Err(CpuMapError::Invalid {
-                path: index_path,
-                message: "it has no <arch name='x86'> element".to_owned(),
-            });
-        };
+        let arch = x86_arch(&index_path, &index)?;
         loader.load_elements(&index_path, arch)?;
         for include in arch_entries(arch)
             .into_iter()
@@ -203,8 +194,7 @@ impl X86Map {
         {
             let path = include_path(dir, &index_path, include)?;
             let text = read_file(&path)?;
-            let doc = parse_xml(&path, &text)?;
-            check_root(&path, &doc)?;
+            let doc = parse(&path, &text)?;
             loader.load_elements(&path, doc.root_element())?;
         }
         Ok(loader.finish(dir))
@@ -308,7 +298,7 @@ impl Loader {
     }
 
     fn vendor(&mut self, path: &Path, node: roxmltree::Node<'_, '_>) -> Result<(), CpuMapError> {
-        let name = required_name(path, node)?;
+        let name = super::required_name(path, node)?;
         if self.vendors.iter().any(|v| v == name) {
             return Err(invalid(path, format!("CPU vendor {name} already defined")));
         }
@@ -327,7 +317,7 @@ impl Loader {
     }
 
     fn feature(&mut self, path: &Path, node: roxmltree::Node<'_, '_>) -> Result<(), CpuMapError> {
-        let name = required_name(path, node)?;
+        let name = super::required_name(path, node)?;
         if self.feature_index.contains_key(name) {
             return Err(invalid(path, format!("CPU feature {name} already defined")));
         }
@@ -377,32 +367,25 @@ impl Loader {
     }
 
     fn model(&mut self, path: &Path, node: roxmltree::Node<'_, '_>) -> Result<(), CpuMapError> {
-        let name = required_name(path, node)?;
+        let element = ModelElement::read(path, node)?;
+        let name = element.name;
         if self.model_index.contains_key(name) {
             return Err(invalid(
                 path,
                 format!("Multiple definitions of CPU model '{name}'"),
             ));
         }
-        let element = |tag: &str| node.children().find(|n| n.has_tag_name(tag));
-        // cpu_maps older than libvirt 9.0 have no <decode>: every model was a candidate then.
-        let (decode_host, decode_guest) = element("decode").map_or((true, true), |d| {
-            (
-                d.attribute("host") != Some("off"),
-                d.attribute("guest") != Some("off"),
-            )
-        });
         let mut model = RawModel {
             name: name.to_owned(),
             vendor: None,
-            decode_host,
-            decode_guest,
+            decode_host: element.decode_host,
+            decode_guest: element.decode_guest,
             bits: Vec::new(),
+            names: Vec::new(),
             removed: Vec::new(),
             added: Vec::new(),
         };
-        if let Some(parent) = element("model") {
-            let parent = required_name(path, parent)?;
+        if let Some(parent) = element.parent {
             let Some(ancestor) = self.model_index.get(parent).map(|i| &self.models[*i]) else {
                 return Err(CpuMapError::UnknownParent {
                     path: path.to_owned(),
@@ -412,9 +395,9 @@ impl Loader {
             };
             model.vendor.clone_from(&ancestor.vendor);
             model.bits.clone_from(&ancestor.bits);
+            model.names.clone_from(&ancestor.names);
         }
-        if let Some(vendor) = element("vendor") {
-            let vendor = required_name(path, vendor)?;
+        if let Some(vendor) = element.vendor {
             if !self.vendors.iter().any(|v| v == vendor) {
                 return Err(invalid(
                     path,
@@ -423,20 +406,22 @@ impl Loader {
             }
             model.vendor = Some(vendor.to_owned());
         }
-        for f in node.children().filter(|n| n.has_tag_name("feature")) {
-            let fname = required_name(path, f)?;
-            let Some(i) = self.feature_index.get(fname) else {
+        for (fname, mark) in &element.features {
+            let Some(i) = self.feature_index.get(*fname) else {
                 return Err(invalid(
                     path,
                     format!("Feature {fname} required by CPU model {name} not found"),
                 ));
             };
-            if f.attribute("removed") == Some("yes") {
-                model.removed.push(fname.to_owned());
-            } else if f.attribute("added") == Some("yes") {
-                model.added.push(fname.to_owned());
-            } else {
-                model.bits.extend_from_slice(&self.features[*i].1);
+            match mark {
+                Mark::Removed => model.removed.push((*fname).to_owned()),
+                Mark::Added => model.added.push((*fname).to_owned()),
+                Mark::Plain => {
+                    model.bits.extend_from_slice(&self.features[*i].1);
+                    if !model.names.iter().any(|n| n == fname) {
+                        model.names.push((*fname).to_owned());
+                    }
+                }
             }
         }
         self.model_index.insert(name.to_owned(), self.models.len());
@@ -477,19 +462,13 @@ impl Loader {
                     decode_host: m.decode_host,
                     decode_guest: m.decode_guest,
                     data: data(&m.bits),
+                    feature_names: m.names.clone(),
                     removed: m.removed.clone(),
                     added: m.added.clone(),
                 })
                 .collect(),
             model_index: self.model_index,
         }
-    }
-}
-
-fn invalid(path: &Path, message: String) -> CpuMapError {
-    CpuMapError::Invalid {
-        path: path.to_owned(),
-        message,
     }
 }
 
@@ -537,17 +516,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn libvirt_9_0_map_agrees_with_the_name_loader() {
+    fn libvirt_9_0_models_decode_to_their_feature_names() {
         let dir = crate::testdata::cpu_map();
         let map = X86Map::load(&dir).expect("load libvirt 9.0's cpu_map");
-        let names = super::super::CpuMap::load(&dir).unwrap();
-        assert_eq!(map.models().len(), names.len());
+        assert_eq!(map.models().len(), 58);
         for m in map.models() {
-            let by_name = names.model_features(&m.name).expect(&m.name);
-            let decoded: Vec<&str> = map.decode_features(&m.data);
-            let mut decoded: Vec<String> = decoded.into_iter().map(str::to_owned).collect();
-            decoded.sort();
-            let by_name: Vec<String> = by_name.iter().cloned().collect();
+            let mut decoded: Vec<&str> = map.decode_features(&m.data);
+            decoded.sort_unstable();
+            let mut by_name: Vec<&str> = m.feature_names.iter().map(String::as_str).collect();
+            by_name.sort_unstable();
             assert_eq!(decoded, by_name, "{}", m.name);
         }
         assert!(!map.feature("invtsc").unwrap().migratable);
