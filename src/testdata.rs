@@ -5,9 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
-/// `tests/data/cpu_map`: the x86 part of libvirt 9.0's cpu_map (its README says how it was made).
+/// `tests/data/cpu_map/libvirt-9.0.0`: libvirt 9.0's x86 cpu_map (`tests/data/README.md` says
+/// where it comes from), the data the built-in table is made of.
 pub(crate) fn cpu_map() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cpu_map")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cpu_map/libvirt-9.0.0")
 }
 
 /// `../shared/corpus/REL`.

@@ -21,8 +21,9 @@ pub struct CpuMap {
     models: BTreeMap<String, BTreeSet<String>>,
 }
 
-/// The built-in model table: `Name: feature feature …` lines.
-const BUILTIN_X86: &str = include_str!("builtin_x86.txt");
+/// The built-in model table: `Name: feature feature …` lines (kept beside the feature-name table
+/// it is generated with, `src/cpu/x86_features.txt`).
+const BUILTIN_X86: &str = include_str!("../../cpu/builtin_x86.txt");
 
 /// Non-empty, non-comment (`#`) lines of an embedded data file.
 fn data_lines(text: &str) -> impl Iterator<Item = &str> {
@@ -93,8 +94,8 @@ impl CpuMap {
     /// A built-in copy of the x86 model features, for hosts without libvirt's `cpu_map`.
     ///
     /// Generated from libvirt 9.0.0's `cpu_map` (Debian 12 package `libvirt-daemon` 9.0.0) with
-    /// [`CpuMap::load`]; stored in `src/libvirt/cpu_map/builtin_x86.txt`, whose header says how to
-    /// regenerate it. [`CpuMap::source`] is `"built-in"`.
+    /// [`CpuMap::load`]; stored in `src/cpu/builtin_x86.txt`, whose header says how to regenerate
+    /// it. [`CpuMap::source`] is `"built-in"`.
     #[must_use]
     pub fn builtin() -> CpuMap {
         static BUILTIN: OnceLock<BTreeMap<String, BTreeSet<String>>> = OnceLock::new();
@@ -274,11 +275,8 @@ pub fn feature_names(dir: &Path) -> Result<HashSet<String>, CpuMapError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fmt::Write as _;
     use std::path::PathBuf;
     use std::sync::atomic::{AtomicUsize, Ordering};
-
-    const SYSTEM_CPU_MAP: &str = super::super::DEFAULT_CPU_MAP;
 
     /// A scratch directory removed on drop.
     struct TempDir(PathBuf);
@@ -533,64 +531,5 @@ mod tests {
                 "{name}"
             );
         }
-    }
-
-    /// Regenerates `src/libvirt/cpu_map/builtin_x86.txt` and `src/cpu/x86_features.txt` from
-    /// `$CPU_MAP_DIR` (default `/usr/share/libvirt/cpu_map`). Set `CPU_MAP_ORIGIN` to describe
-    /// the libvirt build it came from.
-    #[test]
-    #[ignore = "rewrites the built-in data files from the host's libvirt cpu_map"]
-    fn regenerate_builtin_tables() {
-        let dir = std::env::var("CPU_MAP_DIR").unwrap_or_else(|_| SYSTEM_CPU_MAP.to_owned());
-        let origin = std::env::var("CPU_MAP_ORIGIN").unwrap_or_else(|_| {
-            "libvirt 9.0.0's cpu_map (Debian 12 package libvirt-daemon 9.0.0-4+deb12u2)".to_owned()
-        });
-        let dir = Path::new(&dir);
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let regen = "#   cargo test --lib -- --ignored regenerate_builtin_tables\n\
-                     # (reads $CPU_MAP_DIR, default /usr/share/libvirt/cpu_map; set CPU_MAP_ORIGIN\n\
-                     # to the libvirt version it comes from).\n";
-
-        let map = CpuMap::load(dir).expect("load cpu_map");
-        let mut models = format!(
-            "# libvirt x86 CPU models and their resolved features (libvirt spellings),\n\
-             # one model a line: `Name: feature feature ...`. Parent models are resolved and\n\
-             # features marked removed='yes' are left out, as by CpuMap::load.\n\
-             # Generated from {origin}\n\
-             # at {}. Regenerate with\n{regen}",
-            dir.display()
-        );
-        for name in map.model_names() {
-            let features = map.model_features(name).expect("listed model");
-            let features: Vec<&str> = features.iter().map(String::as_str).collect();
-            writeln!(models, "{name}: {}", features.join(" ")).expect("write to string");
-        }
-        std::fs::write(root.join("src/libvirt/cpu_map/builtin_x86.txt"), models)
-            .expect("write builtin_x86.txt");
-
-        let features_path = dir.join("x86_features.xml");
-        let text = std::fs::read_to_string(&features_path).expect("read x86_features.xml");
-        let doc = roxmltree::Document::parse(&text).expect("parse x86_features.xml");
-        let mut features = format!(
-            "# libvirt x86 feature names, one a line: the libvirt name first, then its\n\
-             # QEMU/Linux <alias> names. Generated from x86_features.xml of\n\
-             # {origin}\n\
-             # at {}. Regenerate with\n{regen}",
-            dir.display()
-        );
-        for feature in doc
-            .root_element()
-            .children()
-            .filter(|n| n.has_tag_name("feature"))
-        {
-            let mut line = feature.attribute("name").expect("feature name").to_owned();
-            for alias in feature.children().filter(|n| n.has_tag_name("alias")) {
-                line.push(' ');
-                line.push_str(alias.attribute("name").expect("alias name"));
-            }
-            writeln!(features, "{line}").expect("write to string");
-        }
-        std::fs::write(root.join("src/cpu/x86_features.txt"), features)
-            .expect("write x86_features.txt");
     }
 }
