@@ -12,7 +12,7 @@
 use criterion::Criterion;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
-use virt_cpu_policy::cluster::{ClusterOptions, analyze, baseline_from_files, facts};
+use virt_cpu_policy::cluster::{ClusterOptions, analyze, baseline_from_files, hosts};
 use virt_cpu_policy::libvirt::cpu_map::x86::X86Map;
 
 /// Writes the 100 hosts into a scratch directory; None (said on stderr) when something is missing.
@@ -36,7 +36,7 @@ fn hosts(map: &Path) -> Option<PathBuf> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.to_string_lossy().ends_with("-host.xml"))
         .filter(|p| {
-            facts::read_hosts(std::slice::from_ref(p)).is_ok_and(|h| {
+            hosts::read_hosts(std::slice::from_ref(p)).is_ok_and(|h| {
                 let cpu = h[0].cpu.as_ref();
                 cpu.and_then(|c| c.vendor.as_deref()) == Some("Intel")
                     && analyze(h, Some(&x86), &ClusterOptions::default()).is_ok()
@@ -73,13 +73,13 @@ fn main() {
     let opts = ClusterOptions::default();
     let mut c = Criterion::default().configure_from_args();
     c.bench_function("read 100 facts files", |b| {
-        b.iter(|| black_box(facts::read_hosts(&paths).expect("facts")));
+        b.iter(|| black_box(hosts::read_hosts(&paths).expect("facts")));
     });
     c.bench_function("load the x86 cpu_map", |b| {
         b.iter(|| black_box(X86Map::load(&map).expect("cpu_map")));
     });
     let x86 = X86Map::load(&map).expect("cpu_map");
-    let read = facts::read_hosts(&paths).expect("facts");
+    let read = hosts::read_hosts(&paths).expect("facts");
     c.bench_function("analyze 100 hosts (baseline, levels, groups)", |b| {
         b.iter(|| black_box(analyze(read.clone(), Some(&x86), &opts).expect("baseline")));
     });

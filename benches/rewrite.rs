@@ -11,7 +11,7 @@
 use criterion::{BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-use virt_cpu_policy::host::{Fact, Host, HostOptions};
+use virt_cpu_policy::host::{Host, HostOptions, Sourced};
 use virt_cpu_policy::policy::Policy;
 use virt_cpu_policy::rewrite::rewrite;
 
@@ -76,11 +76,11 @@ fn domain(size: usize) -> String {
 fn host() -> Host {
     Host::discover(&HostOptions {
         qemu_cache: Some(std::path::PathBuf::new()),
-        kvm_max_vcpus: Some(Fact {
+        kvm_max_vcpus: Some(Sourced {
             value: 1024,
             source: "bench".into(),
         }),
-        cpus: Some(Fact {
+        cpus: Some(Sourced {
             value: 64,
             source: "bench".into(),
         }),

@@ -14,12 +14,13 @@
 
 use crate::cpu::{Level, default_model};
 use crate::domain::{Domain, cpu_features};
-use crate::facts::Facts;
+use crate::domain_facts::DomainFacts;
 use crate::finding::Severity;
 use crate::host::{Host, MachineLimit};
 use crate::libvirt::cpu::guaranteed_features;
+use crate::pipeline::Pipeline;
 use crate::policy::{Plan, Policy};
-use crate::rewrite::{Outcome, rewrite_parsed, rewrite_planned};
+use crate::rewrite::{Outcome, rewrite_pipeline};
 use crate::topology::read_vcpu;
 use crate::xml::child;
 use std::collections::BTreeSet;
@@ -201,7 +202,7 @@ type Judged = (
     Vec<String>,
 );
 
-/// Parse once, plan, resolve facts once, rewrite (as [`crate::rewrite::rewrite`] does) and read
+/// Parse once, plan and gather facts once ([`Pipeline`]), rewrite (as [`crate::rewrite::rewrite`] does) and read
 /// the audit's columns from the same parse and facts.
 fn judge(text: &str, what: &str, policy: &Policy, host: &Host) -> crate::Result<Judged> {
     let dom = Domain::parse(text, what)?;
@@ -209,17 +210,17 @@ fn judge(text: &str, what: &str, policy: &Policy, host: &Host) -> crate::Result<
         .and_then(|v| read_vcpu(v).ok())
         .map(|c| c.max);
     if !dom.in_scope() {
-        let outcome = rewrite_parsed(&dom, what, policy, host)?;
+        let outcome = Outcome::out_of_scope(&dom);
         let level = LevelReading {
             level: None,
             basis: "out of scope",
         };
         return Ok((outcome, level, vcpu_max, None, Vec::new()));
     }
-    let plan = crate::cluster::resolve::plan_for(policy, &dom, host)?;
-    let facts = Facts::resolve(&dom, &plan, host);
-    let outcome = rewrite_planned(&dom, what, policy, &plan, &facts)?;
-    let level = level_of(&dom, &facts);
+    let p = Pipeline::new(dom, policy, host)?;
+    let (dom, facts) = (&p.dom, &p.facts);
+    let outcome = rewrite_pipeline(&p, what, policy)?;
+    let level = level_of(dom, facts);
     // A machine type the emulator lacks has no limit: a built-in family rule would invent one.
     let limit = facts
         .machine_unsupported
@@ -235,7 +236,7 @@ fn judge(text: &str, what: &str, policy: &Policy, host: &Host) -> crate::Result<
             })
         })
         .flatten();
-    let rules = rules_involved(&outcome, &plan);
+    let rules = rules_involved(&outcome, &p.plan);
     Ok((outcome, level, vcpu_max, limit, rules))
 }
 
@@ -272,7 +273,7 @@ pub fn rules_involved(o: &Outcome, plan: &Plan) -> Vec<String> {
 /// features KVM gives count (QEMU drops the rest silently). A host-model, host-passthrough or
 /// maximum CPU under KVM gets the host-model CPU's features, minus the ones the domain disables.
 #[must_use]
-pub fn level_of(dom: &Domain<'_>, facts: &Facts<'_>) -> LevelReading {
+pub fn level_of(dom: &Domain<'_>, facts: &DomainFacts<'_>) -> LevelReading {
     let reading = |level, basis| LevelReading { level, basis };
     if dom.arch() != "x86_64" {
         return reading(None, "not x86_64");
@@ -389,7 +390,7 @@ mod tests {
         let p = Policy::builtin();
         let dom = Domain::parse(xml, "t").unwrap();
         let plan = p.plan_for(&dom);
-        let facts = Facts::resolve(&dom, &plan, host);
+        let facts = DomainFacts::gather(&dom, &plan, host);
         level_of(&dom, &facts)
     }
 

@@ -17,7 +17,7 @@ pub(crate) mod host;
 pub use audit::{AuditArgs, AuditFormat};
 
 use crate::error::Error;
-use crate::host::{Fact, Host, HostOptions};
+use crate::host::{Host, HostOptions, Sourced};
 use crate::libvirt::version::LibvirtVersion;
 use crate::policy::{Mode, Policy};
 use crate::rewrite::{Outcome, rewrite};
@@ -301,7 +301,7 @@ pub fn run(cli: Cli) -> i32 {
 }
 
 fn host_options(policy: &Policy, f: &FactArgs) -> HostOptions {
-    let cpus = f.host_cpus.map(|value| Fact {
+    let cpus = f.host_cpus.map(|value| Sourced {
         value,
         source: "--host-cpus".into(),
     });
@@ -323,15 +323,15 @@ impl LimitArgs {
         }
     }
 
-    fn kvm(&self) -> Option<Fact<u32>> {
-        self.kvm_max_vcpus.map(|value| Fact {
+    fn kvm(&self) -> Option<Sourced<u32>> {
+        self.kvm_max_vcpus.map(|value| Sourced {
             value,
             source: "--kvm-max-vcpus".into(),
         })
     }
 
-    fn libvirt(&self) -> Option<Fact<LibvirtVersion>> {
-        self.libvirt_version.map(|value| Fact {
+    fn libvirt(&self) -> Option<Sourced<LibvirtVersion>> {
+        self.libvirt_version.map(|value| Sourced {
             value,
             source: "--libvirt-version".into(),
         })

@@ -16,17 +16,17 @@
 //!   features named.
 //! * [`mod@format`] writes a report as text, JSON, a policy rule, `nova.conf` or CloudStack
 //!   `agent.properties` lines.
-//! * [`resolve`] turns a policy's `cpu.model = "baseline"` into the baseline of `[host]
-//!   cluster`, between planning and the facts of one domain.
+//! * [`cpu`] is the cluster's CPU a policy's `cpu.model = "baseline"` gives guests (the plan
+//!   takes it in [`crate::pipeline`]).
 //!
 //! Nothing here calls libvirt: like the rest of the tool, host facts come from files.
 
 pub mod baseline;
 pub mod compare;
-pub mod facts;
+pub mod cpu;
 pub mod format;
+pub mod hosts;
 pub mod report;
-pub mod resolve;
 
 use crate::libvirt::cpu_map::CpuMapError;
 use std::path::{Path, PathBuf};
@@ -114,7 +114,7 @@ impl ClusterError {
 /// The cluster report of the hosts described by `paths` (files or directories of facts files),
 /// with libvirt's cpu_map at `cpu_map` (read only when a host is x86). This is the one call a
 /// caller needs: `virt-cpu-policy baseline` and a policy's `cpu.model = "baseline"`
-/// ([`resolve`]).
+/// ([`cpu::ClusterCpu::of`]).
 ///
 /// # Errors
 /// [`ClusterError`] for unreadable or unknown input and for hosts without a common CPU.
@@ -123,7 +123,7 @@ pub fn baseline_from_files(
     cpu_map: &Path,
     opts: &ClusterOptions,
 ) -> Result<ClusterReport, ClusterError> {
-    let hosts = facts::read_hosts(paths)?;
+    let hosts = hosts::read_hosts(paths)?;
     let map = if hosts.iter().any(|h| report::is_x86(&h.arch)) {
         Some(crate::libvirt::cpu_map::x86::X86Map::load(cpu_map)?)
     } else {

@@ -23,7 +23,7 @@
 //! of [`crate::log::decision`].
 
 use crate::hook::SNAPSHOT_DIR;
-use crate::host::{Fact, Host, HostOptions};
+use crate::host::{Host, HostOptions, Sourced};
 use crate::libvirt::version::LibvirtVersion;
 use crate::policy::Policy;
 use crate::rewrite::rewrite;
@@ -400,7 +400,7 @@ const LEGACY_SNAPSHOT_CAPS: &str = "capabilities.xml";
 /// This host's facts from the connection: its name, its `<hostFacts>` document
 /// ([`crate::libvirt::host_facts::document`]) and the domcapabilities in it.
 #[derive(Debug, Clone)]
-pub struct HostFactsDoc {
+pub struct Published {
     /// The host's name: libvirt's (`virConnectGetHostname`), else `gethostname(2)`'s.
     pub name: String,
     /// The `<hostFacts>` document.
@@ -417,7 +417,7 @@ pub struct HostFactsDoc {
 /// # Errors
 /// libvirt's error when it gives no capabilities or no version, or capabilities that do not
 /// parse.
-pub fn host_facts(conn: &Connect) -> Result<HostFactsDoc, String> {
+pub fn host_facts(conn: &Connect) -> Result<Published, String> {
     let caps = conn
         .capabilities()
         .map_err(|e| format!("virConnectGetCapabilities: {e}"))?;
@@ -443,7 +443,7 @@ pub fn host_facts(conn: &Connect) -> Result<HostFactsDoc, String> {
         .unwrap_or_else(|| "localhost".into());
     let version = LibvirtVersion::from_number(u64::from(version));
     let xml = crate::libvirt::host_facts::document(&name, version, &caps, domcaps.as_deref());
-    Ok(HostFactsDoc { name, xml, domcaps })
+    Ok(Published { name, xml, domcaps })
 }
 
 /// The kernel's host name (`gethostname(2)`), when it has one.
@@ -469,11 +469,7 @@ pub fn published_path(dir: &Path, host_name: &str) -> PathBuf {
 /// and, with `publish`, as `publish/<hostname>.xml` (only that one when `publish` is the
 /// snapshot directory); each only when it changed. Returns the snapshot's file when it holds the
 /// facts now. Failures are logged.
-fn store_host_facts(
-    facts: &HostFactsDoc,
-    snapshot: &Path,
-    publish: Option<&Path>,
-) -> Option<PathBuf> {
+fn store_host_facts(facts: &Published, snapshot: &Path, publish: Option<&Path>) -> Option<PathBuf> {
     let stored = |path: &Path, what: &str| match write_if_changed(path, &facts.xml) {
         Ok(true) => {
             tracing::info!(path = %path.display(), host = %facts.name, "{what}: this host's facts written");
@@ -615,15 +611,15 @@ fn connect(uri: &str) -> Result<Connect, virt::error::Error> {
 /// the connected libvirtd's (`virConnectGetLibVersion`: a remote connection answers with the
 /// daemon's version, not this library's). None when libvirt gives none: [`Host`] then falls
 /// back to its files (a `<hostFacts>` read, libvirt's QEMU capability cache).
-fn libvirt_version(cli: &Cli, conn: &Connect) -> Option<Fact<LibvirtVersion>> {
+fn libvirt_version(cli: &Cli, conn: &Connect) -> Option<Sourced<LibvirtVersion>> {
     if let Some(value) = cli.libvirt_version {
-        return Some(Fact {
+        return Some(Sourced {
             value,
             source: "--libvirt-version".into(),
         });
     }
     match conn.lib_version() {
-        Ok(n) => Some(Fact {
+        Ok(n) => Some(Sourced {
             value: LibvirtVersion::from_number(u64::from(n)),
             source: format!("virConnectGetLibVersion on {}", cli.uri),
         }),
@@ -641,7 +637,7 @@ fn libvirt_version(cli: &Cli, conn: &Connect) -> Option<Fact<LibvirtVersion>> {
 fn host_for(
     policy: &Policy,
     snapshot: &[PathBuf],
-    libvirt: Option<&Fact<LibvirtVersion>>,
+    libvirt: Option<&Sourced<LibvirtVersion>>,
 ) -> Result<Host, crate::Error> {
     Host::discover(&HostOptions {
         libvirt_version: libvirt.cloned(),
@@ -822,7 +818,7 @@ extern "C" fn free_callback_data(opaque: *mut c_void) {
 struct Session {
     conn: Connect,
     callback_id: c_int,
-    libvirt: Option<Fact<LibvirtVersion>>,
+    libvirt: Option<Sourced<LibvirtVersion>>,
 }
 
 impl Session {
@@ -1452,7 +1448,7 @@ mod tests {
         std::fs::create_dir_all(&snap).unwrap();
         std::fs::write(snap.join(LEGACY_SNAPSHOT_CAPS), "<capabilities/>").unwrap();
         let caps = "<capabilities><host><cpu><arch>x86_64</arch></cpu></host></capabilities>";
-        let doc = |v: &str| HostFactsDoc {
+        let doc = |v: &str| Published {
             name: "node 1".into(),
             xml: crate::libvirt::host_facts::document("node 1", v.parse().unwrap(), caps, None),
             domcaps: None,

@@ -18,14 +18,15 @@
 use crate::change::{BUILTIN_RULE, Change};
 use crate::cpu::Level;
 use crate::domain::{Domain, cpu_features};
+use crate::domain_facts::DomainFacts;
 use crate::error::Error;
-use crate::facts::Facts;
 use crate::finding::{Finding, Severity};
 use crate::host::{Host, HostOptions};
 use crate::libvirt::cpu::{FeaturePolicy, guaranteed_features};
 use crate::log::{Decision, Fields};
+use crate::pipeline::Pipeline;
 use crate::policy::{Mode, OnError, OnViolation, Plan, Policy, on_error_hint};
-use crate::rewrite::rewrite_planned;
+use crate::rewrite::rewrite_pipeline;
 use crate::xml::{child, decode, text_of};
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -93,9 +94,9 @@ pub struct HookOptions {
     /// libvirt's QEMU capability cache: None the default, an empty path disables it.
     pub qemu_cache: Option<PathBuf>,
     /// KVM's vCPU limit, instead of asking /dev/kvm.
-    pub kvm_max_vcpus: Option<crate::host::Fact<u32>>,
+    pub kvm_max_vcpus: Option<crate::host::Sourced<u32>>,
     /// The host's libvirt version, instead of libvirt's QEMU capability cache.
-    pub libvirt_version: Option<crate::host::Fact<crate::libvirt::version::LibvirtVersion>>,
+    pub libvirt_version: Option<crate::host::Sourced<crate::libvirt::version::LibvirtVersion>>,
 }
 
 fn one_line(s: &str) -> String {
@@ -351,9 +352,8 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
     if !dom.in_scope() {
         return Ok(Verdict::Allow);
     }
-    let plan = crate::cluster::resolve::plan_for(policy, &dom, host)?;
-    let facts = Facts::resolve(&dom, &plan, host);
-    let findings = crate::validate::validate(&dom, &plan, &facts);
+    let p = Pipeline::new(dom, policy, host)?;
+    let findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
     log_warnings(guest, Check::Prepare, &findings);
     if let Some(f) = findings
         .iter()
@@ -361,7 +361,7 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
     {
         return Ok(hard_refusal(guest, Check::Prepare, policy, f));
     }
-    let o = rewrite_planned(&dom, "the domain XML", policy, &plan, &facts)?;
+    let o = rewrite_pipeline(&p, "the domain XML", policy)?;
     if !o.changed && !o.has_errors() {
         return Ok(allowed(guest, Check::Prepare, "conforms"));
     }
@@ -468,18 +468,26 @@ fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
         return Ok(Verdict::Allow);
     }
     let allow = |reason: &str| Ok(allowed(guest, Check::Started, reason));
-    let Some(cpu) = dom.cpus().first().copied() else {
+    let live = dom
+        .cpus()
+        .first()
+        .map(|c| child(*c, "model").and_then(text_of));
+    let Some(live) = live else {
         return allow("no <cpu> in the live XML");
     };
-    let Some(model) = child(cpu, "model").and_then(text_of) else {
+    let Some(model) = live else {
         // host-passthrough / maximum: libvirt's live XML lists no features to check.
         return allow("live CPU has no model (host-passthrough or maximum): nothing to verify");
     };
-    let plan = crate::cluster::resolve::plan_for(policy, &dom, host)?;
-    let facts = Facts::resolve(&dom, &plan, host);
-    let explicit = cpu_features(cpu);
-    let feats = guaranteed_features(facts.model_features(&model), &explicit);
-    let Some(short) = live_shortfall(&dom, &plan, &feats, &explicit) else {
+    let p = Pipeline::new(dom, policy, host)?;
+    let explicit = p
+        .dom
+        .cpus()
+        .first()
+        .map(|c| cpu_features(*c))
+        .unwrap_or_default();
+    let feats = guaranteed_features(p.facts.model_features(&model), &explicit);
+    let Some(short) = live_shortfall(&p.dom, &p.plan, &feats, &explicit) else {
         return allow("live CPU satisfies the policy");
     };
     let disabled_by_qemu: Vec<&str> = short
@@ -579,10 +587,9 @@ fn destination(
     if !dom.in_scope() {
         return Ok(Verdict::Allow);
     }
-    let plan = crate::cluster::resolve::plan_for(policy, &dom, host)?;
-    let facts = Facts::resolve(&dom, &plan, host);
-    let findings = crate::validate::validate(&dom, &plan, &facts);
-    let cpu = compare_cpu(&dom, text, &facts, host);
+    let p = Pipeline::new(dom, policy, host)?;
+    let findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
+    let cpu = compare_cpu(&p.dom, text, &p.facts, host);
     // Errors: libvirt or QEMU would refuse here. The model being unusable and the host not
     // reaching the level are warnings elsewhere, but on the destination they mean this host
     // cannot give the guest what it had. When the CPUs could be compared, the comparison
@@ -660,7 +667,7 @@ enum CpuCompare {
 /// ([`crate::cluster::compare`], libvirt's `x86Compute`): libvirt compares a custom CPU with
 /// the host's when it starts the incoming guest (`check='partial'`) or checks what QEMU gave
 /// (`check='full'`), so an incompatible CPU fails later anyway, after the migration began.
-fn compare_cpu(dom: &Domain<'_>, text: &str, facts: &Facts<'_>, host: &Host) -> CpuCompare {
+fn compare_cpu(dom: &Domain<'_>, text: &str, facts: &DomainFacts<'_>, host: &Host) -> CpuCompare {
     use crate::cluster::compare::{Verdict as Cmp, compare, guest_cpu};
     let not = |why: String| CpuCompare::NotCompared(format!("CPU not compared: {why}"));
     let Some(cpu) = dom.cpus().first().copied() else {
@@ -691,7 +698,7 @@ fn compare_cpu(dom: &Domain<'_>, text: &str, facts: &Facts<'_>, host: &Host) -> 
         return not("libvirt's cpu_map is absent (the compare needs its CPUID data)".into());
     };
     let guest_path = std::path::PathBuf::from("the incoming domain XML");
-    let this_host = crate::cluster::facts::HostFacts::from_domcaps("this host", d);
+    let this_host = crate::cluster::hosts::ClusterHost::from_domcaps("this host", d);
     let result = crate::libvirt::cpu_map::x86::X86Map::load(dir)
         .map_err(crate::cluster::ClusterError::from)
         .and_then(|map| {

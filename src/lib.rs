@@ -7,7 +7,7 @@
 //! only ([`host`]): the libvirt hook must never call back into libvirt.
 //!
 //! Data flows one way, and the modules below are listed in that order (none imports one listed
-//! after it): domain → policy plan → host facts → desired CPU/vCPU → edits, validated, then the
+//! after it): domain → cluster → policy plan → host facts → desired CPU/vCPU → edits, validated, then the
 //! front ends (hook, daemon, command line) that drive it.
 #![deny(missing_docs)]
 
@@ -33,15 +33,19 @@ pub mod modes;
 pub mod domain;
 pub mod topology;
 
+// A cluster's hosts and the CPU they share (a plan's `cpu.model = "baseline"`).
+pub mod cluster;
+
 // The plan.
 pub mod policy;
 
-// Host facts: where they come from, then a cluster's (which resolves a plan's
-// `cpu.model = "baseline"`), then the ones one domain needs.
+// Host facts: where they come from, then the ones one domain needs, then the domain with its
+// plan and facts, ready to be judged.
 pub mod host;
 
-pub mod cluster;
-pub mod facts;
+pub mod domain_facts;
+
+pub mod pipeline;
 
 // The edits, the checks of a result, then the desired CPU/vCPU (the rewrite validates what it
 // writes) and the verdict on it.

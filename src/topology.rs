@@ -86,7 +86,7 @@ impl Topology {
     };
 
     /// Read a `<topology>` element as libvirt does. `clusters` says whether that libvirt reads the
-    /// `clusters` attribute (10.1.0 and later, [`crate::facts::VersionRule::Clusters`]): an older
+    /// `clusters` attribute (10.1.0 and later, [`crate::domain_facts::VersionRule::Clusters`]): an older
     /// one ignores it, so it counts as 1; `dies` and `clusters` are optional (1).
     ///
     /// # Errors

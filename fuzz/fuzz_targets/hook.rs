@@ -121,7 +121,7 @@ fuzz_target!(|data: &[u8]| {
         } else {
             PathBuf::new()
         }),
-        kvm_max_vcpus: (pol & 0x20 == 0).then(|| virt_cpu_policy::host::Fact {
+        kvm_max_vcpus: (pol & 0x20 == 0).then(|| virt_cpu_policy::host::Sourced {
             value: 1024,
             source: "fuzz".into(),
         }),

@@ -20,7 +20,7 @@ use libfuzzer_sys::fuzz_target;
 use std::ops::Range;
 use virt_cpu_policy::domain::Domain;
 use virt_cpu_policy::xml::decode;
-use virt_cpu_policy::host::{Fact, Host, HostOptions};
+use virt_cpu_policy::host::{Host, HostOptions, Sourced};
 use virt_cpu_policy::policy::{Mode, Policy, Target};
 use virt_cpu_policy::rewrite::rewrite;
 
@@ -43,9 +43,9 @@ thread_local! {
     static HOST: Host = Host::discover(&HostOptions {
         caps: Vec::new(),
         cpu_map: None,
-        cpus: Some(Fact { value: 384, source: "fuzz".into() }),
+        cpus: Some(Sourced { value: 384, source: "fuzz".into() }),
         qemu_cache: Some(std::path::PathBuf::new()),
-        kvm_max_vcpus: Some(Fact { value: 1024, source: "fuzz".into() }),
+        kvm_max_vcpus: Some(Sourced { value: 1024, source: "fuzz".into() }),
         ..HostOptions::default()
     })
     .expect("host facts");
@@ -179,7 +179,7 @@ fn check(input: &str, policy: &Policy, host: &Host) {
     );
     // Untouched bytes, when only <cpu> may change.
     let name = dom.name();
-    let plan = policy.resolve(&Target {
+    let plan = policy.plan(&Target {
         name: &name,
         arch: dom.arch(),
         machine: dom.machine(),

@@ -63,7 +63,7 @@ pub(super) fn cmd_audit(a: &AuditArgs) -> Result<i32, Failure> {
     let started = crate::metrics::now_seconds();
     let policy = Policy::load(a.facts.policy.as_deref())?;
     let host = Host::discover(&super::host_options(&policy, &a.facts))?;
-    crate::cluster::resolve::check(&policy, &host)?;
+    crate::pipeline::check_cluster(&policy, &host)?;
     let files = crate::audit::files(&a.inputs).map_err(|e| Failure {
         code: EXIT_BAD_INPUT,
         message: Some(e.to_string()),

@@ -9,7 +9,7 @@
 use super::{EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED, Failure, Format, read_input, write_stdout};
 use crate::cluster::format::{BaselineFormat, render, render_compare};
 use crate::cluster::report::is_x86;
-use crate::cluster::{ClusterError, ClusterOptions, analyze, compare, facts};
+use crate::cluster::{ClusterError, ClusterOptions, analyze, compare, hosts};
 use crate::cpu::Level;
 use crate::libvirt::cpu_map::x86::X86Map;
 use clap::{Args, ValueEnum};
@@ -108,7 +108,7 @@ fn load_map(dir: Option<&Path>) -> Result<X86Map, Failure> {
 
 /// Runs `baseline`.
 pub(super) fn cmd_baseline(a: &BaselineArgs) -> Result<i32, Failure> {
-    let hosts = facts::read_hosts(&a.facts)?;
+    let hosts = hosts::read_hosts(&a.facts)?;
     let x86 = hosts.iter().any(|h| is_x86(&h.arch));
     if let (Some(_), false) = (a.min_level, x86) {
         return Err(Failure {
@@ -157,7 +157,7 @@ pub(super) fn cmd_baseline(a: &BaselineArgs) -> Result<i32, Failure> {
 
 /// Runs `compare`.
 pub(super) fn cmd_compare(a: &CompareArgs) -> Result<i32, Failure> {
-    let host = facts::read_host(&a.host)?;
+    let host = hosts::read_host(&a.host)?;
     let (bytes, what) = read_input(&a.domain)?;
     let text = crate::xml::decode(&bytes, &what)?;
     let guest_path = PathBuf::from(&what);

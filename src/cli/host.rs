@@ -3,7 +3,7 @@
 //! machine type on its own line) or for programs (`--format json`).
 
 use crate::cpu::Level;
-use crate::host::{Fact, Host};
+use crate::host::{Host, Sourced};
 use crate::libvirt::capabilities::MachineType;
 use crate::libvirt::cpu::{CpuDef, FeaturePolicy};
 use crate::libvirt::domcaps::DomCaps;
@@ -86,7 +86,7 @@ pub(super) fn text(policy: &Policy, host: &Host, models: usize, verbose: bool) -
 /// dry run of another host's rules) or another cache directory says nothing about this cpu_map.
 fn cpu_map_version(
     host: &Host,
-    version: Option<&Fact<crate::libvirt::version::LibvirtVersion>>,
+    version: Option<&Sourced<crate::libvirt::version::LibvirtVersion>>,
 ) -> String {
     let installed =
         |p: Option<&std::path::Path>, default: &str| p == Some(std::path::Path::new(default));
@@ -106,7 +106,7 @@ fn cpu_map_version(
     }
 }
 
-fn fact_line<T: std::fmt::Display>(name: &str, fact: Option<&Fact<T>>, unknown: &str) -> String {
+fn fact_line<T: std::fmt::Display>(name: &str, fact: Option<&Sourced<T>>, unknown: &str) -> String {
     match fact {
         Some(f) => format!("{name}: {} (from {})\n", f.value, f.source),
         None => format!("{name}: {unknown}\n"),
@@ -361,7 +361,7 @@ fn x86(d: &DomCaps) -> bool {
 }
 
 /// `{"value", "source"}`, or null when the fact is unknown.
-fn fact_json<T: serde::Serialize>(f: Option<&Fact<T>>) -> Value {
+fn fact_json<T: serde::Serialize>(f: Option<&Sourced<T>>) -> Value {
     f.map_or(
         Value::Null,
         |f| json!({"value": f.value, "source": f.source}),
@@ -404,7 +404,7 @@ pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
         "policy": policy.source,
         "cpu_map": {"source": host.cpu_map_source(), "models": models, "note": host.cpu_map_note},
         // A version stays a string ("11.3.0"); counts are numbers.
-        "libvirt_version": fact_json(host.libvirt_version().map(|v| Fact {
+        "libvirt_version": fact_json(host.libvirt_version().map(|v| Sourced {
             value: v.value.to_string(),
             source: v.source.clone(),
         }).as_ref()),

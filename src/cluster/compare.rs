@@ -10,7 +10,7 @@
 
 use super::ClusterError;
 use super::baseline::{Select, cpu_data};
-use super::facts::HostFacts;
+use super::hosts::ClusterHost;
 use super::report::is_x86;
 use crate::domain::Domain;
 use crate::libvirt::cpu::{CpuDef, CpuMatch, CpuType, FeaturePolicy};
@@ -125,7 +125,7 @@ pub fn guest_cpu(text: &str, path: &Path) -> Result<GuestCpu, ClusterError> {
 /// (in either CPU).
 pub fn compare(
     map: &X86Map,
-    host: &HostFacts,
+    host: &ClusterHost,
     guest: &GuestCpu,
     guest_path: &Path,
 ) -> Result<Comparison, ClusterError> {
@@ -151,7 +151,7 @@ pub fn compare(
 }
 
 /// The CPU of an x86 `host` that compare can judge against.
-fn host_cpu(host: &HostFacts) -> Result<&CpuDef, ClusterError> {
+fn host_cpu(host: &ClusterHost) -> Result<&CpuDef, ClusterError> {
     let host_error = |message: String| ClusterError::Facts {
         path: host.path.clone(),
         message,
@@ -249,8 +249,8 @@ mod tests {
         X86Map::load(&crate::testdata::cpu_map()).unwrap()
     }
 
-    fn host(model: &str, vendor: &str, features: &[(&str, FeaturePolicy)]) -> HostFacts {
-        HostFacts {
+    fn host(model: &str, vendor: &str, features: &[(&str, FeaturePolicy)]) -> ClusterHost {
+        ClusterHost {
             name: "h".into(),
             path: PathBuf::from("h.xml"),
             arch: "x86_64".into(),
@@ -267,7 +267,7 @@ mod tests {
         }
     }
 
-    fn run(map: &X86Map, h: &HostFacts, xml: &str) -> Comparison {
+    fn run(map: &X86Map, h: &ClusterHost, xml: &str) -> Comparison {
         let g = guest_cpu(xml, Path::new("g.xml")).unwrap();
         compare(map, h, &g, Path::new("g.xml")).unwrap()
     }

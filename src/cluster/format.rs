@@ -7,7 +7,7 @@
 //! since Wallaby; CloudStack's `LibvirtVMDef.CpuModeDef` writes `policy='disable'` for it).
 
 use super::compare::{Comparison, GuestCpu};
-use super::facts::HostFacts;
+use super::hosts::ClusterHost;
 use super::report::ClusterReport;
 use crate::cpu::Level;
 use std::fmt::Write as _;
@@ -300,7 +300,7 @@ fn notes(report: &ClusterReport) -> Vec<String> {
 /// Writes a comparison as text (one verdict line, then the features named) or as one JSON
 /// object (`guest`, `host`, `result`, `message`, `missing`, `forbidden`, `extra`, `notes`).
 #[must_use]
-pub fn render_compare(host: &HostFacts, guest: &GuestCpu, c: &Comparison, json: bool) -> String {
+pub fn render_compare(host: &ClusterHost, guest: &GuestCpu, c: &Comparison, json: bool) -> String {
     if json {
         let v = serde_json::json!({
             "guest": guest.name,

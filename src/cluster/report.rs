@@ -15,7 +15,7 @@
 
 use super::ClusterError;
 use super::baseline::{Baseline, BaselineOptions, InputCpu, Select, baseline, cpu_data};
-use super::facts::{CpuOrigin, HostFacts};
+use super::hosts::{ClusterHost, CpuOrigin};
 use crate::cpu::Level;
 use crate::libvirt::cpu_map::x86::{CpuData, X86Map};
 use std::collections::{BTreeMap, BTreeSet};
@@ -104,7 +104,7 @@ pub fn is_x86(arch: &str) -> bool {
 /// ([`ClusterError::Facts`]), unknown models, features or vendors, and no common CPU
 /// ([`ClusterError::Incompatible`]).
 pub fn analyze(
-    hosts: Vec<HostFacts>,
+    hosts: Vec<ClusterHost>,
     map: Option<&X86Map>,
     opts: &ClusterOptions,
 ) -> Result<ClusterReport, ClusterError> {
@@ -172,7 +172,7 @@ pub fn analyze(
 /// CPUs, and libvirt's baseline restricted to the models every host can use.
 fn x86(
     report: &mut ClusterReport,
-    hosts: &[HostFacts],
+    hosts: &[ClusterHost],
     map: &X86Map,
     opts: &ClusterOptions,
 ) -> Result<(), ClusterError> {
@@ -242,7 +242,7 @@ fn x86(
 ///
 /// # Errors
 /// A host without a CPU, or whose vendor, model or features the cpu_map does not know.
-fn host_data(hosts: &[HostFacts], map: &X86Map) -> Result<Vec<CpuData>, ClusterError> {
+fn host_data(hosts: &[ClusterHost], map: &X86Map) -> Result<Vec<CpuData>, ClusterError> {
     let mut datas: Vec<CpuData> = Vec::new();
     for h in hosts {
         let Some(cpu) = &h.cpu else {
@@ -290,7 +290,7 @@ fn host_levels(report: &mut ClusterReport, map: &X86Map, datas: &[CpuData]) {
 
 /// The models every host with domcapabilities lists as usable (None: no host lists any), and
 /// those hosts' names in [`ClusterReport::usable_from`].
-fn usable_models(report: &mut ClusterReport, hosts: &[HostFacts]) -> Option<BTreeSet<String>> {
+fn usable_models(report: &mut ClusterReport, hosts: &[ClusterHost]) -> Option<BTreeSet<String>> {
     let mut usable: Option<BTreeSet<String>> = None;
     for h in hosts {
         if let Some(u) = &h.usable_models {
@@ -306,7 +306,7 @@ fn usable_models(report: &mut ClusterReport, hosts: &[HostFacts]) -> Option<BTre
 
 /// Hosts grouped by their CPU identity `keys` (one per host; None: alone), groups in order of
 /// first appearance.
-fn groups(hosts: &[HostFacts], keys: impl Iterator<Item = Option<String>>) -> Vec<Vec<String>> {
+fn groups(hosts: &[ClusterHost], keys: impl Iterator<Item = Option<String>>) -> Vec<Vec<String>> {
     let mut out: Vec<(Option<String>, Vec<String>)> = Vec::new();
     for (h, k) in hosts.iter().zip(keys) {
         match out.iter_mut().find(|(g, _)| k.is_some() && *g == k) {
@@ -318,7 +318,7 @@ fn groups(hosts: &[HostFacts], keys: impl Iterator<Item = Option<String>>) -> Ve
 }
 
 /// The machine types every host lists, when every host lists some.
-fn common_machines(hosts: &[HostFacts]) -> Option<BTreeSet<String>> {
+fn common_machines(hosts: &[ClusterHost]) -> Option<BTreeSet<String>> {
     let mut all: Option<BTreeSet<String>> = None;
     for h in hosts {
         if h.machines.is_empty() {
@@ -335,7 +335,7 @@ fn common_machines(hosts: &[HostFacts]) -> Option<BTreeSet<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::facts::read_hosts;
+    use crate::cluster::hosts::read_hosts;
     use crate::testdata::corpus;
 
     #[test]

@@ -76,5 +76,4 @@ impl Host {
     pub fn cpu_map_problems(&self) -> Vec<String> {
         self.cpu_map_problems.borrow().clone()
     }
-
 }

@@ -79,14 +79,9 @@ impl Host {
         // Bytes, not a String: UTF-8 validation of 300 KiB would cost more than the search.
         let text =
             crate::readfile::read_regular(&file.path, crate::readfile::MAX_FACT_BYTES).ok()?;
-        let fresh = file
-            .head
-            .ctime
-            .zip(std::fs::metadata(e).ok())
-            .is_some_and(|(t, m)| std::os::unix::fs::MetadataExt::ctime(&m) == t);
         // The emulator's machine types whatever the guest arch (an i686 guest of
         // qemu-system-x86_64 gets x86_64's), as libvirt checks them.
-        if !fresh {
+        if !file.is_fresh() {
             return None;
         }
         crate::libvirt::qemu_caps::lacks_machine(&text, qemu_type, machine).then(|| e.to_string())

@@ -17,6 +17,7 @@ mod machines;
 
 pub use machines::MachineLimit;
 
+use crate::cluster::cpu::ClusterCpu;
 use crate::error::{Error, Result};
 use crate::libvirt::capabilities::MachineType;
 use crate::libvirt::cpu_map::{CpuMap, DEFAULT_CPU_MAP};
@@ -29,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 /// A value and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fact<T> {
+pub struct Sourced<T> {
     /// The value.
     pub value: T,
     /// A file path, "--host-cpus", "sysconf(_SC_NPROCESSORS_ONLN)", ...
@@ -48,8 +49,8 @@ pub struct Host {
     /// Problems met reading cpu_map files after start (the built-in table answered instead).
     cpu_map_problems: std::cell::RefCell<Vec<String>>,
     /// The host's online CPU count given by an override; see [`Host::cpus`].
-    cpus_override: Option<Fact<u32>>,
-    cpus: std::cell::OnceCell<Option<Fact<u32>>>,
+    cpus_override: Option<Sourced<u32>>,
+    cpus: std::cell::OnceCell<Option<Sourced<u32>>>,
     /// Machine types from capabilities and qemuCaps files.
     pub machines: Vec<MachineType>,
     /// domcapabilities documents.
@@ -60,19 +61,19 @@ pub struct Host {
     qemu_cache: QemuCache,
     /// Machine types of the cache, by emulator, as they are asked for.
     qemu_cache_machines: std::cell::RefCell<std::collections::HashMap<String, Vec<MachineType>>>,
-    kvm_limit: std::cell::OnceCell<Option<Fact<u32>>>,
-    kvm_override: Option<Fact<u32>>,
-    libvirt_version: std::cell::OnceCell<Option<Fact<LibvirtVersion>>>,
-    libvirt_override: Option<Fact<LibvirtVersion>>,
+    kvm_limit: std::cell::OnceCell<Option<Sourced<u32>>>,
+    kvm_override: Option<Sourced<u32>>,
+    libvirt_version: std::cell::OnceCell<Option<Sourced<LibvirtVersion>>>,
+    libvirt_override: Option<Sourced<LibvirtVersion>>,
     /// Feature names (and aliases) of the cpu_map's `x86_features.xml`, read on the first name
     /// libvirt 9.0's list lacks.
     host_feature_names: std::cell::OnceCell<std::collections::HashSet<String>>,
     /// The `libvirt` attribute of the first `<hostFacts>` file read that has one.
-    facts_version: Option<Fact<LibvirtVersion>>,
+    facts_version: Option<Sourced<LibvirtVersion>>,
     /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
-    pub cluster: Option<Fact<Vec<PathBuf>>>,
+    pub cluster: Option<Sourced<Vec<PathBuf>>>,
     skip_machine_support: bool,
-    cluster_cpu: std::cell::OnceCell<std::result::Result<crate::policy::ClusterCpu, String>>,
+    cluster_cpu: std::cell::OnceCell<std::result::Result<ClusterCpu, String>>,
 }
 
 /// Inputs for [`Host::discover`].
@@ -83,18 +84,18 @@ pub struct HostOptions {
     /// cpu_map directory (`--cpu-map` or `[host] cpu_map`); default [`DEFAULT_CPU_MAP`].
     pub cpu_map: Option<PathBuf>,
     /// Host CPU count override (`--host-cpus` or `[host] cpus`), with its source.
-    pub cpus: Option<Fact<u32>>,
+    pub cpus: Option<Sourced<u32>>,
     /// libvirt's QEMU capability cache directory: None means the default
     /// ([`crate::libvirt::qemu_caps::QEMU_CAPS_CACHE`]);
     /// an empty path disables it (tests that must not depend on the machine).
     pub qemu_cache: Option<PathBuf>,
     /// KVM's vCPU limit override (`--kvm-max-vcpus`), instead of asking `/dev/kvm`.
-    pub kvm_max_vcpus: Option<Fact<u32>>,
+    pub kvm_max_vcpus: Option<Sourced<u32>>,
     /// The host's libvirt version (`--libvirt-version`), instead of libvirt's QEMU capability
     /// cache.
-    pub libvirt_version: Option<Fact<LibvirtVersion>>,
+    pub libvirt_version: Option<Sourced<LibvirtVersion>>,
     /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
-    pub cluster: Option<Fact<Vec<PathBuf>>>,
+    pub cluster: Option<Sourced<Vec<PathBuf>>>,
     /// Leave the machine type's support to libvirt ([`Host::machine_unsupported`] says nothing):
     /// the hook's guest was defined, so libvirt has checked it, and checks it again at start.
     pub skip_machine_support: bool,
@@ -108,7 +109,7 @@ impl HostOptions {
         policy: &crate::policy::Policy,
         caps: &[PathBuf],
         cpu_map: Option<&Path>,
-        cpus: Option<Fact<u32>>,
+        cpus: Option<Sourced<u32>>,
     ) -> HostOptions {
         HostOptions {
             caps: caps
@@ -120,12 +121,12 @@ impl HostOptions {
                 .map(Path::to_path_buf)
                 .or_else(|| policy.host.cpu_map.clone()),
             cpus: cpus.or_else(|| {
-                policy.host.cpus.map(|value| Fact {
+                policy.host.cpus.map(|value| Sourced {
                     value,
                     source: format!("[host] cpus in {}", policy.source),
                 })
             }),
-            cluster: (!policy.host.cluster.is_empty()).then(|| Fact {
+            cluster: (!policy.host.cluster.is_empty()).then(|| Sourced {
                 value: policy.host.cluster.clone(),
                 source: format!("[host] cluster of policy {}", policy.source),
             }),
@@ -238,7 +239,7 @@ impl Host {
                 self.domcaps.extend(f.domcaps);
                 // The first file wins, as for machine types: `--caps` files come first.
                 if self.facts_version.is_none() {
-                    self.facts_version = f.libvirt.map(|value| Fact {
+                    self.facts_version = f.libvirt.map(|value| Sourced {
                         value,
                         source: format!("<hostFacts libvirt='{value}'> in {}", path.display()),
                     });
@@ -253,18 +254,18 @@ impl Host {
 
     /// The host's online CPU count: the override, else `sysconf(_SC_NPROCESSORS_ONLN)`, asked once
     /// (glibc reads sysfs for it, so only when a rule needs it).
-    pub fn cpus(&self) -> Option<&Fact<u32>> {
+    pub fn cpus(&self) -> Option<&Sourced<u32>> {
         self.cpus
             .get_or_init(|| self.cpus_override.clone().or_else(sysconf_cpus))
             .as_ref()
     }
 
     /// KVM's vCPU limit: the override, else the kernel's answer (`KVM_CAP_MAX_VCPUS`), asked once.
-    pub fn kvm_limit(&self) -> Option<&Fact<u32>> {
+    pub fn kvm_limit(&self) -> Option<&Sourced<u32>> {
         self.kvm_limit
             .get_or_init(|| {
                 self.kvm_override.clone().or_else(|| {
-                    crate::machine::kvm_max_vcpus().map(|value| Fact {
+                    crate::machine::kvm_max_vcpus().map(|value| Sourced {
                         value,
                         source: "KVM_CAP_MAX_VCPUS on /dev/kvm".into(),
                     })
@@ -278,13 +279,13 @@ impl Host {
     /// snapshot; read with the file, no extra read), else `<selfvers>` of libvirt's QEMU
     /// capability cache (the version of the libvirtd that wrote it), asked once. Only the first
     /// 4 KiB of each cache file are read.
-    pub fn libvirt_version(&self) -> Option<&Fact<LibvirtVersion>> {
+    pub fn libvirt_version(&self) -> Option<&Sourced<LibvirtVersion>> {
         self.libvirt_version
             .get_or_init(|| {
                 let known = self.libvirt_override.clone();
                 known.or_else(|| self.facts_version.clone()).or_else(|| {
                     self.qemu_cache.files().iter().find_map(|f| {
-                        Some(Fact {
+                        Some(Sourced {
                             value: LibvirtVersion::from_number(f.head.selfvers?),
                             source: format!("<selfvers> in {}", f.path.display()),
                         })
@@ -294,19 +295,22 @@ impl Host {
             .as_ref()
     }
 
-    /// The cluster's CPU for `cpu.model = "baseline"`: `compute` makes it from this host's facts
-    /// ([`Host::cluster`], the cpu_map) on first use, and the answer is kept for the run, so an
-    /// `audit` of a thousand guests reads the cluster's files once
-    /// ([`crate::cluster::resolve`] is the `compute` to give).
+    /// The cluster's CPU for `cpu.model = "baseline"` ([`ClusterCpu::of`] the `[host] cluster`
+    /// files, with this host's cpu_map), computed on first use and kept for the run, so an
+    /// `audit` of a thousand guests reads the cluster's files once.
     ///
     /// # Errors
-    /// [`Error::Cluster`] with `compute`'s sentence, each time it is asked.
-    pub fn cluster_cpu(
-        &self,
-        compute: impl FnOnce(&Host) -> std::result::Result<crate::policy::ClusterCpu, String>,
-    ) -> Result<&crate::policy::ClusterCpu> {
+    /// [`Error::Cluster`] with [`ClusterCpu::of`]'s sentence, each time it is asked.
+    pub fn cluster_cpu(&self) -> Result<&ClusterCpu> {
         self.cluster_cpu
-            .get_or_init(|| compute(self))
+            .get_or_init(|| {
+                let files = self.cluster.as_ref();
+                ClusterCpu::of(
+                    files.map(|f| f.value.as_slice()),
+                    files.map_or("", |f| f.source.as_str()),
+                    self.cpu_map_dir.as_deref(),
+                )
+            })
             .as_ref()
             .map_err(|e| Error::Cluster(e.clone()))
     }
@@ -319,18 +323,20 @@ impl Host {
         let feats = hm.guaranteed_features(self.model_features(&model).as_ref());
         Some((model, crate::cpu::Level::highest(|f| feats.contains(f))))
     }
-
 }
 
 /// The host's online CPU count from `sysconf(_SC_NPROCESSORS_ONLN)`.
 #[must_use]
-pub fn sysconf_cpus() -> Option<Fact<u32>> {
+pub fn sysconf_cpus() -> Option<Sourced<u32>> {
     // SAFETY: sysconf has no preconditions and only reads.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    u32::try_from(n).ok().filter(|n| *n > 0).map(|value| Fact {
-        value,
-        source: "sysconf(_SC_NPROCESSORS_ONLN)".to_string(),
-    })
+    u32::try_from(n)
+        .ok()
+        .filter(|n| *n > 0)
+        .map(|value| Sourced {
+            value,
+            source: "sysconf(_SC_NPROCESSORS_ONLN)".to_string(),
+        })
 }
 
 #[cfg(test)]
@@ -471,7 +477,7 @@ mod tests {
             let h = Host::discover(&HostOptions {
                 caps,
                 qemu_cache: Some(cache.clone()),
-                libvirt_version: over.map(|o| Fact {
+                libvirt_version: over.map(|o| Sourced {
                     value: v(o),
                     source: "--libvirt-version".into(),
                 }),

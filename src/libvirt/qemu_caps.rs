@@ -168,6 +168,20 @@ pub struct CacheFile {
     pub head: Head,
 }
 
+impl CacheFile {
+    /// Whether the file still describes its emulator: its `<qemuctime>` is the emulator's ctime,
+    /// libvirt's own test before it reuses the file (`virQEMUCapsIsValid`); after a QEMU upgrade
+    /// a stale file says nothing about the binary.
+    #[must_use]
+    pub fn is_fresh(&self) -> bool {
+        let emulator = self.head.emulator.as_deref().map(std::fs::metadata);
+        match (self.head.ctime, emulator) {
+            (Some(t), Some(Ok(m))) => std::os::unix::fs::MetadataExt::ctime(&m) == t,
+            _ => false,
+        }
+    }
+}
+
 /// libvirt's QEMU capability cache directory, listed and its heads read on first use, once.
 #[derive(Debug, Default)]
 pub struct QemuCache {

@@ -11,13 +11,13 @@
 //! 5. the psABI level ([`apply_level`]), then `fallback`, which needs the model a level may
 //!    have written ([`set_fallback`]).
 //!
-//! Every function reads host facts from [`Facts`] only, and records each change with its rule.
+//! Every function reads host facts from [`DomainFacts`] only, and records each change with its rule.
 
 use super::desired::{Desired, Feat, ModelD};
 use crate::change::{Action, BUILTIN_RULE, Change, Notes};
 use crate::cpu::{Level, default_model};
 use crate::domain::Domain;
-use crate::facts::Facts;
+use crate::domain_facts::DomainFacts;
 use crate::finding::Finding;
 use crate::libvirt::cpu::{CpuMode, policy_absent, policy_present};
 use crate::policy::Plan;
@@ -27,7 +27,7 @@ pub(crate) fn apply(
     d: &mut Desired<'_, '_>,
     plan: &Plan,
     dom: &Domain<'_>,
-    facts: &Facts<'_>,
+    facts: &DomainFacts<'_>,
     n: &mut Notes,
 ) {
     leave_custom_by_fold(d, plan, n);
@@ -69,7 +69,7 @@ fn is_x86(arch: &str) -> bool {
 /// `cpu.mode`. A model in the policy implies custom, which a `<cpu>` without `mode` already is.
 /// A mode libvirt does not offer this guest is replaced by its fallback here, so the domain gets
 /// one change, to the mode it will run with ([`supported_fallback`]).
-fn set_mode(d: &mut Desired<'_, '_>, plan: &Plan, facts: &Facts<'_>, n: &mut Notes) {
+fn set_mode(d: &mut Desired<'_, '_>, plan: &Plan, facts: &DomainFacts<'_>, n: &mut Notes) {
     let Some(m) = &plan.mode else { return };
     let asked = m.value.as_str();
     let (want, why) = match supported_fallback(asked, facts) {
@@ -109,10 +109,10 @@ fn leave_custom_by_fold(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
     }
 }
 
-/// For a mode libvirt does not offer this guest ([`Facts::mode_supported`] false), the nearest
+/// For a mode libvirt does not offer this guest ([`DomainFacts::mode_supported`] false), the nearest
 /// one it does ([`crate::modes::fallbacks`]) and why, as libvirt's refusal and where the
 /// verdict came from; None when the mode is offered, unknown, or has no offered fallback.
-fn supported_fallback(mode: &str, facts: &Facts<'_>) -> Option<(&'static str, String)> {
+fn supported_fallback(mode: &str, facts: &DomainFacts<'_>) -> Option<(&'static str, String)> {
     let mode = CpuMode::parse(mode)?;
     if facts.mode_supported(mode) != Some(false) {
         return None;
@@ -298,7 +298,7 @@ fn set_model(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
 
 /// A model or feature the policy names that libvirt's cpu_map does not define is the policy's
 /// mistake (`cpu-model-unknown`, `cpu-feature-unknown`: errors; in the domain they are warnings).
-fn check_policy_names(plan: &Plan, arch: &str, facts: &Facts<'_>, n: &mut Notes) {
+fn check_policy_names(plan: &Plan, arch: &str, facts: &DomainFacts<'_>, n: &mut Notes) {
     if !is_x86(arch) {
         check_x86_names_off_x86(plan, arch, facts, n);
         return;
@@ -339,7 +339,7 @@ fn check_policy_names(plan: &Plan, arch: &str, facts: &Facts<'_>, n: &mut Notes)
 /// arch: libvirt defines the domain and refuses to start it ("cannot translate CPU model
 /// Haswell-noTSX to a supported model", "unknown CPU feature: vmx", libvirt 9.0 and 11.3), so it
 /// is `cpu-model-arch` / `cpu-feature-arch`, errors, as `level-arch` is for `min_level`.
-fn check_x86_names_off_x86(plan: &Plan, arch: &str, facts: &Facts<'_>, n: &mut Notes) {
+fn check_x86_names_off_x86(plan: &Plan, arch: &str, facts: &DomainFacts<'_>, n: &mut Notes) {
     let fix = "give the rule `match = { arch = \"x86_64\" }`, or write this arch's own names";
     if let Some(m) = plan
         .model
@@ -363,9 +363,9 @@ fn check_x86_names_off_x86(plan: &Plan, arch: &str, facts: &Facts<'_>, n: &mut N
 }
 
 /// A mode libvirt does not offer this guest (`host-model` on Arm, `host-passthrough` under TCG,
-/// `host-model` for a foreign arch under TCG; [`Facts::mode_supported`]) becomes the nearest one it
+/// `host-model` for a foreign arch under TCG; [`DomainFacts::mode_supported`]) becomes the nearest one it
 /// does ([`crate::modes::fallbacks`]), with or without a rule.
-fn fix_unsupported_mode(d: &mut Desired<'_, '_>, facts: &Facts<'_>, n: &mut Notes) {
+fn fix_unsupported_mode(d: &mut Desired<'_, '_>, facts: &DomainFacts<'_>, n: &mut Notes) {
     let mode = d.mode();
     if let Some((new, why)) = supported_fallback(&mode, facts) {
         d.set_attr("mode", new);
@@ -496,7 +496,7 @@ fn cluster_feature_why(plan: &Plan, f: &str, list: &[String], what: &str) -> Str
 
 /// `cpu.require`: each feature present, by the custom model (per cpu_map) or a
 /// `<feature policy='require'>`.
-fn apply_require(d: &mut Desired<'_, '_>, plan: &Plan, facts: &Facts<'_>, n: &mut Notes) {
+fn apply_require(d: &mut Desired<'_, '_>, plan: &Plan, facts: &DomainFacts<'_>, n: &mut Notes) {
     let Some(r) = &plan.require else { return };
     let model_feats = (d.mode() == "custom")
         .then_some(d.model.as_ref())
@@ -628,7 +628,13 @@ fn feature_change(rule: &str, f: &str, have: Option<&str>, want: &str, why: &str
 /// Write the machine's default model out when a custom `<cpu>` names none, so features can be
 /// listed (libvirt: "Non-empty feature list specified without CPU model"): QEMU's `qemu64` on
 /// x86_64, with `svm` disabled as libvirt does for its own implicit default CPU.
-fn ensure_model(d: &mut Desired<'_, '_>, arch: &str, rule: &str, facts: &Facts<'_>, n: &mut Notes) {
+fn ensure_model(
+    d: &mut Desired<'_, '_>,
+    arch: &str,
+    rule: &str,
+    facts: &DomainFacts<'_>,
+    n: &mut Notes,
+) {
     if d.has_model() || d.mode() != "custom" {
         return;
     }
@@ -662,7 +668,7 @@ fn apply_level(
     rule: &str,
     plan: &Plan,
     arch: &str,
-    facts: &Facts<'_>,
+    facts: &DomainFacts<'_>,
     n: &mut Notes,
 ) {
     if arch != "x86_64" {

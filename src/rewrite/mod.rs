@@ -8,9 +8,8 @@
 //! 4. `emit`: the desired `<cpu>` written back as splices on the original text;
 //! 5. [`crate::validate`] on the result.
 //!
-//! The plan comes first, with a `cpu.model = "baseline"` resolved to the cluster's CPU
-//! ([`crate::cluster::resolve`]); host facts are resolved once, next ([`Facts::resolve`]); no
-//! step asks the host anything.
+//! The plan, with a `cpu.model = "baseline"` turned into the cluster's CPU, and the host facts
+//! come first, once ([`Pipeline`]); no step asks the host anything.
 //! Everything outside an edited element is untouched, so a conforming domain comes out identical
 //! and `rewrite(rewrite(x)) == rewrite(x)`.
 
@@ -23,10 +22,11 @@ pub use vcpu::reshape;
 
 use crate::change::{Action, BUILTIN_RULE, Change, Notes};
 use crate::domain::Domain;
+use crate::domain_facts::DomainFacts;
 use crate::error::{Error, Result};
-use crate::facts::Facts;
 use crate::finding::{Finding, Severity};
 use crate::host::Host;
+use crate::pipeline::Pipeline;
 use crate::policy::{Mode, Plan, Policy};
 use crate::validate;
 use crate::xml::{child, text_of, written_value};
@@ -60,6 +60,24 @@ impl Outcome {
     pub fn has_errors(&self) -> bool {
         self.findings.iter().any(|f| f.severity == Severity::Error)
     }
+
+    /// The outcome of a domain of a type the tool does not handle (`xen`, `lxc`...): passed
+    /// through unchanged, with a note.
+    #[must_use]
+    pub fn out_of_scope(dom: &Domain<'_>) -> Outcome {
+        Outcome {
+            note: Some(format!(
+                "domain type '{}' is not handled (only kvm and qemu are); passed through unchanged",
+                dom.virt_type()
+            )),
+            name: dom.name(),
+            in_scope: false,
+            output: dom.text.to_string(),
+            changed: false,
+            changes: Vec::new(),
+            findings: Vec::new(),
+        }
+    }
 }
 
 /// Rewrite one domain document under `policy`, with `host` facts.
@@ -74,41 +92,21 @@ impl Outcome {
 /// [`Error::Cluster`] when the plan's `cpu.model = "baseline"` has no answer.
 pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<Outcome> {
     let dom = Domain::parse(text, what)?;
-    rewrite_parsed(&dom, what, policy, host)
-}
-
-/// [`rewrite`] of a document already parsed.
-///
-/// # Errors
-/// As [`rewrite`], for the output.
-pub fn rewrite_parsed(
-    dom: &Domain<'_>,
-    what: &str,
-    policy: &Policy,
-    host: &Host,
-) -> Result<Outcome> {
     if !dom.in_scope() {
-        return Ok(out_of_scope(dom));
+        return Ok(Outcome::out_of_scope(&dom));
     }
-    let plan = crate::cluster::resolve::plan_for(policy, dom, host)?;
-    let facts = Facts::resolve(dom, &plan, host);
-    rewrite_planned(dom, what, policy, &plan, &facts)
+    rewrite_pipeline(&Pipeline::new(dom, policy, host)?, what, policy)
 }
 
-/// [`rewrite`] of a document already parsed, planned and with its facts resolved (the hook
-/// validates the input and rewrites it with the same plan and facts).
+/// [`rewrite`] of a domain already planned, with its facts (the hook validates the input and
+/// rewrites it with the same plan and facts; `audit` reads its columns from them).
 ///
 /// # Errors
 /// As [`rewrite`], for the output.
-pub fn rewrite_planned(
-    dom: &Domain<'_>,
-    what: &str,
-    policy: &Policy,
-    plan: &Plan,
-    facts: &Facts<'_>,
-) -> Result<Outcome> {
+pub fn rewrite_pipeline(p: &Pipeline<'_, '_>, what: &str, policy: &Policy) -> Result<Outcome> {
+    let (dom, plan, facts) = (&p.dom, &p.plan, &p.facts);
     if !dom.in_scope() {
-        return Ok(out_of_scope(dom));
+        return Ok(Outcome::out_of_scope(dom));
     }
     let text = dom.text;
     let mut notes = Notes::default();
@@ -154,21 +152,6 @@ pub fn rewrite_planned(
         findings,
         note: None,
     })
-}
-
-fn out_of_scope(dom: &Domain<'_>) -> Outcome {
-    Outcome {
-        note: Some(format!(
-            "domain type '{}' is not handled (only kvm and qemu are); passed through unchanged",
-            dom.virt_type()
-        )),
-        name: dom.name(),
-        in_scope: false,
-        output: dom.text.to_string(),
-        changed: false,
-        changes: Vec::new(),
-        findings: Vec::new(),
-    }
 }
 
 /// The folding of several `<cpu>` elements, of a child written twice and of a feature listed
@@ -303,7 +286,7 @@ fn validate_result(
     rewritten: &str,
     changed: bool,
     plan: &Plan,
-    facts: &Facts<'_>,
+    facts: &DomainFacts<'_>,
     mut findings: Vec<Finding>,
 ) -> Vec<Finding> {
     let mut planned: Vec<&'static str> = findings

@@ -12,14 +12,14 @@
 
 use crate::change::{Action, Change, Notes};
 use crate::domain::Domain;
+use crate::domain_facts::{DomainFacts, VersionRule};
 use crate::edit::{
     Edits, Item, append_child, child_indent, document_quote, line_indent, newline, node_with_line,
     render_element, start_tag_attr_end, with_attrs,
 };
-use crate::facts::{Facts, VersionRule};
 use crate::finding::Finding;
 use crate::machine::is_q35;
-use crate::policy::{IommuStrategy, Plan, Set, TopologyStrategy, VcpuMax};
+use crate::policy::{IommuStrategy, Plan, Ruled, TopologyStrategy, VcpuMax};
 use crate::topology::{
     Topology, VcpuCount, X86_XAPIC_LIMIT, format_cpuset, parse_cpuset, read_vcpu,
 };
@@ -78,7 +78,7 @@ pub fn reshape(t: &Topology, max: u32, strategy: TopologyStrategy) -> Option<Top
 pub(crate) fn apply(
     dom: &Domain<'_>,
     plan: &Plan,
-    facts: &Facts<'_>,
+    facts: &DomainFacts<'_>,
     topology: Option<Node<'_, '_>>,
     numa: Option<Node<'_, '_>>,
 ) -> VcpuResult {
@@ -208,8 +208,8 @@ fn read_counts<'a, 't>(
 /// host CPU count or the machine type's limit is unknown.
 fn target_maximum(
     dom: &Domain<'_>,
-    want: &Set<VcpuMax>,
-    facts: &Facts<'_>,
+    want: &Ruled<VcpuMax>,
+    facts: &DomainFacts<'_>,
     n: &mut Notes,
 ) -> Option<u32> {
     let rule = want.rule.as_str();
@@ -266,7 +266,7 @@ fn target_maximum(
 }
 
 /// `max`, or KVM's limit when it is lower (for `kvm` guests), with a warning naming both.
-fn clamp_to_kvm(max: u32, vt: &str, facts: &Facts<'_>, rule: &str, n: &mut Notes) -> u32 {
+fn clamp_to_kvm(max: u32, vt: &str, facts: &DomainFacts<'_>, rule: &str, n: &mut Notes) -> u32 {
     match (&facts.kvm_limit, vt) {
         (Some(k), "kvm") if max > k.value => {
             let what = format!(
@@ -288,7 +288,7 @@ fn clamp_to_kvm(max: u32, vt: &str, facts: &Facts<'_>, rule: &str, n: &mut Notes
 fn x86_xapic_rule(
     dom: &Domain<'_>,
     plan: &Plan,
-    facts: &Facts<'_>,
+    facts: &DomainFacts<'_>,
     max: u32,
     n: &mut Notes,
 ) -> (u32, bool) {

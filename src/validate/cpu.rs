@@ -3,7 +3,7 @@
 
 use crate::cpu::{Level, normalize_feature};
 use crate::domain::{Domain, cpu_features, model_name};
-use crate::facts::Facts;
+use crate::domain_facts::DomainFacts;
 use crate::finding::Finding;
 use crate::libvirt::cpu::{CpuMode, FeaturePolicy, guaranteed_features};
 use crate::policy::Plan;
@@ -16,7 +16,7 @@ pub(super) fn check(
     dom: &Domain<'_>,
     cpu: Option<Node<'_, '_>>,
     plan: &Plan,
-    facts: &Facts<'_>,
+    facts: &DomainFacts<'_>,
     out: &mut Vec<Finding>,
 ) {
     let Some(cpu) = cpu else {
@@ -46,7 +46,7 @@ pub(super) fn check(
 
 /// Modes libvirt refuses for the arch and virt type ("CPU mode '...' for ... domain on ... host is
 /// not supported by hypervisor"), per domcapabilities or the built-in table.
-fn check_mode_supported(mode: CpuMode, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+fn check_mode_supported(mode: CpuMode, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     if facts.mode_supported(mode) != Some(false) {
         return;
     }
@@ -127,7 +127,7 @@ fn check_features(
     cpu: Node<'_, '_>,
     mode: &str,
     arch: &str,
-    facts: &Facts<'_>,
+    facts: &DomainFacts<'_>,
     out: &mut Vec<Finding>,
 ) {
     let mut seen = BTreeSet::new();
@@ -172,7 +172,7 @@ fn check_features(
 /// A finding about a name libvirt's cpu_map does not define: an error when the cpu_map is this
 /// host's own (libvirt will refuse the guest), a warning when only the built-in copy of libvirt
 /// 9.0's answered (the guest's libvirt may know the name).
-fn unknown_name(facts: &Facts<'_>, code: &'static str, what: String, fix: &str) -> Finding {
+fn unknown_name(facts: &DomainFacts<'_>, code: &'static str, what: String, fix: &str) -> Finding {
     if facts.cpu_map_is_builtin() {
         Finding::warning(
             code,
@@ -188,7 +188,7 @@ fn unknown_name(facts: &Facts<'_>, code: &'static str, what: String, fix: &str) 
 
 /// A custom model libvirt's cpu_map does not define: libvirt defines the domain and refuses to
 /// start it ("Unknown CPU model X", libvirt 9.0).
-fn check_model_known(model: &str, arch: &str, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+fn check_model_known(model: &str, arch: &str, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     if matches!(arch, "x86_64" | "i686") && facts.model_features(model).is_none() {
         out.push(unknown_name(
             facts,
@@ -201,7 +201,7 @@ fn check_model_known(model: &str, arch: &str, facts: &Facts<'_>, out: &mut Vec<F
 
 /// A custom model domcapabilities lists `usable='no'` starts only without the features the host
 /// lacks.
-fn check_model_usable(model: &str, vt: &str, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+fn check_model_usable(model: &str, vt: &str, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     let Some(dc) = facts.domcaps else { return };
     if dc.model_usable(model) == Some(false) {
         out.push(Finding::warning(
@@ -228,7 +228,7 @@ fn check_level(
     dom: &Domain<'_>,
     cpu: Option<Node<'_, '_>>,
     plan: &Plan,
-    facts: &Facts<'_>,
+    facts: &DomainFacts<'_>,
     out: &mut Vec<Finding>,
 ) {
     let Some(level) = &plan.min_level else {
@@ -294,7 +294,7 @@ fn check_level(
 /// The features the host's host-model CPU (domcapabilities) gives, minus those the domain
 /// switches off; None without domcapabilities.
 fn host_model_features(
-    facts: &Facts<'_>,
+    facts: &DomainFacts<'_>,
     explicit: &[(String, Option<FeaturePolicy>)],
 ) -> Option<BTreeSet<String>> {
     let hm = facts.domcaps?.host_model.as_ref()?;

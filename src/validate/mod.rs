@@ -3,16 +3,16 @@
 //! Each check mirrors a rule of libvirt 9.0 / QEMU 7.2 and quotes the error text libvirt gives,
 //! so an operator can match a finding to what `virsh define` or `virsh start` would have said;
 //! where a later libvirt changed the rule, the host's version decides
-//! ([`crate::facts::VersionRule`]: checked against libvirt 11.3 / QEMU 10.0 too).
+//! ([`crate::domain_facts::VersionRule`]: checked against libvirt 11.3 / QEMU 10.0 too).
 //! `cpu` judges the `<cpu>` element and the psABI level, `vcpu` the vCPU counts, topology,
 //! machine and KVM limits, IOMMU, `<vcpus>` and NUMA cells. Checks never change the document and
-//! read host facts from [`Facts`] only.
+//! read host facts from [`DomainFacts`] only.
 
 mod cpu;
 mod vcpu;
 
 use crate::domain::Domain;
-use crate::facts::Facts;
+use crate::domain_facts::DomainFacts;
 use crate::finding::Finding;
 use crate::policy::Plan;
 
@@ -22,7 +22,7 @@ use crate::policy::Plan;
 /// Returns findings in a fixed order: several `<cpu>`, vCPU checks, then the `<cpu>` element's
 /// mode, features, model and level.
 #[must_use]
-pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &Facts<'_>) -> Vec<Finding> {
+pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
     if !dom.in_scope() {
         return out;

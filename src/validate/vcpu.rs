@@ -3,7 +3,7 @@
 //! NUMA cells and memory hotplug. Error texts are libvirt's.
 
 use crate::domain::Domain;
-use crate::facts::{Facts, KVM_FLOOR, VersionRule};
+use crate::domain_facts::{DomainFacts, KVM_FLOOR, VersionRule};
 use crate::finding::Finding;
 use crate::machine::{family_floor, is_q35};
 use crate::topology::{Topology, VcpuCount, X86_XAPIC_LIMIT, parse_cpuset, read_vcpu};
@@ -12,7 +12,7 @@ use roxmltree::Node;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Every vCPU check, in libvirt's order.
-pub(super) fn check(dom: &Domain<'_>, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+pub(super) fn check(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     let Some(count) = check_counts(dom, out) else {
         return;
     };
@@ -84,7 +84,7 @@ fn check_counts(dom: &Domain<'_>, out: &mut Vec<Finding>) -> Option<VcpuCount> {
 
 /// sockets × dies × clusters × cores × threads must equal the maximum (`clusters` only where
 /// libvirt reads it, 10.1.0 and later); on x86 QEMU refuses more than one cluster.
-fn check_topology(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+fn check_topology(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     let Some(topo) = dom.cpus().first().and_then(|c| child(*c, "topology")) else {
         return;
     };
@@ -130,7 +130,7 @@ fn check_topology(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<F
 
 /// The machine type's limit (not looked up when every type of the family allows the maximum),
 /// KVM's limit, and above 255 x86 vCPUs q35 and an IOMMU in extended interrupt mode.
-fn check_limits(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+fn check_limits(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     let below_floor = family_floor(dom.arch(), dom.machine()).is_some_and(|floor| max <= floor);
     let limit = facts.machine_limit.as_ref().filter(|_| !below_floor);
     if let Some(l) = limit {
@@ -180,7 +180,7 @@ fn check_limits(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Fin
 /// `<feature policy='require' name='x2apic'/>`), and QEMU 7.2 cannot run that many TCG vCPUs at
 /// all ("current -smp configuration requires kernel irqchip and X2APIC API support"). Both are
 /// start-time refusals libvirt does not make at define: a warning.
-fn check_tcg_x2apic(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+fn check_tcg_x2apic(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     if dom.virt_type() != "qemu" || !is_x86(dom) || max <= X86_XAPIC_LIMIT {
         return;
     }
@@ -234,7 +234,7 @@ impl Iommu {
         }
     }
 
-    fn as_libvirt_fills_in(dom: &Domain<'_>, max: u32, facts: &Facts<'_>) -> Iommu {
+    fn as_libvirt_fills_in(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>) -> Iommu {
         let mut i = Iommu::as_written(dom);
         if !facts.applies(VersionRule::AutoIommu) {
             return i;
@@ -259,7 +259,7 @@ impl Iommu {
 }
 
 /// An Intel IOMMU needs q35; `eim` needs `intremap`; `intremap` needs the split I/O APIC.
-fn check_iommu(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+fn check_iommu(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     let written = Iommu::as_written(dom);
     if !(written.present && written.intel) {
         return;
@@ -362,7 +362,7 @@ fn check_vcpus_order(state: &BTreeMap<u32, (bool, Option<String>)>, out: &mut Ve
 /// NUMA cells: valid cpusets, no vCPU in two cells, none past the maximum, every vCPU in a cell
 /// (a warning: QEMU puts the rest in node 0); `<maxMemory>` needs a cell (before libvirt 9.6.0,
 /// which adds one itself: [`VersionRule::AutoNumaForMemoryHotplug`]).
-fn check_numa(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+fn check_numa(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     let cells: Vec<Node<'_, '_>> = dom
         .cpus()
         .iter()

@@ -81,7 +81,7 @@ impl CpuMap {
         let mut models = BTreeMap::new();
         for name in names {
             let mut seen = Vec::new();
-            if let Some((features, _)) = resolve(dir, name, &listed_at, &mut seen)? {
+            if let Some((features, _)) = inherit(dir, name, &listed_at, &mut seen)? {
                 models.insert((*name).to_owned(), features);
             }
         }
@@ -156,7 +156,7 @@ type LoadedAt = (usize, usize);
 /// where it was loaded; None when the file is not listed or does not define it. `seen` holds
 /// the models being resolved: each model's ancestor must be loaded before it, so an ancestor
 /// met again, or loaded later, is one libvirt would not have found.
-fn resolve(
+fn inherit(
     dir: &Path,
     name: &str,
     listed_at: &dyn Fn(&str) -> Option<usize>,
@@ -171,7 +171,7 @@ fn resolve(
         let inherited = if seen.iter().any(|s| s == parent) {
             None
         } else {
-            resolve(dir, parent, listed_at, seen)?.filter(|(_, p_at)| *p_at < at)
+            inherit(dir, parent, listed_at, seen)?.filter(|(_, p_at)| *p_at < at)
         };
         let Some((inherited, _)) = inherited else {
             return Err(CpuMapError::UnknownParent {

@@ -57,7 +57,7 @@ impl CpuOrigin {
 
 /// What one facts file says about its host.
 #[derive(Debug, Clone)]
-pub struct HostFacts {
+pub struct ClusterHost {
     /// The host's name (see the module docs).
     pub name: String,
     /// The file.
@@ -79,21 +79,21 @@ pub struct HostFacts {
     pub libvirt: Option<LibvirtVersion>,
 }
 
-impl HostFacts {
+impl ClusterHost {
     /// A host described by one domcapabilities document already read by [`crate::host::Host`]
     /// (`--caps`, the daemon's snapshot): its host-model CPU, its custom models `usable='yes'`
     /// and its machine type. `name` names it in messages.
     #[must_use]
-    pub fn from_domcaps(name: &str, d: &DomCaps) -> HostFacts {
-        let mut host = HostFacts::unnamed(PathBuf::from(&d.source));
+    pub fn from_domcaps(name: &str, d: &DomCaps) -> ClusterHost {
+        let mut host = ClusterHost::unnamed(PathBuf::from(&d.source));
         host.name = name.to_string();
         host.add_domcaps(d);
         host
     }
 
     /// A host of no name yet, read from `path`, of whom nothing is known.
-    fn unnamed(path: PathBuf) -> HostFacts {
-        HostFacts {
+    fn unnamed(path: PathBuf) -> ClusterHost {
+        ClusterHost {
             name: String::new(),
             path,
             arch: String::new(),
@@ -155,8 +155,8 @@ impl HostFacts {
 /// [`ClusterError::Input`] for a file that cannot be read or is not UTF-8 XML;
 /// [`ClusterError::Facts`] for a document that is not a facts file, a directory without `*.xml`
 /// files, or two files naming the same host; [`ClusterError::NoHosts`] for an empty list.
-pub fn read_hosts(paths: &[PathBuf]) -> Result<Vec<HostFacts>, ClusterError> {
-    let mut hosts: Vec<HostFacts> = Vec::new();
+pub fn read_hosts(paths: &[PathBuf]) -> Result<Vec<ClusterHost>, ClusterError> {
+    let mut hosts: Vec<ClusterHost> = Vec::new();
     for path in paths {
         let files = if path.is_dir() {
             // Every *.xml entry is a host: one that cannot be read (a dangling link, a FIFO) is an
@@ -198,7 +198,7 @@ pub fn read_hosts(paths: &[PathBuf]) -> Result<Vec<HostFacts>, ClusterError> {
 ///
 /// # Errors
 /// As [`read_hosts`].
-pub fn read_host(path: &Path) -> Result<HostFacts, ClusterError> {
+pub fn read_host(path: &Path) -> Result<ClusterHost, ClusterError> {
     let accept = [
         "domainCapabilities",
         "capabilities",
@@ -214,7 +214,7 @@ pub fn read_host(path: &Path) -> Result<HostFacts, ClusterError> {
         .map(|n| n.to_string_lossy())
         .map(|n| n.strip_suffix(".xml").unwrap_or(&n).to_string())
         .unwrap_or_default();
-    let mut host = HostFacts::unnamed(path.to_owned());
+    let mut host = ClusterHost::unnamed(path.to_owned());
     host.name = stem;
     let fail = |message: String| facts_error(path, &message);
     match doc {

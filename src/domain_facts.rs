@@ -1,22 +1,22 @@
-//! The host facts one domain needs, resolved once, before anything is decided.
+//! The host facts one domain needs, gathered once, before anything is decided.
 //!
 //! [`crate::host::Host`] knows where facts come from (files, libvirt's caches, the kernel) and
-//! reads them lazily. [`Facts::resolve`] asks it, for one domain and its plan, every question the
+//! reads them lazily. [`DomainFacts::gather`] asks it, for one domain and its plan, every question the
 //! rewrite and the validator will have: the features of each CPU model the result can name,
 //! which feature names libvirt does not know, the domcapabilities that describe the domain, the
 //! machine type's vCPU limit, KVM's limit, the host's CPU count. Planning, editing and validation
 //! then read this value and never call `Host`, so a rule is a function of (domain, plan, facts).
 //!
-//! What is resolved is what can be asked: the models of the result are the domain's own, the
+//! What is gathered is what can be asked: the models of the result are the domain's own, the
 //! policy's and the arch's default ([`crate::cpu::default_model`]); its features are the domain's,
-//! the policy's and the psABI levels' (all known to libvirt). Costly facts are resolved only when a
-//! rule can need them, as before: the machine-type limit (libvirt's 300 KiB capability cache) only
+//! the policy's and the psABI levels' (all known to libvirt). Costly facts are gathered only when a
+//! rule can need them: the machine-type limit (libvirt's 300 KiB capability cache) only
 //! for a vCPU maximum above what every machine type of the family allows or a `vcpu.max` rule,
 //! KVM's limit only for KVM guests above 240 vCPUs or with `vcpu.max`.
 
 use crate::cpu::{default_model, is_known_x86_feature};
 use crate::domain::{Domain, cpu_features};
-use crate::host::{Fact, Host, MachineLimit};
+use crate::host::{Host, MachineLimit, Sourced};
 use crate::libvirt::cpu::CpuMode;
 use crate::libvirt::domcaps::DomCaps;
 use crate::libvirt::version::LibvirtVersion;
@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Every host fact the rewrite and the validator of one domain use.
 #[derive(Debug, Clone)]
-pub struct Facts<'h> {
+pub struct DomainFacts<'h> {
     /// Model name → its features (libvirt spellings), None for a model cpu_map does not define.
     models: BTreeMap<String, Option<BTreeSet<String>>>,
     /// Feature names (libvirt spelling) from the domain and the policy that libvirt does not know.
@@ -42,9 +42,9 @@ pub struct Facts<'h> {
     /// The machine type's vCPU limit, when a rule can need it and a source knows it.
     pub machine_limit: Option<MachineLimit>,
     /// KVM's vCPU limit, when a rule can need it and the kernel (or an override) says.
-    pub kvm_limit: Option<Fact<u32>>,
+    pub kvm_limit: Option<Sourced<u32>>,
     /// The host's online CPU count, when `vcpu.max = "host"` needs it.
-    pub host_cpus: Option<Fact<u32>>,
+    pub host_cpus: Option<Sourced<u32>>,
     /// The versioned machine type the domain's alias stands for, when a host file says.
     pub canonical_machine: Option<String>,
     /// The emulator whose (fresh) QEMU capability cache does not list the domain's machine type
@@ -52,7 +52,7 @@ pub struct Facts<'h> {
     pub machine_unsupported: Option<String>,
     /// The host's libvirt version, when a version rule can matter and a source says
     /// ([`Host::libvirt_version`]); unknown, libvirt 9.0's rules apply.
-    pub libvirt: Option<Fact<LibvirtVersion>>,
+    pub libvirt: Option<Sourced<LibvirtVersion>>,
     /// The domain's arch, virt type, and the arch of the host that runs it
     /// ([`crate::libvirt::arch::host_arch`]), for the CPU modes libvirt offers.
     arch: String,
@@ -65,10 +65,10 @@ pub struct Facts<'h> {
 /// that neither limit is looked up.
 pub const KVM_FLOOR: u32 = 240;
 
-impl<'h> Facts<'h> {
-    /// Resolve the facts `dom` under `plan` needs from `host`.
+impl<'h> DomainFacts<'h> {
+    /// Gathers from `host` the facts `dom` under `plan` needs.
     #[must_use]
-    pub fn resolve(dom: &Domain<'_>, plan: &Plan, host: &'h Host) -> Facts<'h> {
+    pub fn gather(dom: &Domain<'_>, plan: &Plan, host: &'h Host) -> DomainFacts<'h> {
         let (arch, vt, machine) = (dom.arch(), dom.virt_type(), dom.machine());
         let domcaps = host.domcaps_for(arch, vt, machine);
         let mut models = BTreeMap::new();
@@ -99,7 +99,7 @@ impl<'h> Facts<'h> {
             .is_some_and(|m| m.value == VcpuMax::Host)
             .then(|| host.cpus().cloned())
             .flatten();
-        Facts {
+        DomainFacts {
             models,
             unknown_features,
             cpu_map_source: host.cpu_map_source(),
@@ -135,7 +135,7 @@ impl<'h> Facts<'h> {
         }
     }
 
-    /// Where [`Facts::mode_supported`] answers from: a domcapabilities file or the built-in table.
+    /// Where [`DomainFacts::mode_supported`] answers from: a domcapabilities file or the built-in table.
     #[must_use]
     pub fn modes_source(&self) -> String {
         self.domcaps.map_or_else(
@@ -176,13 +176,13 @@ impl<'h> Facts<'h> {
 
     /// The features of `model` (libvirt spellings), or None when cpu_map does not define it.
     ///
-    /// Only models [`Facts::resolve`] saw can be asked: the domain's, the policy's, the arch's
+    /// Only models [`DomainFacts::gather`] saw can be asked: the domain's, the policy's, the arch's
     /// default and the host-model CPU's.
     #[must_use]
     pub fn model_features(&self, model: &str) -> Option<&BTreeSet<String>> {
         debug_assert!(
             self.models.contains_key(model),
-            "model '{model}' was not resolved"
+            "model '{model}' was not gathered"
         );
         self.models.get(model).and_then(Option::as_ref)
     }
