@@ -5,7 +5,7 @@
 //! files, so an audit works while libvirtd is down and obeys the hook's rule never to call it.
 //! Host facts are discovered once ([`Host::discover`]) and shared by every file, which is what
 //! makes 1,000 definitions take well under a second; each file's verdict is exactly what
-//! `check` gives it ([`crate::report::verdict`]).
+//! `check` gives it ([`Verdict::of`]).
 //!
 //! Besides the verdict a guest gets the columns an operator reads first: the psABI level its CPU
 //! reaches on this host ([`level_of`]), its vCPU maximum beside the machine type's limit, and the
@@ -20,6 +20,7 @@ use crate::host::{Host, MachineLimit};
 use crate::libvirt::cpu::guaranteed_features;
 use crate::pipeline::Pipeline;
 use crate::policy::{Plan, Policy};
+use crate::report::Verdict;
 use crate::rewrite::{Outcome, rewrite_pipeline};
 use crate::topology::read_vcpu;
 use crate::xml::child;
@@ -62,8 +63,8 @@ pub struct Guest {
 impl Guest {
     /// The verdict (`conforms`, `needs-rewrite`, `cannot-conform`, `out-of-scope`).
     #[must_use]
-    pub fn verdict(&self) -> &'static str {
-        crate::report::verdict(&self.outcome).0
+    pub fn verdict(&self) -> Verdict {
+        Verdict::of(&self.outcome)
     }
 }
 
@@ -105,10 +106,10 @@ impl Totals {
             match e {
                 Entry::Unreadable(..) => t.unreadable += 1,
                 Entry::Guest(g) => match g.verdict() {
-                    "conforms" => t.conforms += 1,
-                    "needs-rewrite" => t.needs_rewrite += 1,
-                    "cannot-conform" => t.cannot_conform += 1,
-                    _ => t.out_of_scope += 1,
+                    Verdict::Conforms => t.conforms += 1,
+                    Verdict::NeedsRewrite => t.needs_rewrite += 1,
+                    Verdict::CannotConform => t.cannot_conform += 1,
+                    Verdict::OutOfScope => t.out_of_scope += 1,
                 },
             }
         }
@@ -245,20 +246,20 @@ fn judge(text: &str, what: &str, policy: &Policy, host: &Host) -> crate::Result<
 /// each change; for a conforming guest, the rules that matched it. In first-seen order, once each.
 #[must_use]
 pub fn rules_involved(o: &Outcome, plan: &Plan) -> Vec<String> {
-    let names: Vec<String> = match crate::report::verdict(o).0 {
-        "cannot-conform" => o
+    let names: Vec<String> = match Verdict::of(o) {
+        Verdict::CannotConform => o
             .findings
             .iter()
             .filter(|f| f.severity == Severity::Error)
             .map(|f| {
                 f.rule
                     .clone()
-                    .unwrap_or_else(|| crate::change::libvirt_rule(f.code))
+                    .unwrap_or_else(|| crate::change::libvirt_rule(f.code.as_str()))
             })
             .collect(),
-        "needs-rewrite" => o.changes.iter().map(|c| c.rule.clone()).collect(),
-        "conforms" => plan.matched.clone(),
-        _ => Vec::new(),
+        Verdict::NeedsRewrite => o.changes.iter().map(|c| c.rule.clone()).collect(),
+        Verdict::Conforms => plan.matched.clone(),
+        Verdict::OutOfScope => Vec::new(),
     };
     let mut seen = BTreeSet::new();
     names

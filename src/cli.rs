@@ -28,8 +28,8 @@ use std::path::{Path, PathBuf};
 pub mod cluster;
 
 pub use crate::report::{
-    EXIT_BAD_INPUT, EXIT_NEEDS_REWRITE, EXIT_OK, EXIT_REFUSED, JSON_SCHEMA_VERSION, report_json,
-    verdict,
+    EXIT_BAD_INPUT, EXIT_NEEDS_REWRITE, EXIT_OK, EXIT_REFUSED, JSON_SCHEMA_VERSION, Verdict,
+    report_json,
 };
 
 /// The parsed command line.
@@ -250,7 +250,7 @@ impl From<Error> for Failure {
 /// operation is one the hook passes, drain stdin and answer before the command-line parser is even
 /// built: that is most of the cost of such a call. Returns the exit code, or None to go on.
 #[must_use]
-pub fn fast_path(args: &[std::ffi::OsString]) -> Option<i32> {
+pub fn unchecked_hook_exit(args: &[std::ffi::OsString]) -> Option<i32> {
     let [_, cmd, guest, op, sub, _extra] = args else {
         return None;
     };
@@ -262,7 +262,7 @@ pub fn fast_path(args: &[std::ffi::OsString]) -> Option<i32> {
     {
         return None;
     }
-    if crate::hook::Check::of(op, sub).is_some() {
+    if crate::hook::Phase::of(op, sub).is_some() {
         return None;
     }
     crate::hook::drain(&mut std::io::stdin().lock());
@@ -537,18 +537,18 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
 }
 
 fn report_text(o: &Outcome) -> String {
-    let (verdict, _) = verdict(o);
+    let verdict = Verdict::of(o);
     let label = guest_label(o);
     let mut s = match verdict {
-        "out-of-scope" => format!("{label}: {}\n", o.note.clone().unwrap_or_default()),
-        "cannot-conform" => format!("{label}: cannot conform to the policy\n"),
-        "needs-rewrite" => format!(
+        Verdict::OutOfScope => format!("{label}: {}\n", o.note.clone().unwrap_or_default()),
+        Verdict::CannotConform => format!("{label}: cannot conform to the policy\n"),
+        Verdict::NeedsRewrite => format!(
             "{label}: conforms only after a rewrite ({} change(s))\n",
             o.changes.len()
         ),
-        _ => format!("{label}: conforms\n"),
+        Verdict::Conforms => format!("{label}: conforms\n"),
     };
-    if verdict != "cannot-conform" {
+    if verdict != Verdict::CannotConform {
         for c in &o.changes {
             s.push_str(&format!("  - rule '{}': {}\n", c.rule, c.what));
         }
@@ -566,12 +566,12 @@ fn cmd_check(a: &CheckArgs) -> Result<i32, Failure> {
         Format::Text => report_text(&p.outcome),
     };
     write_stdout(report.as_bytes())?;
-    Ok(verdict(&p.outcome).1)
+    Ok(Verdict::of(&p.outcome).exit_code())
 }
 
 fn cmd_hook(a: &HookCmd) -> i32 {
     let mut stdin = std::io::stdin().lock();
-    let Some(check) = crate::hook::Check::of(&a.operation, &a.sub_operation) else {
+    let Some(check) = crate::hook::Phase::of(&a.operation, &a.sub_operation) else {
         // Not an operation the hook checks: no policy, no logging, just let libvirt go on.
         crate::hook::drain(&mut stdin);
         return EXIT_OK;
@@ -587,8 +587,8 @@ fn cmd_hook(a: &HookCmd) -> i32 {
         libvirt_version: a.limits.libvirt(),
     };
     match crate::hook::run(&a.guest, check, &xml, &opts) {
-        crate::hook::Verdict::Allow => EXIT_OK,
-        crate::hook::Verdict::Refuse(line) => {
+        crate::hook::Answer::Allow => EXIT_OK,
+        crate::hook::Answer::Refuse(line) => {
             crate::stdio::message_line(&line);
             EXIT_REFUSED
         }

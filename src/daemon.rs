@@ -25,7 +25,9 @@
 use crate::hook::SNAPSHOT_DIR;
 use crate::host::{Host, HostOptions, Sourced};
 use crate::libvirt::version::LibvirtVersion;
+use crate::metrics::FailureReason;
 use crate::policy::Policy;
+use crate::report::Verdict;
 use crate::rewrite::rewrite;
 use clap::{Args, Parser, Subcommand};
 use std::collections::{BTreeSet, HashMap};
@@ -146,16 +148,16 @@ fn xml_flags() -> sys::virDomainXMLFlags {
 pub struct Applied {
     /// What happened.
     pub report: Report,
-    /// `conforms`, `needs-rewrite`, `cannot-conform` or `out-of-scope` (of the definition as
-    /// read); None when it was not judged (transient, or it could not be read or parsed).
-    pub verdict: Option<&'static str>,
+    /// The verdict on the definition as read; None when it was not judged (transient, or it
+    /// could not be read or parsed).
+    pub verdict: Option<Verdict>,
     /// The rules involved ([`crate::audit::rules_involved`]; none for a conforming guest).
     pub rules: Vec<String>,
     /// The first error finding's code, or the error's ([`crate::Error::code`]).
     pub code: Option<&'static str>,
-    /// Why the guest could not be made to conform, from [`crate::metrics::FAILURE_REASONS`];
+    /// Why the guest could not be made to conform;
     /// None when it conforms now, or merely would change (dry run, audit mode).
-    pub failure: Option<&'static str>,
+    pub failure: Option<FailureReason>,
 }
 
 impl Applied {
@@ -163,7 +165,7 @@ impl Applied {
     fn unjudged(
         report: Report,
         code: Option<&'static str>,
-        failure: Option<&'static str>,
+        failure: Option<FailureReason>,
     ) -> Applied {
         Applied {
             report,
@@ -176,11 +178,11 @@ impl Applied {
 
     /// The verdict of the stored definition *after* this step: a rewritten one conforms.
     #[must_use]
-    pub fn verdict_after(&self) -> Option<&'static str> {
+    pub fn verdict_after(&self) -> Option<Verdict> {
         match self.report {
             Report::Changed {
                 backup: Some(_), ..
-            } => Some("conforms"),
+            } => Some(Verdict::Conforms),
             _ => self.verdict,
         }
     }
@@ -217,7 +219,7 @@ pub fn apply_judged(
             return Applied::unjudged(
                 Report::Refused(e.to_string()),
                 Some(e.code()),
-                Some("unreadable"),
+                Some(FailureReason::Unreadable),
             );
         }
     };
@@ -226,7 +228,8 @@ pub fn apply_judged(
         .iter()
         .find(|f| f.severity == crate::finding::Severity::Error);
     let (report, failure) = if let Some(f) = error {
-        (Report::Refused(f.to_string()), Some("cannot-conform"))
+        let cannot = FailureReason::CannotConform;
+        (Report::Refused(f.to_string()), Some(cannot))
     } else if !outcome.changed {
         (Report::Unchanged, None)
     } else if policy.mode == crate::policy::Mode::Audit {
@@ -238,9 +241,9 @@ pub fn apply_judged(
     };
     Applied {
         report,
-        verdict: Some(crate::report::verdict(&outcome).0),
+        verdict: Some(Verdict::of(&outcome)),
         rules: crate::audit::rules_involved(&outcome, &crate::policy::Plan::default()),
-        code: error.map(|f| f.code),
+        code: error.map(|f| f.code.as_str()),
         failure,
     }
 }
@@ -250,7 +253,11 @@ pub fn apply_judged(
 fn stored_definition(dom: &VirDomain) -> Result<(String, String), Box<Applied>> {
     let unreadable = |why: String| {
         let r = Report::Refused(why);
-        Box::new(Applied::unjudged(r, Some("libvirt"), Some("unreadable")))
+        Box::new(Applied::unjudged(
+            r,
+            Some("libvirt"),
+            Some(FailureReason::Unreadable),
+        ))
     };
     match dom.is_persistent() {
         Ok(true) => {}
@@ -274,7 +281,7 @@ fn define_rewritten(
     new: &str,
     backup_dir: &Path,
     dry_run: bool,
-) -> (Report, Option<&'static str>) {
+) -> (Report, Option<FailureReason>) {
     let running = dom.is_active().unwrap_or(false);
     let diff = similar::TextDiff::from_lines(old, new)
         .unified_diff()
@@ -293,7 +300,7 @@ fn define_rewritten(
         Ok(p) => p,
         Err(e) => {
             let why = format!("cannot write the backup, nothing defined: {e}");
-            return (Report::Refused(why), Some("backup"));
+            return (Report::Refused(why), Some(FailureReason::Backup));
         }
     };
     match conn.define_domain_xml(new) {
@@ -310,7 +317,7 @@ fn define_rewritten(
                 "libvirt refused the rewritten definition (old one kept, backup {}): {e}",
                 backup.display()
             )),
-            Some("define"),
+            Some(FailureReason::Define),
         ),
     }
 }
@@ -961,7 +968,7 @@ fn log_applied(name: &str, operation: &str, a: &Applied) {
         (Report::Unchanged, _) => (Decision::DaemonUnchanged, Level::DEBUG),
         (Report::Transient, _) => (Decision::DaemonTransient, Level::DEBUG),
         (Report::Changed { .. }, _) => (Decision::DaemonRewritten, Level::INFO),
-        (Report::Refused(_), Some("cannot-conform")) => {
+        (Report::Refused(_), Some(FailureReason::CannotConform)) => {
             (Decision::DaemonCannotConform, Level::WARN)
         }
         (Report::Refused(_), Some(_)) => (Decision::DaemonFailed, Level::WARN),
@@ -972,7 +979,7 @@ fn log_applied(name: &str, operation: &str, a: &Applied) {
         guest: name,
         operation,
         verdict: match (a.verdict, &a.report) {
-            (Some(v), _) => v,
+            (Some(v), _) => v.as_str(),
             (None, Report::Transient) => "transient",
             (None, _) => "error",
         },
@@ -989,7 +996,7 @@ fn log_applied(name: &str, operation: &str, a: &Applied) {
 struct Fleet {
     /// Guest → (verdict after the step, rules involved); None: its definition could not be read
     /// or parsed. Transient guests are not kept.
-    guests: std::collections::BTreeMap<String, Option<(&'static str, Vec<String>)>>,
+    guests: std::collections::BTreeMap<String, Option<(Verdict, Vec<String>)>>,
     counters: crate::metrics::Counters,
 }
 
@@ -1035,7 +1042,7 @@ impl Fleet {
         };
         for state in self.guests.values() {
             match state {
-                Some((verdict, rules)) => g.count(verdict, rules),
+                Some((verdict, rules)) => g.count(*verdict, rules),
                 None => g.unreadable += 1,
             }
         }
@@ -1338,8 +1345,8 @@ mod tests {
 
     fn applied(
         report: Report,
-        verdict: Option<&'static str>,
-        failure: Option<&'static str>,
+        verdict: Option<Verdict>,
+        failure: Option<FailureReason>,
     ) -> Applied {
         Applied {
             report,
@@ -1362,19 +1369,19 @@ mod tests {
     fn every_daemon_decision_carries_the_journal_fields() {
         let cases = [
             (
-                applied(Report::Unchanged, Some("conforms"), None),
+                applied(Report::Unchanged, Some(Verdict::Conforms), None),
                 Decision::DaemonUnchanged,
                 "conforms",
             ),
             (
-                applied(changed(), Some("needs-rewrite"), None),
+                applied(changed(), Some(Verdict::NeedsRewrite), None),
                 Decision::DaemonRewritten,
                 "needs-rewrite",
             ),
             (
                 applied(
                     Report::Refused("would change, but the policy's mode is audit".into()),
-                    Some("needs-rewrite"),
+                    Some(Verdict::NeedsRewrite),
                     None,
                 ),
                 Decision::DaemonAuditOnly,
@@ -1383,8 +1390,8 @@ mod tests {
             (
                 applied(
                     Report::Refused("error[cpu-level] ...".into()),
-                    Some("cannot-conform"),
-                    Some("cannot-conform"),
+                    Some(Verdict::CannotConform),
+                    Some(FailureReason::CannotConform),
                 ),
                 Decision::DaemonCannotConform,
                 "cannot-conform",
@@ -1392,8 +1399,8 @@ mod tests {
             (
                 applied(
                     Report::Refused("libvirt refused".into()),
-                    Some("needs-rewrite"),
-                    Some("define"),
+                    Some(Verdict::NeedsRewrite),
+                    Some(FailureReason::Define),
                 ),
                 Decision::DaemonFailed,
                 "needs-rewrite",
@@ -1496,21 +1503,28 @@ mod tests {
     #[test]
     fn fleet_counts_the_state_after_each_step() {
         let mut fleet = Fleet::default();
-        fleet.record("a", &applied(changed(), Some("needs-rewrite"), None));
+        fleet.record("a", &applied(changed(), Some(Verdict::NeedsRewrite), None));
         fleet.record(
             "b",
             &applied(
                 Report::Refused("x".into()),
-                Some("cannot-conform"),
-                Some("cannot-conform"),
+                Some(Verdict::CannotConform),
+                Some(FailureReason::CannotConform),
             ),
         );
-        fleet.record("c", &applied(Report::Unchanged, Some("out-of-scope"), None));
+        fleet.record(
+            "c",
+            &applied(Report::Unchanged, Some(Verdict::OutOfScope), None),
+        );
         fleet.record(
             "d",
             &Applied {
                 verdict: None,
-                ..applied(Report::Refused("parse".into()), None, Some("unreadable"))
+                ..applied(
+                    Report::Refused("parse".into()),
+                    None,
+                    Some(FailureReason::Unreadable),
+                )
             },
         );
         fleet.record("t", &applied(Report::Transient, None, None));
@@ -1521,13 +1535,13 @@ mod tests {
         .unwrap();
         let g = fleet.gauges(&host, Some("9.0.0".into()));
         assert_eq!(
-            g.guests.get("conforms"),
+            g.guests.get(&Verdict::Conforms),
             Some(&1),
             "the rewritten guest conforms now"
         );
-        assert_eq!(g.guests.get("cannot-conform"), Some(&1));
-        assert_eq!(g.guests.get("out-of-scope"), Some(&1));
-        assert_eq!(g.guests.get("needs-rewrite"), None);
+        assert_eq!(g.guests.get(&Verdict::CannotConform), Some(&1));
+        assert_eq!(g.guests.get(&Verdict::OutOfScope), Some(&1));
+        assert_eq!(g.guests.get(&Verdict::NeedsRewrite), None);
         assert_eq!(g.unreadable, 1);
         assert_eq!(g.libvirt_version.as_deref(), Some("9.0.0"));
         assert_eq!(fleet.counters.rewrites, 1);
@@ -1535,13 +1549,19 @@ mod tests {
             fleet.counters.rule_rewrites.get("x86-64-v2 baseline"),
             Some(&1)
         );
-        assert_eq!(fleet.counters.failures.get("cannot-conform"), Some(&1));
-        assert_eq!(fleet.counters.failures.get("unreadable"), Some(&1));
+        assert_eq!(
+            fleet.counters.failures.get(&FailureReason::CannotConform),
+            Some(&1)
+        );
+        assert_eq!(
+            fleet.counters.failures.get(&FailureReason::Unreadable),
+            Some(&1)
+        );
         // The same guest again: its state is replaced, the counters grow.
-        fleet.record("b", &applied(changed(), Some("needs-rewrite"), None));
+        fleet.record("b", &applied(changed(), Some(Verdict::NeedsRewrite), None));
         let g = fleet.gauges(&host, None);
-        assert_eq!(g.guests.get("conforms"), Some(&2));
-        assert_eq!(g.guests.get("cannot-conform"), None);
+        assert_eq!(g.guests.get(&Verdict::Conforms), Some(&2));
+        assert_eq!(g.guests.get(&Verdict::CannotConform), None);
         assert_eq!(fleet.counters.rewrites, 2);
     }
 

@@ -20,7 +20,7 @@ use crate::cpu::Level;
 use crate::domain::{Domain, cpu_features};
 use crate::domain_facts::DomainFacts;
 use crate::error::Error;
-use crate::finding::{Finding, Severity};
+use crate::finding::{Code, Finding, Severity};
 use crate::host::{Host, HostOptions};
 use crate::libvirt::cpu::{FeaturePolicy, guaranteed_features};
 use crate::log::{Decision, Fields};
@@ -36,9 +36,9 @@ use std::path::{Path, PathBuf};
 /// read by the hook as host facts (DESIGN.md section 5, source 2).
 pub const SNAPSHOT_DIR: &str = "/var/lib/virt-cpu-policy";
 
-/// The operations the hook checks (libvirt's OPERATION SUB-OPERATION pairs).
+/// The phases of a guest's life the hook checks (libvirt's OPERATION SUB-OPERATION pairs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Check {
+pub enum Phase {
     /// `prepare begin`.
     Prepare,
     /// `started begin`.
@@ -49,32 +49,32 @@ pub enum Check {
     Restore,
 }
 
-impl Check {
-    /// The check for an OPERATION SUB-OPERATION pair, or None for operations the hook passes.
+impl Phase {
+    /// The phase of an OPERATION SUB-OPERATION pair, or None for operations the hook passes.
     #[must_use]
-    pub fn of(operation: &str, sub_operation: &str) -> Option<Check> {
+    pub fn of(operation: &str, sub_operation: &str) -> Option<Phase> {
         match (operation, sub_operation) {
-            ("prepare", "begin") => Some(Check::Prepare),
-            ("started", "begin") => Some(Check::Started),
-            ("migrate", "begin") => Some(Check::Migrate),
-            ("restore", "begin") => Some(Check::Restore),
+            ("prepare", "begin") => Some(Phase::Prepare),
+            ("started", "begin") => Some(Phase::Started),
+            ("migrate", "begin") => Some(Phase::Migrate),
+            ("restore", "begin") => Some(Phase::Restore),
             _ => None,
         }
     }
 
     fn as_str(self) -> &'static str {
         match self {
-            Check::Prepare => "prepare",
-            Check::Started => "started",
-            Check::Migrate => "migrate",
-            Check::Restore => "restore",
+            Phase::Prepare => "prepare",
+            Phase::Started => "started",
+            Phase::Migrate => "migrate",
+            Phase::Restore => "restore",
         }
     }
 }
 
 /// What the hook decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Answer {
     /// Let libvirt go on (exit 0).
     Allow,
     /// Refuse with this one line (exit 1), already in the form
@@ -111,11 +111,11 @@ pub fn refusal(guest: &str, what: &str, rule: &str, fix: &str) -> String {
     ))
 }
 
-/// Run the hook for `guest` and `check` with the domain XML in `xml`.
+/// Run the hook for `guest` in `phase` with the domain XML in `xml`.
 ///
 /// Never panics on bad input: the tool's own failures (policy unreadable or invalid, XML that does
 /// not parse, broken host facts) follow `[hook] on_error`, and `mode = "audit"` never refuses.
-pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict {
+pub fn run(guest: &str, phase: Phase, xml: &[u8], opts: &HookOptions) -> Answer {
     let policy = match Policy::load(opts.policy.as_deref()) {
         Ok(p) => p,
         Err(e) => {
@@ -131,7 +131,7 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
                 .unwrap_or_default();
             return tool_failure(
                 guest,
-                check,
+                phase,
                 on_error,
                 false,
                 &e,
@@ -141,7 +141,7 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
     };
     let audit = policy.mode == Mode::Audit;
     let fail =
-        |e: &Error, fix: &str| tool_failure(guest, check, policy.hook.on_error, audit, e, fix);
+        |e: &Error, fix: &str| tool_failure(guest, phase, policy.hook.on_error, audit, e, fix);
     let text = match decode(xml, "the domain XML") {
         Ok(t) => t,
         Err(e) => return fail(&e, "report the XML libvirt passed as a bug"),
@@ -163,10 +163,10 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
         Ok(h) => h,
         Err(e) => return fail(&e, "repair the host-fact files named in the policy"),
     };
-    let verdict = match check {
-        Check::Prepare => prepare(guest, text, &policy, &host),
-        Check::Started => started(guest, text, &policy, &host),
-        Check::Migrate | Check::Restore => destination(guest, check, text, &policy, &host),
+    let verdict = match phase {
+        Phase::Prepare => prepare(guest, text, &policy, &host),
+        Phase::Started => started(guest, text, &policy, &host),
+        Phase::Migrate | Phase::Restore => destination(guest, phase, text, &policy, &host),
     };
     match verdict {
         Err(e @ Error::Cluster(_)) => fail(
@@ -180,12 +180,12 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
 
 fn tool_failure(
     guest: &str,
-    check: Check,
+    phase: Phase,
     on_error: OnError,
     audit: bool,
     e: &Error,
     fix: &str,
-) -> Verdict {
+) -> Answer {
     let line = refusal(
         guest,
         &format!("the hook cannot check this guest: {}", e.one_line()),
@@ -193,121 +193,104 @@ fn tool_failure(
         fix,
     );
     let refuse = on_error == OnError::Deny && !audit;
-    let (kind, verdict, decision) = if refuse {
-        (
-            Decision::HookErrorRefused,
-            "refuse",
-            "refuse (on_error = deny)",
-        )
+    let (kind, decision) = if refuse {
+        (Decision::HookErrorRefused, "refuse (on_error = deny)")
     } else {
-        (
-            Decision::HookErrorAllowed,
-            "allow",
-            "allow (on_error = allow)",
-        )
+        (Decision::HookErrorAllowed, "allow (on_error = allow)")
     };
     let fields = Fields {
         guest,
-        operation: check.as_str(),
-        verdict,
+        operation: phase.as_str(),
+        verdict: kind.hook_verdict(),
         rule: Some(crate::change::HOOK_ERROR_RULE),
         code: Some(e.code()),
         decision,
     };
     crate::log::decision(kind, tracing::Level::ERROR, &fields, &e.one_line());
     if refuse {
-        Verdict::Refuse(line)
+        Answer::Refuse(line)
     } else {
-        Verdict::Allow
+        Answer::Allow
     }
 }
 
 /// Log an allowed guest (nothing wrong found) and allow it.
-fn allowed(guest: &str, check: Check, reason: &str) -> Verdict {
+fn allowed(guest: &str, phase: Phase, reason: &str) -> Answer {
+    let kind = Decision::HookAllowed;
     let fields = Fields {
         guest,
-        operation: check.as_str(),
-        verdict: "allow",
-        decision: "allow",
+        operation: phase.as_str(),
+        verdict: kind.hook_verdict(),
+        decision: kind.hook_verdict(),
         ..Fields::default()
     };
-    crate::log::decision(Decision::HookAllowed, tracing::Level::INFO, &fields, reason);
-    Verdict::Allow
+    crate::log::decision(kind, tracing::Level::INFO, &fields, reason);
+    Answer::Allow
 }
 
 /// A guest that does not conform: `on_violation` decides (audit mode never refuses). `rule` and
 /// `code` name what it breaks, for the log.
 fn violation(
     guest: &str,
-    check: Check,
+    phase: Phase,
     policy: &Policy,
     line: String,
     rule: &str,
     code: Option<&str>,
-) -> Verdict {
-    let (kind, verdict, decision) = if policy.mode == Mode::Audit {
-        (
-            Decision::HookViolationAllowed,
-            "allow",
-            "allow (audit mode)",
-        )
+) -> Answer {
+    let (kind, decision) = if policy.mode == Mode::Audit {
+        (Decision::HookViolationAllowed, "allow (audit mode)")
     } else if policy.hook.on_violation == OnViolation::Deny {
         (
             Decision::HookViolationRefused,
-            "refuse",
             "refuse (on_violation = deny)",
         )
     } else {
         (
             Decision::HookViolationAllowed,
-            "allow",
             "allow (on_violation = warn)",
         )
     };
     let fields = Fields {
         guest,
-        operation: check.as_str(),
-        verdict,
+        operation: phase.as_str(),
+        verdict: kind.hook_verdict(),
         rule: Some(rule),
         code,
         decision,
     };
     crate::log::decision(kind, tracing::Level::WARN, &fields, &line);
-    if verdict == "refuse" {
-        Verdict::Refuse(line)
+    if kind.refuses() {
+        Answer::Refuse(line)
     } else {
-        Verdict::Allow
+        Answer::Allow
     }
 }
 
 /// A refusal libvirt or QEMU would make anyway (not subject to `on_violation`; audit mode only
 /// logs it).
-fn hard_refusal(guest: &str, check: Check, policy: &Policy, f: &Finding) -> Verdict {
+fn hard_refusal(guest: &str, phase: Phase, policy: &Policy, f: &Finding) -> Answer {
     let line = finding_line(guest, f);
     let audit = policy.mode == Mode::Audit;
-    let (kind, verdict, decision) = if audit {
-        (
-            Decision::HookViolationAllowed,
-            "allow",
-            "allow (audit mode)",
-        )
+    let (kind, decision) = if audit {
+        (Decision::HookViolationAllowed, "allow (audit mode)")
     } else {
-        (Decision::HookLibvirtRefused, "refuse", "refuse")
+        (Decision::HookLibvirtRefused, "refuse")
     };
     let rule = finding_rule(f);
     let fields = Fields {
         guest,
-        operation: check.as_str(),
-        verdict,
+        operation: phase.as_str(),
+        verdict: kind.hook_verdict(),
         rule: Some(&rule),
-        code: Some(f.code),
+        code: Some(f.code.as_str()),
         decision,
     };
     crate::log::decision(kind, tracing::Level::WARN, &fields, &line);
     if audit {
-        Verdict::Allow
+        Answer::Allow
     } else {
-        Verdict::Refuse(line)
+        Answer::Refuse(line)
     }
 }
 
@@ -315,7 +298,7 @@ fn hard_refusal(guest: &str, check: Check, policy: &Policy, f: &Finding) -> Verd
 fn finding_rule(f: &Finding) -> String {
     f.rule
         .clone()
-        .unwrap_or_else(|| crate::change::libvirt_rule(f.code))
+        .unwrap_or_else(|| crate::change::libvirt_rule(f.code.as_str()))
 }
 
 fn finding_line(guest: &str, f: &Finding) -> String {
@@ -328,49 +311,55 @@ fn finding_line(guest: &str, f: &Finding) -> String {
     refusal(guest, &f.message, &rule, fix)
 }
 
-fn log_warnings(guest: &str, check: Check, findings: &[Finding]) {
+fn log_warnings(guest: &str, phase: Phase, findings: &[Finding]) {
     for f in findings.iter().filter(|f| f.severity == Severity::Warning) {
         let message = one_line(&f.message);
-        crate::log::warning(guest, check.as_str(), f.rule.as_deref(), f.code, &message);
+        crate::log::warning(
+            guest,
+            phase.as_str(),
+            f.rule.as_deref(),
+            f.code.as_str(),
+            &message,
+        );
     }
 }
 
 /// Findings that come from the policy rather than from libvirt's rules.
-const POLICY_CODES: [&str; 6] = [
-    "cpu-level",
-    "policy-conflict",
-    "level-arch",
-    "cpu-multiple",
-    "cluster-level",
-    "cluster-feature",
+const POLICY_CODES: [Code; 6] = [
+    Code::CpuLevel,
+    Code::PolicyConflict,
+    Code::LevelArch,
+    Code::CpuMultiple,
+    Code::ClusterLevel,
+    Code::ClusterFeature,
 ];
 
 /// `prepare begin`: libvirt's own rules on the XML as it will start (it would fail anyway: always
 /// refused), then the policy (a rewrite would change something: `on_violation`).
-fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verdict, Error> {
+fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Answer, Error> {
     let dom = Domain::parse(text, "the domain XML")?;
     if !dom.in_scope() {
-        return Ok(Verdict::Allow);
+        return Ok(Answer::Allow);
     }
     let p = Pipeline::new(dom, policy, host)?;
     let findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
-    log_warnings(guest, Check::Prepare, &findings);
+    log_warnings(guest, Phase::Prepare, &findings);
     if let Some(f) = findings
         .iter()
         .find(|f| f.severity == Severity::Error && !POLICY_CODES.contains(&f.code))
     {
-        return Ok(hard_refusal(guest, Check::Prepare, policy, f));
+        return Ok(hard_refusal(guest, Phase::Prepare, policy, f));
     }
     let o = rewrite_pipeline(&p, "the domain XML", policy)?;
     if !o.changed && !o.has_errors() {
-        return Ok(allowed(guest, Check::Prepare, "conforms"));
+        return Ok(allowed(guest, Phase::Prepare, "conforms"));
     }
     let policy_unmet = findings.iter().any(|f| POLICY_CODES.contains(&f.code));
     if !policy_unmet && !o.has_errors() && builtin_only(&o.changes) {
         return Ok(builtin_cleanups(guest, &o.changes));
     }
     let (line, rule, code) = nonconformance(guest, &findings, &o);
-    Ok(violation(guest, Check::Prepare, policy, line, &rule, code))
+    Ok(violation(guest, Phase::Prepare, policy, line, &rule, code))
 }
 
 /// Whether every change is one of libvirt's built-in cleanups ([`BUILTIN_RULE`]), and there is
@@ -383,11 +372,11 @@ fn builtin_only(changes: &[Change]) -> bool {
 /// `match` under host-model, a model written twice...): libvirt starts it as it is, and refusing a
 /// start takes an operator's rule, so it is let through (whatever `on_violation` says) with each
 /// change logged as a hook warning (code `builtin-change`).
-fn builtin_cleanups(guest: &str, changes: &[Change]) -> Verdict {
+fn builtin_cleanups(guest: &str, changes: &[Change]) -> Answer {
     for c in changes {
         crate::log::warning(
             guest,
-            Check::Prepare.as_str(),
+            Phase::Prepare.as_str(),
             Some(BUILTIN_RULE),
             "builtin-change",
             &one_line(&format!("a rewrite would make this change: {}", c.what)),
@@ -395,8 +384,8 @@ fn builtin_cleanups(guest: &str, changes: &[Change]) -> Verdict {
     }
     let fields = Fields {
         guest,
-        operation: Check::Prepare.as_str(),
-        verdict: "allow",
+        operation: Phase::Prepare.as_str(),
+        verdict: Decision::HookAllowed.hook_verdict(),
         rule: Some(BUILTIN_RULE),
         decision: "allow (built-in changes only)",
         ..Fields::default()
@@ -411,7 +400,7 @@ fn builtin_cleanups(guest: &str, changes: &[Change]) -> Verdict {
         &fields,
         &message,
     );
-    Verdict::Allow
+    Answer::Allow
 }
 
 /// The refusal line, rule and code for a guest that does not conform: the policy finding, else
@@ -427,11 +416,15 @@ fn nonconformance<'f>(
         return (
             refusal(guest, &f.message, rule, fix),
             rule.to_string(),
-            Some(f.code),
+            Some(f.code.as_str()),
         );
     }
     if let Some(f) = o.findings.iter().find(|f| f.severity == Severity::Error) {
-        return (finding_line(guest, f), finding_rule(f), Some(f.code));
+        return (
+            finding_line(guest, f),
+            finding_rule(f),
+            Some(f.code.as_str()),
+        );
     }
     // A refusal names an operator's rule: a policy change before any built-in cleanup.
     let first = o.changes.iter().find(|c| c.rule != BUILTIN_RULE);
@@ -462,12 +455,12 @@ fn nonconformance<'f>(
 
 /// `started begin`: what the guest really got. libvirt's live XML carries the features QEMU could
 /// not give as `<feature policy='disable'>` (seen with libvirt 9.0 on a KVM lacking pni/popcnt).
-fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verdict, Error> {
+fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Answer, Error> {
     let dom = Domain::parse(text, "the live domain XML")?;
     if !dom.in_scope() {
-        return Ok(Verdict::Allow);
+        return Ok(Answer::Allow);
     }
-    let allow = |reason: &str| Ok(allowed(guest, Check::Started, reason));
+    let allow = |reason: &str| Ok(allowed(guest, Phase::Started, reason));
     let live = dom
         .cpus()
         .first()
@@ -516,7 +509,7 @@ fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
     );
     Ok(violation(
         guest,
-        Check::Started,
+        Phase::Started,
         policy,
         line,
         &short.rule,
@@ -551,7 +544,7 @@ fn live_shortfall(
                     .collect(),
                 rule: level.rule.clone(),
                 what: format!("the started CPU is not {}", level.value),
-                code: "cpu-level",
+                code: Code::CpuLevel.as_str(),
             });
         }
     }
@@ -578,14 +571,14 @@ fn live_shortfall(
 /// `migrate begin` / `restore begin` on the destination: can this host run the guest?
 fn destination(
     guest: &str,
-    check: Check,
+    phase: Phase,
     text: &str,
     policy: &Policy,
     host: &Host,
-) -> Result<Verdict, Error> {
+) -> Result<Answer, Error> {
     let dom = Domain::parse(text, "the incoming domain XML")?;
     if !dom.in_scope() {
-        return Ok(Verdict::Allow);
+        return Ok(Answer::Allow);
     }
     let p = Pipeline::new(dom, policy, host)?;
     let findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
@@ -600,32 +593,32 @@ fn destination(
     let compared = !matches!(cpu, CpuCompare::NotCompared(_));
     let blocking = findings.iter().find(|f| {
         (f.severity == Severity::Error && !POLICY_CODES.contains(&f.code))
-            || f.code == "host-level"
-            || (f.code == "cpu-model-unusable" && !compared)
+            || f.code == Code::HostLevel
+            || (f.code == Code::CpuModelUnusable && !compared)
     });
     if let Some(f) = blocking {
-        return Ok(hard_refusal(guest, check, policy, f));
+        return Ok(hard_refusal(guest, phase, policy, f));
     }
     let cpu = match cpu {
-        CpuCompare::Incompatible(f) => return Ok(hard_refusal(guest, check, policy, &f)),
+        CpuCompare::Incompatible(f) => return Ok(hard_refusal(guest, phase, policy, &f)),
         CpuCompare::Runs(what) | CpuCompare::NotCompared(what) => what,
     };
-    log_warnings(guest, check, &findings);
+    log_warnings(guest, phase, &findings);
     let unmet: Vec<&Finding> = findings
         .iter()
         .filter(|f| POLICY_CODES.contains(&f.code))
         .collect();
     let runs = format!("this host can run the guest ({cpu})");
     if unmet.is_empty() {
-        return Ok(allowed(guest, check, &runs));
+        return Ok(allowed(guest, phase, &runs));
     }
-    Ok(policy_not_met(guest, check, &unmet, &runs))
+    Ok(policy_not_met(guest, phase, &unmet, &runs))
 }
 
 /// An incoming guest that runs here but misses the policy: let in, since libvirt keeps its CPU on
 /// migrate and restore, with one decision for all it misses (its rules joined with `, `, the
 /// first finding's code).
-fn policy_not_met(guest: &str, check: Check, unmet: &[&Finding], runs: &str) -> Verdict {
+fn policy_not_met(guest: &str, phase: Phase, unmet: &[&Finding], runs: &str) -> Answer {
     let mut rules: Vec<String> = Vec::new();
     for rule in unmet.iter().map(|f| finding_rule(f)) {
         if !rules.contains(&rule) {
@@ -635,10 +628,10 @@ fn policy_not_met(guest: &str, check: Check, unmet: &[&Finding], runs: &str) -> 
     let rules = rules.join(", ");
     let fields = Fields {
         guest,
-        operation: check.as_str(),
-        verdict: "allow",
+        operation: phase.as_str(),
+        verdict: Decision::HookViolationAllowed.hook_verdict(),
         rule: Some(&rules),
-        code: unmet.first().map(|f| f.code),
+        code: unmet.first().map(|f| f.code.as_str()),
         decision: "allow (policy not met; the CPU cannot change on migrate/restore)",
     };
     let mut message: Vec<&str> = unmet.iter().map(|f| f.message.as_str()).collect();
@@ -649,7 +642,7 @@ fn policy_not_met(guest: &str, check: Check, unmet: &[&Finding], runs: &str) -> 
         &fields,
         &one_line(&message.join("; ")),
     );
-    Verdict::Allow
+    Answer::Allow
 }
 
 /// What comparing the incoming guest's CPU with this host's found.
@@ -668,7 +661,7 @@ enum CpuCompare {
 /// the host's when it starts the incoming guest (`check='partial'`) or checks what QEMU gave
 /// (`check='full'`), so an incompatible CPU fails later anyway, after the migration began.
 fn compare_cpu(dom: &Domain<'_>, text: &str, facts: &DomainFacts<'_>, host: &Host) -> CpuCompare {
-    use crate::cluster::compare::{Verdict as Cmp, compare, guest_cpu};
+    use crate::cluster::compare::{Compatibility as Cmp, compare, guest_cpu};
     let not = |why: String| CpuCompare::NotCompared(format!("CPU not compared: {why}"));
     let Some(cpu) = dom.cpus().first().copied() else {
         return not("the guest has no <cpu>".into());
@@ -724,7 +717,7 @@ fn compare_cpu(dom: &Domain<'_>, text: &str, facts: &DomainFacts<'_>, host: &Hos
                 "libvirt's own CPU check would refuse the guest when it starts here"
             };
             CpuCompare::Incompatible(Finding::error(
-                "cpu-incompatible",
+                Code::CpuIncompatible,
                 format!(
                     "this host cannot run the guest's CPU (model {model}): {reason} (this host's host-model CPU from {}; {when})",
                     d.source

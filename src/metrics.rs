@@ -14,6 +14,7 @@
 
 use crate::cpu::{Level, normalize_feature};
 use crate::host::Host;
+use crate::report::Verdict;
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -23,20 +24,40 @@ use prometheus_client::registry::{Registry, Unit};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
-/// The verdicts a guest can have (the `verdict` label), as `check` names them
-/// ([`crate::report::verdict`]).
-pub const VERDICTS: [&str; 4] = [
-    "conforms",
-    "needs-rewrite",
-    "cannot-conform",
-    "out-of-scope",
-];
-
 /// Why the daemon could not make a guest conform (the `reason` label of
-/// `virt_cpu_policy_failures_total`): the definition cannot conform to the policy; libvirt could
-/// not give it or it does not parse; its backup could not be written; libvirt refused the
-/// rewritten definition.
-pub const FAILURE_REASONS: [&str; 4] = ["cannot-conform", "unreadable", "backup", "define"];
+/// `virt_cpu_policy_failures_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FailureReason {
+    /// `cannot-conform`: the definition cannot conform to the policy.
+    CannotConform,
+    /// `unreadable`: libvirt could not give the definition, or it does not parse.
+    Unreadable,
+    /// `backup`: its backup could not be written (nothing defined).
+    Backup,
+    /// `define`: libvirt refused the rewritten definition.
+    Define,
+}
+
+impl FailureReason {
+    /// Every reason, in the order the metric lists them.
+    pub const ALL: [FailureReason; 4] = [
+        FailureReason::CannotConform,
+        FailureReason::Unreadable,
+        FailureReason::Backup,
+        FailureReason::Define,
+    ];
+
+    /// The `reason` label.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::CannotConform => "cannot-conform",
+            FailureReason::Unreadable => "unreadable",
+            FailureReason::Backup => "backup",
+            FailureReason::Define => "define",
+        }
+    }
+}
 
 /// The label set of one series: (name, value) pairs.
 type Labels = Vec<(String, String)>;
@@ -65,13 +86,13 @@ pub const SOURCE_CPUINFO: &str = "/proc/cpuinfo (physical CPU, not what KVM give
 /// The state of the stored definitions at one point in time: what the gauges say.
 #[derive(Debug, Clone, Default)]
 pub struct Gauges {
-    /// Guests by verdict (keys from [`VERDICTS`]; a missing key is 0).
-    pub guests: BTreeMap<&'static str, u64>,
+    /// Guests by verdict (a missing key is 0).
+    pub guests: BTreeMap<Verdict, u64>,
     /// Definitions that could not be read or judged (unreadable file, malformed XML).
     pub unreadable: u64,
     /// (rule, verdict) → guests with that verdict in which the rule is involved; only
     /// `needs-rewrite` and `cannot-conform` are counted.
-    pub rule_guests: BTreeMap<(String, &'static str), u64>,
+    pub rule_guests: BTreeMap<(String, Verdict), u64>,
     /// The host's level ([`host_level`]).
     pub host_level: HostLevel,
     /// The host's libvirt version (`MAJOR.MINOR.MICRO`), when known.
@@ -83,10 +104,10 @@ pub struct Gauges {
 }
 
 impl Gauges {
-    /// Count one guest with `verdict` (one of [`VERDICTS`]) and the rules involved in it.
-    pub fn count(&mut self, verdict: &'static str, rules: &[String]) {
+    /// Count one guest with `verdict` and the rules involved in it.
+    pub fn count(&mut self, verdict: Verdict, rules: &[String]) {
         *self.guests.entry(verdict).or_default() += 1;
-        if matches!(verdict, "needs-rewrite" | "cannot-conform") {
+        if matches!(verdict, Verdict::NeedsRewrite | Verdict::CannotConform) {
             for r in rules {
                 *self.rule_guests.entry((r.clone(), verdict)).or_default() += 1;
             }
@@ -101,9 +122,9 @@ pub struct Counters {
     pub rewrites: u64,
     /// Rule → rewrites in which it changed something.
     pub rule_rewrites: BTreeMap<String, u64>,
-    /// Reason (from [`FAILURE_REASONS`]) → guests that could not be made to conform, counted at
-    /// each reconciliation that met them.
-    pub failures: BTreeMap<&'static str, u64>,
+    /// Reason → guests that could not be made to conform, counted at each reconciliation that
+    /// met them.
+    pub failures: BTreeMap<FailureReason, u64>,
     /// Reconciliations run (full and per event).
     pub reconciles: u64,
 }
@@ -214,10 +235,10 @@ fn register_gauges(reg: &mut Registry, g: &Gauges) {
         "Stored guest definitions by verdict (conforms, needs-rewrite, cannot-conform, out-of-scope)",
         guests.clone(),
     );
-    for v in VERDICTS {
-        let n = g.guests.get(v).copied().unwrap_or(0);
+    for v in Verdict::ALL {
+        let n = g.guests.get(&v).copied().unwrap_or(0);
         guests
-            .get_or_create(&labels(&[("verdict", v)]))
+            .get_or_create(&labels(&[("verdict", v.as_str())]))
             .set(clamp(n));
     }
     let unreadable = Gauge::<i64>::default();
@@ -235,7 +256,7 @@ fn register_gauges(reg: &mut Registry, g: &Gauges) {
     );
     for ((rule, verdict), n) in &g.rule_guests {
         rules
-            .get_or_create(&labels(&[("rule", rule), ("verdict", verdict)]))
+            .get_or_create(&labels(&[("rule", rule), ("verdict", verdict.as_str())]))
             .set(clamp(*n));
     }
     let level = g.host_level.level.map_or("unknown", Level::as_str);
@@ -307,10 +328,10 @@ fn register_counters(reg: &mut Registry, c: &Counters, rules: &[String]) {
         "Guests the daemon could not make conform since it started, by reason, counted at each reconciliation that met them",
         failures.clone(),
     );
-    for reason in FAILURE_REASONS {
-        let n = c.failures.get(reason).copied().unwrap_or(0);
+    for reason in FailureReason::ALL {
+        let n = c.failures.get(&reason).copied().unwrap_or(0);
         failures
-            .get_or_create(&labels(&[("reason", reason)]))
+            .get_or_create(&labels(&[("reason", reason.as_str())]))
             .inc_by(n);
     }
     let reconciles = Counter::<u64>::default();
@@ -378,13 +399,16 @@ mod tests {
             duration_seconds: 0.25,
             ..Gauges::default()
         };
-        g.count("conforms", &["v2".into()]);
+        g.count(Verdict::Conforms, &["v2".into()]);
         g.count(
-            "needs-rewrite",
+            Verdict::NeedsRewrite,
             &["v2".into(), "built-in: libvirt rules".into()],
         );
-        g.count("needs-rewrite", &["v2".into()]);
-        g.count("cannot-conform", &["libvirt: topology-mismatch".into()]);
+        g.count(Verdict::NeedsRewrite, &["v2".into()]);
+        g.count(
+            Verdict::CannotConform,
+            &["libvirt: topology-mismatch".into()],
+        );
         g.unreadable = 2;
         g
     }
@@ -434,7 +458,7 @@ mod tests {
             ..Counters::default()
         };
         c.rule_rewrites.insert("v2".into(), 3);
-        c.failures.insert("define", 1);
+        c.failures.insert(FailureReason::Define, 1);
         let text = render(&sample(), Some(&c), &["v2".into(), "v3 \"quoted\"".into()]);
         for line in [
             "# TYPE virt_cpu_policy_rewrites_total counter",
@@ -457,11 +481,11 @@ mod tests {
     fn series_come_sorted_and_every_render_is_the_same() {
         let mut g = sample();
         for rule in ["b rule", "a rule", "z rule", "m rule", "c rule"] {
-            g.count("needs-rewrite", &[rule.into()]);
-            g.count("cannot-conform", &[rule.into()]);
+            g.count(Verdict::NeedsRewrite, &[rule.into()]);
+            g.count(Verdict::CannotConform, &[rule.into()]);
         }
         let mut c = Counters::default();
-        c.failures.insert("backup", 2);
+        c.failures.insert(FailureReason::Backup, 2);
         let first = render(&g, Some(&c), &["y".into(), "x".into(), "w".into()]);
         for _ in 0..20 {
             assert_eq!(

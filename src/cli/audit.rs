@@ -139,7 +139,7 @@ fn text(entries: &[Entry], t: &Totals) -> String {
                 };
                 rows.push([
                     name,
-                    g.verdict().into(),
+                    g.verdict().as_str().into(),
                     level_cell(g),
                     vcpu_cell(g),
                     rules,

@@ -176,7 +176,7 @@ pub(super) fn cmd_compare(a: &CompareArgs) -> Result<i32, Failure> {
     let result = compare::compare(&map, &host, &guest, &guest_path)?;
     let json = matches!(a.format, Format::Json);
     write_stdout(render_compare(&host, &guest, &result, json).as_bytes())?;
-    if result.verdict == compare::Verdict::Incompatible {
+    if result.verdict == compare::Compatibility::Incompatible {
         crate::stdio::message_line(&format!(
             "virt-cpu-policy: the guest CPU cannot run on host {}: {}",
             host.name,

@@ -18,9 +18,9 @@ use crate::libvirt::cpu_map::x86::{CpuData, X86Map};
 use crate::xml::parse_xml;
 use std::path::Path;
 
-/// The answer, as libvirt's `virCPUCompareResult`.
+/// Whether a guest CPU runs on a host, as libvirt's `virCPUCompareResult` says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Compatibility {
     /// The host's CPU is exactly the guest's.
     Identical,
     /// The host has everything the guest needs, and more: the guest runs.
@@ -29,14 +29,14 @@ pub enum Verdict {
     Incompatible,
 }
 
-impl Verdict {
+impl Compatibility {
     /// `identical`, `superset` or `incompatible`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
-            Verdict::Identical => "identical",
-            Verdict::Superset => "superset",
-            Verdict::Incompatible => "incompatible",
+            Compatibility::Identical => "identical",
+            Compatibility::Superset => "superset",
+            Compatibility::Incompatible => "incompatible",
         }
     }
 }
@@ -57,7 +57,7 @@ pub struct GuestCpu {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Comparison {
     /// The verdict.
-    pub verdict: Verdict,
+    pub verdict: Compatibility,
     /// libvirt's reason for `incompatible` (its exact words, e.g. "Host CPU does not provide
     /// required features: pni, popcnt"), else None.
     pub message: Option<String>,
@@ -131,7 +131,7 @@ pub fn compare(
 ) -> Result<Comparison, ClusterError> {
     let host_cpu = host_cpu(host)?;
     let mut answer = Comparison {
-        verdict: Verdict::Incompatible,
+        verdict: Compatibility::Incompatible,
         message: None,
         missing: Vec::new(),
         forbidden: Vec::new(),
@@ -228,14 +228,14 @@ fn compare_features(
     }
     answer.extra = names(&diff);
     if diff.is_empty() {
-        answer.verdict = Verdict::Identical;
+        answer.verdict = Compatibility::Identical;
     } else if guest.matching == CpuMatch::Strict {
         answer.message = Some(format!(
             "Host CPU does not strictly match guest CPU: Extra features: {}",
             answer.extra.join(", ")
         ));
     } else {
-        answer.verdict = Verdict::Superset;
+        answer.verdict = Compatibility::Superset;
     }
     Ok(answer)
 }
@@ -288,19 +288,19 @@ mod tests {
             &h,
             "<cpu><model>Nehalem</model><feature name='vme'/><feature policy='disable' name='pni'/></cpu>",
         );
-        assert_eq!(same.verdict, Verdict::Identical, "{same:?}");
+        assert_eq!(same.verdict, Compatibility::Identical, "{same:?}");
         let sub = run(
             &map,
             &h,
             "<domain><name>g</name><cpu mode='custom'><model>Penryn</model></cpu></domain>",
         );
-        assert_eq!(sub.verdict, Verdict::Incompatible);
+        assert_eq!(sub.verdict, Compatibility::Incompatible);
         assert_eq!(sub.missing, ["pni"]);
         let small = run(&map, &h, "<cpu><model>pentium</model></cpu>");
-        assert_eq!(small.verdict, Verdict::Superset);
+        assert_eq!(small.verdict, Compatibility::Superset);
         assert!(small.extra.contains(&"sse2".to_string()));
         let strict = run(&map, &h, "<cpu match='strict'><model>pentium</model></cpu>");
-        assert_eq!(strict.verdict, Verdict::Incompatible);
+        assert_eq!(strict.verdict, Compatibility::Incompatible);
         assert!(
             strict
                 .message

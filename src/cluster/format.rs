@@ -320,18 +320,18 @@ pub fn render_compare(host: &ClusterHost, guest: &GuestCpu, c: &Comparison, json
         format!("guest '{}'", guest.name)
     };
     let mut s = match c.verdict {
-        super::compare::Verdict::Identical => {
+        super::compare::Compatibility::Identical => {
             format!(
                 "{guest_label}: identical to the CPU of host {}\n",
                 host.name
             )
         }
-        super::compare::Verdict::Superset => format!(
+        super::compare::Compatibility::Superset => format!(
             "{guest_label}: runs on host {} (its CPU is a superset: {} feature(s) more)\n",
             host.name,
             c.extra.len()
         ),
-        super::compare::Verdict::Incompatible => format!(
+        super::compare::Compatibility::Incompatible => format!(
             "{guest_label}: incompatible with host {}: {}\n",
             host.name,
             c.message.as_deref().unwrap_or("incompatible")

@@ -13,12 +13,12 @@
 //!
 //! Every function reads host facts from [`DomainFacts`] only, and records each change with its rule.
 
-use super::desired::{Desired, Feat, ModelD};
+use super::desired::{Desired, DesiredFeature, DesiredModel};
 use crate::change::{Action, BUILTIN_RULE, Change, Notes};
 use crate::cpu::{Level, default_model};
 use crate::domain::Domain;
 use crate::domain_facts::DomainFacts;
-use crate::finding::Finding;
+use crate::finding::{Code, Finding};
 use crate::libvirt::cpu::{CpuMode, policy_absent, policy_present};
 use crate::policy::Plan;
 
@@ -265,7 +265,7 @@ fn set_model(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
         return;
     }
     let fallback = d.model.as_ref().and_then(|m| m.fallback.clone());
-    d.model = Some(ModelD {
+    d.model = Some(DesiredModel {
         text: m.value.clone(),
         fallback,
         src: None,
@@ -307,7 +307,7 @@ fn check_policy_names(plan: &Plan, arch: &str, facts: &DomainFacts<'_>, n: &mut 
         if facts.model_features(&m.value).is_none() {
             n.finding(
                 Finding::error(
-                    "cpu-model-unknown",
+                    Code::CpuModelUnknown,
                     format!(
                         "CPU model '{}' is not defined in libvirt's cpu_map ({})",
                         m.value, facts.cpu_map_source
@@ -322,7 +322,7 @@ fn check_policy_names(plan: &Plan, arch: &str, facts: &DomainFacts<'_>, n: &mut 
         for f in set.value.iter().filter(|f| !facts.feature_known(f)) {
             n.finding(
                 Finding::error(
-                    "cpu-feature-unknown",
+                    Code::CpuFeatureUnknown,
                     format!(
                         "CPU feature '{f}' is not one libvirt knows (x86_features.xml of {})",
                         facts.cpu_map_source
@@ -350,14 +350,14 @@ fn check_x86_names_off_x86(plan: &Plan, arch: &str, facts: &DomainFacts<'_>, n: 
             "CPU model '{}' is an x86 model (libvirt's cpu_map) and this guest is {arch}: libvirt would refuse to start it (\"cannot translate CPU model {} to a supported model\")",
             m.value, m.value
         );
-        n.finding(Finding::error("cpu-model-arch", msg, fix).rule(&m.rule));
+        n.finding(Finding::error(Code::CpuModelArch, msg, fix).rule(&m.rule));
     }
     for set in [&plan.require, &plan.disable].into_iter().flatten() {
         for f in set.value.iter().filter(|f| facts.feature_known(f)) {
             let msg = format!(
                 "CPU feature '{f}' is an x86 feature (x86_features.xml) and this guest is {arch}: libvirt would refuse to start it (\"unknown CPU feature: {f}\")"
             );
-            n.finding(Finding::error("cpu-feature-arch", msg, fix).rule(&set.rule));
+            n.finding(Finding::error(Code::CpuFeatureArch, msg, fix).rule(&set.rule));
         }
     }
 }
@@ -461,7 +461,7 @@ fn report_require_disable_conflicts(plan: &Plan, n: &mut Notes) {
     for f in r.value.iter().filter(|f| x.value.contains(f)) {
         n.finding(
             Finding::error(
-                "policy-conflict",
+                Code::PolicyConflict,
                 format!(
                     "feature '{f}' is required by rule '{}' and disabled by rule '{}'",
                     r.rule, x.rule
@@ -552,7 +552,7 @@ fn check_cluster_features(plan: &Plan, n: &mut Notes) {
     for f in r.value.iter().filter(|f| !c.value.features.contains(f)) {
         n.finding(
             Finding::error(
-                "cluster-feature",
+                Code::ClusterFeature,
                 format!(
                     "feature '{f}' is required by rule '{}', but not every host of the cluster ({}) has it: the guest could not run on the hosts that lack it",
                     r.rule,
@@ -578,7 +578,7 @@ fn fit_cluster(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
     }
     let (cpu, rule) = (&c.value, c.rule.as_str());
     let hosts = cpu.hosts_text();
-    let runs = |f: &Feat<'_, '_>| {
+    let runs = |f: &DesiredFeature<'_, '_>| {
         !matches!(f.policy.as_str(), "require" | "force")
             || cpu.features.contains(&f.key)
             || plan.requires(&f.key)
@@ -643,7 +643,7 @@ fn ensure_model(
     };
     // An empty `<model fallback='allow'/>` (host-model writes one) keeps its fallback.
     let fallback = d.model.take().and_then(|m| m.fallback);
-    d.model = Some(ModelD {
+    d.model = Some(DesiredModel {
         text: model.to_string(),
         fallback,
         src: None,
@@ -674,7 +674,7 @@ fn apply_level(
     if arch != "x86_64" {
         n.finding(
             Finding::error(
-                "level-arch",
+                Code::LevelArch,
                 format!("cpu.min_level {level} applies to x86_64 guests, but this guest's arch is '{arch}'"),
                 "add `match = { arch = \"x86_64\" }` to the rule",
             )
@@ -702,7 +702,7 @@ fn apply_level(
             .unwrap_or_default();
         n.finding(
             Finding::error(
-                "cluster-level",
+                Code::ClusterLevel,
                 format!(
                     "cpu.min_level {level} of rule '{rule}' is above what every host of the cluster reaches ({reached}): {blockers}; the guest could not run on those hosts"
                 ),
@@ -743,7 +743,7 @@ fn report_level_conflicts(level: Level, rule: &str, plan: &Plan, n: &mut Notes) 
     {
         n.finding(
             Finding::error(
-                "policy-conflict",
+                Code::PolicyConflict,
                 format!("feature '{f}' is disabled by rule '{}' but cpu.min_level {level} of rule '{rule}' needs it", x.rule),
                 "remove the feature from cpu.disable or lower cpu.min_level",
             )
@@ -832,7 +832,7 @@ fn warn_custom_without_model(d: &Desired<'_, '_>, plan: &Plan, arch: &str, n: &m
     if is_x86(arch) && d.mode() == "custom" && d.model.is_none() {
         n.finding(
             Finding::warning(
-                "cpu-model-default",
+                Code::CpuModelDefault,
                 "<cpu mode='custom'> without a model: the guest gets QEMU's default model (qemu64 on x86_64, x86-64-v1 only)",
                 "give cpu.model or cpu.min_level in the policy",
             )

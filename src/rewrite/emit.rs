@@ -8,7 +8,7 @@
 //! quote style. The later `<cpu>` elements are deleted with their lines. A domain without `<cpu>`
 //! gets one after `<features>` (or `<cputune>`, `<os>`).
 
-use super::desired::{Desired, Feat, ModelD, SINGLES};
+use super::desired::{Desired, DesiredFeature, DesiredModel, SINGLES};
 use crate::domain::Domain;
 use crate::edit::{
     Edits, Item, child_indent, document_quote, end_tag_start, escape_attr, escape_text, is_blank,
@@ -95,9 +95,9 @@ fn features_name_first(cpus: &[Node<'_, '_>]) -> bool {
         .unwrap_or(false)
 }
 
-fn feature_item(s: &Style<'_, '_, '_>, f: &Feat<'_, '_>) -> Item {
+fn feature_item(s: &Style<'_, '_, '_>, f: &DesiredFeature<'_, '_>) -> Item {
     let q = s.q;
-    match f.f_node {
+    match f.node {
         Some(node) if node.attribute("policy").unwrap_or("require") == f.policy => {
             Item::Verbatim(node.range())
         }
@@ -120,7 +120,7 @@ fn feature_item(s: &Style<'_, '_, '_>, f: &Feat<'_, '_>) -> Item {
     }
 }
 
-fn model_item(s: &Style<'_, '_, '_>, m: &ModelD<'_, '_>) -> Item {
+fn model_item(s: &Style<'_, '_, '_>, m: &DesiredModel<'_, '_>) -> Item {
     match m.src {
         Some(src) => Item::Verbatim(src.range()),
         None => Item::Markup(model_markup(m, s.q)),
@@ -149,10 +149,10 @@ fn kept_items(
     first_children: &[Node<'_, '_>],
 ) -> (Vec<(Kind, Item)>, Vec<&'static str>) {
     let d = s.d;
-    let by_node: std::collections::HashMap<roxmltree::NodeId, &Feat<'_, '_>> = d
+    let by_node: std::collections::HashMap<roxmltree::NodeId, &DesiredFeature<'_, '_>> = d
         .features
         .iter()
-        .filter_map(|f| Some((f.f_node?.id(), f)))
+        .filter_map(|f| Some((f.node?.id(), f)))
         .collect();
     let mut items = Vec::new();
     let mut placed: Vec<&'static str> = Vec::new();
@@ -211,7 +211,7 @@ fn place_new_items(s: &Style<'_, '_, '_>, items: &mut Vec<(Kind, Item)>, placed:
     let new: Vec<(Kind, Item)> = d
         .features
         .iter()
-        .filter(|f| f.f_node.is_none())
+        .filter(|f| f.node.is_none())
         .map(|f| (Kind::Feature, feature_item(s, f)))
         .collect();
     items.splice(at..at, new);
@@ -309,7 +309,7 @@ fn indent_step(text: &str, root: Node<'_, '_>, ind: &str) -> String {
         .to_string()
 }
 
-fn model_markup(m: &ModelD<'_, '_>, q: char) -> String {
+fn model_markup(m: &DesiredModel<'_, '_>, q: char) -> String {
     match &m.fallback {
         Some(fb) => format!(
             "<model fallback={q}{}{q}>{}</model>",

@@ -24,7 +24,7 @@ use crate::change::{Action, BUILTIN_RULE, Change, Notes};
 use crate::domain::Domain;
 use crate::domain_facts::DomainFacts;
 use crate::error::{Error, Result};
-use crate::finding::{Finding, Severity};
+use crate::finding::{Code, Finding, Severity};
 use crate::host::Host;
 use crate::pipeline::Pipeline;
 use crate::policy::{Mode, Plan, Policy};
@@ -262,7 +262,7 @@ fn explain_fold(desired: &desired::Desired<'_, '_>, first: Node<'_, '_>, notes: 
         notes.change(fold(element, what).old(old).new_value(new));
     }
     for f in &desired.features {
-        let old = f.f_node.map(|n| n.attribute("policy").unwrap_or("require"));
+        let old = f.node.map(|n| n.attribute("policy").unwrap_or("require"));
         if old == Some(f.policy.as_str()) || (old.is_some() && desired.is_duplicate(&f.key)) {
             continue;
         }
@@ -289,15 +289,15 @@ fn validate_result(
     facts: &DomainFacts<'_>,
     mut findings: Vec<Finding>,
 ) -> Vec<Finding> {
-    let mut planned: Vec<&'static str> = findings
+    let mut planned: Vec<Code> = findings
         .iter()
         .filter(|f| f.severity == Severity::Error)
         .map(|f| f.code)
         .collect();
-    if planned.contains(&"cluster-level") {
+    if planned.contains(&Code::ClusterLevel) {
         // The level was left unreached on purpose (a host of the cluster lacks it): the planning
         // finding says why, and validation's "require the missing features" would be wrong.
-        planned.push("cpu-level");
+        planned.push(Code::CpuLevel);
     }
     let validated = if changed {
         Domain::parse(rewritten, "the rewritten domain")
@@ -308,14 +308,14 @@ fn validate_result(
     match validated {
         Ok(v) => findings.extend(v.into_iter().filter(|f| !planned.contains(&f.code))),
         Err(e) => findings.push(Finding::error(
-            "internal",
+            Code::Internal,
             format!("the rewritten document does not parse: {e}"),
             "report this as a bug",
         )),
     }
     for p in &facts.cpu_map_problems {
         findings.push(Finding::warning(
-            "cpu-map-unreadable",
+            Code::CpuMapUnreadable,
             p.clone(),
             "repair or reinstall libvirt's cpu_map files",
         ));

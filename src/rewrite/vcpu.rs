@@ -17,7 +17,7 @@ use crate::edit::{
     Edits, Item, append_child, child_indent, document_quote, line_indent, newline, node_with_line,
     render_element, start_tag_attr_end, with_attrs,
 };
-use crate::finding::Finding;
+use crate::finding::{Code, Finding};
 use crate::machine::is_q35;
 use crate::policy::{IommuStrategy, Plan, Ruled, TopologyStrategy, VcpuMax};
 use crate::topology::{
@@ -101,7 +101,7 @@ pub(crate) fn apply(
     let (max, need_iommu) = x86_xapic_rule(dom, plan, facts, max, &mut r.notes);
     if count.current > max {
         r.notes.finding(Finding::error(
-            "vcpu-current",
+            Code::VcpuCurrent,
             format!("current vCPU count {} is above the new maximum {max}: libvirt says \"maximum vCPU count must not be less than current vCPU count\"", count.current),
             "lower <vcpu current> or raise vcpu.max",
         ).rule(rule));
@@ -172,7 +172,7 @@ fn read_counts<'a, 't>(
         }
         n.finding(
             Finding::error(
-                "vcpu-missing",
+                Code::VcpuMissing,
                 "the domain has no <vcpu> element; there is no current count to keep",
                 "add <vcpu current='N'>MAX</vcpu>",
             )
@@ -183,7 +183,7 @@ fn read_counts<'a, 't>(
     let c = match read_vcpu(vcpu_node) {
         Ok(c) => c,
         Err(m) => {
-            n.finding(Finding::error("vcpu-invalid", m, "write a positive integer").rule(rule));
+            n.finding(Finding::error(Code::VcpuInvalid, m, "write a positive integer").rule(rule));
             return None;
         }
     };
@@ -222,7 +222,7 @@ fn target_maximum(
             None => {
                 n.finding(
                     Finding::error(
-                        "host-cpus-unknown",
+                        Code::HostCpusUnknown,
                         "vcpu.max = \"host\" but the host's CPU count is unknown",
                         "give --host-cpus N or [host] cpus",
                     )
@@ -247,7 +247,7 @@ fn target_maximum(
             dom.machine()
         };
         n.finding(Finding::error(
-            "machine-unknown",
+            Code::MachineUnknown,
             format!("the vCPU limit of machine type '{machine}' ({arch}, {vt}) is found nowhere: not in the capabilities given, libvirt's QEMU capability cache, nor the built-in table"),
             "give the host's capabilities with --caps (virsh capabilities > FILE) or use a versioned machine type",
         ).rule(rule));
@@ -259,7 +259,7 @@ fn target_maximum(
             "vCPU maximum {max} clamped to {}: machine type {} allows {} (from {})",
             limit.max_cpus, limit.machine, limit.max_cpus, limit.source
         );
-        n.finding(Finding::warning("vcpu-clamped", what, "").rule(rule));
+        n.finding(Finding::warning(Code::VcpuClamped, what, "").rule(rule));
         max = limit.max_cpus;
     }
     Some(clamp_to_kvm(max, vt, facts, rule, n))
@@ -273,7 +273,7 @@ fn clamp_to_kvm(max: u32, vt: &str, facts: &DomainFacts<'_>, rule: &str, n: &mut
                 "vCPU maximum {max} clamped to {}: KVM allows {} (from {})",
                 k.value, k.value, k.source
             );
-            n.finding(Finding::warning("vcpu-clamped", what, "").rule(rule));
+            n.finding(Finding::warning(Code::VcpuClamped, what, "").rule(rule));
             k.value
         }
         _ => max,
@@ -303,7 +303,7 @@ fn x86_xapic_rule(
     let iommu = plan.iommu.as_ref();
     if !is_q35(machine) && !is_q35(dom.machine()) {
         if let Some(want) = asked {
-            n.finding(Finding::warning("vcpu-clamped", format!("vCPU maximum {max} clamped to {X86_XAPIC_LIMIT}: more than 255 vCPUs are only supported on q35-based machine types, and this guest's is {}", dom.machine()), "use a q35 machine type to go higher").rule(&want.rule));
+            n.finding(Finding::warning(Code::VcpuClamped, format!("vCPU maximum {max} clamped to {X86_XAPIC_LIMIT}: more than 255 vCPUs are only supported on q35-based machine types, and this guest's is {}", dom.machine()), "use a q35 machine type to go higher").rule(&want.rule));
             return (X86_XAPIC_LIMIT, false);
         }
         return (max, false);
@@ -311,7 +311,7 @@ fn x86_xapic_rule(
     match (iommu.map(|i| i.value), asked) {
         (Some(IommuStrategy::Never), Some(_)) => {
             let rule = iommu.map_or("", |i| i.rule.as_str());
-            n.finding(Finding::warning("vcpu-clamped", format!("vCPU maximum {max} clamped to {X86_XAPIC_LIMIT}: vcpu.iommu = \"never\", and more than 255 vCPUs need an IOMMU in extended interrupt mode"), "").rule(rule));
+            n.finding(Finding::warning(Code::VcpuClamped, format!("vCPU maximum {max} clamped to {X86_XAPIC_LIMIT}: vcpu.iommu = \"never\", and more than 255 vCPUs need an IOMMU in extended interrupt mode"), "").rule(rule));
             (X86_XAPIC_LIMIT, false)
         }
         (Some(IommuStrategy::Auto), _) | (None, Some(_)) => (max, true),
@@ -387,7 +387,7 @@ fn reshape_topology(
         Err(why) => {
             let fix = "give <topology> sockets, cores and threads as positive integers";
             r.notes
-                .finding(Finding::error("topology-invalid", why, fix).rule(rule));
+                .finding(Finding::error(Code::TopologyInvalid, why, fix).rule(rule));
             return Some(false);
         }
     };
@@ -397,7 +397,7 @@ fn reshape_topology(
         .map_or(TopologyStrategy::Sockets, |s| s.value);
     let Some(new) = reshape(&topo, max, strategy) else {
         r.notes.finding(Finding::error(
-            "topology-mismatch",
+            Code::TopologyMismatch,
             format!("vcpu.topology = \"keep\" but <topology> {} holds {} vCPUs, not {max} (libvirt: \"CPU topology doesn't match maximum vcpu count\")", topo.describe(), topo.product()),
             "use vcpu.topology = \"sockets\" or \"cores\", or a maximum the topology holds",
         ).rule(topo_rule));
@@ -465,7 +465,7 @@ fn regenerate_vcpus(
     let mut kept: Vec<(u32, Node<'_, '_>)> = Vec::new();
     for e in &entries {
         let Some(id) = e.attribute("id").and_then(|v| v.trim().parse::<u32>().ok()) else {
-            r.notes.finding(Finding::warning("vcpus-dropped", "<vcpus> dropped: an entry has no valid id; libvirt rebuilds the list from <vcpu current>", "").rule(rule));
+            r.notes.finding(Finding::warning(Code::VcpusDropped, "<vcpus> dropped: an entry has no valid id; libvirt rebuilds the list from <vcpu current>", "").rule(rule));
             r.edits.delete(node_with_line(text, list));
             return;
         };
@@ -482,7 +482,7 @@ fn regenerate_vcpus(
     }
     if !consistent {
         r.notes.finding(Finding::warning(
-            "vcpus-dropped",
+            Code::VcpusDropped,
             format!("<vcpus> dropped: after the maximum change it would not have vCPU 0 enabled and not hotpluggable with {current} enabled; libvirt rebuilds the list from <vcpu current>"),
             "",
         ).rule(rule));
@@ -575,7 +575,7 @@ fn numa_cover(text: &str, numa: Node<'_, '_>, max: u32, q: char, rule: &str, r: 
                 let v = c.attribute("cpus").unwrap_or("");
                 r.notes.finding(
                     Finding::error(
-                        "numa-invalid",
+                        Code::NumaInvalid,
                         format!("NUMA cell cpus='{v}' is not a valid cpuset"),
                         "fix the cell's cpus",
                     )
@@ -598,7 +598,7 @@ fn numa_cover(text: &str, numa: Node<'_, '_>, max: u32, q: char, rule: &str, r: 
     if let Some(i) = (0..sets.len()).find(|i| new_sets[*i].is_empty() && !sets[*i].is_empty()) {
         r.notes.finding(
             Finding::error(
-                "numa-cell-empty",
+                Code::NumaCellEmpty,
                 format!("NUMA cell {i} would have no vCPU left under the new maximum {max}"),
                 "raise vcpu.max or reshape the NUMA cells",
             )
@@ -674,7 +674,7 @@ fn add_iommu(dom: &Domain<'_>, q: char, rule: &str, auto: bool, r: &mut VcpuResu
         (None, None) => {
             r.notes.finding(
                 Finding::error(
-                    "iommu-no-devices",
+                    Code::IommuNoDevices,
                     "more than 255 vCPUs need an IOMMU, but the domain has no <devices>",
                     "add <devices>",
                 )
@@ -702,7 +702,7 @@ fn intel_iommu_eim(
     let model = i.attribute("model").unwrap_or("");
     if model != "intel" {
         r.notes.finding(Finding::error(
-            "iommu-model",
+            Code::IommuModel,
             format!("more than 255 vCPUs need an Intel IOMMU in extended interrupt mode, but the domain has <iommu model='{model}'>, which cannot do eim"),
             "replace the IOMMU with <iommu model='intel'>, or set vcpu.iommu = \"never\"",
         ).rule(rule));

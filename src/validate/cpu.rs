@@ -4,7 +4,7 @@
 use crate::cpu::{Level, normalize_feature};
 use crate::domain::{Domain, cpu_features, model_name};
 use crate::domain_facts::DomainFacts;
-use crate::finding::Finding;
+use crate::finding::{Code, Finding};
 use crate::libvirt::cpu::{CpuMode, FeaturePolicy, guaranteed_features};
 use crate::policy::Plan;
 use crate::xml::{child, is_libvirt_element};
@@ -26,7 +26,7 @@ pub(super) fn check(
     let mode = cpu.attribute("mode").unwrap_or("custom");
     let Some(known) = CpuMode::parse(mode) else {
         out.push(Finding::error(
-            "cpu-mode-invalid",
+            Code::CpuModeInvalid,
             format!("Invalid mode attribute '{mode}' (libvirt accepts custom, host-model, host-passthrough, maximum)"),
             "set <cpu mode> to one of those",
         ));
@@ -65,7 +65,7 @@ fn check_mode_supported(mode: CpuMode, facts: &DomainFacts<'_>, out: &mut Vec<Fi
         )
     };
     out.push(Finding::error(
-        "cpu-mode-unsupported",
+        Code::CpuModeUnsupported,
         facts.mode_refusal(mode),
         fix,
     ));
@@ -76,7 +76,7 @@ fn check_mode_supported(mode: CpuMode, facts: &DomainFacts<'_>, out: &mut Vec<Fi
 fn check_mode_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) {
     if mode == "host-model" && cpu.attribute("match").is_some() {
         out.push(Finding::warning(
-            "cpu-match-host-model",
+            Code::CpuMatchHostModel,
             "<cpu match> has no meaning with mode='host-model'",
             "remove the match attribute",
         ));
@@ -84,14 +84,14 @@ fn check_mode_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) 
     let cache = child(cpu, "cache").and_then(|c| c.attribute("mode"));
     if cache == Some("passthrough") && !matches!(mode, "host-passthrough" | "maximum") {
         out.push(Finding::error(
-            "cpu-cache-mode",
+            Code::CpuCacheMode,
             "CPU cache mode 'passthrough' can only be used with 'host-passthrough' / 'maximum' CPUs",
             "remove <cache mode='passthrough'/> (virt-cpu-policy rewrite does)",
         ));
     }
     if cpu.attribute("migratable").is_some() && !matches!(mode, "host-passthrough" | "maximum") {
         out.push(Finding::error(
-            "cpu-migratable-mode",
+            Code::CpuMigratableMode,
             "Attribute migratable is only allowed for 'host-passthrough' / 'maximum' CPU mode",
             "remove the migratable attribute",
         ));
@@ -108,14 +108,14 @@ fn check_model_presence(
     let has_features = cpu.children().any(|c| is_libvirt_element(c, "feature"));
     if mode == "custom" && model.is_none() && has_features {
         out.push(Finding::error(
-            "cpu-features-without-model",
+            Code::CpuFeaturesWithoutModel,
             "Non-empty feature list specified without CPU model",
             "add a <model> (the machine's default is qemu64 on x86_64)",
         ));
     }
     if child(cpu, "vendor").is_some() && model.is_none() {
         out.push(Finding::error(
-            "cpu-vendor-without-model",
+            Code::CpuVendorWithoutModel,
             "CPU vendor specified without CPU model",
             "add a <model> or remove <vendor>",
         ));
@@ -134,7 +134,7 @@ fn check_features(
     for f in cpu.children().filter(|c| is_libvirt_element(*c, "feature")) {
         let Some(name) = f.attribute("name") else {
             out.push(Finding::error(
-                "cpu-feature-invalid",
+                Code::CpuFeatureInvalid,
                 "Missing CPU feature name",
                 "give every <feature> a name attribute",
             ));
@@ -144,14 +144,14 @@ fn check_features(
         if matches!(arch, "x86_64" | "i686") && !facts.feature_known(&key) {
             out.push(unknown_name(
                 facts,
-                "cpu-feature-unknown",
+                Code::CpuFeatureUnknown,
                 format!("CPU feature '{name}' is not one libvirt knows (x86_features.xml of {}): libvirt refuses to start the guest (\"unknown CPU feature: {name}\")", facts.cpu_map_source),
                 "use libvirt's feature names (`virsh domcapabilities` lists them)",
             ));
         }
         if !seen.insert(name) {
             out.push(Finding::error(
-                "cpu-feature-duplicate",
+                Code::CpuFeatureDuplicate,
                 format!("CPU feature '{name}' specified more than once"),
                 "keep one <feature> per name",
             ));
@@ -160,7 +160,7 @@ fn check_features(
             if FeaturePolicy::parse(p).is_none() && mode != "host-passthrough" && mode != "maximum"
             {
                 out.push(Finding::error(
-                    "cpu-feature-invalid",
+                    Code::CpuFeatureInvalid,
                     format!("Invalid CPU feature policy '{p}' for feature '{name}'"),
                     "use force, require, optional, disable or forbid",
                 ));
@@ -172,7 +172,7 @@ fn check_features(
 /// A finding about a name libvirt's cpu_map does not define: an error when the cpu_map is this
 /// host's own (libvirt will refuse the guest), a warning when only the built-in copy of libvirt
 /// 9.0's answered (the guest's libvirt may know the name).
-fn unknown_name(facts: &DomainFacts<'_>, code: &'static str, what: String, fix: &str) -> Finding {
+fn unknown_name(facts: &DomainFacts<'_>, code: Code, what: String, fix: &str) -> Finding {
     if facts.cpu_map_is_builtin() {
         Finding::warning(
             code,
@@ -192,7 +192,7 @@ fn check_model_known(model: &str, arch: &str, facts: &DomainFacts<'_>, out: &mut
     if matches!(arch, "x86_64" | "i686") && facts.model_features(model).is_none() {
         out.push(unknown_name(
             facts,
-            "cpu-model-unknown",
+            Code::CpuModelUnknown,
             format!("CPU model '{model}' is not in libvirt's cpu_map ({}): libvirt refuses to start the guest (\"Unknown CPU model {model}\")", facts.cpu_map_source),
             "use a model libvirt knows (`virsh cpu-models x86_64`), written without spaces around it",
         ));
@@ -205,7 +205,7 @@ fn check_model_usable(model: &str, vt: &str, facts: &DomainFacts<'_>, out: &mut 
     let Some(dc) = facts.domcaps else { return };
     if dc.model_usable(model) == Some(false) {
         out.push(Finding::warning(
-            "cpu-model-unusable",
+            Code::CpuModelUnusable,
             format!("CPU model '{model}' is usable='no' for {vt} on this host ({}): features the host lacks fail the start (check='partial'/'full') or are dropped silently", dc.source),
             "disable the features the host lacks, or choose a usable model",
         ));
@@ -253,7 +253,7 @@ fn check_level(
             let missing = missing_features(level.value, &feats);
             out.push(
                 Finding::error(
-                    "cpu-level",
+                    Code::CpuLevel,
                     format!(
                         "the guest CPU (model {model}) does not reach {}: missing {}",
                         level.value,
@@ -278,7 +278,7 @@ fn check_level(
         let source = facts.domcaps.map_or("", |d| d.source.as_str());
         out.push(
             Finding::warning(
-                "host-level",
+                Code::HostLevel,
                 format!(
                     "this host's {mode} CPU (per {source}) does not reach {}: missing {}; KVM will not provide them",
                     level.value,

@@ -13,7 +13,7 @@ mod vcpu;
 
 use crate::domain::Domain;
 use crate::domain_facts::DomainFacts;
-use crate::finding::Finding;
+use crate::finding::{Code, Finding};
 use crate::policy::Plan;
 
 /// Run every check on `dom` (the document as it will be written), with `plan` for the level and
@@ -30,14 +30,14 @@ pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> Vec<F
     let cpus = dom.cpus();
     if cpus.len() > 1 {
         out.push(Finding::error(
-            "cpu-multiple",
+            Code::CpuMultiple,
             format!("{} <cpu> elements: libvirt reads mode, model and features from the first only and silently ignores the rest (virt-xml-validate: \"Extra element cpu in interleave\")", cpus.len()),
             "merge them into one <cpu> (virt-cpu-policy rewrite does)",
         ));
     }
     if let Some(emulator) = &facts.machine_unsupported {
         out.push(Finding::error(
-            "machine-unsupported",
+            Code::MachineUnsupported,
             format!(
                 "Emulator '{emulator}' does not support machine type '{}' (libvirt refuses the domain at define; per libvirt's QEMU capability cache)",
                 dom.machine()

@@ -4,7 +4,7 @@
 
 use crate::domain::Domain;
 use crate::domain_facts::{DomainFacts, KVM_FLOOR, VersionRule};
-use crate::finding::Finding;
+use crate::finding::{Code, Finding};
 use crate::machine::{family_floor, is_q35};
 use crate::topology::{Topology, VcpuCount, X86_XAPIC_LIMIT, parse_cpuset, read_vcpu};
 use crate::xml::{child, is_libvirt_element};
@@ -45,7 +45,7 @@ fn check_counts(dom: &Domain<'_>, out: &mut Vec<Finding>) -> Option<VcpuCount> {
         Some(Ok(c)) => c,
         Some(Err(m)) => {
             out.push(Finding::error(
-                "vcpu-invalid",
+                Code::VcpuInvalid,
                 m,
                 "write a positive integer",
             ));
@@ -55,7 +55,7 @@ fn check_counts(dom: &Domain<'_>, out: &mut Vec<Finding>) -> Option<VcpuCount> {
     let max = count.max;
     if max == 0 {
         out.push(Finding::error(
-            "vcpu-invalid",
+            Code::VcpuInvalid,
             "<vcpu> is 0: a guest needs at least one vCPU",
             "write a positive integer",
         ));
@@ -64,14 +64,14 @@ fn check_counts(dom: &Domain<'_>, out: &mut Vec<Finding>) -> Option<VcpuCount> {
     let has_list = child(root, "vcpus").is_some();
     if count.current == 0 && !has_list {
         out.push(Finding::error(
-            "vcpu-current",
+            Code::VcpuCurrent,
             "vcpu 0 can't be offline (<vcpu current='0'>)",
             "set current to 1 or more",
         ));
     }
     if count.current > max && !has_list {
         out.push(Finding::error(
-            "vcpu-current",
+            Code::VcpuCurrent,
             format!(
                 "maximum vCPU count must not be less than current vCPU count ({} > {max})",
                 count.current
@@ -93,7 +93,7 @@ fn check_topology(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut
         Ok(t) => t,
         Err(why) => {
             out.push(Finding::error(
-                "topology-invalid",
+                Code::TopologyInvalid,
                 why,
                 "give <topology> sockets, cores and threads as positive integers",
             ));
@@ -107,7 +107,7 @@ fn check_topology(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut
             "sockets × dies × cores × threads"
         };
         out.push(Finding::error(
-            "topology-mismatch",
+            Code::TopologyMismatch,
             format!("CPU topology doesn't match maximum vcpu count ({product} = {}, maximum {max})", t.product()),
             "make the product equal the maximum (a rule with vcpu.topology = \"sockets\" or \"cores\" reshapes it)",
         ));
@@ -115,12 +115,12 @@ fn check_topology(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut
     let written = topo.attribute("clusters").filter(|c| c.trim() != "1");
     match (is_x86(dom), written, clusters_read) {
         (true, Some(_), true) if t.clusters > 1 => out.push(Finding::error(
-            "topology-clusters",
+            Code::TopologyClusters,
             format!("clusters > 1 not supported by this machine's CPU topology (QEMU, at start; <topology clusters='{}'> on x86, read by {})", t.clusters, facts.libvirt_rules()),
             "remove the clusters attribute or set it to 1",
         )),
         (true, Some(c), false) => out.push(Finding::warning(
-            "topology-clusters",
+            Code::TopologyClusters,
             format!("<topology clusters='{c}'> is ignored by {} (libvirt reads it from 10.1.0 on, and QEMU then refuses more than one cluster on x86)", facts.libvirt_rules()),
             "remove the clusters attribute",
         )),
@@ -136,7 +136,7 @@ fn check_limits(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut V
     if let Some(l) = limit {
         if max > l.max_cpus {
             out.push(Finding::error(
-                "machine-vcpu-limit",
+                Code::MachineVcpuLimit,
                 format!("Maximum CPUs greater than specified machine type limit {} (machine type {}, from {}; maximum {max})", l.max_cpus, l.machine, l.source),
                 format!("lower the maximum to {} or use a machine type with a higher limit", l.max_cpus),
             ));
@@ -145,7 +145,7 @@ fn check_limits(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut V
     if let (Some(k), "kvm", true) = (&facts.kvm_limit, dom.virt_type(), max > KVM_FLOOR) {
         if max > k.value {
             out.push(Finding::error(
-                "kvm-vcpu-limit",
+                Code::KvmVcpuLimit,
                 format!(
                     "maximum {max} vCPUs exceeds the maximum cpus supported by KVM ({}, from {})",
                     k.value, k.source
@@ -160,14 +160,14 @@ fn check_limits(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut V
     let machine = limit.map_or(dom.machine(), |l| l.machine.as_str());
     if !is_q35(machine) && !is_q35(dom.machine()) {
         if limit.is_none() {
-            out.push(Finding::error("x86-vcpu-q35", format!("more than 255 vCPUs are only supported on q35-based machine types (machine type {})", dom.machine()), "use a q35 machine type or at most 255 vCPUs"));
+            out.push(Finding::error(Code::X86VcpuQ35, format!("more than 255 vCPUs are only supported on q35-based machine types (machine type {})", dom.machine()), "use a q35 machine type or at most 255 vCPUs"));
         }
         return;
     }
     let iommu = Iommu::as_libvirt_fills_in(dom, max, facts);
     if !(iommu.intel && iommu.eim == Some(true)) {
         out.push(Finding::error(
-            "iommu-eim",
+            Code::IommuEim,
             "more than 255 vCPUs require extended interrupt mode enabled on the iommu device",
             "add <iommu model='intel'><driver intremap='on' eim='on'/></iommu> and <features><ioapic driver='qemu'/></features> (a rule with vcpu.iommu = \"auto\" or vcpu.max does), or keep the maximum at 255",
         ));
@@ -196,7 +196,7 @@ fn check_tcg_x2apic(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &m
     let feats = crate::libvirt::cpu::guaranteed_features(facts.model_features(&model), &explicit);
     if !feats.contains("x2apic") {
         out.push(Finding::warning(
-            "tcg-x2apic",
+            Code::TcgX2apic,
             format!("{max} vCPUs under TCG need x2APIC in the guest CPU, which {model} lacks: QEMU 10.0 refuses to start it (\"APIC ID 255 requires x2APIC feature in CPU\"), and QEMU 7.2 runs at most 255 TCG vCPUs (\"current -smp configuration requires kernel irqchip and X2APIC API support\")"),
             "require x2apic (cpu.require = [\"x2apic\"]) and use QEMU 10 or later, or keep the maximum at 255 under TCG",
         ));
@@ -269,7 +269,7 @@ fn check_iommu(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Ve
         && !facts.canonical_machine.as_deref().is_some_and(is_q35)
     {
         out.push(Finding::error(
-            "iommu-machine",
+            Code::IommuMachine,
             "IOMMU device: 'intel' is only supported with Q35 machines",
             "use a q35 machine type or remove the Intel IOMMU",
         ));
@@ -277,14 +277,14 @@ fn check_iommu(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Ve
     let iommu = Iommu::as_libvirt_fills_in(dom, max, facts);
     if iommu.eim == Some(true) && iommu.intremap != Some(true) {
         out.push(Finding::error(
-            "iommu-intremap",
+            Code::IommuIntremap,
             "IOMMU eim requires interrupt remapping to be enabled",
             "set <driver intremap='on'>",
         ));
     }
     if iommu.intremap == Some(true) && iommu.ioapic.as_deref() != Some("qemu") {
         out.push(Finding::error(
-            "ioapic-split",
+            Code::IoapicSplit,
             "IOMMU interrupt remapping requires split I/O APIC (ioapic driver='qemu')",
             "add <features><ioapic driver='qemu'/></features>",
         ));
@@ -298,7 +298,7 @@ fn check_vcpus_list(list: Node<'_, '_>, max: u32, out: &mut Vec<Finding>) {
     for e in list.children().filter(|c| is_libvirt_element(*c, "vcpu")) {
         let Some(id) = e.attribute("id").and_then(|v| v.trim().parse::<u32>().ok()) else {
             out.push(Finding::error(
-                "vcpus-invalid",
+                Code::VcpusInvalid,
                 "a <vcpus><vcpu> has no valid id",
                 "give every entry an id",
             ));
@@ -306,7 +306,7 @@ fn check_vcpus_list(list: Node<'_, '_>, max: u32, out: &mut Vec<Finding>) {
         };
         if id >= max {
             out.push(Finding::error(
-                "vcpus-invalid",
+                Code::VcpusInvalid,
                 format!("vcpu id '{id}' is out of range of maximum vcpu count"),
                 "remove the entry or raise the maximum",
             ));
@@ -333,7 +333,7 @@ fn check_vcpus_list(list: Node<'_, '_>, max: u32, out: &mut Vec<Finding>) {
             _ => None,
         };
         if let Some((message, fix)) = bad {
-            out.push(Finding::error("vcpus-invalid", message, fix));
+            out.push(Finding::error(Code::VcpusInvalid, message, fix));
         }
     }
     check_vcpus_order(&state, out);
@@ -350,7 +350,7 @@ fn check_vcpus_order(state: &BTreeMap<u32, (bool, Option<String>)>, out: &mut Ve
             hotplug_seen = true;
         } else if hotplug_seen {
             out.push(Finding::error(
-                "vcpus-order",
+                Code::VcpusOrder,
                 format!("online non-hotpluggable vcpus need to be ordered prior to hotplugable vcpus (vcpu '{id}')"),
                 "give the non-hotpluggable online vCPUs the lowest ids",
             ));
@@ -381,7 +381,7 @@ fn check_numa(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec
         };
         let Some(s) = parse_cpuset(v, max.saturating_add(1 << 16)) else {
             out.push(Finding::error(
-                "numa-invalid",
+                Code::NumaInvalid,
                 format!("NUMA cell cpus='{v}' is not a valid cpuset"),
                 "fix the cell's cpus",
             ));
@@ -390,7 +390,7 @@ fn check_numa(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec
         if !overlap_reported && s.iter().any(|id| covered.contains(id)) {
             overlap_reported = true;
             out.push(Finding::error(
-                "numa-overlap",
+                Code::NumaOverlap,
                 format!("NUMA cells {i} and an earlier one have overlapping vCPU ids"),
                 "give every vCPU to one cell only",
             ));
@@ -399,17 +399,17 @@ fn check_numa(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec
     }
     if covered.iter().any(|i| *i >= max) {
         out.push(Finding::error(
-            "numa-vcpus",
+            Code::NumaVcpus,
             "Number of CPUs in <numa> exceeds the <vcpu> count",
             "keep every cell's cpus below the maximum",
         ));
     } else if !cells.is_empty() && u32::try_from(covered.len()).ok() != Some(max) {
-        out.push(Finding::warning("numa-coverage", format!("NUMA cells cover {} of {max} vCPUs; QEMU puts the others in node 0 and warns that this is deprecated", covered.len()), "assign every vCPU to a cell"));
+        out.push(Finding::warning(Code::NumaCoverage, format!("NUMA cells cover {} of {max} vCPUs; QEMU puts the others in node 0 and warns that this is deprecated", covered.len()), "assign every vCPU to a cell"));
     }
     let auto_numa = facts.applies(VersionRule::AutoNumaForMemoryHotplug);
     if child(dom.root(), "maxMemory").is_some() && cells.is_empty() && !auto_numa {
         out.push(Finding::error(
-            "memory-hotplug-numa",
+            Code::MemoryHotplugNuma,
             "At least one numa node has to be configured when enabling memory hotplug",
             "add a <numa> cell, or remove <maxMemory>",
         ));
