@@ -13,10 +13,11 @@
 //! its own, never a reason to stop.
 
 use crate::cpu::{Level, default_model};
-use crate::domain::{Domain, cpu_features};
+use crate::domain::{Domain, cpu_features, cpu_mode};
 use crate::domain_facts::DomainFacts;
 use crate::finding::Severity;
 use crate::host::{Host, MachineLimit};
+use crate::libvirt::cpu::CpuMode;
 use crate::libvirt::cpu::guaranteed_features;
 use crate::pipeline::Pipeline;
 use crate::policy::{Plan, Policy};
@@ -280,7 +281,7 @@ pub fn level_of(dom: &Domain<'_>, facts: &DomainFacts<'_>) -> LevelReading {
         return reading(None, "not x86_64");
     }
     let cpu = dom.cpus().first().copied();
-    let mode = cpu.and_then(|c| c.attribute("mode")).unwrap_or("custom");
+    let custom = cpu.map_or(Some(CpuMode::Custom), cpu_mode) == Some(CpuMode::Custom);
     let explicit = cpu.map(cpu_features).unwrap_or_default();
     let kvm = dom.virt_type() == "kvm";
     let host = facts
@@ -292,7 +293,7 @@ pub fn level_of(dom: &Domain<'_>, facts: &DomainFacts<'_>) -> LevelReading {
             hm.guaranteed_features(model)
         });
     let highest = |feats: &BTreeSet<String>| Level::highest(|f| feats.contains(f));
-    if mode == "custom" {
+    if custom {
         let model = cpu
             .and_then(|c| child(c, "model"))
             .and_then(crate::domain::model_name)

@@ -124,7 +124,7 @@ pub fn baseline_from_files(
     opts: &ClusterOptions,
 ) -> Result<ClusterReport, ClusterError> {
     let hosts = hosts::read_hosts(paths)?;
-    let map = if hosts.iter().any(|h| report::is_x86(&h.arch)) {
+    let map = if hosts.iter().any(|h| crate::libvirt::arch::is_x86(&h.arch)) {
         Some(crate::libvirt::cpu_map::x86::X86Map::load(cpu_map)?)
     } else {
         None

@@ -10,7 +10,7 @@
 
 use crate::error::{Error, Result};
 use crate::libvirt::arch::host_arch;
-use crate::libvirt::cpu::FeaturePolicy;
+use crate::libvirt::cpu::{CpuMode, FeaturePolicy};
 use crate::xml::{child, is_libvirt_element, parse_xml, text_of};
 use roxmltree::{Document, Node};
 
@@ -33,6 +33,13 @@ pub fn model_name(model: Node<'_, '_>) -> Option<String> {
         .filter_map(|t| t.text())
         .collect();
     (!s.trim().is_empty()).then_some(s)
+}
+
+/// The mode of a domain's `<cpu>` as libvirt reads it: `custom` when absent; None for a word
+/// libvirt does not know (it refuses the domain: validation says so, `cpu-mode-invalid`).
+#[must_use]
+pub fn cpu_mode(cpu: Node<'_, '_>) -> Option<CpuMode> {
+    CpuMode::parse(cpu.attribute("mode").unwrap_or(CpuMode::Custom.as_str()))
 }
 
 /// The `<feature>` children of a domain's `<cpu>` as (libvirt feature name, policy) pairs in
@@ -116,7 +123,7 @@ impl<'t> Domain<'t> {
     pub fn machine(&self) -> &str {
         match self.os_type().and_then(|t| t.attribute("machine")) {
             Some(m) => m,
-            None if matches!(self.arch(), "x86_64" | "i686") => "pc",
+            None if crate::libvirt::arch::is_x86(self.arch()) => "pc",
             None => "",
         }
     }

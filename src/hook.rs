@@ -22,7 +22,7 @@ use crate::domain_facts::DomainFacts;
 use crate::error::Error;
 use crate::finding::{Code, Finding, Severity};
 use crate::host::{Host, HostOptions};
-use crate::libvirt::cpu::{FeaturePolicy, guaranteed_features};
+use crate::libvirt::cpu::{CpuMode, FeaturePolicy, guaranteed_features};
 use crate::log::{Decision, Fields};
 use crate::pipeline::Pipeline;
 use crate::policy::{Mode, OnError, OnViolation, Plan, Policy, on_error_hint};
@@ -666,15 +666,15 @@ fn compare_cpu(dom: &Domain<'_>, text: &str, facts: &DomainFacts<'_>, host: &Hos
     let Some(cpu) = dom.cpus().first().copied() else {
         return not("the guest has no <cpu>".into());
     };
-    let mode = cpu.attribute("mode").unwrap_or("custom");
-    if mode != "custom" {
+    if crate::domain::cpu_mode(cpu) != Some(CpuMode::Custom) {
+        let mode = cpu.attribute("mode").unwrap_or_default();
         return not(format!("a {mode} CPU takes this host's own CPU"));
     }
     if child(cpu, "model").is_none() {
         // libvirt compares nothing either ("only topology part of CPU def is used").
         return not("the CPU names no model (QEMU's default one)".into());
     }
-    if !matches!(dom.arch(), "x86_64" | "i686") {
+    if !crate::libvirt::arch::is_x86(dom.arch()) {
         return not(format!(
             "libvirt's CPU compare is for x86, the guest is {}",
             dom.arch()

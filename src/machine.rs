@@ -5,6 +5,8 @@
 //! This table is the last resort of [`crate::host::Host::machine_limit`]; it is said so wherever
 //! it is used.
 
+use crate::libvirt::arch::is_x86;
+
 /// A limit from the built-in table, with the rule it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuiltinLimit {
@@ -166,7 +168,9 @@ pub fn builtin_limit(arch: &str, machine: &str) -> Option<BuiltinLimit> {
 #[must_use]
 pub fn family_floor(arch: &str, machine: &str) -> Option<u32> {
     match arch {
-        "x86_64" | "i686" if machine == "pc" || machine == "q35" || machine.starts_with("pc-") => {
+        _ if is_x86(arch)
+            && (machine == "pc" || machine == "q35" || machine.starts_with("pc-")) =>
+        {
             Some(240)
         }
         "aarch64" if machine == "virt" || machine.starts_with("virt-") => Some(255),

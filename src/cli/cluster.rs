@@ -8,9 +8,9 @@
 
 use super::{EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED, Failure, Format, read_input, write_stdout};
 use crate::cluster::format::{BaselineFormat, render, render_compare};
-use crate::cluster::report::is_x86;
 use crate::cluster::{ClusterError, ClusterOptions, analyze, compare, hosts};
 use crate::cpu::Level;
+use crate::libvirt::arch::is_x86;
 use crate::libvirt::cpu_map::x86::X86Map;
 use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};

@@ -17,6 +17,7 @@ use super::ClusterError;
 use super::baseline::{Baseline, BaselineOptions, InputCpu, Select, baseline, cpu_data};
 use super::hosts::{ClusterHost, CpuOrigin};
 use crate::cpu::Level;
+use crate::libvirt::arch::is_x86;
 use crate::libvirt::cpu_map::x86::{CpuData, X86Map};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -89,12 +90,6 @@ impl ClusterReport {
             .filter_map(|h| h.lacks.get(&level).map(|l| (h.name.as_str(), l.as_slice())))
             .collect()
     }
-}
-
-/// Whether libvirt's x86 CPU driver handles `arch` (`virCPUx86Baseline`: i686 and x86_64).
-#[must_use]
-pub fn is_x86(arch: &str) -> bool {
-    matches!(arch, "x86_64" | "i686")
 }
 
 /// Puts the cluster of `hosts` together. `map` is needed for x86 hosts.

@@ -19,7 +19,8 @@ use crate::cpu::{Level, default_model};
 use crate::domain::Domain;
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
-use crate::libvirt::cpu::{CpuMode, policy_absent, policy_present};
+use crate::libvirt::arch::is_x86;
+use crate::libvirt::cpu::{CpuCheck, CpuMode, policy_absent, policy_present};
 use crate::policy::Plan;
 
 /// Apply the plan's `cpu.*` keys and libvirt's mode rules to `d`.
@@ -44,7 +45,7 @@ pub(crate) fn apply(
     fit_cluster(d, plan, n);
     // Features need a model under custom: the rule that lists them, or the one that made the
     // mode custom (a host-model `<cpu>` with features and an empty `<model fallback=.../>`).
-    let custom_rule = plan.mode.as_ref().filter(|m| m.value.as_str() == "custom");
+    let custom_rule = plan.mode.as_ref().filter(|m| m.value == CpuMode::Custom);
     if let Some(r) = plan.require.as_ref().or(plan.disable.as_ref()) {
         if !d.has_model() && !d.features.is_empty() {
             ensure_model(d, dom.arch(), &r.rule, facts, n);
@@ -62,26 +63,22 @@ pub(crate) fn apply(
     set_fallback(d, plan, n);
 }
 
-fn is_x86(arch: &str) -> bool {
-    matches!(arch, "x86_64" | "i686")
-}
-
 /// `cpu.mode`. A model in the policy implies custom, which a `<cpu>` without `mode` already is.
 /// A mode libvirt does not offer this guest is replaced by its fallback here, so the domain gets
 /// one change, to the mode it will run with ([`supported_fallback`]).
 fn set_mode(d: &mut Desired<'_, '_>, plan: &Plan, facts: &DomainFacts<'_>, n: &mut Notes) {
     let Some(m) = &plan.mode else { return };
-    let asked = m.value.as_str();
+    let asked = m.value;
     let (want, why) = match supported_fallback(asked, facts) {
         Some((f, why)) => (f, format!(" (the policy asks for {asked};{why})")),
         None => (asked, String::new()),
     };
-    let have = d.mode();
-    let explicit_custom = plan.model.is_some() && want == "custom";
-    if have != want && !(explicit_custom && d.attr("mode").is_none()) {
-        d.set_attr("mode", want);
-        n.change(mode_change(&m.rule, &have, want, &why));
-        if have == "custom" {
+    let (have, was_custom) = (d.mode(), d.mode_is(CpuMode::Custom));
+    let explicit_custom = plan.model.is_some() && want == CpuMode::Custom;
+    if have != want.as_str() && !(explicit_custom && d.attr("mode").is_none()) {
+        d.set_attr("mode", want.as_str());
+        n.change(mode_change(&m.rule, &have, want.as_str(), &why));
+        if was_custom {
             leave_custom(d, plan, &m.rule, want, n);
         }
     }
@@ -93,11 +90,8 @@ fn set_mode(d: &mut Desired<'_, '_>, plan: &Plan, facts: &DomainFacts<'_>, n: &m
 /// writes is the operator's override and stays.
 fn leave_custom_by_fold(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
     let now = d.mode();
-    let first_mode = d
-        .first
-        .and_then(|c| c.attribute("mode"))
-        .unwrap_or("custom");
-    if first_mode != "custom" || now == "custom" {
+    let first_mode = d.first.map(crate::domain::cpu_mode);
+    if first_mode != Some(Some(CpuMode::Custom)) || d.mode_is(CpuMode::Custom) {
         return;
     }
     let rule = BUILTIN_RULE;
@@ -112,15 +106,13 @@ fn leave_custom_by_fold(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
 /// For a mode libvirt does not offer this guest ([`DomainFacts::mode_supported`] false), the nearest
 /// one it does ([`crate::modes::fallbacks`]) and why, as libvirt's refusal and where the
 /// verdict came from; None when the mode is offered, unknown, or has no offered fallback.
-fn supported_fallback(mode: &str, facts: &DomainFacts<'_>) -> Option<(&'static str, String)> {
-    let mode = CpuMode::parse(mode)?;
+fn supported_fallback(mode: CpuMode, facts: &DomainFacts<'_>) -> Option<(CpuMode, String)> {
     if facts.mode_supported(mode) != Some(false) {
         return None;
     }
-    let new = crate::modes::fallbacks(mode)
+    let new = *crate::modes::fallbacks(mode)
         .iter()
-        .find(|m| facts.mode_supported(**m) == Some(true))?
-        .as_str();
+        .find(|m| facts.mode_supported(**m) == Some(true))?;
     let why = format!(
         " libvirt: \"{}\"; per {}",
         facts.mode_refusal(mode),
@@ -129,31 +121,23 @@ fn supported_fallback(mode: &str, facts: &DomainFacts<'_>) -> Option<(&'static s
     Some((new, why))
 }
 
-/// The `check` libvirt writes for a mode when none is given (seen with libvirt 9.0: `virsh
-/// define` of `<cpu mode='host-model'/>` stores `check='partial'`, host-passthrough and maximum
-/// `check='none'`).
-fn default_check(mode: &str) -> &'static str {
-    if mode == "host-model" {
-        "partial"
-    } else {
-        "none"
-    }
-}
-
 /// Leaving `custom` for a host-based mode: the model, its vendor, its features and its `check`
 /// described the old custom CPU (a definition imported from another host carries that host's
 /// expanded CPU); under host-model libvirt would apply those features on top of this host's CPU,
 /// so they go, and the policy's own `require`/`disable` (rule 4) are what remains. What does not
 /// describe the model stays: topology, NUMA, cache, maxphysaddr.
-fn leave_custom(d: &mut Desired<'_, '_>, plan: &Plan, rule: &str, want: &str, n: &mut Notes) {
+fn leave_custom(d: &mut Desired<'_, '_>, plan: &Plan, rule: &str, want: CpuMode, n: &mut Notes) {
     let why = format!("it described the old custom CPU, and {want} takes this host's");
     drop_description(d, plan, rule, &why, Part::Whole, n);
-    reset_check(d, plan, rule, want, n);
+    reset_check(d, plan, rule, want.as_str(), n);
 }
 
-/// The old custom CPU's `check` becomes `mode`'s default, unless the policy sets one.
+/// The old custom CPU's `check` becomes `mode`'s default ([`CpuCheck::default_for`]; `none`
+/// for a mode libvirt does not know), unless the policy sets one.
 fn reset_check(d: &mut Desired<'_, '_>, plan: &Plan, rule: &str, mode: &str, n: &mut Notes) {
-    let default = default_check(mode);
+    let default = CpuMode::parse(mode)
+        .map_or(CpuCheck::None, CpuCheck::default_for)
+        .as_str();
     if let (None, Some(c)) = (&plan.check, d.attr("check").map(str::to_string)) {
         if c != default {
             d.set_attr("check", default);
@@ -366,13 +350,13 @@ fn check_x86_names_off_x86(plan: &Plan, arch: &str, facts: &DomainFacts<'_>, n: 
 /// `host-model` for a foreign arch under TCG; [`DomainFacts::mode_supported`]) becomes the nearest one it
 /// does ([`crate::modes::fallbacks`]), with or without a rule.
 fn fix_unsupported_mode(d: &mut Desired<'_, '_>, facts: &DomainFacts<'_>, n: &mut Notes) {
-    let mode = d.mode();
-    if let Some((new, why)) = supported_fallback(&mode, facts) {
-        d.set_attr("mode", new);
+    let Some(mode) = d.mode_kind() else { return };
+    if let Some((new, why)) = supported_fallback(mode, facts) {
+        d.set_attr("mode", new.as_str());
         n.change(mode_change(
             BUILTIN_RULE,
-            &mode,
-            new,
+            mode.as_str(),
+            new.as_str(),
             &format!(" ({})", why.trim_start()),
         ));
     }
@@ -386,7 +370,10 @@ fn drop_what_mode_forbids(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
         .mode
         .as_ref()
         .map_or(BUILTIN_RULE.to_string(), |m| m.rule.clone());
-    let passthrough_like = matches!(mode.as_str(), "host-passthrough" | "maximum");
+    let passthrough_like = matches!(
+        d.mode_kind(),
+        Some(CpuMode::HostPassthrough | CpuMode::Maximum)
+    );
     if passthrough_like {
         if let Some(m) = d.model.take() {
             let what = format!("<model>{}</model> removed: {mode} takes no model", m.text);
@@ -399,7 +386,7 @@ fn drop_what_mode_forbids(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
             );
         }
     }
-    if matches!(mode.as_str(), "host-model" | "host-passthrough" | "maximum") {
+    if d.mode_kind().is_some_and(CpuMode::is_host_based) {
         if let Some(v) = d.remove_attr("match") {
             let what = format!("<cpu match='{v}'> removed: it applies to custom models only");
             n.change(attr_removed(&rule, "match", v, what));
@@ -498,7 +485,8 @@ fn cluster_feature_why(plan: &Plan, f: &str, list: &[String], what: &str) -> Str
 /// `<feature policy='require'>`.
 fn apply_require(d: &mut Desired<'_, '_>, plan: &Plan, facts: &DomainFacts<'_>, n: &mut Notes) {
     let Some(r) = &plan.require else { return };
-    let model_feats = (d.mode() == "custom")
+    let model_feats = d
+        .mode_is(CpuMode::Custom)
         .then_some(d.model.as_ref())
         .flatten()
         .and_then(|m| facts.model_features(&m.text))
@@ -573,7 +561,7 @@ fn check_cluster_features(plan: &Plan, n: &mut Notes) {
 /// when `check` is not `full`.
 fn fit_cluster(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
     let Some(c) = &plan.cluster else { return };
-    if d.mode() != "custom" {
+    if !d.mode_is(CpuMode::Custom) {
         return;
     }
     let (cpu, rule) = (&c.value, c.rule.as_str());
@@ -635,7 +623,7 @@ fn ensure_model(
     facts: &DomainFacts<'_>,
     n: &mut Notes,
 ) {
-    if d.has_model() || d.mode() != "custom" {
+    if d.has_model() || !d.mode_is(CpuMode::Custom) {
         return;
     }
     let Some(model) = default_model(arch) else {
@@ -715,7 +703,7 @@ fn apply_level(
         );
         return;
     }
-    if d.mode() != "custom" {
+    if !d.mode_is(CpuMode::Custom) {
         reenable_level_features(d, level, rule, n);
         return;
     }
@@ -829,7 +817,7 @@ fn require_companions(
 /// `<cpu mode='custom'>` without a model gives QEMU's default model, x86-64-v1 only.
 fn warn_custom_without_model(d: &Desired<'_, '_>, plan: &Plan, arch: &str, n: &mut Notes) {
     let Some(m) = &plan.mode else { return };
-    if is_x86(arch) && d.mode() == "custom" && d.model.is_none() {
+    if is_x86(arch) && d.mode_is(CpuMode::Custom) && d.model.is_none() {
         n.finding(
             Finding::warning(
                 Code::CpuModelDefault,

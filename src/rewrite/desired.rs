@@ -9,6 +9,7 @@
 
 use crate::cpu::normalize_feature;
 use crate::finding::{Code, Finding};
+use crate::libvirt::cpu::CpuMode;
 use crate::xml::{text_of, written_value};
 use roxmltree::Node;
 use std::collections::{HashMap, HashSet};
@@ -105,9 +106,22 @@ impl<'a, 't> Desired<'a, 't> {
         Some(self.attrs.remove(i).1)
     }
 
-    /// `mode`, libvirt's default `custom` when absent.
+    /// `mode` as written, libvirt's default `custom` when absent.
     pub(crate) fn mode(&self) -> String {
-        self.attr("mode").unwrap_or("custom").to_string()
+        self.attr("mode")
+            .unwrap_or(CpuMode::Custom.as_str())
+            .to_string()
+    }
+
+    /// The mode as libvirt reads it ([`Desired::mode`]); None for a word libvirt does not know
+    /// (validation says so).
+    pub(crate) fn mode_kind(&self) -> Option<CpuMode> {
+        CpuMode::parse(self.attr("mode").unwrap_or(CpuMode::Custom.as_str()))
+    }
+
+    /// Whether the mode is `mode`.
+    pub(crate) fn mode_is(&self, mode: CpuMode) -> bool {
+        self.mode_kind() == Some(mode)
     }
 
     pub(crate) fn feature(&self, key: &str) -> Option<&DesiredFeature<'a, 't>> {

@@ -26,6 +26,7 @@ use crate::domain_facts::DomainFacts;
 use crate::error::{Error, Result};
 use crate::finding::{Code, Finding, Severity};
 use crate::host::Host;
+use crate::libvirt::cpu::CpuMode;
 use crate::pipeline::Pipeline;
 use crate::policy::{Mode, Plan, Policy};
 use crate::validate;
@@ -224,7 +225,7 @@ fn explain_fold(desired: &desired::Desired<'_, '_>, first: Node<'_, '_>, notes: 
     for (name, value) in &desired.attrs {
         let old = first
             .attribute(name.as_str())
-            .or((name == "mode").then_some("custom"));
+            .or((name == "mode").then_some(CpuMode::Custom.as_str()));
         if old != Some(value.as_str()) {
             let was = old.map_or_else(|| "(none)".to_string(), |o| format!("'{o}'"));
             let what = format!("<cpu {name}>: {was} -> '{value}'{later}");

@@ -18,6 +18,7 @@ use crate::edit::{
     render_element, start_tag_attr_end, with_attrs,
 };
 use crate::finding::{Code, Finding};
+use crate::libvirt::arch::is_x86;
 use crate::machine::is_q35;
 use crate::policy::{IommuStrategy, Plan, Ruled, TopologyStrategy, VcpuMax};
 use crate::topology::{
@@ -292,7 +293,7 @@ fn x86_xapic_rule(
     max: u32,
     n: &mut Notes,
 ) -> (u32, bool) {
-    if !matches!(dom.arch(), "x86_64" | "i686") || max <= X86_XAPIC_LIMIT {
+    if !is_x86(dom.arch()) || max <= X86_XAPIC_LIMIT {
         return (max, false);
     }
     let machine = facts
@@ -406,7 +407,7 @@ fn reshape_topology(
     if new == topo {
         return Some(false);
     }
-    let x86 = matches!(dom.arch(), "x86_64" | "i686");
+    let x86 = is_x86(dom.arch());
     let mut set: Vec<(&str, String)> = vec![("sockets", new.sockets.to_string())];
     for (name, v, old) in [
         ("dies", new.dies, topo.dies),

@@ -5,6 +5,7 @@ use crate::cpu::{Level, normalize_feature};
 use crate::domain::{Domain, cpu_features, model_name};
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
+use crate::libvirt::arch::is_x86;
 use crate::libvirt::cpu::{CpuMode, FeaturePolicy, guaranteed_features};
 use crate::policy::Plan;
 use crate::xml::{child, is_libvirt_element};
@@ -141,7 +142,7 @@ fn check_features(
             continue;
         };
         let key = normalize_feature(name).unwrap_or_else(|| name.to_string());
-        if matches!(arch, "x86_64" | "i686") && !facts.feature_known(&key) {
+        if is_x86(arch) && !facts.feature_known(&key) {
             out.push(unknown_name(
                 facts,
                 Code::CpuFeatureUnknown,
@@ -189,7 +190,7 @@ fn unknown_name(facts: &DomainFacts<'_>, code: Code, what: String, fix: &str) ->
 /// A custom model libvirt's cpu_map does not define: libvirt defines the domain and refuses to
 /// start it ("Unknown CPU model X", libvirt 9.0).
 fn check_model_known(model: &str, arch: &str, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
-    if matches!(arch, "x86_64" | "i686") && facts.model_features(model).is_none() {
+    if is_x86(arch) && facts.model_features(model).is_none() {
         out.push(unknown_name(
             facts,
             Code::CpuModelUnknown,

@@ -5,6 +5,7 @@
 use crate::domain::Domain;
 use crate::domain_facts::{DomainFacts, KVM_FLOOR, VersionRule};
 use crate::finding::{Code, Finding};
+use crate::libvirt::arch::is_x86;
 use crate::machine::{family_floor, is_q35};
 use crate::topology::{Topology, VcpuCount, X86_XAPIC_LIMIT, parse_cpuset, read_vcpu};
 use crate::xml::{child, is_libvirt_element};
@@ -25,10 +26,6 @@ pub(super) fn check(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Fin
         check_vcpus_list(list, max, out);
     }
     check_numa(dom, max, facts, out);
-}
-
-fn is_x86(dom: &Domain<'_>) -> bool {
-    matches!(dom.arch(), "x86_64" | "i686")
 }
 
 /// `<vcpu>`: a positive maximum, `current` between 1 and the maximum. With a `<vcpus>` list
@@ -113,7 +110,7 @@ fn check_topology(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut
         ));
     }
     let written = topo.attribute("clusters").filter(|c| c.trim() != "1");
-    match (is_x86(dom), written, clusters_read) {
+    match (is_x86(dom.arch()), written, clusters_read) {
         (true, Some(_), true) if t.clusters > 1 => out.push(Finding::error(
             Code::TopologyClusters,
             format!("clusters > 1 not supported by this machine's CPU topology (QEMU, at start; <topology clusters='{}'> on x86, read by {})", t.clusters, facts.libvirt_rules()),
@@ -154,7 +151,7 @@ fn check_limits(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut V
             ));
         }
     }
-    if !is_x86(dom) || max <= X86_XAPIC_LIMIT {
+    if !is_x86(dom.arch()) || max <= X86_XAPIC_LIMIT {
         return;
     }
     let machine = limit.map_or(dom.machine(), |l| l.machine.as_str());
@@ -181,7 +178,7 @@ fn check_limits(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut V
 /// all ("current -smp configuration requires kernel irqchip and X2APIC API support"). Both are
 /// start-time refusals libvirt does not make at define: a warning.
 fn check_tcg_x2apic(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
-    if dom.virt_type() != "qemu" || !is_x86(dom) || max <= X86_XAPIC_LIMIT {
+    if dom.virt_type() != "qemu" || !is_x86(dom.arch()) || max <= X86_XAPIC_LIMIT {
         return;
     }
     let cpu = dom.cpus().first().copied();
@@ -241,7 +238,7 @@ impl Iommu {
         }
         // Only for the vCPUs that need eim: below that, `<driver eim='on'/>` without intremap is
         // still refused ("IOMMU eim requires interrupt remapping to be enabled", 11.3).
-        let needs_eim = is_x86(dom) && max > X86_XAPIC_LIMIT;
+        let needs_eim = is_x86(dom.arch()) && max > X86_XAPIC_LIMIT;
         if needs_eim {
             if !i.present {
                 (i.present, i.intel) = (true, true);
@@ -264,7 +261,7 @@ fn check_iommu(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Ve
     if !(written.present && written.intel) {
         return;
     }
-    if is_x86(dom)
+    if is_x86(dom.arch())
         && !is_q35(dom.machine())
         && !facts.canonical_machine.as_deref().is_some_and(is_q35)
     {
