@@ -485,55 +485,15 @@ fn cmd_rewrite(a: &RewriteArgs) -> Result<i32, Failure> {
     Ok(EXIT_OK)
 }
 
-/// Give `f` the owner and group of the file it replaces (before its mode: a change of owner
-/// clears set-id bits). Only root may give a file away: EPERM leaves it as created.
-fn keep_owner(f: &std::fs::File, old: &std::fs::Metadata) -> std::io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    match std::os::unix::fs::fchown(f, Some(old.uid()), Some(old.gid())) {
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(()),
-        r => r,
-    }
-}
-
-/// Replace `path` with `bytes`: a temporary file in the same directory, synced, given the old
-/// file's owner, group and permissions, then renamed over it, so readers see the old or the new
-/// file, never half.
+/// Replace `path` with `bytes` atomically ([`crate::writefile::write_atomic`]: the old file's
+/// owner, group and permissions kept, readers see the old or the new file, never half).
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
-    let fail = |source: std::io::Error| {
+    crate::writefile::write_atomic(path, bytes).map_err(|source| {
         Failure::from(Error::Write {
             path: path.to_path_buf(),
             source,
         })
-    };
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let file_name = path
-        .file_name()
-        .map_or_else(|| "domain".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = dir.join(format!(
-        ".{file_name}.virt-cpu-policy.{}",
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        if let Ok(meta) = std::fs::metadata(path) {
-            keep_owner(&f, &meta)?;
-            f.set_permissions(meta.permissions())?;
-        }
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(fail(e));
-    }
-    Ok(())
+    })
 }
 
 fn report_text(o: &Outcome) -> String {

@@ -47,6 +47,9 @@ pub mod domain_facts;
 
 pub mod pipeline;
 
+// Files replaced atomically (the daemon's snapshot, `rewrite --in-place`).
+pub mod writefile;
+
 // The edits, the checks of a result, then the desired CPU/vCPU (the rewrite validates what it
 // writes) and the verdict on it.
 pub mod edit;

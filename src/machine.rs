@@ -191,18 +191,46 @@ pub fn is_q35(machine: &str) -> bool {
 /// `/dev/kvm` cannot be opened (no KVM, or no permission).
 #[must_use]
 pub fn kvm_max_vcpus() -> Option<u32> {
-    use std::os::fd::AsRawFd;
-    const KVM_CHECK_EXTENSION: libc::c_ulong = 0xAE03; // _IO(KVMIO=0xAE, 0x03)
-    const KVM_CAP_NR_VCPUS: libc::c_ulong = 9;
-    const KVM_CAP_MAX_VCPUS: libc::c_ulong = 66;
+    const KVM_CAP_NR_VCPUS: usize = 9;
+    const KVM_CAP_MAX_VCPUS: usize = 66;
     let f = std::fs::File::open("/dev/kvm").ok()?;
-    let check = |cap: libc::c_ulong| -> Option<u32> {
-        // SAFETY: KVM_CHECK_EXTENSION takes an integer argument and returns an integer; the fd is
-        // open for the duration of the call.
-        let r = unsafe { libc::ioctl(f.as_raw_fd(), KVM_CHECK_EXTENSION as _, cap) };
+    let check = |cap: usize| -> Option<u32> {
+        // SAFETY: KVM_CHECK_EXTENSION takes the capability as an integer argument, passes no
+        // memory and answers with the ioctl's return value, which is what `CheckExtension`
+        // declares; the descriptor is /dev/kvm's, open for the call.
+        let r = unsafe { rustix::ioctl::ioctl(&f, CheckExtension(cap)) }.ok()?;
         u32::try_from(r).ok().filter(|n| *n > 0)
     };
     check(KVM_CAP_MAX_VCPUS).or_else(|| check(KVM_CAP_NR_VCPUS))
+}
+
+/// `KVM_CHECK_EXTENSION` (`_IO(KVMIO = 0xAE, 0x03)`) for a capability: an integer in, the
+/// answer as the ioctl's return value (rustix's `IntegerSetter` drops that value).
+struct CheckExtension(usize);
+
+// SAFETY: the opcode is KVM_CHECK_EXTENSION's, which reads no userspace memory: the argument is
+// the capability number itself (not a pointer), nothing is written (IS_MUTATING false), and the
+// output is the call's return value.
+unsafe impl rustix::ioctl::Ioctl for CheckExtension {
+    type Output = rustix::ioctl::IoctlOutput;
+
+    const IS_MUTATING: bool = false;
+
+    fn opcode(&self) -> rustix::ioctl::Opcode {
+        rustix::ioctl::opcode::none(0xAE, 0x03)
+    }
+
+    fn as_ptr(&mut self) -> *mut std::ffi::c_void {
+        // The capability travels as the ioctl's integer argument (its bits as a pointer value).
+        std::ptr::without_provenance_mut(self.0)
+    }
+
+    unsafe fn output_from_ptr(
+        out: rustix::ioctl::IoctlOutput,
+        _: *mut std::ffi::c_void,
+    ) -> rustix::io::Result<Self::Output> {
+        Ok(out)
+    }
 }
 
 #[cfg(test)]
