@@ -6,7 +6,8 @@
 //! back. This module computes the same answers from host facts files, with libvirt's own
 //! `cpu_map`:
 //!
-//! * [`facts`] reads one host's facts file (domcapabilities, capabilities, a host `<cpu>`).
+//! * [`hosts`] reads one host's facts file (domcapabilities, capabilities, a host `<cpu>`,
+//!   `<hostFacts>`) through [`crate::libvirt`].
 //! * [`baseline`] is libvirt's x86 baseline (`virCPUx86Baseline` and `x86Decode` in
 //!   `src/cpu/cpu_x86.c`) on CPUID data from [`crate::libvirt::cpu_map::x86::X86Map`].
 //! * [`report`] puts a cluster together: the baseline restricted to the models every host can

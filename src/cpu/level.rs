@@ -91,7 +91,7 @@ impl Level {
     /// even one `x86-64-v1` feature is missing.
     ///
     /// `has` is asked about libvirt spellings (see [`Level::features`]); wrap
-    /// it with [`normalize_feature`] if the feature set uses other spellings.
+    /// it with [`crate::cpu::normalize_feature`] if the feature set uses other spellings.
     /// Levels are cumulative, so a set that lacks a v2 feature is v1 even if it
     /// has every v3 feature.
     pub fn highest(has: impl Fn(&str) -> bool) -> Option<Level> {

@@ -56,7 +56,7 @@ impl Host {
     /// the emulator's ctime, libvirt's own test before it reuses the file (`virQEMUCapsIsValid`);
     /// after a QEMU upgrade the stale file says nothing. The file's `<machine>` lines are searched
     /// as text, by `name` and `alias` under the virt type (`kvm`, or `tcg` for `qemu`): no
-    /// parse of the 200 KiB file. None under [`HostOptions::skip_machine_support`].
+    /// parse of the 300 KiB file. None under [`super::HostOptions::skip_machine_support`].
     #[must_use]
     pub fn machine_unsupported(
         &self,

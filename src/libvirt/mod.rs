@@ -87,8 +87,8 @@ pub const MAX_DOCUMENT_BYTES: usize = crate::readfile::MAX_FACT_BYTES;
 ///
 /// # Errors
 /// [`DocumentError::Input`] for a file that cannot be read or parsed; [`DocumentError::Invalid`]
-/// for another root element ("the root element <domain> is not <capabilities> or
-/// <hostFacts>") or a document the element's reader refuses.
+/// for another root element ("the root element `<domain>` is not `<capabilities>` or
+/// `<hostFacts>`") or a document the element's reader refuses.
 pub fn read_document(path: &Path, accept: &[&str]) -> Result<Document, DocumentError> {
     let what = path.display().to_string();
     let bytes =

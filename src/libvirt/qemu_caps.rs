@@ -101,7 +101,7 @@ pub struct Head {
     pub selfvers: Option<u64>,
 }
 
-/// The head of `path` (its first [`HEAD_BYTES`]), when it is a regular file holding a
+/// The head of `path` (its first 4 KiB), when it is a regular file holding a
 /// `<qemuCaps>`; None otherwise.
 #[must_use]
 pub fn head(path: &Path) -> Option<Head> {

@@ -14,7 +14,7 @@
 //! first, then each `<include>` in document order (libvirt 11 wraps them in `<group>`
 //! elements), and within a file its vendors, then its features, then its models. A model may
 //! only inherit from a model loaded before it (libvirt: "Ancestor model %s not found for CPU
-//! model %s"). Every file goes through [`read_file`]: a regular file of at most 16 MiB, so a FIFO
+//! model %s"). Every file is read as a regular file of at most 16 MiB, so a FIFO
 //! or `/dev/zero` named as the cpu_map never hangs the hook.
 
 mod names;
