@@ -396,7 +396,8 @@ mod tests {
         level_of(&dom, &facts)
     }
 
-    /// This machine's KVM gives a host-model CPU without pni and popcnt (DESIGN.md section 1).
+    /// A nested KVM such as the project's test machine's gives a host-model CPU without pni and
+    /// popcnt (seen with libvirt 9.0's domcapabilities).
     const DOMCAPS: &str = "<domainCapabilities><path>/usr/bin/qemu-system-x86_64</path><domain>kvm</domain><machine>pc-q35-7.2</machine><arch>x86_64</arch><vcpu max='288'/><cpu><mode name='host-model' supported='yes'><model fallback='forbid'>Nehalem</model><feature policy='disable' name='pni'/><feature policy='disable' name='popcnt'/></mode></cpu></domainCapabilities>";
 
     fn dom(vt: &str, cpu: &str) -> String {

@@ -4,7 +4,7 @@
 //! a sentence: the element it touches (libvirt's element name), what happened to it
 //! ([`Action`]), the feature or attribute concerned, the old and new values, the policy rule that
 //! caused it, and the sentence for people. A program can then tell "feature popcnt added" from
-//! "model replaced" without parsing English (README.md, "JSON output").
+//! "model replaced" without parsing English (docs/json.md).
 
 use crate::finding::Finding;
 use serde::Serialize;

@@ -1,7 +1,7 @@
 //! The command line of `virt-cpu-policy`: argument definitions (clap) and the glue from a parsed
 //! command to the library and an exit code.
 //!
-//! Exit codes (documented in README.md and `--help`):
+//! Exit codes (documented in docs/exit-codes.md and `--help`):
 //! * 0: written / conforms / done;
 //! * 1: the domain cannot be made to satisfy the policy, or the result fails validation
 //!   (findings on stderr, nothing on stdout);

@@ -10,7 +10,8 @@
 //! What is gathered is what can be asked: the models of the result are the domain's own, the
 //! policy's and the arch's default ([`crate::cpu::default_model`]); its features are the domain's,
 //! the policy's and the psABI levels' (all known to libvirt). Costly facts are gathered only when a
-//! rule can need them: the machine-type limit (libvirt's 300 KiB capability cache) only
+//! rule can need them: the machine-type limit (libvirt's QEMU capability cache, a few hundred
+//! KiB) only
 //! for a vCPU maximum above what every machine type of the family allows or a `vcpu.max` rule,
 //! KVM's limit only for KVM guests above 240 vCPUs or with `vcpu.max`.
 

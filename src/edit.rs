@@ -1,8 +1,9 @@
 //! A splice editor over the original document text.
 //!
-//! Edits are (byte range, replacement) pairs against the original text, applied from the end
-//! backwards, so every byte outside an edited range stays identical: comments, quoting style,
-//! attribute order, namespace prefixes, entity references. New markup is escaped with
+//! Edits are (byte range, replacement) pairs against the original text, applied in one forward
+//! pass in the order of their positions, so every byte outside an edited range is copied as it
+//! is: comments, quoting style, attribute order, namespace prefixes, entity references. New
+//! markup is escaped with
 //! `quick-xml`, never built by formatting unescaped user values, and takes the indentation of the
 //! sibling it is inserted next to (quick-xml's own indenting writer is a heuristic, so it is not
 //! used).

@@ -2,7 +2,7 @@
 //!
 //! libvirt runs `/etc/libvirt/hooks/qemu.d/*` for every guest operation with the domain XML on
 //! stdin (libvirt `docs/hooks.rst`). A hook cannot change `<cpu>` or `<vcpu>` (stdout is ignored
-//! at start, and on migrate/restore libvirt refuses any ABI change: DESIGN.md section 2), so this
+//! at start, and on migrate/restore libvirt refuses any ABI change), so this
 //! hook only decides: exit 0 lets libvirt go on, exit 1 with one line on stderr refuses, and libvirt
 //! shows that line to the user ("Hook script execution failed: ... unexpected exit status 1: ...").
 //!
@@ -33,7 +33,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Where the daemon leaves its host-fact snapshot (`virsh capabilities` and domcapabilities),
-/// read by the hook as host facts (DESIGN.md section 5, source 2).
+/// read by the hook as host facts (the hook must not ask libvirt: libvirt's `docs/hooks.rst`).
 pub const SNAPSHOT_DIR: &str = "/var/lib/virt-cpu-policy";
 
 /// The phases of a guest's life the hook checks (libvirt's OPERATION SUB-OPERATION pairs).

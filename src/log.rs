@@ -9,8 +9,7 @@
 //! reach the journal unprefixed (tracing-journald's default `F_` prefix is switched off) and
 //! upper-cased.
 //!
-//! The journal's `PRIORITY` is what a syslog reader expects of each record (README.md, "Journal
-//! fields"): the hook's `INFO` (a guest let through, nothing wrong) is 6 (info), not
+//! The journal's `PRIORITY` is what a syslog reader expects of each record (docs/journal.md): the hook's `INFO` (a guest let through, nothing wrong) is 6 (info), not
 //! tracing-journald's default 5 (notice); the daemon keeps 5 for `INFO`, which it uses for what it
 //! changed (a rewritten definition) and for its own life cycle.
 
@@ -148,7 +147,7 @@ pub fn init_daemon() {
 }
 
 /// The kinds of decision the hook and the daemon log, each with a stable journal `MESSAGE_ID`
-/// (128-bit, systemd catalog style: `journalctl MESSAGE_ID=...`). README.md ("Journal fields")
+/// (128-bit, systemd catalog style: `journalctl MESSAGE_ID=...`). docs/journal.md
 /// lists them; an id never changes meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -235,7 +234,7 @@ impl Decision {
         if self.refuses() { "refuse" } else { "allow" }
     }
 
-    /// A short name for the kind (`hook-violation-refused`), as README.md lists it.
+    /// A short name for the kind (`hook-violation-refused`), as docs/journal.md lists it.
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {
@@ -305,7 +304,7 @@ pub fn decision(kind: Decision, level: tracing::Level, f: &Fields<'_>, message: 
 
 /// The journal `MESSAGE_ID` of a warning the hook logs beside its decision (a finding libvirt
 /// accepts with a warning, such as `match` under host-model): not a decision, so not a
-/// [`Decision`], but selectable all the same. README.md lists it as `hook-warning`.
+/// [`Decision`], but selectable all the same. docs/journal.md lists it as `hook-warning`.
 pub const HOOK_WARNING_ID: &str = "fc3e55da7ca34faa94b17bcbd67937ba";
 
 /// Log one warning of the hook at WARN: `MESSAGE_ID` [`HOOK_WARNING_ID`], `GUEST`, `OPERATION`,

@@ -128,7 +128,8 @@ const TABLE: &[Row] = &[
 /// version pattern (an alias such as `pc`/`q35`/`virt` included: its version depends on the QEMU
 /// installed).
 ///
-/// Table (QEMU sources; DESIGN.md section 5): `pc-i440fx-*` 255, RHEL `pc-i440fx-rhel*` 240;
+/// Table (QEMU's `MachineClass::max_cpus` of each versioned type): `pc-i440fx-*` 255, RHEL
+/// `pc-i440fx-rhel*` 240;
 /// `pc-q35-2.7` and older 255, `pc-q35-2.8` … `8.0` 288, `8.1`/`8.2` 1024, `9.0` and later 4096;
 /// RHEL 9 `pc-q35-rhel9.*` 710, RHEL 10 `pc-q35-rhel10.*` 4096, older RHEL q35 (`rhel7`/`rhel8`)
 /// 384 (RHEL 8 downstream; not reproduced here: a capabilities file overrides it); aarch64 `virt-2.12` and older
@@ -164,7 +165,7 @@ pub fn builtin_limit(arch: &str, machine: &str) -> Option<BuiltinLimit> {
 /// A vCPU count every machine type of this family allows, whatever its version (alias or not):
 /// 240 for x86 `pc*`/`q35`/`pc-q35-*` (RHEL's i440fx is the lowest, 240), 255 for aarch64 `virt*`,
 /// 248 for s390x `s390-ccw-virtio*`. A domain at or below it needs no machine-limit lookup, which
-/// spares the hook from reading libvirt's 300 KiB capability cache on every guest start.
+/// spares the hook from reading libvirt's QEMU capability cache on every guest start.
 #[must_use]
 pub fn family_floor(arch: &str, machine: &str) -> Option<u32> {
     match arch {

@@ -5,7 +5,7 @@
 //! rather than growing a fleet service of its own. Two writers share these names:
 //! `virt-cpu-policyd --metrics-file PATH` (the gauges and its counters, after every reconcile)
 //! and `virt-cpu-policy audit --format prometheus` (the gauges once, for hosts without the
-//! daemon). README.md ("Watching a fleet") lists every metric.
+//! daemon). docs/metrics.md lists every metric.
 //!
 //! The text is produced by the `prometheus-client` crate's 0.0.4 encoder (counters get their
 //! `_total`, units their suffix, info metrics their `_info`), from plain values: this module keeps
@@ -518,7 +518,7 @@ mod tests {
 
     #[test]
     fn the_duration_is_the_last_line_of_the_gauges() {
-        // README's cron recipe moves a file into place only when it ends so (a complete write).
+        // The cron recipe of docs/metrics.md moves a file into place only when it ends so (a complete write).
         let text = render(&sample(), None, &[]);
         let last = text.lines().last().unwrap();
         assert!(

@@ -16,7 +16,7 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// Largest host-facts file read, in bytes (16 MiB, the project's input limit: libvirt's
-/// domcapabilities are about 100 KiB, its qemuCaps files about 300 KiB).
+/// domcapabilities are about 100 KiB, its QEMU capability cache files a few hundred KiB).
 pub const MAX_FACT_BYTES: usize = 16 * 1024 * 1024;
 
 /// Why [`read_regular`] read nothing.

@@ -1,7 +1,7 @@
 //! The verdict on one domain and its JSON report: what `check`, `rewrite --explain --format json`,
 //! `audit`, the metrics and the daemon all say about a rewrite's [`Outcome`], in one place.
 //!
-//! Exit codes (README.md, "Exit codes"): 0 conforms (or out of scope), 1 cannot conform, 2 bad
+//! Exit codes (docs/exit-codes.md): 0 conforms (or out of scope), 1 cannot conform, 2 bad
 //! input, 3 conforms only after a rewrite.
 
 use crate::change::Change;
@@ -19,7 +19,7 @@ pub const EXIT_BAD_INPUT: i32 = 2;
 pub const EXIT_NEEDS_REWRITE: i32 = 3;
 
 /// Version of the JSON reports (`check`, `rewrite --explain --format json`, `host`, `audit`,
-/// `baseline`); README.md ("JSON output") documents each field.
+/// `baseline`); docs/json.md documents each field.
 pub const JSON_SCHEMA_VERSION: u32 = 1;
 
 /// The verdict on one domain, as `check`, `audit`, the metrics (the `verdict` label), the JSON
@@ -89,7 +89,7 @@ impl std::fmt::Display for Verdict {
     }
 }
 
-/// The JSON report on one domain (README.md, "JSON output"): `schema_version`, `guest`,
+/// The JSON report on one domain (docs/json.md): `schema_version`, `guest`,
 /// `verdict`, `exit`, `policy`, `mode`, `changes` (none listed when it cannot conform), `findings`,
 /// `note`.
 #[must_use]

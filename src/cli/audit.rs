@@ -2,7 +2,7 @@
 //! same as one JSON object, or as Prometheus gauges. The judging is [`crate::audit`]'s; this module
 //! turns it into output and an exit code.
 //!
-//! Exit codes (README.md, "Watching a fleet"): 0 every guest conforms (or is out of scope); 3 some
+//! Exit codes (docs/exit-codes.md): 0 every guest conforms (or is out of scope); 3 some
 //! need a rewrite; 1 some cannot conform; 2 a file could not be read or judged (it is reported and
 //! counted, and every other file is still judged), or bad usage, policy or host facts (then one
 //! line on stderr and nothing on stdout). The highest applicable code wins: 2, then 1, then 3.
@@ -191,7 +191,7 @@ fn table(rows: &[[String; 6]]) -> String {
 }
 
 /// One guest: the `check --format json` object plus `file`, `level`, `vcpu_max`,
-/// `machine_limit` and `rules` (README.md, "Watching a fleet").
+/// `machine_limit` and `rules` (docs/json.md).
 fn guest_json(g: &Guest, policy: &Policy) -> Value {
     let mut v = super::report_json(&g.outcome, policy);
     if let Value::Object(m) = &mut v {

@@ -368,7 +368,7 @@ fn fact_json<T: serde::Serialize>(f: Option<&Sourced<T>>) -> Value {
     )
 }
 
-/// `host --format json`: every fact, each with its source (README.md, "JSON output").
+/// `host --format json`: every fact, each with its source (docs/json.md).
 pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
     let cached = host.qemu_cache_all();
     let machines: Vec<Value> = host

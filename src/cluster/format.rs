@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 pub enum BaselineFormat {
     /// A report for people.
     Text,
-    /// One JSON object (shape in README, "Clusters and migration").
+    /// One JSON object (its shape: docs/json.md).
     Json,
     /// A whole policy file whose one rule gives guests the baseline.
     Toml,

@@ -1,7 +1,8 @@
 //! `virt-cpu-policyd`: keeps the *stored* definitions of persistent guests conforming.
 //!
 //! On a plain libvirt host the stored definition is the one place a rewrite of `<cpu>` and
-//! `<vcpu>` takes effect (a hook cannot change them: DESIGN.md sections 2 and 4). This module is
+//! `<vcpu>` takes effect (a hook cannot change them: libvirt ignores a hook's output at start and
+//! refuses any ABI change on migrate and restore, libvirt's `docs/hooks.rst`). This module is
 //! the only part of the project that talks to libvirt, through the `virt` crate (libvirt's own
 //! bindings). It reads each definition *with secrets* (`VIR_DOMAIN_XML_INACTIVE |
 //! VIR_DOMAIN_XML_SECURE`, so a VNC password survives the round trip), rewrites it with

@@ -56,7 +56,7 @@ impl Host {
     /// the emulator's ctime, libvirt's own test before it reuses the file (`virQEMUCapsIsValid`);
     /// after a QEMU upgrade the stale file says nothing. The file's `<machine>` lines are searched
     /// as text, by `name` and `alias` under the virt type (`kvm`, or `tcg` for `qemu`): no
-    /// parse of the 300 KiB file. None under [`super::HostOptions::skip_machine_support`].
+    /// parse of the whole file. None under [`super::HostOptions::skip_machine_support`].
     #[must_use]
     pub fn machine_unsupported(
         &self,
@@ -76,7 +76,7 @@ impl Host {
             .qemu_cache
             .for_emulator(&emulator_suffix(arch, emulator))?;
         let e = file.head.emulator.as_deref()?;
-        // Bytes, not a String: UTF-8 validation of 300 KiB would cost more than the search.
+        // Bytes, not a String: UTF-8 validation of the file would cost more than the search.
         let text =
             crate::readfile::read_regular(&file.path, crate::readfile::MAX_FACT_BYTES).ok()?;
         // The emulator's machine types whatever the guest arch (an i686 guest of

@@ -77,7 +77,7 @@ pub enum DocumentError {
 }
 
 /// Largest host-facts file read, in bytes (libvirt's domcapabilities are about 100 KiB, its
-/// QEMU capability cache files about 300 KiB).
+/// QEMU capability cache files a few hundred KiB).
 pub const MAX_DOCUMENT_BYTES: usize = crate::readfile::MAX_FACT_BYTES;
 
 /// Reads one host-facts file: a regular file of at most [`MAX_DOCUMENT_BYTES`] (a FIFO named

@@ -1,4 +1,4 @@
-//! The checks libvirt and QEMU will make, run on the rewritten domain (DESIGN.md section 6).
+//! The checks libvirt and QEMU will make, run on the rewritten domain.
 //!
 //! Each check mirrors a rule of libvirt 9.0 / QEMU 7.2 and quotes the error text libvirt gives,
 //! so an operator can match a finding to what `virsh define` or `virsh start` would have said;

@@ -1,5 +1,5 @@
 //! The `cpu.*` keys of a plan, and libvirt's own mode rules, applied to the desired `<cpu>`
-//! (rules 2–5 of README's "What the rewrite does"), in this order:
+//! (rules 2–5 of docs/rewrite.md), in this order:
 //!
 //! 1. mode and model ([`set_mode`], [`set_model`]), after checking the policy's names against
 //!    libvirt's cpu_map ([`check_policy_names`]);

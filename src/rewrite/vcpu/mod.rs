@@ -4,7 +4,8 @@
 //! A dynamically scalable guest needs a maximum above its current count so vCPUs can be
 //! hot-plugged while it runs. libvirt refuses a maximum above the machine type's limit, a topology
 //! whose product differs from the maximum, and more than 255 x86 vCPUs without q35, an Intel IOMMU
-//! in extended interrupt mode and a split I/O APIC (libvirt 9.0, DESIGN.md section 6). The steps,
+//! in extended interrupt mode and a split I/O APIC (libvirt 9.0's errors, quoted where each is
+//! made). The steps,
 //! in order: read the counts ([`read_counts`]), the maximum the rule asks for clamped to what the
 //! host runs ([`target_maximum`]), the x86 rule above 255 vCPUs ([`x86_xapic_rule`], [`iommu::add_iommu`]),
 //! then the new maximum in `<vcpu>` ([`set_vcpu_max`]) and what follows it ([`reshape_topology`],
