@@ -39,7 +39,7 @@ fn hosts(map: &Path) -> Option<PathBuf> {
             hosts::read_hosts(std::slice::from_ref(p)).is_ok_and(|h| {
                 let cpu = h[0].cpu.as_ref();
                 cpu.and_then(|c| c.vendor.as_deref()) == Some("Intel")
-                    && analyze(h, Some(&x86), &ClusterOptions::default()).is_ok()
+                    && analyze(&h, Some(&x86), &ClusterOptions::default()).is_ok()
             })
         })
         .collect();
@@ -81,7 +81,7 @@ fn main() {
     let x86 = X86Map::load(&map).expect("cpu_map");
     let read = hosts::read_hosts(&paths).expect("facts");
     c.bench_function("analyze 100 hosts (baseline, levels, groups)", |b| {
-        b.iter(|| black_box(analyze(read.clone(), Some(&x86), &opts).expect("baseline")));
+        b.iter(|| black_box(analyze(&read, Some(&x86), &opts).expect("baseline")));
     });
     c.bench_function("baseline_from_files, 100 files", |b| {
         b.iter(|| black_box(baseline_from_files(&paths, &map, &opts).expect("baseline")));

@@ -22,6 +22,7 @@ use crate::libvirt::version::LibvirtVersion;
 use crate::policy::{Mode, Policy};
 use crate::rewrite::{Outcome, rewrite};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -403,18 +404,18 @@ fn explain(o: &Outcome, audit: bool) -> String {
     let mut s = String::new();
     let label = guest_label(o);
     if let Some(n) = &o.note {
-        s.push_str(&format!("{label}: {n}\n"));
+        let _ = writeln!(s, "{label}: {n}");
         return s;
     }
     if o.has_errors() {
-        s.push_str(&format!("{label}: cannot conform to the policy\n"));
+        let _ = writeln!(s, "{label}: cannot conform to the policy");
     } else if o.changes.is_empty() {
-        s.push_str(&format!("{label}: conforms, nothing to change\n"));
+        let _ = writeln!(s, "{label}: conforms, nothing to change");
     } else {
         let verb = if audit { "would make" } else { "made" };
-        s.push_str(&format!("{label}: {verb} {} change(s)\n", o.changes.len()));
+        let _ = writeln!(s, "{label}: {verb} {} change(s)", o.changes.len());
         for c in &o.changes {
-            s.push_str(&format!("  - rule '{}': {}\n", c.rule, c.what));
+            let _ = writeln!(s, "  - rule '{}': {}", c.rule, c.what);
         }
     }
     s
@@ -422,10 +423,10 @@ fn explain(o: &Outcome, audit: bool) -> String {
 
 fn findings_text(o: &Outcome) -> String {
     let label = guest_label(o);
-    o.findings
-        .iter()
-        .map(|f| format!("virt-cpu-policy: {label}: {f}\n"))
-        .collect()
+    o.findings.iter().fold(String::new(), |mut s, f| {
+        let _ = writeln!(s, "virt-cpu-policy: {label}: {f}");
+        s
+    })
 }
 
 fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
@@ -510,11 +511,11 @@ fn report_text(o: &Outcome) -> String {
     };
     if verdict != Verdict::CannotConform {
         for c in &o.changes {
-            s.push_str(&format!("  - rule '{}': {}\n", c.rule, c.what));
+            let _ = writeln!(s, "  - rule '{}': {}", c.rule, c.what);
         }
     }
     for f in &o.findings {
-        s.push_str(&format!("  {f}\n"));
+        let _ = writeln!(s, "  {f}");
     }
     s
 }

@@ -130,5 +130,5 @@ pub fn baseline_from_files(
     } else {
         None
     };
-    analyze(hosts, map.as_ref(), opts)
+    analyze(&hosts, map.as_ref(), opts)
 }

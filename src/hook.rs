@@ -115,6 +115,7 @@ pub fn refusal(guest: &str, what: &str, rule: &str, fix: &str) -> String {
 ///
 /// Never panics on bad input: the tool's own failures (policy unreadable or invalid, XML that does
 /// not parse, broken host facts) follow `[hook] on_error`, and `mode = "audit"` never refuses.
+#[must_use]
 pub fn run(guest: &str, phase: Phase, xml: &[u8], opts: &HookOptions) -> Answer {
     let policy = match Policy::load(opts.policy.as_deref()) {
         Ok(p) => p,
@@ -501,7 +502,7 @@ fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Answ
             disabled_by_qemu.join(", ")
         )
     };
-    let line = refusal(
+    let refused = refusal(
         guest,
         &format!("{}: {detail}", short.what),
         &short.rule,
@@ -511,7 +512,7 @@ fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Answ
         guest,
         Phase::Started,
         policy,
-        line,
+        refused,
         &short.rule,
         Some(short.code),
     ))

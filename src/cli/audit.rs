@@ -13,6 +13,7 @@ use crate::host::Host;
 use crate::policy::Policy;
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
+use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -147,7 +148,7 @@ fn text(entries: &[Entry], t: &Totals) -> String {
                 ]);
             }
             Entry::Unreadable(file, why) => {
-                out_tail.push_str(&format!("unreadable: {}: {why}\n", file.display()));
+                let _ = writeln!(out_tail, "unreadable: {}: {why}", file.display());
             }
         }
     }
@@ -159,10 +160,11 @@ fn text(entries: &[Entry], t: &Totals) -> String {
     if unknown_level {
         s.push_str("note: LEVEL ? for host-model/host-passthrough guests: give this host's `virsh domcapabilities` with --caps FILE\n");
     }
-    s.push_str(&format!(
-        "totals: {} files, {} conforms, {} needs-rewrite, {} cannot-conform, {} out-of-scope, {} unreadable\n",
+    let _ = writeln!(
+        s,
+        "totals: {} files, {} conforms, {} needs-rewrite, {} cannot-conform, {} out-of-scope, {} unreadable",
         t.files, t.conforms, t.needs_rewrite, t.cannot_conform, t.out_of_scope, t.unreadable
-    ));
+    );
     s
 }
 
@@ -181,7 +183,7 @@ fn table(rows: &[[String; 6]]) -> String {
             if i + 1 == r.len() {
                 line.push_str(c);
             } else {
-                line.push_str(&format!("{c:<w$}  ", w = widths[i]));
+                let _ = write!(line, "{c:<w$}  ", w = widths[i]);
             }
         }
         s.push_str(line.trim_end());

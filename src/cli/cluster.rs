@@ -128,7 +128,7 @@ pub(super) fn cmd_baseline(a: &BaselineArgs) -> Result<i32, Failure> {
         migratable: a.migratable,
         strict_vendor: a.strict_vendor,
     };
-    let report = analyze(hosts, map.as_ref(), &opts)?;
+    let report = analyze(&hosts, map.as_ref(), &opts)?;
     let format = match a.format {
         BaselineFormatArg::Text => BaselineFormat::Text,
         BaselineFormatArg::Json => BaselineFormat::Json,

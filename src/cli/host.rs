@@ -10,6 +10,7 @@ use crate::libvirt::domcaps::DomCaps;
 use crate::policy::Policy;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 /// Unversioned machine types (boards, `isapc`, `microvm`...) listed by name in the summary up to
 /// this many per group; more are counted (`--verbose` lists them).
@@ -27,16 +28,17 @@ struct Group<'h> {
 /// `host` in text: the summary, or with `verbose` every machine type.
 pub(super) fn text(policy: &Policy, host: &Host, models: usize, verbose: bool) -> String {
     let mut s = String::new();
-    s.push_str(&format!("policy: {}\n", policy.source));
+    let _ = writeln!(s, "policy: {}", policy.source);
     let version = host.libvirt_version();
-    s.push_str(&format!(
-        "cpu_map: {} x86 models from {}{}\n",
+    let _ = writeln!(
+        s,
+        "cpu_map: {} x86 models from {}{}",
         models,
         host.cpu_map_source(),
         cpu_map_version(host, version)
-    ));
+    );
     if let Some(n) = &host.cpu_map_note {
-        s.push_str(&format!("  note: {n}\n"));
+        let _ = writeln!(s, "  note: {n}");
     }
     let no_version = match host.qemu_cache().dir() {
         None => "unknown (give --libvirt-version, or a <hostFacts libvirt=...> file with --caps: libvirt's QEMU capability cache was not read, --no-qemu-caps-cache)"
@@ -57,16 +59,17 @@ pub(super) fn text(policy: &Policy, host: &Host, models: usize, verbose: bool) -
         s.push_str("capability files: none (give --caps FILE)\n");
     }
     for f in &host.files {
-        s.push_str(&format!("capability file: {f}\n"));
+        let _ = writeln!(s, "capability file: {f}");
     }
     let cached = host.qemu_cache_all();
     if cached.is_empty() {
-        s.push_str(&format!(
-            "QEMU capability cache: nothing read from {}\n",
+        let _ = writeln!(
+            s,
+            "QEMU capability cache: nothing read from {}",
             host.qemu_cache()
                 .dir()
                 .map_or("(disabled)".into(), |d| d.display().to_string())
-        ));
+        );
     }
     let all: Vec<&MachineType> = host.machines.iter().chain(cached.iter()).collect();
     for g in groups(&all) {
@@ -208,7 +211,7 @@ fn group_text(g: &Group<'_>, verbose: bool) -> String {
             } else {
                 format!("{first}…{}", last.trim_start_matches(family))
             };
-            s.push_str(&format!("  {range}: {n}\n"));
+            let _ = writeln!(s, "  {range}: {n}");
         }
     }
     others.sort_unstable();
@@ -224,7 +227,7 @@ fn group_text(g: &Group<'_>, verbose: bool) -> String {
     aliases.sort();
     aliases.dedup();
     if !aliases.is_empty() {
-        s.push_str(&format!("  aliases: {}\n", aliases.join(", ")));
+        let _ = writeln!(s, "  aliases: {}", aliases.join(", "));
     }
     s
 }
@@ -260,10 +263,10 @@ fn others_text(others: &[(&str, u32)], verbose: bool) -> String {
         return String::new();
     }
     if verbose {
-        return others
-            .iter()
-            .map(|(name, n)| format!("  {name}: {n}\n"))
-            .collect();
+        return others.iter().fold(String::new(), |mut s, (name, n)| {
+            let _ = writeln!(s, "  {name}: {n}");
+            s
+        });
     }
     if others.len() <= MAX_NAMED_OTHERS {
         let named: Vec<String> = others.iter().map(|(m, n)| format!("{m}: {n}")).collect();
@@ -284,10 +287,10 @@ fn unlimited_text(names: &[&str], all: bool, verbose: bool) -> String {
         return String::new();
     }
     if verbose {
-        return names
-            .iter()
-            .map(|name| format!("  {name}: limit unknown (no maxCpus)\n"))
-            .collect();
+        return names.iter().fold(String::new(), |mut s, name| {
+            let _ = writeln!(s, "  {name}: limit unknown (no maxCpus)");
+            s
+        });
     }
     let what = if all {
         format!(
@@ -327,25 +330,23 @@ fn domcaps_text(host: &Host, d: &DomCaps) -> String {
         d.source
     );
     if let (Some(hm), Some((model, level))) = (&d.host_model, host.host_model_level(d)) {
-        let level = if !x86(d) {
-            " (x86-64 levels apply to x86 only)".to_string()
-        } else {
+        let level = if x86(d) {
             format!(
                 ": reaches {}",
                 level.map_or("below x86-64-v1".into(), |l| l.to_string())
             )
+        } else {
+            " (x86-64 levels apply to x86 only)".to_string()
         };
-        s.push_str(&format!(
-            "  host-model: {model} + {} required, {} disabled{level}\n",
+        let _ = writeln!(
+            s,
+            "  host-model: {model} + {} required, {} disabled{level}",
             host_model_features(hm, FeaturePolicy::gives).len(),
             host_model_features(hm, FeaturePolicy::takes_away).len()
-        ));
+        );
     }
     let usable = d.models.iter().filter(|(_, u)| *u).count();
-    s.push_str(&format!(
-        "  custom models: {usable} of {} usable\n",
-        d.models.len()
-    ));
+    let _ = writeln!(s, "  custom models: {usable} of {} usable", d.models.len());
     s
 }
 

@@ -243,6 +243,7 @@ fn compare_features(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
     use std::path::PathBuf;
 
     fn map() -> X86Map {
@@ -262,7 +263,7 @@ mod tests {
             }),
             origin: None,
             usable_models: None,
-            machines: Default::default(),
+            machines: BTreeSet::default(),
             libvirt: None,
         }
     }

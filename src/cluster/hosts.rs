@@ -286,42 +286,42 @@ mod tests {
         let dc = corpus("libvirt-domaincapsdata/qemu_10.0.0-q35.x86_64.xml");
         let caps = corpus("virt-manager/capabilities/kvm-aarch64.xml");
         let arm = corpus("libvirt-domaincapsdata/qemu_11.0.0-virt.aarch64.xml");
-        let h = read_host(&cpu).unwrap();
-        assert_eq!(h.name, "x86_64-cpuid-Xeon-E5-2650-v3-host");
-        assert_eq!(h.arch, "x86_64");
-        assert_eq!(h.origin, Some(CpuOrigin::HostCpu));
-        let c = h.cpu.unwrap();
+        let xeon = read_host(&cpu).unwrap();
+        assert_eq!(xeon.name, "x86_64-cpuid-Xeon-E5-2650-v3-host");
+        assert_eq!(xeon.arch, "x86_64");
+        assert_eq!(xeon.origin, Some(CpuOrigin::HostCpu));
+        let c = xeon.cpu.unwrap();
         assert_eq!(c.model.as_deref(), Some("Haswell-v2"));
         assert_eq!(c.vendor.as_deref(), Some("Intel"));
         assert!(
             c.features
                 .contains(&("invtsc".into(), FeaturePolicy::Require))
         );
-        assert!(h.usable_models.is_none());
+        assert!(xeon.usable_models.is_none());
 
-        let d = read_host(&dc).unwrap();
-        assert_eq!(d.origin, Some(CpuOrigin::HostModel));
-        let c = d.cpu.unwrap();
+        let epyc = read_host(&dc).unwrap();
+        assert_eq!(epyc.origin, Some(CpuOrigin::HostModel));
+        let c = epyc.cpu.unwrap();
         assert_eq!(c.model.as_deref(), Some("EPYC-Rome"));
         assert!(
             c.features
                 .contains(&("xsaves".into(), FeaturePolicy::Disable))
         );
-        let usable = d.usable_models.unwrap();
+        let usable = epyc.usable_models.unwrap();
         assert!(usable.contains("486") && !usable.contains("Broadwell"));
-        assert!(d.machines.contains("pc-q35-10.0"));
+        assert!(epyc.machines.contains("pc-q35-10.0"));
 
-        let a = read_host(&caps).unwrap();
+        let neoverse = read_host(&caps).unwrap();
         assert_eq!(
-            (a.arch.as_str(), a.origin),
+            (neoverse.arch.as_str(), neoverse.origin),
             ("aarch64", Some(CpuOrigin::Capabilities))
         );
-        assert_eq!(a.cpu.unwrap().model.as_deref(), Some("Neoverse-N1"));
-        assert!(!a.machines.is_empty());
+        assert_eq!(neoverse.cpu.unwrap().model.as_deref(), Some("Neoverse-N1"));
+        assert!(!neoverse.machines.is_empty());
 
-        let v = read_host(&arm).unwrap();
-        assert_eq!(v.arch, "aarch64");
-        assert!(v.cpu.is_none(), "aarch64 KVM has no host-model");
+        let virt = read_host(&arm).unwrap();
+        assert_eq!(virt.arch, "aarch64");
+        assert!(virt.cpu.is_none(), "aarch64 KVM has no host-model");
     }
 
     #[test]

@@ -99,7 +99,7 @@ impl ClusterReport {
 /// ([`ClusterError::Facts`]), unknown models, features or vendors, and no common CPU
 /// ([`ClusterError::Incompatible`]).
 pub fn analyze(
-    hosts: Vec<ClusterHost>,
+    hosts: &[ClusterHost],
     map: Option<&X86Map>,
     opts: &ClusterOptions,
 ) -> Result<ClusterReport, ClusterError> {
@@ -134,7 +134,7 @@ pub fn analyze(
         groups: Vec::new(),
         usable_from: Vec::new(),
         non_migratable: Vec::new(),
-        machines: common_machines(&hosts),
+        machines: common_machines(hosts),
         unknown_cpu: hosts
             .iter()
             .filter(|h| h.cpu.is_none())
@@ -143,7 +143,7 @@ pub fn analyze(
         cpu_map: None,
     };
     match (is_x86(&arch), map) {
-        (true, Some(map)) => x86(&mut report, &hosts, map, opts)?,
+        (true, Some(map)) => x86(&mut report, hosts, map, *opts)?,
         (true, None) => {
             return Err(ClusterError::Incompatible(
                 "x86 hosts need libvirt's cpu_map".into(),
@@ -157,7 +157,7 @@ pub fn analyze(
                     format!("{:?} {:?} {f:?}", c.model, c.vendor)
                 })
             });
-            report.groups = groups(&hosts, keys);
+            report.groups = groups(hosts, keys);
         }
     }
     Ok(report)
@@ -169,7 +169,7 @@ fn x86(
     report: &mut ClusterReport,
     hosts: &[ClusterHost],
     map: &X86Map,
-    opts: &ClusterOptions,
+    opts: ClusterOptions,
 ) -> Result<(), ClusterError> {
     report.cpu_map = Some(map.source().to_owned());
     let datas = host_data(hosts, map)?;
@@ -346,7 +346,7 @@ mod tests {
             c.join("libvirt-domaincapsdata/qemu_11.1.0-virt.aarch64.xml"),
         ])
         .unwrap();
-        let r = analyze(hosts, None, &ClusterOptions::default()).unwrap();
+        let r = analyze(&hosts, None, &ClusterOptions::default()).unwrap();
         assert_eq!(r.arch, "aarch64");
         assert!(r.baseline.is_none() && r.level.is_none());
         assert_eq!(r.groups.len(), 3, "{:?}", r.groups);
@@ -365,7 +365,7 @@ mod tests {
             c.join("libvirt-cputestdata/x86_64-cpuid-Xeon-E5-2650-v4-host.xml"),
         ])
         .unwrap();
-        let e = analyze(hosts, None, &ClusterOptions::default()).unwrap_err();
+        let e = analyze(&hosts, None, &ClusterOptions::default()).unwrap_err();
         assert!(matches!(e, ClusterError::MixedArch(_)), "{e}");
         assert!(e.to_string().contains("kvm-aarch64 (aarch64)"), "{e}");
     }
@@ -392,7 +392,7 @@ mod tests {
             d.join("x86_64-cpuid-Core2-E6850-host.xml"),
         ])
         .unwrap();
-        let r = analyze(hosts, Some(&map), &ClusterOptions::default()).unwrap();
+        let r = analyze(&hosts, Some(&map), &ClusterOptions::default()).unwrap();
         let levels: Vec<Option<Level>> = r.hosts.iter().map(|h| h.level).collect();
         assert_eq!(levels, [Some(Level::V3), Some(Level::V2), Some(Level::V1)]);
         assert_eq!(r.level, Some(Level::V1));
@@ -411,14 +411,14 @@ mod tests {
         // The Core2 lacks invtsc; the Xeon alone has it, and a guest with it cannot migrate.
         assert!(r.non_migratable.is_empty());
         let xeon = || read_hosts(&[d.join("x86_64-cpuid-Xeon-E5-2650-v4-host.xml")]).unwrap();
-        let one = analyze(xeon(), Some(&map), &ClusterOptions::default()).unwrap();
+        let one = analyze(&xeon(), Some(&map), &ClusterOptions::default()).unwrap();
         assert_eq!(one.non_migratable, ["invtsc"]);
         assert!(one.features.contains(&"invtsc".into()));
         let opts = ClusterOptions {
             migratable: true,
             ..ClusterOptions::default()
         };
-        let m = analyze(xeon(), Some(&map), &opts).unwrap();
+        let m = analyze(&xeon(), Some(&map), &opts).unwrap();
         assert!(m.non_migratable.is_empty() && !m.features.contains(&"invtsc".into()));
     }
 }

@@ -27,41 +27,27 @@ const EXTRA_ALIASES: &[(&str, &str)] = &[
 // libvirt name first, then its aliases).
 include!(concat!(env!("OUT_DIR"), "/x86_features.rs"));
 
-/// Lookups in the generated tables: bisection, nothing built at run time.
-struct FeatureNames;
-
-impl FeatureNames {
-    /// Whether `name` is a canonical libvirt name.
-    fn contains(&self, name: &str) -> bool {
-        KNOWN_FEATURES.binary_search(&name).is_ok()
+/// The canonical libvirt spelling of `name` if it is a known name or alias (libvirt's own
+/// aliases first, then [`EXTRA_ALIASES`]): bisection in the generated tables, nothing built at
+/// run time.
+fn lookup(name: &str) -> Option<&'static str> {
+    if let Ok(i) = KNOWN_FEATURES.binary_search(&name) {
+        return Some(KNOWN_FEATURES[i]);
     }
-
-    /// The canonical libvirt spelling of `name` if it is a known name or alias (libvirt's own
-    /// aliases first, then [`EXTRA_ALIASES`]).
-    fn lookup(&self, name: &str) -> Option<&'static str> {
-        if let Ok(i) = KNOWN_FEATURES.binary_search(&name) {
-            return Some(KNOWN_FEATURES[i]);
-        }
-        if let Ok(i) = FEATURE_ALIASES.binary_search_by(|(a, _)| a.cmp(&name)) {
-            return Some(FEATURE_ALIASES[i].1);
-        }
-        EXTRA_ALIASES
-            .iter()
-            .find(|(a, _)| *a == name)
-            .map(|(_, n)| *n)
+    if let Ok(i) = FEATURE_ALIASES.binary_search_by(|(a, _)| a.cmp(&name)) {
+        return Some(FEATURE_ALIASES[i].1);
     }
+    EXTRA_ALIASES
+        .iter()
+        .find(|(a, _)| *a == name)
+        .map(|(_, n)| *n)
 }
 
 /// Whether `name` (libvirt spelling) is an x86 feature libvirt 9.0's cpu_map defines
 /// (`x86_features.xml`). A newer libvirt may know more: callers treat an unknown name as a warning.
 #[must_use]
 pub fn is_known_x86_feature(name: &str) -> bool {
-    feature_names().contains(name)
-}
-
-/// The feature-name tables.
-fn feature_names() -> &'static FeatureNames {
-    &FeatureNames
+    KNOWN_FEATURES.binary_search(&name).is_ok()
 }
 
 /// Normalise a feature name to libvirt's `cpu_map` spelling.
@@ -92,8 +78,7 @@ pub fn normalize_feature(name: &str) -> Option<String> {
     {
         return None;
     }
-    let names = feature_names();
-    if let Some(found) = names.lookup(&lower) {
+    if let Some(found) = lookup(&lower) {
         return Some(found.to_owned());
     }
     let variants = [
@@ -103,7 +88,7 @@ pub fn normalize_feature(name: &str) -> Option<String> {
         lower.replace(['-', '_'], ""),
     ];
     for variant in &variants {
-        if let Some(found) = names.lookup(variant) {
+        if let Some(found) = lookup(variant) {
             return Some(found.to_owned());
         }
     }

@@ -228,7 +228,7 @@ impl Daemon<'_> {
                 match host_for(&self.policy, &snapshot, session.libvirt.as_ref()) {
                     Ok(h) => host = h,
                     Err(e) => {
-                        tracing::error!(error = %e, "host facts unusable; keeping the previous ones")
+                        tracing::error!(error = %e, "host facts unusable; keeping the previous ones");
                     }
                 }
                 self.reconcile(session, None, &host);
@@ -320,13 +320,13 @@ impl Daemon<'_> {
                 match host_for(&self.policy, snapshot, session.libvirt.as_ref()) {
                     Ok(h) => *host = h,
                     Err(e) => {
-                        tracing::error!(error = %e, "host facts unusable; keeping the previous ones")
+                        tracing::error!(error = %e, "host facts unusable; keeping the previous ones");
                     }
                 }
                 self.reconcile(session, None, host);
             }
             Err(e) => {
-                tracing::error!(error = %e.one_line(), "SIGHUP: the new policy does not load; keeping the old one")
+                tracing::error!(error = %e.one_line(), "SIGHUP: the new policy does not load; keeping the old one");
             }
         }
     }

@@ -102,12 +102,16 @@ extern "C" fn lifecycle_cb(
     _detail: c_int,
     opaque: *mut c_void,
 ) -> c_int {
-    if event != sys::VIR_DOMAIN_EVENT_DEFINED as c_int || opaque.is_null() || dom.is_null() {
+    if u32::try_from(event) != Ok(sys::VIR_DOMAIN_EVENT_DEFINED)
+        || opaque.is_null()
+        || dom.is_null()
+    {
         return 0;
     }
     // SAFETY: `opaque` is the CallbackData boxed at registration and freed only by
     // `free_callback_data`, after libvirt stops calling; `dom` is valid during the call.
-    let data = unsafe { &*(opaque as *const CallbackData) };
+    let data = unsafe { &*opaque.cast::<CallbackData>() };
+    // SAFETY: `dom` is a valid domain for the duration of the callback.
     let name = unsafe { sys::virDomainGetName(dom) };
     if !name.is_null() {
         // SAFETY: libvirt returns a NUL-terminated string owned by the domain object.
@@ -124,14 +128,14 @@ extern "C" fn close_cb(_conn: sys::virConnectPtr, _reason: c_int, opaque: *mut c
         return;
     }
     // SAFETY: as in `lifecycle_cb`.
-    let data = unsafe { &*(opaque as *const CallbackData) };
+    let data = unsafe { &*opaque.cast::<CallbackData>() };
     let _ = data.tx.send(Event::Closed);
 }
 
 extern "C" fn free_callback_data(opaque: *mut c_void) {
     if !opaque.is_null() {
         // SAFETY: `opaque` came from Box::into_raw in `register`, and libvirt calls this once.
-        drop(unsafe { Box::from_raw(opaque as *mut CallbackData) });
+        drop(unsafe { Box::from_raw(opaque.cast::<CallbackData>()) });
     }
 }
 
@@ -148,7 +152,9 @@ impl Session {
         let conn = connect(&cli.uri).map_err(|e| e.to_string())?;
         // Keepalive makes libvirt notice a dead daemon and run the close callback.
         let _ = conn.set_keep_alive(5, 3);
-        let data = Box::into_raw(Box::new(CallbackData { tx: tx.clone() })) as *mut c_void;
+        let lifecycle = c_int::try_from(sys::VIR_DOMAIN_EVENT_ID_LIFECYCLE)
+            .map_err(|_| "libvirt's lifecycle event id is out of range".to_string())?;
+        let data = Box::into_raw(Box::new(CallbackData { tx: tx.clone() })).cast::<c_void>();
         // SAFETY: the callback type matches VIR_DOMAIN_EVENT_ID_LIFECYCLE's signature
         // (virConnectDomainEventCallback); libvirt owns `data` and frees it with
         // `free_callback_data` on deregistration.
@@ -157,7 +163,7 @@ impl Session {
             sys::virConnectDomainEventRegisterAny(
                 conn.as_ptr(),
                 std::ptr::null_mut(),
-                sys::VIR_DOMAIN_EVENT_ID_LIFECYCLE as c_int,
+                lifecycle,
                 Some(std::mem::transmute::<
                     LifecycleCallback,
                     unsafe extern "C" fn(sys::virConnectPtr, sys::virDomainPtr, *mut c_void),
@@ -170,7 +176,7 @@ impl Session {
             free_callback_data(data);
             return Err("cannot register for domain lifecycle events".into());
         }
-        let close_data = Box::into_raw(Box::new(CallbackData { tx: tx.clone() })) as *mut c_void;
+        let close_data = Box::into_raw(Box::new(CallbackData { tx: tx.clone() })).cast::<c_void>();
         // SAFETY: as above, for virConnectRegisterCloseCallback.
         let rc = unsafe {
             sys::virConnectRegisterCloseCallback(

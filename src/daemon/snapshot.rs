@@ -188,12 +188,12 @@ pub fn write_snapshot(conn: &Connect, dir: &Path, publish: Option<&Path>) -> Vec
                 match write_if_changed(&p, dc.as_bytes()) {
                     Ok(_) => written.push(p),
                     Err(e) => {
-                        tracing::error!(path = %p.display(), error = %e, "cannot write the snapshot")
+                        tracing::error!(path = %p.display(), error = %e, "cannot write the snapshot");
                     }
                 }
             }
             Err(e) => {
-                tracing::warn!(arch, machine, virt_type = vt, error = %e, "virConnectGetDomainCapabilities failed")
+                tracing::warn!(arch, machine, virt_type = vt, error = %e, "virConnectGetDomainCapabilities failed");
             }
         }
     }

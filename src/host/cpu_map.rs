@@ -39,7 +39,7 @@ impl Host {
         if crate::cpu::is_known_x86_feature(name) {
             return true;
         }
-        self.host_feature_names
+        self.x86_feature_names
             .get_or_init(|| {
                 // A cpu_map that cannot be read knows no more names than libvirt 9.0's: a
                 // model read from it says so (`cpu-map-unreadable`).

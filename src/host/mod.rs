@@ -67,7 +67,7 @@ pub struct Host {
     libvirt_override: Option<Sourced<LibvirtVersion>>,
     /// Feature names (and aliases) of the cpu_map's `x86_features.xml`, read on the first name
     /// libvirt 9.0's list lacks.
-    host_feature_names: std::cell::OnceCell<std::collections::HashSet<String>>,
+    x86_feature_names: std::cell::OnceCell<std::collections::HashSet<String>>,
     /// The `libvirt` attribute of the first `<hostFacts>` file read that has one.
     facts_version: Option<Sourced<LibvirtVersion>>,
     /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
@@ -200,7 +200,7 @@ impl Host {
             kvm_override: opts.kvm_max_vcpus.clone(),
             libvirt_version: std::cell::OnceCell::new(),
             libvirt_override: opts.libvirt_version.clone(),
-            host_feature_names: std::cell::OnceCell::new(),
+            x86_feature_names: std::cell::OnceCell::new(),
             facts_version: None,
             cluster: opts.cluster.clone(),
             skip_machine_support: opts.skip_machine_support,

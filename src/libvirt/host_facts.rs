@@ -11,6 +11,7 @@ use super::domcaps::DomCaps;
 use super::version::LibvirtVersion;
 use crate::xml::child;
 use roxmltree::Node;
+use std::fmt::Write as _;
 
 /// The root element of the host-facts document.
 pub const ROOT: &str = "hostFacts";
@@ -91,6 +92,6 @@ pub fn document(
     if let Some(d) = domcapabilities {
         s.push_str(&body(d));
     }
-    s.push_str(&format!("</{ROOT}>\n"));
+    let _ = writeln!(s, "</{ROOT}>");
     s
 }

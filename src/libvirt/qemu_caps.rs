@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 pub const QEMU_CAPS_CACHE: &str = "/var/cache/libvirt/qemu/capabilities";
 
 /// How much of a cache file's beginning holds its emulator, ctime and libvirt version.
-const HEAD_BYTES: u64 = 4096;
+const HEAD_BYTES: usize = 4096;
 
 /// One `<qemuCaps>` document, parsed whole.
 #[derive(Debug, Clone, Default)]
@@ -107,8 +107,8 @@ pub struct Head {
 #[must_use]
 pub fn head(path: &Path) -> Option<Head> {
     let (f, _) = crate::readfile::open_regular(path).ok()?;
-    let mut bytes = Vec::with_capacity(HEAD_BYTES as usize);
-    std::io::Read::read_to_end(&mut std::io::Read::take(f, HEAD_BYTES), &mut bytes).ok()?;
+    let mut bytes = Vec::with_capacity(HEAD_BYTES);
+    std::io::Read::read_to_end(&mut std::io::Read::take(f, HEAD_BYTES as u64), &mut bytes).ok()?;
     let text = String::from_utf8_lossy(&bytes);
     if !text.contains("<qemuCaps>") {
         return None;

@@ -334,6 +334,7 @@ impl Policy {
     /// [`Error::Read`] if the file cannot be read (a directory, no permission, missing when named
     /// explicitly); [`Error::Policy`] if it does not parse.
     pub fn load(path: Option<&Path>) -> Result<Policy> {
+        const MAX_POLICY: usize = 1024 * 1024;
         let path = match path {
             Some(p) => p.to_path_buf(),
             None => {
@@ -345,7 +346,6 @@ impl Policy {
                 }
             }
         };
-        const MAX_POLICY: usize = 1024 * 1024;
         let unreadable = |e: std::io::Error| Error::Policy {
             path: path.display().to_string(),
             errors: vec![format!("cannot read it: {e}")],

@@ -17,6 +17,7 @@ use crate::edit::{
 };
 use crate::xml::{child, is_libvirt_element};
 use roxmltree::Node;
+use std::fmt::Write as _;
 
 /// What a body item is, for placing new ones.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -85,7 +86,7 @@ pub(crate) fn emit(
 /// New features follow the attribute order of the features already there.
 fn features_name_first(cpus: &[Node<'_, '_>]) -> bool {
     cpus.iter()
-        .flat_map(|c| c.children())
+        .flat_map(Node::children)
         .find(|c| is_libvirt_element(*c, "feature"))
         .and_then(|f| {
             let mut names = f.attributes().map(|a| a.name());
@@ -324,7 +325,7 @@ fn model_markup(m: &DesiredModel<'_, '_>, q: char) -> String {
 fn new_start_tag(attrs: &[(String, String)], q: char) -> String {
     let mut s = String::from("<cpu");
     for (n, v) in attrs {
-        s.push_str(&format!(" {n}={q}{}{q}", escape_attr(v)));
+        let _ = write!(s, " {n}={q}{}{q}", escape_attr(v));
     }
     s
 }
@@ -356,7 +357,7 @@ fn start_tag_with(text: &str, f: Node<'_, '_>, attrs: &[(String, String)], q: ch
             .attributes()
             .any(|a| a.name() == n && a.namespace().is_none())
         {
-            tail.push_str(&format!(" {n}={q}{}{q}", escape_attr(v)));
+            let _ = write!(tail, " {n}={q}{}{q}", escape_attr(v));
         }
     }
     e.insert(end - base, tail);
