@@ -15,6 +15,7 @@ mod corpus;
 #[cfg(feature = "daemon")]
 mod daemon;
 mod differential;
+mod generations;
 mod golden;
 mod harness;
 mod hook;
