@@ -5,10 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
-/// `tests/data/cpu_map/libvirt-9.0.0`: libvirt 9.0's x86 cpu_map (`tests/data/README.md` says
-/// where it comes from), the data the built-in table is made of.
+/// `tests/data/generations/bookworm/cpu_map`: libvirt 9.0's cpu_map, as Debian 12 installs it
+/// (`tests/data/README.md`), the data the built-in table is made of.
 pub(crate) fn cpu_map() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cpu_map/libvirt-9.0.0")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/generations/bookworm/cpu_map")
 }
 
 /// `../shared/corpus/REL`.
