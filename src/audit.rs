@@ -204,8 +204,8 @@ type Judged = (
     Vec<String>,
 );
 
-/// Parse once, plan and gather facts once ([`Pipeline`]), rewrite (as [`crate::rewrite::rewrite`] does) and read
-/// the audit's columns from the same parse and facts.
+/// Parse once, plan and gather facts once ([`Pipeline`]), rewrite (as [`crate::rewrite::rewrite`]
+/// does) and read the audit's columns from the same parse and facts.
 fn judge(text: &str, what: &str, policy: &Policy, host: &Host) -> crate::Result<Judged> {
     let dom = Domain::parse(text, what)?;
     let vcpu_max = child(dom.root(), "vcpu")

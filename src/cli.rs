@@ -102,7 +102,8 @@ pub struct HookCmd {
     /// `<hostFacts>` (repeatable).
     #[arg(long = "caps", value_name = "FILE")]
     pub caps: Vec<PathBuf>,
-    /// Log to this file instead of journald (default: journald, else /var/log/virt-cpu-policy/hook.log).
+    /// Log to this file instead of journald (default: journald, else
+    /// /var/log/virt-cpu-policy/hook.log).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
     /// The daemon's host-fact snapshot directory (default /var/lib/virt-cpu-policy).

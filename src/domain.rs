@@ -2,9 +2,9 @@
 //!
 //! The view is a thin layer over a [`roxmltree::Document`] of the original text, so every node
 //! keeps its byte range: [`crate::edit`] splices changes into the original bytes and everything
-//! else stays as the operator (or the orchestrator) wrote it. Only elements in libvirt's own (empty)
-//! namespace are read: a `<cpu>` inside `<metadata>` or under another namespace is someone else's
-//! data and is never looked at.
+//! else stays as the operator (or the orchestrator) wrote it. Only elements in libvirt's own
+//! (empty) namespace are read: a `<cpu>` inside `<metadata>` or under another namespace is someone
+//! else's data and is never looked at.
 //!
 //! Parsing is [`crate::xml::parse_xml`]'s: no DTD, a size and a node limit.
 
@@ -85,7 +85,8 @@ impl<'t> Domain<'t> {
         self.doc.root_element()
     }
 
-    /// `<domain type=...>`: the virt type (`kvm`, `qemu`, `xen`, `lxc`, `test`...), or "" if absent.
+    /// `<domain type=...>`: the virt type (`kvm`, `qemu`, `xen`, `lxc`, `test`...), or "" if
+    /// absent.
     #[must_use]
     pub fn virt_type(&self) -> &str {
         self.root().attribute("type").unwrap_or("")

@@ -1,8 +1,8 @@
 //! The host facts one domain needs, gathered once, before anything is decided.
 //!
 //! [`crate::host::Host`] knows where facts come from (files, libvirt's caches, the kernel) and
-//! reads them lazily. [`DomainFacts::gather`] asks it, for one domain and its plan, every question the
-//! rewrite and the validator will have: the features of each CPU model the result can name,
+//! reads them lazily. [`DomainFacts::gather`] asks it, for one domain and its plan, every question
+//! the rewrite and the validator will have: the features of each CPU model the result can name,
 //! which feature names libvirt does not know, the domcapabilities that describe the domain, the
 //! machine type's vCPU limit, KVM's limit, the host's CPU count. Planning, editing and validation
 //! then read this value and never call `Host`, so a rule is a function of (domain, plan, facts).
@@ -136,7 +136,8 @@ impl<'h> DomainFacts<'h> {
         }
     }
 
-    /// Where [`DomainFacts::mode_supported`] answers from: a domcapabilities file or the built-in table.
+    /// Where [`DomainFacts::mode_supported`] answers from: a domcapabilities file or the built-in
+    /// table.
     #[must_use]
     pub fn modes_source(&self) -> String {
         self.domcaps.map_or_else(

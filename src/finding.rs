@@ -1,8 +1,8 @@
 //! Findings: what the tool has to say about a domain, as data.
 //!
-//! A finding is not a string: it carries a stable code ([`Code`]: `cpu-feature-duplicate`...), a severity,
-//! the sentence for the operator, the fix, and the policy rule involved, so the command line, the
-//! JSON output and (later) the hook render the same facts their own way.
+//! A finding is not a string: it carries a stable code ([`Code`]: `cpu-feature-duplicate`...), a
+//! severity, the sentence for the operator, the fix, and the policy rule involved, so the command
+//! line, the JSON output and (later) the hook render the same facts their own way.
 
 use serde::Serialize;
 
@@ -23,23 +23,29 @@ pub enum Severity {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Code {
-    /// `cluster-feature`: A feature the policy requires that not every host of the cluster has (`cpu.model = "baseline"`).
+    /// `cluster-feature`: A feature the policy requires that not every host of the cluster has
+    /// (`cpu.model = "baseline"`).
     ClusterFeature,
-    /// `cluster-level`: A `cpu.min_level` above what every host of the cluster reaches (`cpu.model = "baseline"`).
+    /// `cluster-level`: A `cpu.min_level` above what every host of the cluster reaches (`cpu.model
+    /// = "baseline"`).
     ClusterLevel,
-    /// `cpu-cache-mode`: `<cache mode='passthrough'>` outside host-passthrough and maximum (libvirt refuses it).
+    /// `cpu-cache-mode`: `<cache mode='passthrough'>` outside host-passthrough and maximum (libvirt
+    /// refuses it).
     CpuCacheMode,
     /// `cpu-feature-arch`: An x86 feature in a rule that reaches a guest of another arch.
     CpuFeatureArch,
-    /// `cpu-feature-duplicate`: A feature listed twice in one `<cpu>` ("CPU feature 'x' specified more than once").
+    /// `cpu-feature-duplicate`: A feature listed twice in one `<cpu>` ("CPU feature 'x' specified
+    /// more than once").
     CpuFeatureDuplicate,
     /// `cpu-feature-invalid`: A `<feature>` without a name, or of a policy libvirt does not know.
     CpuFeatureInvalid,
     /// `cpu-feature-unknown`: A feature libvirt's cpu_map does not define.
     CpuFeatureUnknown,
-    /// `cpu-features-without-model`: Features in a custom `<cpu>` without a model ("Non-empty feature list specified without CPU model").
+    /// `cpu-features-without-model`: Features in a custom `<cpu>` without a model ("Non-empty
+    /// feature list specified without CPU model").
     CpuFeaturesWithoutModel,
-    /// `cpu-incompatible`: The hook, on migrate or restore: this host cannot run the guest's CPU (libvirt's `x86Compute`).
+    /// `cpu-incompatible`: The hook, on migrate or restore: this host cannot run the guest's CPU
+    /// (libvirt's `x86Compute`).
     CpuIncompatible,
     /// `cpu-level`: The guest CPU does not reach the policy's psABI level.
     CpuLevel,
@@ -47,7 +53,8 @@ pub enum Code {
     CpuMapUnreadable,
     /// `cpu-match-host-model`: `<cpu match>` under host-model, where it means nothing.
     CpuMatchHostModel,
-    /// `cpu-migratable-mode`: `migratable` outside host-passthrough and maximum (libvirt refuses it).
+    /// `cpu-migratable-mode`: `migratable` outside host-passthrough and maximum (libvirt refuses
+    /// it).
     CpuMigratableMode,
     /// `cpu-mode-invalid`: A `<cpu mode>` libvirt does not know.
     CpuModeInvalid,
@@ -65,11 +72,13 @@ pub enum Code {
     CpuMultiple,
     /// `cpu-numa-conflict`: Two different `<numa>` elements in separate `<cpu>` elements.
     CpuNumaConflict,
-    /// `cpu-vendor-without-model`: A `<vendor>` without a model ("CPU vendor specified without CPU model").
+    /// `cpu-vendor-without-model`: A `<vendor>` without a model ("CPU vendor specified without CPU
+    /// model").
     CpuVendorWithoutModel,
     /// `host-cpus-unknown`: `vcpu.max = "host"` while the host's CPU count is unknown.
     HostCpusUnknown,
-    /// `host-level`: This host's host-model CPU does not reach the policy's level (KVM will not provide it).
+    /// `host-level`: This host's host-model CPU does not reach the policy's level (KVM will not
+    /// provide it).
     HostLevel,
     /// `internal`: The rewritten document does not parse: a bug of the tool.
     Internal,
@@ -91,7 +100,8 @@ pub enum Code {
     LevelArch,
     /// `machine-unknown`: `vcpu.max` needs the machine type's limit, and no source knows it.
     MachineUnknown,
-    /// `machine-unsupported`: The emulator does not support the machine type (libvirt refuses it at define).
+    /// `machine-unsupported`: The emulator does not support the machine type (libvirt refuses it at
+    /// define).
     MachineUnsupported,
     /// `machine-vcpu-limit`: More vCPUs than the machine type allows.
     MachineVcpuLimit,
@@ -107,11 +117,13 @@ pub enum Code {
     NumaOverlap,
     /// `numa-vcpus`: A NUMA cell names a vCPU past the maximum.
     NumaVcpus,
-    /// `policy-conflict`: The policy requires and disables the same feature, or disables one its level needs.
+    /// `policy-conflict`: The policy requires and disables the same feature, or disables one its
+    /// level needs.
     PolicyConflict,
     /// `tcg-x2apic`: More than 255 x86 vCPUs under TCG without x2APIC in the guest CPU.
     TcgX2apic,
-    /// `topology-clusters`: `<topology clusters>` on x86: ignored before libvirt 10.1, refused by QEMU after.
+    /// `topology-clusters`: `<topology clusters>` on x86: ignored before libvirt 10.1, refused by
+    /// QEMU after.
     TopologyClusters,
     /// `topology-invalid`: A `<topology>` libvirt refuses (a missing or non-positive attribute).
     TopologyInvalid,

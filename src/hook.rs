@@ -3,8 +3,9 @@
 //! libvirt runs `/etc/libvirt/hooks/qemu.d/*` for every guest operation with the domain XML on
 //! stdin (libvirt `docs/hooks.rst`). A hook cannot change `<cpu>` or `<vcpu>` (stdout is ignored
 //! at start, and on migrate/restore libvirt refuses any ABI change), so this
-//! hook only decides: exit 0 lets libvirt go on, exit 1 with one line on stderr refuses, and libvirt
-//! shows that line to the user ("Hook script execution failed: ... unexpected exit status 1: ...").
+//! hook only decides: exit 0 lets libvirt go on, exit 1 with one line on stderr refuses, and
+//! libvirt shows that line to the user ("Hook script execution failed: ... unexpected exit status
+//! 1: ...").
 //!
 //! * `prepare begin`: the policy and libvirt's rules on the XML about to start;
 //! * `started begin`: the *live* XML, where libvirt lists the features QEMU could not give as

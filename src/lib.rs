@@ -7,8 +7,9 @@
 //! only ([`host`]): the libvirt hook must never call back into libvirt.
 //!
 //! Data flows one way, and the modules below are listed in that order (none imports one listed
-//! after it): domain → cluster → policy plan → host facts → desired CPU/vCPU → edits, validated, then the
-//! front ends (hook, daemon, command line) that drive it.
+//! after it): libvirt's documents ([`libvirt`], one reader each) → domain → cluster → policy plan
+//! → host facts → one [`pipeline::Pipeline`] per domain → desired CPU/vCPU → edits, validated →
+//! verdict, then the front ends (hook, daemon, command line) that drive it.
 #![deny(missing_docs)]
 
 // Shared records and knowledge, imported by everything below them. (Blank lines keep rustfmt
@@ -47,7 +48,8 @@ pub mod domain_facts;
 
 pub mod pipeline;
 
-// Files replaced atomically (the daemon's snapshot, `rewrite --in-place`).
+// Files replaced atomically (`rewrite --in-place`, the daemon's snapshot, published facts and
+// metrics).
 pub mod writefile;
 
 // The edits, the checks of a result, then the desired CPU/vCPU (the rewrite validates what it

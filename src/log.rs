@@ -9,9 +9,10 @@
 //! reach the journal unprefixed (tracing-journald's default `F_` prefix is switched off) and
 //! upper-cased.
 //!
-//! The journal's `PRIORITY` is what a syslog reader expects of each record (docs/journal.md): the hook's `INFO` (a guest let through, nothing wrong) is 6 (info), not
-//! tracing-journald's default 5 (notice); the daemon keeps 5 for `INFO`, which it uses for what it
-//! changed (a rewritten definition) and for its own life cycle.
+//! The journal's `PRIORITY` is what a syslog reader expects of each record (docs/journal.md): the
+//! hook's `INFO` (a guest let through, nothing wrong) is 6 (info), not tracing-journald's default 5
+//! (notice); the daemon keeps 5 for `INFO`, which it uses for what it changed (a rewritten
+//! definition) and for its own life cycle.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};

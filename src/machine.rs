@@ -1,9 +1,9 @@
 //! Machine-type vCPU limits that QEMU itself defines, for when no host file says.
 //!
 //! The limit belongs to the *versioned* machine type (QEMU sets `MachineClass::max_cpus` per
-//! version in `hw/i386/pc_q35.c`, `hw/i386/pc_piix.c`, `hw/arm/virt.c`, `hw/s390x/s390-virtio-ccw.c`).
-//! This table is the last resort of [`crate::host::Host::machine_limit`]; it is said so wherever
-//! it is used.
+//! version in `hw/i386/pc_q35.c`, `hw/i386/pc_piix.c`, `hw/arm/virt.c`,
+//! `hw/s390x/s390-virtio-ccw.c`). This table is the last resort of
+//! [`crate::host::Host::machine_limit`]; it is said so wherever it is used.
 
 use crate::libvirt::arch::is_x86;
 
@@ -132,8 +132,8 @@ const TABLE: &[Row] = &[
 /// `pc-i440fx-rhel*` 240;
 /// `pc-q35-2.7` and older 255, `pc-q35-2.8` … `8.0` 288, `8.1`/`8.2` 1024, `9.0` and later 4096;
 /// RHEL 9 `pc-q35-rhel9.*` 710, RHEL 10 `pc-q35-rhel10.*` 4096, older RHEL q35 (`rhel7`/`rhel8`)
-/// 384 (RHEL 8 downstream; not reproduced here: a capabilities file overrides it); aarch64 `virt-2.12` and older
-/// 255, newer 512; `s390-ccw-virtio-*` 248.
+/// 384 (RHEL 8 downstream; not reproduced here: a capabilities file overrides it); aarch64
+/// `virt-2.12` and older 255, newer 512; `s390-ccw-virtio-*` 248.
 #[must_use]
 pub fn builtin_limit(arch: &str, machine: &str) -> Option<BuiltinLimit> {
     if arch == "s390x" && (machine == "s390-ccw-virtio" || machine.starts_with("s390-ccw-virtio-"))

@@ -523,7 +523,8 @@ mod tests {
 
     #[test]
     fn the_duration_is_the_last_line_of_the_gauges() {
-        // The cron recipe of docs/metrics.md moves a file into place only when it ends so (a complete write).
+        // The cron recipe of docs/metrics.md moves a file into place only when it ends so (a
+        // complete write).
         let text = render(&sample(), None, &[]);
         let last = text.lines().last().unwrap();
         assert!(

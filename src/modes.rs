@@ -1,10 +1,10 @@
 //! Which `<cpu mode>` libvirt offers a guest: by guest arch, virt type and host arch.
 //!
 //! The source of truth is domcapabilities (`<cpu><mode name='...' supported='yes|no'>`, per
-//! emulator, arch, machine type and virt type); [`crate::domain_facts::DomainFacts`] uses it when a host file
-//! gives it and this built-in table otherwise. The table was checked cell by cell against libvirt
-//! 9.0 / QEMU 7.2 on an x86_64 host (define and start under TCG for every arch it emulates, and
-//! domcapabilities; `tests/integration/libvirt.rs`), and against libvirt 11.3 / QEMU 10.0:
+//! emulator, arch, machine type and virt type); [`crate::domain_facts::DomainFacts`] uses it when a
+//! host file gives it and this built-in table otherwise. The table was checked cell by cell against
+//! libvirt 9.0 / QEMU 7.2 on an x86_64 host (define and start under TCG for every arch it emulates,
+//! and domcapabilities; `tests/integration/libvirt.rs`), and against libvirt 11.3 / QEMU 10.0:
 //!
 //! | guest | `kvm` | `qemu` (TCG) |
 //! |---|---|---|

@@ -4,8 +4,8 @@
 //! vendor-neutrally ([`super::ClusterOptions`]), and what each level above the one every host
 //! reaches lacks on which host.
 //!
-//! The plan takes it in [`crate::pipeline`]; [`crate::host::Host::cluster_cpu`] computes it once per run, from
-//! `[host] cluster`, and only when a plan asks for it.
+//! The plan takes it in [`crate::pipeline`]; [`crate::host::Host::cluster_cpu`] computes it once
+//! per run, from `[host] cluster`, and only when a plan asks for it.
 
 use super::{ClusterOptions, baseline_from_files};
 use crate::cpu::Level;

@@ -32,8 +32,8 @@ impl Host {
         found
     }
 
-    /// Whether libvirt knows the x86 feature `name` (libvirt spelling): libvirt 9.0's list, else the
-    /// host's own `x86_features.xml` (a newer libvirt knows more), read only on a miss.
+    /// Whether libvirt knows the x86 feature `name` (libvirt spelling): libvirt 9.0's list, else
+    /// the host's own `x86_features.xml` (a newer libvirt knows more), read only on a miss.
     #[must_use]
     pub fn feature_known(&self, name: &str) -> bool {
         if crate::cpu::is_known_x86_feature(name) {

@@ -107,7 +107,8 @@ pub fn is_x86(name: &str) -> bool {
     Arch::of(name).is_x86()
 }
 
-/// Whether `name` is an architecture libvirt knows (`virArchData`: `x86_64`, `aarch64`, `s390x`...).
+/// Whether `name` is an architecture libvirt knows (`virArchData`: `x86_64`, `aarch64`,
+/// `s390x`...).
 #[must_use]
 pub fn is_known(name: &str) -> bool {
     KNOWN.contains(&name)

@@ -1,10 +1,11 @@
-//! The desired `<cpu>`: every top-level `<cpu>` folded into one (rule 1 of docs/rewrite.md), before the plan is applied to it.
+//! The desired `<cpu>`: every top-level `<cpu>` folded into one (rule 1 of docs/rewrite.md), before
+//! the plan is applied to it.
 //!
 //! libvirt reads mode, model and features from the first `<cpu>` only and silently ignores the
-//! rest (seen with libvirt 9.0 and 11.3), so an appended `<cpu>` is an operator's override that never took
-//! effect: a later element's attributes and children override the earlier ones', features merge
-//! by name, `<numa>` is kept once. Each kept child remembers the node it came from, so the emitter
-//! can copy it byte for byte.
+//! rest (seen with libvirt 9.0 and 11.3), so an appended `<cpu>` is an operator's override that
+//! never took effect: a later element's attributes and children override the earlier ones',
+//! features merge by name, `<numa>` is kept once. Each kept child remembers the node it came from,
+//! so the emitter can copy it byte for byte.
 
 use crate::cpu::normalize_feature;
 use crate::finding::{Code, Finding};

@@ -11,7 +11,8 @@
 //! 5. the psABI level ([`apply_level`]), then `fallback`, which needs the model a level may
 //!    have written ([`set_fallback`]).
 //!
-//! Every function reads host facts from [`DomainFacts`] only, and records each change with its rule.
+//! Every function reads host facts from [`DomainFacts`] only, and records each change with its
+//! rule.
 
 mod features;
 mod level;
@@ -113,8 +114,8 @@ fn leave_custom_by_fold(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
     }
 }
 
-/// For a mode libvirt does not offer this guest ([`DomainFacts::mode_supported`] false), the nearest
-/// one it does ([`crate::modes::fallbacks`]) and why, as libvirt's refusal and where the
+/// For a mode libvirt does not offer this guest ([`DomainFacts::mode_supported`] false), the
+/// nearest one it does ([`crate::modes::fallbacks`]) and why, as libvirt's refusal and where the
 /// verdict came from; None when the mode is offered, unknown, or has no offered fallback.
 fn supported_fallback(mode: CpuMode, facts: &DomainFacts<'_>) -> Option<(CpuMode, String)> {
     if facts.mode_supported(mode) != Some(false) {
@@ -291,8 +292,8 @@ fn set_model(d: &mut Desired<'_, '_>, plan: &Plan, n: &mut Notes) {
 }
 
 /// A mode libvirt does not offer this guest (`host-model` on Arm, `host-passthrough` under TCG,
-/// `host-model` for a foreign arch under TCG; [`DomainFacts::mode_supported`]) becomes the nearest one it
-/// does ([`crate::modes::fallbacks`]), with or without a rule.
+/// `host-model` for a foreign arch under TCG; [`DomainFacts::mode_supported`]) becomes the nearest
+/// one it does ([`crate::modes::fallbacks`]), with or without a rule.
 fn fix_unsupported_mode(d: &mut Desired<'_, '_>, facts: &DomainFacts<'_>, n: &mut Notes) {
     let Some(mode) = d.mode_kind() else { return };
     if let Some((new, why)) = supported_fallback(mode, facts) {

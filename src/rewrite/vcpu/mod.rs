@@ -7,9 +7,10 @@
 //! in extended interrupt mode and a split I/O APIC (libvirt 9.0's errors, quoted where each is
 //! made). The steps,
 //! in order: read the counts ([`read_counts`]), the maximum the rule asks for clamped to what the
-//! host runs ([`target_maximum`]), the x86 rule above 255 vCPUs ([`x86_xapic_rule`], [`iommu::add_iommu`]),
-//! then the new maximum in `<vcpu>` ([`set_vcpu_max`]) and what follows it ([`reshape_topology`],
-//! [`follow::regenerate_vcpus`], [`follow::numa_cover`]). `current` is never lowered.
+//! host runs ([`target_maximum`]), the x86 rule above 255 vCPUs ([`x86_xapic_rule`],
+//! [`iommu::add_iommu`]), then the new maximum in `<vcpu>` ([`set_vcpu_max`]) and what follows it
+//! ([`reshape_topology`], [`follow::regenerate_vcpus`], [`follow::numa_cover`]). `current` is never
+//! lowered.
 
 mod follow;
 mod iommu;
