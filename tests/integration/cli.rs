@@ -7,7 +7,7 @@
 //! Every test passes `--policy` explicitly, so a `/etc/virt-cpu-policy/policy.toml` on the machine
 //! running the tests cannot change the results.
 
-use crate::harness::{Cmd, Output, Scratch, bin, corpus, is_root, root, s};
+use crate::harness::{Cmd, Output, Scratch, bin, is_root, root, s, shared_corpus};
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
@@ -937,13 +937,9 @@ fn in_place_rewrites_atomically_and_keeps_permissions() {
 }
 
 #[test]
+#[ignore = "needs root (giving a file away): .ci/run runs as root"]
 fn in_place_keeps_the_owner_and_group() {
-    if !is_root() {
-        eprintln!(
-            "SKIP in_place_keeps_the_owner_and_group: not root (giving a file away needs root)"
-        );
-        return;
-    }
+    assert!(is_root(), "needs root: giving a file away needs root");
     let t = Scratch::new("inplace-owner");
     let f = t.write("guest.xml", cloudstack_text());
     let nobody = 65534;
@@ -1223,11 +1219,12 @@ fn closed_stdout_is_a_clear_error_not_a_panic() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
 fn host_reports_machines_and_host_model_from_the_corpus() {
-    let Some(c) = corpus() else {
-        eprintln!("skipped: ../shared/corpus is absent");
-        return;
-    };
+    let c = shared_corpus();
     let dir = c.join("host-libvirt-9.0-qemu-7.2");
     let caps = s(&dir.join("capabilities.xml"));
     let dcaps = s(&dir.join("domcapabilities-x86_64-q35-kvm.xml"));
@@ -1426,11 +1423,12 @@ fn libvirt_version_takes_major_minor_micro_with_parts_left_out() {
 }
 
 #[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
 fn host_says_what_it_does_not_know() {
-    let Some(c) = corpus() else {
-        eprintln!("skipped: ../shared/corpus is absent");
-        return;
-    };
+    let c = shared_corpus();
     let caps = c.join("virt-manager/capabilities");
     let host = |args: &[&str]| {
         let out = Cmd::new(&[

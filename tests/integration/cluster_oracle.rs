@@ -22,7 +22,7 @@
 //!   `virsh hypervisor-cpu-compare --error`: same verdict, same message.
 
 use crate::differential::Rng;
-use crate::harness::{Cmd, Oracle, Scratch, corpus, oracles, s};
+use crate::harness::{Cmd, Oracle, Scratch, oracles, s, shared_corpus};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -39,9 +39,7 @@ const ALLOWED: &[(&str, &str)] = &[];
 
 /// The corpus host CPU files, sorted.
 fn corpus_files() -> Vec<PathBuf> {
-    let dir = corpus()
-        .expect("../shared/corpus is needed by this test")
-        .join("libvirt-cputestdata");
+    let dir = shared_corpus().join("libvirt-cputestdata");
     let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("read libvirt-cputestdata")
         .map(|e| e.unwrap().path())

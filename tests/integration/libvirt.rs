@@ -638,9 +638,7 @@ fn cloudstack_default_cpu_output_starts_under_tcg() {
 #[test]
 #[ignore = "needs a running libvirtd: .ci/run starts one"]
 fn cluster_baseline_guest_is_defined_and_started_under_tcg() {
-    let corpus = crate::harness::corpus()
-        .expect("needs ../shared/corpus (libvirt's test CPUs)")
-        .join("libvirt-cputestdata");
+    let corpus = crate::harness::shared_corpus().join("libvirt-cputestdata");
     for oracle in oracles() {
         let label = &oracle.label;
         let tmp = Scratch::new("cluster-e2e");
