@@ -1,4 +1,4 @@
-//! `baseline` and `compare` against libvirt itself (issue 13): libvirt is the oracle.
+//! `baseline` and `compare` against libvirt itself: libvirt is the oracle.
 //!
 //! The oracles are the host's libvirt 9.0 and the Debian 13 root's libvirt 11.3
 //! ([`crate::harness::oracles`]), each with its own cpu_map, which the tool is given too (9.0

@@ -152,7 +152,7 @@ fn live_nehalem(name: &str, disabled: &[&str]) -> String {
     )
 }
 
-/// The five features this machine's KVM does not give a Nehalem guest (DESIGN.md section 1).
+/// The five features this machine's KVM does not give a Nehalem guest (its nested KVM lacks them).
 const NEHALEM_DISABLED: [&str; 5] = ["pni", "popcnt", "sse4.1", "sse4.2", "ssse3"];
 
 /// An incoming (migrate/restore) kvm q35 guest with `vcpus` vCPUs and CPU model `model`; above
@@ -893,7 +893,7 @@ fn destination_refuses_a_model_unusable_here_when_no_compare_is_possible() {
 
 /// A guest that runs at the source and that this host can run, but that does not reach the
 /// policy's level (every CloudStack guest defined before the policy was installed). The hook
-/// cannot fix it (libvirt refuses any CPU change on migrate/restore: DESIGN.md section 2), and
+/// cannot fix it (libvirt refuses any CPU change on migrate/restore: docs/hook.md), and
 /// the shipped default says `on_violation = "warn"`: the migration must go through, logged.
 #[test]
 fn destination_warn_lets_a_nonconforming_but_runnable_guest_in() {

@@ -1,4 +1,4 @@
-//! Hostile and broken input (issue 8), through the real binary: each case ends with the documented
+//! Hostile and broken input, through the real binary: each case ends with the documented
 //! exit code, a clear message on stderr and nothing on stdout, in bounded time and memory, and
 //! never with a panic or a signal. Cases `cli.rs` and `hook.rs` already cover (invalid UTF-8, a
 //! UTF-16 document with a BOM, NUL bytes, empty stdin, truncated XML, an entity bomb, 17 MiB of

@@ -21,3 +21,4 @@ mod machines;
 mod modes;
 mod oracles;
 mod props;
+mod tables;
