@@ -502,13 +502,14 @@ fn prometheus_host_level_prefers_the_qemu_capability_cache_to_cpuinfo() {
     );
 }
 
-/// The cron line of README.md ("Watching a fleet"), with the node_exporter directory `dir`.
-fn readme_cron_line(dir: &Path) -> String {
-    let readme = std::fs::read_to_string(crate::harness::root().join("README.md")).unwrap();
-    let line = readme
+/// The cron line of docs/metrics.md ("Without the daemon: a cron job"), with the node_exporter
+/// directory `dir`.
+fn documented_cron_line(dir: &Path) -> String {
+    let page = std::fs::read_to_string(crate::harness::root().join("docs/metrics.md")).unwrap();
+    let line = page
         .lines()
         .find_map(|l| l.strip_prefix("*/10 * * * * root "))
-        .expect("README.md has the cron recipe");
+        .expect("docs/metrics.md has the cron recipe");
     assert!(
         line.contains("D=/var/lib/prometheus/node-exporter;"),
         "{line}"
@@ -520,7 +521,7 @@ fn readme_cron_line(dir: &Path) -> String {
 }
 
 #[test]
-fn readme_cron_recipe_keeps_the_old_file_when_audit_fails() {
+fn documented_cron_recipe_keeps_the_old_file_when_audit_fails() {
     let t = Scratch::new("audit-cron");
     let defs = t.path("defs");
     std::fs::create_dir(&defs).unwrap();
@@ -558,7 +559,7 @@ fn readme_cron_recipe_keeps_the_old_file_when_audit_fails() {
         );
         let st = std::process::Command::new("sh")
             .arg("-c")
-            .arg(readme_cron_line(&out_dir))
+            .arg(documented_cron_line(&out_dir))
             .env("PATH", path)
             .stdin(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

@@ -1358,7 +1358,7 @@ fn policy_that_is_not_toml_but_says_deny_refuses() {
     );
 }
 
-/// The README's own policy reference writes `on_error = "allow"          # "allow" | "deny"`:
+/// The policy reference (docs/policy.md) writes `on_error = "allow"          # "allow" | "deny"`:
 /// an operator who sets deny that way and later breaks the file must still get deny.
 #[test]
 fn policy_that_is_not_toml_says_deny_with_a_trailing_comment_refuses() {

@@ -11,6 +11,7 @@ mod corpus;
 #[cfg(feature = "daemon")]
 mod daemon;
 mod differential;
+mod docs;
 mod golden;
 mod harness;
 mod hook;
