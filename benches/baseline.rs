@@ -5,7 +5,7 @@
 //!
 //! The hosts are the Intel CPUs of `../shared/corpus/libvirt-cputestdata` that the cpu_map knows,
 //! repeated under 100 names in a scratch directory. The cpu_map is `VCP_ORACLE_CPU_MAP` (default
-//! libvirt 9.0.0's, `tests/data/cpu_map/libvirt-9.0.0`). Without the corpus or the cpu_map the
+//! libvirt 9.0.0's, `tests/data/generations/bookworm/cpu_map`). Without the corpus or the cpu_map the
 //! bench says so and stops; under `CI=true` that is a failure.
 //!
 //! `cargo bench --bench baseline`, or `cargo bench --bench baseline -- --test` (each once).
@@ -67,7 +67,7 @@ fn hosts(map: &Path) -> Option<PathBuf> {
 
 fn main() {
     let map = std::env::var_os("VCP_ORACLE_CPU_MAP").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cpu_map/libvirt-9.0.0"),
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/generations/bookworm/cpu_map"),
         PathBuf::from,
     );
     let Some(dir) = hosts(&map) else { return };

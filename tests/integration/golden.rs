@@ -25,7 +25,7 @@
 //! In both suites:
 //! * `args` (and `rewrite-args`) hold one argument a line; `{corpus}` stands for
 //!   `../shared/corpus` and `{cpu_map}` for the cpu_map the outputs were recorded with, libvirt
-//!   9.0.0's in `tests/data/cpu_map/libvirt-9.0.0` (`VCP_GOLDEN_CPU_MAP` names another);
+//!   9.0.0's in `tests/data/generations/bookworm/cpu_map` (`VCP_GOLDEN_CPU_MAP` names another);
 //! * the command runs in the case folder, and the paths the placeholders stand for (and the
 //!   project root, `{root}`) are put back into what it prints before comparing;
 //! * `expected-stdout` — stdout, exactly (absent: empty);
@@ -99,10 +99,11 @@ pub fn cases_in(rel: &str, marker: &str) -> Vec<Case> {
 }
 
 /// The cpu_map the golden outputs were recorded with: `VCP_GOLDEN_CPU_MAP`, else libvirt 9.0.0's
-/// copy in `tests/data/cpu_map/libvirt-9.0.0`.
+/// copy in `tests/data/generations/bookworm/cpu_map` (Debian 12's, as `tests/libvirt/capture-facts`
+/// took it).
 pub fn golden_cpu_map() -> PathBuf {
     std::env::var_os("VCP_GOLDEN_CPU_MAP").map_or_else(
-        || root().join("tests/data/cpu_map/libvirt-9.0.0"),
+        || root().join("tests/data/generations/bookworm/cpu_map"),
         PathBuf::from,
     )
 }

@@ -12,6 +12,7 @@ mod corpus;
 mod daemon;
 mod differential;
 mod docs;
+mod generations;
 mod golden;
 mod harness;
 mod hook;

@@ -20,7 +20,10 @@ use std::process::Stdio;
 use virt_cpu_policy::machine::builtin_limit;
 
 /// `query-machines` of the oracle's `qemu-system-ARCH`: (name, cpu-max, alias).
-fn query_machines(oracle: &Oracle, qemu_arch: &str) -> Vec<(String, u32, Option<String>)> {
+pub(crate) fn query_machines(
+    oracle: &Oracle,
+    qemu_arch: &str,
+) -> Vec<(String, u32, Option<String>)> {
     let program = format!("/usr/bin/qemu-system-{qemu_arch}");
     if !oracle.path(&program).exists() {
         return Vec::new();

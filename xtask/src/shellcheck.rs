@@ -148,7 +148,7 @@ mod tests {
             "benches/process/compare",
             "fuzz/seed-corpus",
             "hooks/vdsm/before_vm_start/50_virt_cpu_policy",
-            "packaging/rpm/post.sh (sh)",
+            "packaging/rpm/preun.sh (sh)",
             "tests/e2e/run",
             "tests/guest/init",
         ] {
