@@ -516,15 +516,25 @@ fn reason(msg: &str) -> String {
 /// `virt-xml-validate FILE domain` of `oracle`'s libvirt (its schemas); the file is copied into
 /// its root first.
 fn validate_with(oracle: &crate::harness::Oracle, text: &str) -> bool {
-    let inside = "/tmp/vcp-corpus-validate.xml";
-    std::fs::write(oracle.path(inside), text).expect("write into the root");
-    oracle
+    // A name of this process and call: another run of the test (another checkout on the same
+    // machine, the same root) must not validate this file, nor this one validate its file.
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let inside = format!(
+        "/tmp/vcp-corpus-validate-{}-{}.xml",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    let file = oracle.path(&inside);
+    std::fs::write(&file, text).expect("write into the root");
+    let valid = oracle
         .command("virt-xml-validate")
-        .args([inside, "domain"])
+        .args([inside.as_str(), "domain"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok_and(|s| s.success())
+        .is_ok_and(|s| s.success());
+    let _ = std::fs::remove_file(file);
+    valid
 }
 
 /// Define `text` as `name` on `oracle` (undefined again): Ok, or Err(libvirt's message).

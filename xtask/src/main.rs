@@ -30,7 +30,8 @@ enum Task {
     /// every test that needs neither root nor a running libvirtd.
     Check,
     /// The whole suite as CI runs it (`.ci/run`: as root, installs libvirt and QEMU, starts
-    /// libvirtd and the Debian 13 root, runs every test, the e2e scripts, fuzzing and benches).
+    /// libvirtd and the other libvirt generations, runs every test, the e2e scripts, fuzzing and
+    /// benches).
     Ci,
     /// Rewrites the expected files of both golden suites (`tests/cases`, `tests/baseline-cases`)
     /// from what the binary prints now: read the diff before committing it.
