@@ -4,7 +4,7 @@
 //! policies below, and the rest is the document. Otherwise the rest is `POLICY-TEXT \0 DOCUMENT`
 //! (no NUL: all policy, empty document).
 //!
-//! Properties (issue 8), checked whenever the rewrite returns Ok:
+//! Properties, checked whenever the rewrite returns Ok:
 //! * never a panic;
 //! * out of scope (not kvm/qemu) or `mode = "audit"`: the output is the input, byte for byte;
 //! * enforce, no error finding: the output is well-formed XML; it has exactly one top-level

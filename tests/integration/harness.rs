@@ -22,6 +22,21 @@ pub fn corpus() -> Option<PathBuf> {
     p.is_dir().then_some(p)
 }
 
+/// `../shared/corpus`, for a test marked
+/// `#[cfg_attr(not(vcp_shared_corpus), ignore = "needs ../shared/corpus beside the checkout")]`
+/// (`build.rs` sets the cfg when the corpus is there): panics when it is absent, which happens
+/// only when such a test is run anyway (`--include-ignored`, as CI does: there a missing corpus
+/// is a failure).
+#[track_caller]
+pub fn shared_corpus() -> PathBuf {
+    corpus().unwrap_or_else(|| {
+        panic!(
+            "needs ../shared/corpus beside the checkout ({}), and it is absent",
+            root().join("../shared/corpus").display()
+        )
+    })
+}
+
 /// What a finished run gave.
 #[derive(Debug)]
 pub struct Output {
@@ -171,30 +186,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// Runs `check` on every case of a data-driven suite: `Ok(true)` ran, `Ok(false)` skipped (the
-/// check says why on stderr), `Err` a failure. Panics with every failure, or when no case ran: a
-/// suite that skipped everything has checked nothing.
-pub fn run_cases<C>(label: &str, cases: &[C], check: impl Fn(&C) -> Result<bool, String>) {
-    assert!(!cases.is_empty(), "no {label} cases");
-    let mut failures = Vec::new();
-    let mut ran = 0;
-    for c in cases {
-        match check(c) {
-            Ok(true) => ran += 1,
-            Ok(false) => {}
-            Err(e) => failures.push(e),
-        }
-    }
-    eprintln!("{label}: {ran} of {} cases ran", cases.len());
-    assert!(
-        failures.is_empty(),
-        "{} failing case(s):\n\n{}",
-        failures.len(),
-        failures.join("\n\n")
-    );
-    assert!(ran > 0, "no {label} case ran");
 }
 
 /// The code of an `exit N` file, None when the file is absent or says something else.

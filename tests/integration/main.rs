@@ -15,6 +15,7 @@ mod corpus;
 #[cfg(feature = "daemon")]
 mod daemon;
 mod differential;
+mod docs;
 mod generations;
 mod golden;
 mod harness;
@@ -26,3 +27,4 @@ mod machines;
 mod modes;
 mod oracles;
 mod props;
+mod tables;
