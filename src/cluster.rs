@@ -16,6 +16,8 @@
 //!   features named.
 //! * [`mod@format`] writes a report as text, JSON, a policy rule, `nova.conf` or CloudStack
 //!   `agent.properties` lines.
+//! * [`traits`] names what schedulers place guests by: each host's psABI levels and the
+//!   cluster's CPU as Nova placement traits and CloudStack host tags.
 //! * [`resolve`] turns a policy's `cpu.model = "baseline"` into the baseline of `[host]
 //!   cluster`, between planning and the facts of one domain.
 //!
@@ -27,6 +29,7 @@ pub mod facts;
 pub mod format;
 pub mod report;
 pub mod resolve;
+pub mod traits;
 
 use crate::cpu::CpuMapError;
 use std::path::{Path, PathBuf};

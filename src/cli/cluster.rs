@@ -92,7 +92,7 @@ impl From<ClusterError> for Failure {
 }
 
 /// libvirt's x86 map at `dir`, or the default one; a missing default is said plainly.
-fn load_map(dir: Option<&Path>) -> Result<X86Map, Failure> {
+pub(super) fn load_map(dir: Option<&Path>) -> Result<X86Map, Failure> {
     let default = Path::new(crate::host::DEFAULT_CPU_MAP);
     if dir.is_none() && !default.join("index.xml").is_file() {
         return Err(Failure {
