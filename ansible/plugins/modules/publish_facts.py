@@ -38,6 +38,7 @@ attributes:
     support: full
   diff_mode:
     support: full
+    details: A new file is said in one line; a changed one is shown as a unified diff.
 author:
   - virt-cpu-policy contributors
 """
@@ -68,6 +69,7 @@ libvirt:
   type: str
 """
 
+import difflib
 import os
 import re
 import shutil
@@ -142,9 +144,13 @@ def main():
     result = dict(changed=changed, name=name, path=dest, content=content,
                   libvirt=m.group(1) if m else None)
     if changed and module._diff:
-        what = "new file" if before is None else "facts changed"
-        result["diff"] = dict(before_header=dest, after_header=dest,
-                              prepared=f"{dest}: {what} ({len(content)} bytes)\n")
+        if before is None:
+            text = f"{dest}: new ({len(content)} bytes, libvirt {result['libvirt']})\n"
+        else:
+            # What changed on the host: a new libvirt or QEMU, microcode, a machine type.
+            text = "".join(difflib.unified_diff(before.splitlines(True), content.splitlines(True),
+                                                f"{dest} (published)", f"{dest} (this host now)"))
+        result["diff"] = dict(before_header=dest, after_header=dest, prepared=text)
     module.exit_json(**result)
 
 
