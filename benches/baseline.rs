@@ -1,54 +1,56 @@
-//! The cluster baseline over 100 host facts files (issue 13), in the library: reading the facts,
-//! loading libvirt's cpu_map and the baseline, each timed by criterion, then the three together
-//! as `baseline_from_files` does them. Whole-process figures beside `virsh cpu-baseline` are
-//! `bench/baseline`'s.
+//! The cluster baseline over 100 host facts files, in the library: reading the facts, loading
+//! libvirt's cpu_map and the baseline, each timed by criterion, then the three together as
+//! `baseline_from_files` does them. Whole-process figures beside `virsh cpu-baseline` are
+//! `benches/process/baseline`'s.
 //!
 //! The hosts are the Intel CPUs of `../shared/corpus/libvirt-cputestdata` that the cpu_map knows,
 //! repeated under 100 names in a scratch directory. The cpu_map is `VCP_ORACLE_CPU_MAP` (default
-//! /usr/share/libvirt/cpu_map). Without the corpus or the cpu_map the bench says so and stops.
+//! libvirt 9.0.0's, `tests/data/generations/bookworm/cpu_map`). Without the corpus or the cpu_map the
+//! bench says so and stops; under `CI=true` that is a failure.
 //!
 //! `cargo bench --bench baseline`, or `cargo bench --bench baseline -- --test` (each once).
 
 use criterion::Criterion;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
-use virt_cpu_policy::cluster::{ClusterOptions, analyze, baseline_from_files, facts};
-use virt_cpu_policy::cpu::x86_map::X86Map;
+use virt_cpu_policy::cluster::{ClusterOptions, analyze, baseline_from_files, hosts};
+use virt_cpu_policy::libvirt::cpu_map::x86::X86Map;
+
+/// Says on stderr that nothing is measured, and why; under `CI=true` a missing prerequisite
+/// fails the run instead.
+fn nothing_measured(why: &str) {
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "bench baseline: {why} (CI=true: a missing prerequisite is a failure)"
+    );
+    eprintln!("bench baseline: {why}; nothing measured");
+}
 
 /// Writes the 100 hosts into a scratch directory; None (said on stderr) when something is missing.
 fn hosts(map: &Path) -> Option<PathBuf> {
     let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/libvirt-cputestdata");
     let Ok(entries) = std::fs::read_dir(&corpus) else {
-        eprintln!(
-            "bench baseline: {} not found; nothing measured",
-            corpus.display()
-        );
+        nothing_measured(&format!("{} not found", corpus.display()));
         return None;
     };
     let Ok(x86) = X86Map::load(map) else {
-        eprintln!(
-            "bench baseline: no cpu_map at {}; nothing measured",
-            map.display()
-        );
+        nothing_measured(&format!("no cpu_map at {}", map.display()));
         return None;
     };
     let mut usable: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.to_string_lossy().ends_with("-host.xml"))
         .filter(|p| {
-            facts::read_hosts(std::slice::from_ref(p)).is_ok_and(|h| {
+            hosts::read_hosts(std::slice::from_ref(p)).is_ok_and(|h| {
                 let cpu = h[0].cpu.as_ref();
                 cpu.and_then(|c| c.vendor.as_deref()) == Some("Intel")
-                    && analyze(h, Some(&x86), &ClusterOptions::default()).is_ok()
+                    && analyze(&h, Some(&x86), &ClusterOptions::default()).is_ok()
             })
         })
         .collect();
     usable.sort();
     if usable.is_empty() {
-        eprintln!(
-            "bench baseline: no corpus CPU readable with {}",
-            map.display()
-        );
+        nothing_measured(&format!("no corpus CPU readable with {}", map.display()));
         return None;
     }
     let dir = std::env::temp_dir().join(format!("vcp-bench-baseline-{}", std::process::id()));
@@ -65,7 +67,7 @@ fn hosts(map: &Path) -> Option<PathBuf> {
 
 fn main() {
     let map = std::env::var_os("VCP_ORACLE_CPU_MAP").map_or_else(
-        || PathBuf::from("/usr/share/libvirt/cpu_map"),
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/generations/bookworm/cpu_map"),
         PathBuf::from,
     );
     let Some(dir) = hosts(&map) else { return };
@@ -73,15 +75,15 @@ fn main() {
     let opts = ClusterOptions::default();
     let mut c = Criterion::default().configure_from_args();
     c.bench_function("read 100 facts files", |b| {
-        b.iter(|| black_box(facts::read_hosts(&paths).expect("facts")));
+        b.iter(|| black_box(hosts::read_hosts(&paths).expect("facts")));
     });
     c.bench_function("load the x86 cpu_map", |b| {
         b.iter(|| black_box(X86Map::load(&map).expect("cpu_map")));
     });
     let x86 = X86Map::load(&map).expect("cpu_map");
-    let read = facts::read_hosts(&paths).expect("facts");
+    let read = hosts::read_hosts(&paths).expect("facts");
     c.bench_function("analyze 100 hosts (baseline, levels, groups)", |b| {
-        b.iter(|| black_box(analyze(read.clone(), Some(&x86), &opts).expect("baseline")));
+        b.iter(|| black_box(analyze(&read, Some(&x86), &opts).expect("baseline")));
     });
     c.bench_function("baseline_from_files, 100 files", |b| {
         b.iter(|| black_box(baseline_from_files(&paths, &map, &opts).expect("baseline")));

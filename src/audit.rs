@@ -5,21 +5,26 @@
 //! files, so an audit works while libvirtd is down and obeys the hook's rule never to call it.
 //! Host facts are discovered once ([`Host::discover`]) and shared by every file, which is what
 //! makes 1,000 definitions take well under a second; each file's verdict is exactly what
-//! `check` gives it ([`crate::report::verdict`]).
+//! `check` gives it ([`Verdict::of`]).
 //!
 //! Besides the verdict a guest gets the columns an operator reads first: the psABI level its CPU
 //! reaches on this host ([`level_of`]), its vCPU maximum beside the machine type's limit, and the
 //! rules involved ([`rules_involved`]). A file that cannot be read or judged is an [`Entry`] of
 //! its own, never a reason to stop.
 
-use crate::cpu::{Level, default_model, guaranteed_features};
-use crate::domain::{Domain, child, cpu_features};
-use crate::facts::Facts;
+use crate::cpu::{Level, default_model};
+use crate::domain::{Domain, cpu_features, cpu_mode};
+use crate::domain_facts::DomainFacts;
 use crate::finding::Severity;
 use crate::host::{Host, MachineLimit};
+use crate::libvirt::cpu::CpuMode;
+use crate::libvirt::cpu::guaranteed_features;
+use crate::pipeline::Pipeline;
 use crate::policy::{Plan, Policy};
-use crate::rewrite::{Outcome, rewrite_parsed, rewrite_planned};
+use crate::report::Verdict;
+use crate::rewrite::{Outcome, rewrite_pipeline};
 use crate::topology::read_vcpu;
+use crate::xml::child;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -59,8 +64,8 @@ pub struct Guest {
 impl Guest {
     /// The verdict (`conforms`, `needs-rewrite`, `cannot-conform`, `out-of-scope`).
     #[must_use]
-    pub fn verdict(&self) -> &'static str {
-        crate::report::verdict(&self.outcome).0
+    pub fn verdict(&self) -> Verdict {
+        Verdict::of(&self.outcome)
     }
 }
 
@@ -102,10 +107,10 @@ impl Totals {
             match e {
                 Entry::Unreadable(..) => t.unreadable += 1,
                 Entry::Guest(g) => match g.verdict() {
-                    "conforms" => t.conforms += 1,
-                    "needs-rewrite" => t.needs_rewrite += 1,
-                    "cannot-conform" => t.cannot_conform += 1,
-                    _ => t.out_of_scope += 1,
+                    Verdict::Conforms => t.conforms += 1,
+                    Verdict::NeedsRewrite => t.needs_rewrite += 1,
+                    Verdict::CannotConform => t.cannot_conform += 1,
+                    Verdict::OutOfScope => t.out_of_scope += 1,
                 },
             }
         }
@@ -140,7 +145,7 @@ pub fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ListError> {
     let mut seen = std::collections::HashSet::new();
     for p in paths {
         let found = if p.is_dir() {
-            crate::host::xml_entries(p).map_err(|source| ListError::Dir {
+            crate::readfile::xml_entries(p).map_err(|source| ListError::Dir {
                 path: p.clone(),
                 source,
             })?
@@ -160,9 +165,9 @@ pub fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ListError> {
 
 /// Read `path` through the one bounded reader ([`crate::readfile::read_regular`]): a regular
 /// file only, checked on the open descriptor (a FIFO would block the audit), at most
-/// [`crate::domain::MAX_INPUT_BYTES`], the limit `check` puts on its INPUT.
+/// [`crate::xml::MAX_INPUT_BYTES`], the limit `check` puts on its INPUT.
 fn read_file(path: &Path) -> Result<Vec<u8>, String> {
-    crate::readfile::read_regular(path, crate::domain::MAX_INPUT_BYTES).map_err(|e| e.to_string())
+    crate::readfile::read_regular(path, crate::xml::MAX_INPUT_BYTES).map_err(|e| e.to_string())
 }
 
 /// Judge one file under `policy` with `host` facts: never an error, a file that cannot be read,
@@ -176,7 +181,7 @@ pub fn judge_file(path: &Path, policy: &Policy, host: &Host) -> Entry {
     };
     let what = path.display().to_string();
     let judged =
-        crate::domain::decode(&bytes, &what).and_then(|text| judge(text, &what, policy, host));
+        crate::xml::decode(&bytes, &what).and_then(|text| judge(text, &what, policy, host));
     match judged {
         Ok((outcome, level, vcpu_max, machine_limit, rules)) => Entry::Guest(Box::new(Guest {
             file: path.to_path_buf(),
@@ -199,25 +204,25 @@ type Judged = (
     Vec<String>,
 );
 
-/// Parse once, plan, resolve facts once, rewrite (as [`crate::rewrite::rewrite`] does) and read
-/// the audit's columns from the same parse and facts.
+/// Parse once, plan and gather facts once ([`Pipeline`]), rewrite (as [`crate::rewrite::rewrite`]
+/// does) and read the audit's columns from the same parse and facts.
 fn judge(text: &str, what: &str, policy: &Policy, host: &Host) -> crate::Result<Judged> {
     let dom = Domain::parse(text, what)?;
     let vcpu_max = child(dom.root(), "vcpu")
         .and_then(|v| read_vcpu(v).ok())
         .map(|c| c.max);
     if !dom.in_scope() {
-        let outcome = rewrite_parsed(&dom, what, policy, host)?;
+        let outcome = Outcome::out_of_scope(&dom);
         let level = LevelReading {
             level: None,
             basis: "out of scope",
         };
         return Ok((outcome, level, vcpu_max, None, Vec::new()));
     }
-    let plan = crate::cluster::resolve::plan_for(policy, &dom, host)?;
-    let facts = Facts::resolve(&dom, &plan, host);
-    let outcome = rewrite_planned(&dom, what, policy, &plan, &facts)?;
-    let level = level_of(&dom, &facts);
+    let p = Pipeline::new(dom, policy, host)?;
+    let (dom, facts) = (&p.dom, &p.facts);
+    let outcome = rewrite_pipeline(&p, what, policy)?;
+    let level = level_of(dom, facts);
     // A machine type the emulator lacks has no limit: a built-in family rule would invent one.
     let limit = facts
         .machine_unsupported
@@ -233,7 +238,7 @@ fn judge(text: &str, what: &str, policy: &Policy, host: &Host) -> crate::Result<
             })
         })
         .flatten();
-    let rules = rules_involved(&outcome, &plan);
+    let rules = rules_involved(&outcome, &p.plan);
     Ok((outcome, level, vcpu_max, limit, rules))
 }
 
@@ -242,20 +247,20 @@ fn judge(text: &str, what: &str, policy: &Policy, host: &Host) -> crate::Result<
 /// each change; for a conforming guest, the rules that matched it. In first-seen order, once each.
 #[must_use]
 pub fn rules_involved(o: &Outcome, plan: &Plan) -> Vec<String> {
-    let names: Vec<String> = match crate::report::verdict(o).0 {
-        "cannot-conform" => o
+    let names: Vec<String> = match Verdict::of(o) {
+        Verdict::CannotConform => o
             .findings
             .iter()
             .filter(|f| f.severity == Severity::Error)
             .map(|f| {
                 f.rule
                     .clone()
-                    .unwrap_or_else(|| crate::change::libvirt_rule(f.code))
+                    .unwrap_or_else(|| crate::change::libvirt_rule(f.code.as_str()))
             })
             .collect(),
-        "needs-rewrite" => o.changes.iter().map(|c| c.rule.clone()).collect(),
-        "conforms" => plan.matched.clone(),
-        _ => Vec::new(),
+        Verdict::NeedsRewrite => o.changes.iter().map(|c| c.rule.clone()).collect(),
+        Verdict::Conforms => plan.matched.clone(),
+        Verdict::OutOfScope => Vec::new(),
     };
     let mut seen = BTreeSet::new();
     names
@@ -270,13 +275,13 @@ pub fn rules_involved(o: &Outcome, plan: &Plan) -> Vec<String> {
 /// features KVM gives count (QEMU drops the rest silently). A host-model, host-passthrough or
 /// maximum CPU under KVM gets the host-model CPU's features, minus the ones the domain disables.
 #[must_use]
-pub fn level_of(dom: &Domain<'_>, facts: &Facts<'_>) -> LevelReading {
+pub fn level_of(dom: &Domain<'_>, facts: &DomainFacts<'_>) -> LevelReading {
     let reading = |level, basis| LevelReading { level, basis };
     if dom.arch() != "x86_64" {
         return reading(None, "not x86_64");
     }
     let cpu = dom.cpus().first().copied();
-    let mode = cpu.and_then(|c| c.attribute("mode")).unwrap_or("custom");
+    let custom = cpu.map_or(Some(CpuMode::Custom), cpu_mode) == Some(CpuMode::Custom);
     let explicit = cpu.map(cpu_features).unwrap_or_default();
     let kvm = dom.virt_type() == "kvm";
     let host = facts
@@ -285,10 +290,10 @@ pub fn level_of(dom: &Domain<'_>, facts: &Facts<'_>) -> LevelReading {
         .and_then(|d| d.host_model.as_ref())
         .map(|hm| {
             let model = hm.model.as_deref().and_then(|m| facts.model_features(m));
-            hm.features(model)
+            hm.guaranteed_features(model)
         });
     let highest = |feats: &BTreeSet<String>| Level::highest(|f| feats.contains(f));
-    if mode == "custom" {
+    if custom {
         let model = cpu
             .and_then(|c| child(c, "model"))
             .and_then(crate::domain::model_name)
@@ -387,11 +392,12 @@ mod tests {
         let p = Policy::builtin();
         let dom = Domain::parse(xml, "t").unwrap();
         let plan = p.plan_for(&dom);
-        let facts = Facts::resolve(&dom, &plan, host);
+        let facts = DomainFacts::gather(&dom, &plan, host);
         level_of(&dom, &facts)
     }
 
-    /// This machine's KVM gives a host-model CPU without pni and popcnt (DESIGN.md section 1).
+    /// A nested KVM such as the project's test machine's gives a host-model CPU without pni and
+    /// popcnt (seen with libvirt 9.0's domcapabilities).
     const DOMCAPS: &str = "<domainCapabilities><path>/usr/bin/qemu-system-x86_64</path><domain>kvm</domain><machine>pc-q35-7.2</machine><arch>x86_64</arch><vcpu max='288'/><cpu><mode name='host-model' supported='yes'><model fallback='forbid'>Nehalem</model><feature policy='disable' name='pni'/><feature policy='disable' name='popcnt'/></mode></cpu></domainCapabilities>";
 
     fn dom(vt: &str, cpu: &str) -> String {

@@ -4,7 +4,7 @@
 //! a sentence: the element it touches (libvirt's element name), what happened to it
 //! ([`Action`]), the feature or attribute concerned, the old and new values, the policy rule that
 //! caused it, and the sentence for people. A program can then tell "feature popcnt added" from
-//! "model replaced" without parsing English (README.md, "JSON output").
+//! "model replaced" without parsing English (docs/json.md).
 
 use crate::finding::Finding;
 use serde::Serialize;
@@ -97,7 +97,7 @@ pub struct Change {
     pub attribute: Option<&'static str>,
     /// The value before (None when there was none); for an element whose attributes are its
     /// value (`<topology>`, `<driver>`) its attributes as written, `sockets='2' cores='4'`
-    /// ([`crate::domain::written_attributes`]).
+    /// ([`crate::xml::written_attributes`]).
     pub old: Option<String>,
     /// The value after (None when removed).
     pub new: Option<String>,

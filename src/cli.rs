@@ -1,7 +1,7 @@
 //! The command line of `virt-cpu-policy`: argument definitions (clap) and the glue from a parsed
 //! command to the library and an exit code.
 //!
-//! Exit codes (documented in README.md and `--help`):
+//! Exit codes (documented in docs/exit-codes.md and `--help`):
 //! * 0: written / conforms / done;
 //! * 1: the domain cannot be made to satisfy the policy, or the result fails validation
 //!   (findings on stderr, nothing on stdout);
@@ -17,10 +17,12 @@ pub(crate) mod host;
 pub use audit::{AuditArgs, AuditFormat};
 
 use crate::error::Error;
-use crate::host::{Fact, Host, HostOptions, LibvirtVersion};
+use crate::host::{Host, HostOptions, Sourced};
+use crate::libvirt::version::LibvirtVersion;
 use crate::policy::{Mode, Policy};
 use crate::rewrite::{Outcome, rewrite};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -28,8 +30,8 @@ pub mod cluster;
 pub mod traits;
 
 pub use crate::report::{
-    EXIT_BAD_INPUT, EXIT_NEEDS_REWRITE, EXIT_OK, EXIT_REFUSED, JSON_SCHEMA_VERSION, report_json,
-    verdict,
+    EXIT_BAD_INPUT, EXIT_NEEDS_REWRITE, EXIT_OK, EXIT_REFUSED, JSON_SCHEMA_VERSION, Verdict,
+    report_json,
 };
 
 /// The parsed command line.
@@ -106,7 +108,8 @@ pub struct HookCmd {
     /// `<hostFacts>` (repeatable).
     #[arg(long = "caps", value_name = "FILE")]
     pub caps: Vec<PathBuf>,
-    /// Log to this file instead of journald (default: journald, else /var/log/virt-cpu-policy/hook.log).
+    /// Log to this file instead of journald (default: journald, else
+    /// /var/log/virt-cpu-policy/hook.log).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
     /// The daemon's host-fact snapshot directory (default /var/lib/virt-cpu-policy).
@@ -255,7 +258,7 @@ impl From<Error> for Failure {
 /// operation is one the hook passes, drain stdin and answer before the command-line parser is even
 /// built: that is most of the cost of such a call. Returns the exit code, or None to go on.
 #[must_use]
-pub fn fast_path(args: &[std::ffi::OsString]) -> Option<i32> {
+pub fn unchecked_hook_exit(args: &[std::ffi::OsString]) -> Option<i32> {
     let [_, cmd, guest, op, sub, _extra] = args else {
         return None;
     };
@@ -267,7 +270,7 @@ pub fn fast_path(args: &[std::ffi::OsString]) -> Option<i32> {
     {
         return None;
     }
-    if crate::hook::Check::of(op, sub).is_some() {
+    if crate::hook::Phase::of(op, sub).is_some() {
         return None;
     }
     crate::hook::drain(&mut std::io::stdin().lock());
@@ -307,7 +310,7 @@ pub fn run(cli: Cli) -> i32 {
 }
 
 fn host_options(policy: &Policy, f: &FactArgs) -> HostOptions {
-    let cpus = f.host_cpus.map(|value| Fact {
+    let cpus = f.host_cpus.map(|value| Sourced {
         value,
         source: "--host-cpus".into(),
     });
@@ -329,15 +332,15 @@ impl LimitArgs {
         }
     }
 
-    fn kvm(&self) -> Option<Fact<u32>> {
-        self.kvm_max_vcpus.map(|value| Fact {
+    fn kvm(&self) -> Option<Sourced<u32>> {
+        self.kvm_max_vcpus.map(|value| Sourced {
             value,
             source: "--kvm-max-vcpus".into(),
         })
     }
 
-    fn libvirt(&self) -> Option<Fact<LibvirtVersion>> {
-        self.libvirt_version.map(|value| Fact {
+    fn libvirt(&self) -> Option<Sourced<LibvirtVersion>> {
+        self.libvirt_version.map(|value| Sourced {
             value,
             source: "--libvirt-version".into(),
         })
@@ -345,7 +348,7 @@ impl LimitArgs {
 }
 
 fn read_input(input: &Path) -> Result<(Vec<u8>, String), Failure> {
-    let limit = crate::domain::MAX_INPUT_BYTES as u64 + 1;
+    let limit = crate::xml::MAX_INPUT_BYTES as u64 + 1;
     let mut buf = Vec::new();
     if input == Path::new("-") {
         std::io::stdin()
@@ -388,7 +391,7 @@ fn prepare(c: &Common) -> Result<Prepared, Failure> {
     let policy = Policy::load(c.facts.policy.as_deref())?;
     let host = Host::discover(&host_options(&policy, &c.facts))?;
     let (bytes, what) = read_input(&c.input)?;
-    let text = crate::domain::decode(&bytes, &what)?;
+    let text = crate::xml::decode(&bytes, &what)?;
     let outcome = rewrite(text, &what, &policy, &host)?;
     Ok(Prepared {
         policy,
@@ -409,18 +412,18 @@ fn explain(o: &Outcome, audit: bool) -> String {
     let mut s = String::new();
     let label = guest_label(o);
     if let Some(n) = &o.note {
-        s.push_str(&format!("{label}: {n}\n"));
+        let _ = writeln!(s, "{label}: {n}");
         return s;
     }
     if o.has_errors() {
-        s.push_str(&format!("{label}: cannot conform to the policy\n"));
+        let _ = writeln!(s, "{label}: cannot conform to the policy");
     } else if o.changes.is_empty() {
-        s.push_str(&format!("{label}: conforms, nothing to change\n"));
+        let _ = writeln!(s, "{label}: conforms, nothing to change");
     } else {
         let verb = if audit { "would make" } else { "made" };
-        s.push_str(&format!("{label}: {verb} {} change(s)\n", o.changes.len()));
+        let _ = writeln!(s, "{label}: {verb} {} change(s)", o.changes.len());
         for c in &o.changes {
-            s.push_str(&format!("  - rule '{}': {}\n", c.rule, c.what));
+            let _ = writeln!(s, "  - rule '{}': {}", c.rule, c.what);
         }
     }
     s
@@ -428,10 +431,10 @@ fn explain(o: &Outcome, audit: bool) -> String {
 
 fn findings_text(o: &Outcome) -> String {
     let label = guest_label(o);
-    o.findings
-        .iter()
-        .map(|f| format!("virt-cpu-policy: {label}: {f}\n"))
-        .collect()
+    o.findings.iter().fold(String::new(), |mut s, f| {
+        let _ = writeln!(s, "virt-cpu-policy: {label}: {f}");
+        s
+    })
 }
 
 fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
@@ -491,76 +494,36 @@ fn cmd_rewrite(a: &RewriteArgs) -> Result<i32, Failure> {
     Ok(EXIT_OK)
 }
 
-/// Give `f` the owner and group of the file it replaces (before its mode: a change of owner
-/// clears set-id bits). Only root may give a file away: EPERM leaves it as created.
-fn keep_owner(f: &std::fs::File, old: &std::fs::Metadata) -> std::io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    match std::os::unix::fs::fchown(f, Some(old.uid()), Some(old.gid())) {
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(()),
-        r => r,
-    }
-}
-
-/// Replace `path` with `bytes`: a temporary file in the same directory, synced, given the old
-/// file's owner, group and permissions, then renamed over it, so readers see the old or the new
-/// file, never half.
+/// Replace `path` with `bytes` atomically ([`crate::writefile::write_atomic`]: the old file's
+/// owner, group and permissions kept, readers see the old or the new file, never half).
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
-    let fail = |source: std::io::Error| {
+    crate::writefile::write_atomic(path, bytes).map_err(|source| {
         Failure::from(Error::Write {
             path: path.to_path_buf(),
             source,
         })
-    };
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let file_name = path
-        .file_name()
-        .map_or_else(|| "domain".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = dir.join(format!(
-        ".{file_name}.virt-cpu-policy.{}",
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        if let Ok(meta) = std::fs::metadata(path) {
-            keep_owner(&f, &meta)?;
-            f.set_permissions(meta.permissions())?;
-        }
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(fail(e));
-    }
-    Ok(())
+    })
 }
 
 fn report_text(o: &Outcome) -> String {
-    let (verdict, _) = verdict(o);
+    let verdict = Verdict::of(o);
     let label = guest_label(o);
     let mut s = match verdict {
-        "out-of-scope" => format!("{label}: {}\n", o.note.clone().unwrap_or_default()),
-        "cannot-conform" => format!("{label}: cannot conform to the policy\n"),
-        "needs-rewrite" => format!(
+        Verdict::OutOfScope => format!("{label}: {}\n", o.note.clone().unwrap_or_default()),
+        Verdict::CannotConform => format!("{label}: cannot conform to the policy\n"),
+        Verdict::NeedsRewrite => format!(
             "{label}: conforms only after a rewrite ({} change(s))\n",
             o.changes.len()
         ),
-        _ => format!("{label}: conforms\n"),
+        Verdict::Conforms => format!("{label}: conforms\n"),
     };
-    if verdict != "cannot-conform" {
+    if verdict != Verdict::CannotConform {
         for c in &o.changes {
-            s.push_str(&format!("  - rule '{}': {}\n", c.rule, c.what));
+            let _ = writeln!(s, "  - rule '{}': {}", c.rule, c.what);
         }
     }
     for f in &o.findings {
-        s.push_str(&format!("  {f}\n"));
+        let _ = writeln!(s, "  {f}");
     }
     s
 }
@@ -572,12 +535,12 @@ fn cmd_check(a: &CheckArgs) -> Result<i32, Failure> {
         Format::Text => report_text(&p.outcome),
     };
     write_stdout(report.as_bytes())?;
-    Ok(verdict(&p.outcome).1)
+    Ok(Verdict::of(&p.outcome).exit_code())
 }
 
 fn cmd_hook(a: &HookCmd) -> i32 {
     let mut stdin = std::io::stdin().lock();
-    let Some(check) = crate::hook::Check::of(&a.operation, &a.sub_operation) else {
+    let Some(check) = crate::hook::Phase::of(&a.operation, &a.sub_operation) else {
         // Not an operation the hook checks: no policy, no logging, just let libvirt go on.
         crate::hook::drain(&mut stdin);
         return EXIT_OK;
@@ -593,8 +556,8 @@ fn cmd_hook(a: &HookCmd) -> i32 {
         libvirt_version: a.limits.libvirt(),
     };
     match crate::hook::run(&a.guest, check, &xml, &opts) {
-        crate::hook::Verdict::Allow => EXIT_OK,
-        crate::hook::Verdict::Refuse(line) => {
+        crate::hook::Answer::Allow => EXIT_OK,
+        crate::hook::Answer::Refuse(line) => {
             crate::stdio::message_line(&line);
             EXIT_REFUSED
         }

@@ -6,9 +6,10 @@
 //! back. This module computes the same answers from host facts files, with libvirt's own
 //! `cpu_map`:
 //!
-//! * [`facts`] reads one host's facts file (domcapabilities, capabilities, a host `<cpu>`).
+//! * [`hosts`] reads one host's facts file (domcapabilities, capabilities, a host `<cpu>`,
+//!   `<hostFacts>`) through [`crate::libvirt`].
 //! * [`baseline`] is libvirt's x86 baseline (`virCPUx86Baseline` and `x86Decode` in
-//!   `src/cpu/cpu_x86.c`) on CPUID data from [`crate::cpu::x86_map::X86Map`].
+//!   `src/cpu/cpu_x86.c`) on CPUID data from [`crate::libvirt::cpu_map::x86::X86Map`].
 //! * [`report`] puts a cluster together: the baseline restricted to the models every host can
 //!   run, each host's level and what it lacks for the next ones, the groups of hosts with an
 //!   identical CPU (where a `host-passthrough` guest may migrate), aarch64 included.
@@ -16,22 +17,22 @@
 //!   features named.
 //! * [`mod@format`] writes a report as text, JSON, a policy rule, `nova.conf` or CloudStack
 //!   `agent.properties` lines.
+//! * [`cpu`] is the cluster's CPU a policy's `cpu.model = "baseline"` gives guests (the plan
+//!   takes it in [`crate::pipeline`]).
 //! * [`traits`] names what schedulers place guests by: each host's psABI levels and the
 //!   cluster's CPU as Nova placement traits and CloudStack host tags.
-//! * [`resolve`] turns a policy's `cpu.model = "baseline"` into the baseline of `[host]
-//!   cluster`, between planning and the facts of one domain.
 //!
 //! Nothing here calls libvirt: like the rest of the tool, host facts come from files.
 
 pub mod baseline;
 pub mod compare;
-pub mod facts;
+pub mod cpu;
 pub mod format;
+pub mod hosts;
 pub mod report;
-pub mod resolve;
 pub mod traits;
 
-use crate::cpu::CpuMapError;
+use crate::libvirt::cpu_map::CpuMapError;
 use std::path::{Path, PathBuf};
 
 pub use report::{ClusterOptions, ClusterReport, analyze};
@@ -117,7 +118,7 @@ impl ClusterError {
 /// The cluster report of the hosts described by `paths` (files or directories of facts files),
 /// with libvirt's cpu_map at `cpu_map` (read only when a host is x86). This is the one call a
 /// caller needs: `virt-cpu-policy baseline` and a policy's `cpu.model = "baseline"`
-/// ([`resolve`]).
+/// ([`cpu::ClusterCpu::of`]).
 ///
 /// # Errors
 /// [`ClusterError`] for unreadable or unknown input and for hosts without a common CPU.
@@ -126,25 +127,11 @@ pub fn baseline_from_files(
     cpu_map: &Path,
     opts: &ClusterOptions,
 ) -> Result<ClusterReport, ClusterError> {
-    let hosts = facts::read_hosts(paths)?;
-    let map = if hosts.iter().any(|h| report::is_x86(&h.arch)) {
-        Some(crate::cpu::x86_map::X86Map::load(cpu_map)?)
+    let hosts = hosts::read_hosts(paths)?;
+    let map = if hosts.iter().any(|h| crate::libvirt::arch::is_x86(&h.arch)) {
+        Some(crate::libvirt::cpu_map::x86::X86Map::load(cpu_map)?)
     } else {
         None
     };
-    analyze(hosts, map.as_ref(), opts)
-}
-
-/// `../shared/corpus/REL` for unit tests, or None (said on stderr) when the corpus is absent.
-#[cfg(test)]
-pub(crate) fn test_corpus(rel: &str) -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/corpus")
-        .join(rel);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("skipping: {} not present", p.display());
-        None
-    }
+    analyze(&hosts, map.as_ref(), opts)
 }

@@ -2,110 +2,17 @@
 //!
 //! The view is a thin layer over a [`roxmltree::Document`] of the original text, so every node
 //! keeps its byte range: [`crate::edit`] splices changes into the original bytes and everything
-//! else stays as the operator (or the orchestrator) wrote it. Only elements in libvirt's own (empty)
-//! namespace are read: a `<cpu>` inside `<metadata>` or under another namespace is someone else's
-//! data and is never looked at.
+//! else stays as the operator (or the orchestrator) wrote it. Only elements in libvirt's own
+//! (empty) namespace are read: a `<cpu>` inside `<metadata>` or under another namespace is someone
+//! else's data and is never looked at.
 //!
-//! Parsing refuses DTDs and entity declarations (roxmltree's `allow_dtd = false`), documents over
-//! [`MAX_INPUT_BYTES`] and documents with more than [`MAX_NODES`] nodes, so a hostile document
-//! fails fast instead of costing memory.
+//! Parsing is [`crate::xml::parse_xml`]'s: no DTD, a size and a node limit.
 
 use crate::error::{Error, Result};
-use roxmltree::{Document, Node, ParsingOptions};
-
-/// Largest domain document accepted, in bytes (16 MiB, the project's input limit). `virsh` itself
-/// reads XML files of at most 10 MiB (`VSH_MAX_XML_FILE`); anything larger is refused here before
-/// parsing.
-pub const MAX_INPUT_BYTES: usize = 16 * 1024 * 1024;
-
-/// Largest number of XML nodes accepted (elements, attributes are not counted, text, comments).
-pub const MAX_NODES: u32 = 2_000_000;
-
-/// Decode `bytes` as the UTF-8 text of a domain document, refusing oversized or non-UTF-8 input.
-///
-/// `what` names the input in messages ("the domain XML", a path).
-///
-/// # Errors
-/// [`Error::TooLarge`] over [`MAX_INPUT_BYTES`]; [`Error::NotUtf8`] for bytes that are not
-/// UTF-8 or are NUL (a UTF-16 document with or without a byte-order mark, a stray Latin-1 byte);
-/// [`Error::Xml`] for an XML declaration naming another encoding.
-pub fn decode<'b>(bytes: &'b [u8], what: &str) -> Result<&'b str> {
-    if bytes.len() > MAX_INPUT_BYTES {
-        return Err(Error::TooLarge {
-            what: what.to_string(),
-            size: bytes.len(),
-            limit: MAX_INPUT_BYTES,
-        });
-    }
-    let text = std::str::from_utf8(bytes).map_err(|e| Error::NotUtf8 {
-        what: what.to_string(),
-        offset: e.valid_up_to(),
-    })?;
-    // NUL is not an XML character at all; in a document that is otherwise ASCII it means UTF-16
-    // without a byte-order mark, which is valid UTF-8 byte by byte.
-    if let Some(offset) = bytes.iter().position(|b| *b == 0) {
-        return Err(Error::NotUtf8 {
-            what: what.to_string(),
-            offset,
-        });
-    }
-    if let Some(enc) = declared_encoding(text) {
-        if !enc.eq_ignore_ascii_case("utf-8") && !enc.eq_ignore_ascii_case("utf8") {
-            return Err(Error::Xml {
-                what: what.to_string(),
-                message: format!(
-                    "it declares encoding '{enc}'; libvirt reads and writes domain XML as UTF-8 only"
-                ),
-            });
-        }
-    }
-    Ok(text)
-}
-
-/// The `encoding` of the XML declaration, if the document starts with one.
-fn declared_encoding(text: &str) -> Option<&str> {
-    let decl = text.strip_prefix("<?xml")?;
-    let decl = &decl[..decl.find("?>")?];
-    let rest = &decl[decl.find("encoding")? + "encoding".len()..];
-    let rest = rest.trim_start().strip_prefix('=')?.trim_start();
-    let quote = rest.chars().next().filter(|c| *c == '"' || *c == '\'')?;
-    let value = &rest[1..];
-    Some(&value[..value.find(quote)?])
-}
-
-/// Parse `text` with the project's hardened options: no DTD, a node limit.
-///
-/// # Errors
-/// [`Error::Xml`] with roxmltree's message (which gives line and column).
-pub fn parse_xml<'t>(text: &'t str, what: &str) -> Result<Document<'t>> {
-    if text.trim().is_empty() {
-        return Err(Error::Xml {
-            what: what.to_string(),
-            message: "the input is empty".into(),
-        });
-    }
-    let opts = ParsingOptions {
-        allow_dtd: false,
-        nodes_limit: MAX_NODES,
-        ..ParsingOptions::default()
-    };
-    Document::parse_with_options(text, opts).map_err(|e| Error::Xml {
-        what: what.to_string(),
-        message: e.to_string(),
-    })
-}
-
-/// The host's arch in libvirt's spelling (`x86_64`, `aarch64`, `s390x`, `ppc64le`, `i686`).
-#[must_use]
-pub fn host_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86" => "i686",
-        "powerpc64" if cfg!(target_endian = "little") => "ppc64le",
-        "powerpc64" => "ppc64",
-        "arm" => "armv7l",
-        other => other,
-    }
-}
+use crate::libvirt::arch::host_arch;
+use crate::libvirt::cpu::{CpuMode, FeaturePolicy};
+use crate::xml::{child, is_libvirt_element, parse_xml, text_of};
+use roxmltree::{Document, Node};
 
 /// A parsed domain document and the facts the policy matches on.
 pub struct Domain<'t> {
@@ -113,53 +20,6 @@ pub struct Domain<'t> {
     pub text: &'t str,
     /// The parsed document.
     pub doc: Document<'t>,
-}
-
-/// Whether `node` is an element named `name` in libvirt's (empty) namespace.
-#[must_use]
-pub fn is_libvirt_element(node: Node<'_, '_>, name: &str) -> bool {
-    node.is_element() && node.tag_name().name() == name && node.tag_name().namespace().is_none()
-}
-
-/// The first child element of `node` named `name` in libvirt's namespace.
-#[must_use]
-pub fn child<'a, 't>(node: Node<'a, 't>, name: &str) -> Option<Node<'a, 't>> {
-    node.children().find(|c| is_libvirt_element(*c, name))
-}
-
-/// The trimmed text content of `node`'s text children, or None when empty.
-#[must_use]
-pub fn text_of(node: Node<'_, '_>) -> Option<String> {
-    let s: String = node
-        .children()
-        .filter(Node::is_text)
-        .filter_map(|t| t.text())
-        .collect();
-    let s = s.trim();
-    (!s.is_empty()).then(|| s.to_string())
-}
-
-/// An element's attributes as written, `name='value'` separated by spaces, in document order
-/// (`sockets='2' cores='4' threads='1'`): the `old`/`new` form of a change to an element whose
-/// attributes are its value (`<topology>`, `<driver>`). Namespaced attributes keep their local
-/// name only.
-#[must_use]
-pub fn written_attributes(node: Node<'_, '_>) -> String {
-    node.attributes()
-        .map(|a| format!("{}='{}'", a.name(), a.value()))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// An element's value in a change: its attributes as written ([`written_attributes`]), else its
-/// trimmed text (`Intel` for `<vendor>`).
-#[must_use]
-pub fn written_value(node: Node<'_, '_>) -> String {
-    if node.attributes().len() > 0 {
-        written_attributes(node)
-    } else {
-        text_of(node).unwrap_or_default()
-    }
 }
 
 /// The CPU model a `<model>` element names, as libvirt reads it: the text as written, spaces
@@ -175,18 +35,28 @@ pub fn model_name(model: Node<'_, '_>) -> Option<String> {
     (!s.trim().is_empty()).then_some(s)
 }
 
-/// The `<feature>` children of a `<cpu>` (or of a domcapabilities `<mode>`) as (libvirt feature
-/// name, policy) pairs in document order: names normalised to libvirt's spelling
-/// ([`crate::cpu::normalize_feature`]), the policy `require` when absent (libvirt's default);
-/// features without a name are skipped.
+/// The mode of a domain's `<cpu>` as libvirt reads it: `custom` when absent; None for a word
+/// libvirt does not know (it refuses the domain: validation says so, `cpu-mode-invalid`).
 #[must_use]
-pub fn cpu_features(cpu: Node<'_, '_>) -> Vec<(String, String)> {
+pub fn cpu_mode(cpu: Node<'_, '_>) -> Option<CpuMode> {
+    CpuMode::parse(cpu.attribute("mode").unwrap_or(CpuMode::Custom.as_str()))
+}
+
+/// The `<feature>` children of a domain's `<cpu>` as (libvirt feature name, policy) pairs in
+/// document order: names normalised to libvirt's spelling ([`crate::cpu::normalize_feature`]),
+/// the policy `require` when absent (libvirt's default) and None when libvirt does not know it
+/// (libvirt refuses the domain: validation says so, `cpu-feature-invalid`; such a feature is
+/// guaranteed nothing); features without a name are skipped. The domain is read as written,
+/// not refused: its mistakes are findings.
+#[must_use]
+pub fn cpu_features(cpu: Node<'_, '_>) -> Vec<(String, Option<FeaturePolicy>)> {
     cpu.children()
         .filter(|c| is_libvirt_element(*c, "feature"))
         .filter_map(|f| {
             let name = f.attribute("name")?;
             let key = crate::cpu::normalize_feature(name).unwrap_or_else(|| name.to_string());
-            Some((key, f.attribute("policy").unwrap_or("require").to_string()))
+            let policy = FeaturePolicy::parse(f.attribute("policy").unwrap_or("require"));
+            Some((key, policy))
         })
         .collect()
 }
@@ -215,7 +85,8 @@ impl<'t> Domain<'t> {
         self.doc.root_element()
     }
 
-    /// `<domain type=...>`: the virt type (`kvm`, `qemu`, `xen`, `lxc`, `test`...), or "" if absent.
+    /// `<domain type=...>`: the virt type (`kvm`, `qemu`, `xen`, `lxc`, `test`...), or "" if
+    /// absent.
     #[must_use]
     pub fn virt_type(&self) -> &str {
         self.root().attribute("type").unwrap_or("")
@@ -253,7 +124,7 @@ impl<'t> Domain<'t> {
     pub fn machine(&self) -> &str {
         match self.os_type().and_then(|t| t.attribute("machine")) {
             Some(m) => m,
-            None if matches!(self.arch(), "x86_64" | "i686") => "pc",
+            None if crate::libvirt::arch::is_x86(self.arch()) => "pc",
             None => "",
         }
     }
@@ -306,7 +177,7 @@ mod tests {
             Err(Error::NotADomain { .. })
         ));
         assert!(matches!(
-            decode(b"<domain>\xff</domain>", "x"),
+            crate::xml::decode(b"<domain>\xff</domain>", "x"),
             Err(Error::NotUtf8 { offset: 8, .. })
         ));
     }

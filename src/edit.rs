@@ -1,8 +1,9 @@
 //! A splice editor over the original document text.
 //!
-//! Edits are (byte range, replacement) pairs against the original text, applied from the end
-//! backwards, so every byte outside an edited range stays identical: comments, quoting style,
-//! attribute order, namespace prefixes, entity references. New markup is escaped with
+//! Edits are (byte range, replacement) pairs against the original text, applied in one forward
+//! pass in the order of their positions, so every byte outside an edited range is copied as it
+//! is: comments, quoting style, attribute order, namespace prefixes, entity references. New
+//! markup is escaped with
 //! `quick-xml`, never built by formatting unescaped user values, and takes the indentation of the
 //! sibling it is inserted next to (quick-xml's own indenting writer is a heuristic, so it is not
 //! used).
@@ -11,6 +12,7 @@
 //! guess, which would be a bug in the caller.
 
 use roxmltree::Node;
+use std::fmt::Write as _;
 use std::ops::Range;
 
 /// A set of splices against one original text.
@@ -227,13 +229,10 @@ pub fn node_with_line(text: &str, node: Node<'_, '_>) -> Range<usize> {
 /// The quote character `node`'s attributes use (the first one's), or `fallback`.
 #[must_use]
 pub fn quote_of(text: &str, node: Node<'_, '_>, fallback: char) -> char {
-    node.attributes()
-        .next()
-        .map(|a| {
-            let start = a.range_value().start;
-            text.as_bytes()[start - 1] as char
-        })
-        .unwrap_or(fallback)
+    node.attributes().next().map_or(fallback, |a| {
+        let start = a.range_value().start;
+        text.as_bytes()[start - 1] as char
+    })
 }
 
 /// The quote character most attributes in the document use (`'` as libvirt writes when tied or
@@ -383,7 +382,9 @@ pub fn with_attrs(text: &str, node: Node<'_, '_>, attrs: &[(&str, &str)], q: cha
                 a.range_value().start - base..a.range_value().end - base,
                 escape_attr(value),
             ),
-            None => tail.push_str(&format!(" {name}={q}{}{q}", escape_attr(value))),
+            None => {
+                let _ = write!(tail, " {name}={q}{}{q}", escape_attr(value));
+            }
         }
     }
     if !tail.is_empty() {

@@ -5,6 +5,7 @@
 //! A domain that can be read but cannot be made to conform is *not* an error here: that is a
 //! [`crate::finding::Finding`] with severity error (exit code 1).
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 /// Why the tool could not read its input, policy or host facts.
@@ -27,7 +28,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The domain document, or a file read as facts, is over its limit
-    /// ([`crate::domain::MAX_INPUT_BYTES`], [`crate::readfile::MAX_FACT_BYTES`]).
+    /// ([`crate::xml::MAX_INPUT_BYTES`], [`crate::readfile::MAX_FACT_BYTES`]).
     #[error(
         "{what} is over the limit of {limit} bytes (at least {size} bytes); refusing to parse it"
     )]
@@ -110,9 +111,10 @@ fn bulleted(errors: &[String]) -> String {
         many => format!(
             "{} errors:{}",
             many.len(),
-            many.iter()
-                .map(|m| format!("\n  - {m}"))
-                .collect::<String>()
+            many.iter().fold(String::new(), |mut s, m| {
+                let _ = write!(s, "\n  - {m}");
+                s
+            })
         ),
     }
 }

@@ -1,8 +1,8 @@
 //! Findings: what the tool has to say about a domain, as data.
 //!
-//! A finding is not a string: it carries a stable code (`cpu-feature-duplicate`...), a severity,
-//! the sentence for the operator, the fix, and the policy rule involved, so the command line, the
-//! JSON output and (later) the hook render the same facts their own way.
+//! A finding is not a string: it carries a stable code ([`Code`]: `cpu-feature-duplicate`...), a
+//! severity, the sentence for the operator, the fix, and the policy rule involved, so the command
+//! line, the JSON output and (later) the hook render the same facts their own way.
 
 use serde::Serialize;
 
@@ -16,11 +16,271 @@ pub enum Severity {
     Error,
 }
 
+/// A finding's stable code: which of libvirt's or the policy's rules it is about, written
+/// kebab-case in every output (text, JSON, the journal's `CODE`, the hook's refusal line). A code
+/// never changes meaning; README.md and `docs/` describe each (a test checks that every one is
+/// documented).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Code {
+    /// `cluster-feature`: A feature the policy requires that not every host of the cluster has
+    /// (`cpu.model = "baseline"`).
+    ClusterFeature,
+    /// `cluster-level`: A `cpu.min_level` above what every host of the cluster reaches (`cpu.model
+    /// = "baseline"`).
+    ClusterLevel,
+    /// `cpu-cache-mode`: `<cache mode='passthrough'>` outside host-passthrough and maximum (libvirt
+    /// refuses it).
+    CpuCacheMode,
+    /// `cpu-feature-arch`: An x86 feature in a rule that reaches a guest of another arch.
+    CpuFeatureArch,
+    /// `cpu-feature-duplicate`: A feature listed twice in one `<cpu>` ("CPU feature 'x' specified
+    /// more than once").
+    CpuFeatureDuplicate,
+    /// `cpu-feature-invalid`: A `<feature>` without a name, or of a policy libvirt does not know.
+    CpuFeatureInvalid,
+    /// `cpu-feature-unknown`: A feature libvirt's cpu_map does not define.
+    CpuFeatureUnknown,
+    /// `cpu-features-without-model`: Features in a custom `<cpu>` without a model ("Non-empty
+    /// feature list specified without CPU model").
+    CpuFeaturesWithoutModel,
+    /// `cpu-incompatible`: The hook, on migrate or restore: this host cannot run the guest's CPU
+    /// (libvirt's `x86Compute`).
+    CpuIncompatible,
+    /// `cpu-level`: The guest CPU does not reach the policy's psABI level.
+    CpuLevel,
+    /// `cpu-map-unreadable`: A cpu_map model file could not be read; the built-in table answered.
+    CpuMapUnreadable,
+    /// `cpu-match-host-model`: `<cpu match>` under host-model, where it means nothing.
+    CpuMatchHostModel,
+    /// `cpu-migratable-mode`: `migratable` outside host-passthrough and maximum (libvirt refuses
+    /// it).
+    CpuMigratableMode,
+    /// `cpu-mode-invalid`: A `<cpu mode>` libvirt does not know.
+    CpuModeInvalid,
+    /// `cpu-mode-unsupported`: A CPU mode libvirt does not offer this guest's arch and virt type.
+    CpuModeUnsupported,
+    /// `cpu-model-arch`: An x86 model in a rule that reaches a guest of another arch.
+    CpuModelArch,
+    /// `cpu-model-default`: A custom `<cpu>` without a model: QEMU's default model, x86-64-v1 only.
+    CpuModelDefault,
+    /// `cpu-model-unknown`: A model libvirt's cpu_map does not define.
+    CpuModelUnknown,
+    /// `cpu-model-unusable`: A custom model domcapabilities list `usable='no'` on this host.
+    CpuModelUnusable,
+    /// `cpu-multiple`: More than one top-level `<cpu>` (libvirt reads the first only).
+    CpuMultiple,
+    /// `cpu-numa-conflict`: Two different `<numa>` elements in separate `<cpu>` elements.
+    CpuNumaConflict,
+    /// `cpu-vendor-without-model`: A `<vendor>` without a model ("CPU vendor specified without CPU
+    /// model").
+    CpuVendorWithoutModel,
+    /// `host-cpus-unknown`: `vcpu.max = "host"` while the host's CPU count is unknown.
+    HostCpusUnknown,
+    /// `host-level`: This host's host-model CPU does not reach the policy's level (KVM will not
+    /// provide it).
+    HostLevel,
+    /// `internal`: The rewritten document does not parse: a bug of the tool.
+    Internal,
+    /// `ioapic-split`: Interrupt remapping without a split I/O APIC.
+    IoapicSplit,
+    /// `iommu-eim`: More than 255 x86 vCPUs without an IOMMU in extended interrupt mode.
+    IommuEim,
+    /// `iommu-intremap`: `eim` without interrupt remapping.
+    IommuIntremap,
+    /// `iommu-machine`: An Intel IOMMU on a machine type other than q35.
+    IommuMachine,
+    /// `iommu-model`: More than 255 vCPUs need eim, and the domain's IOMMU model cannot do it.
+    IommuModel,
+    /// `iommu-no-devices`: More than 255 vCPUs need an IOMMU, and the domain has no `<devices>`.
+    IommuNoDevices,
+    /// `kvm-vcpu-limit`: More vCPUs than KVM allows.
+    KvmVcpuLimit,
+    /// `level-arch`: `cpu.min_level` for a guest that is not x86_64.
+    LevelArch,
+    /// `machine-unknown`: `vcpu.max` needs the machine type's limit, and no source knows it.
+    MachineUnknown,
+    /// `machine-unsupported`: The emulator does not support the machine type (libvirt refuses it at
+    /// define).
+    MachineUnsupported,
+    /// `machine-vcpu-limit`: More vCPUs than the machine type allows.
+    MachineVcpuLimit,
+    /// `memory-hotplug-numa`: `<maxMemory>` without a NUMA cell (before libvirt 9.6).
+    MemoryHotplugNuma,
+    /// `numa-cell-empty`: A new vCPU maximum would leave a NUMA cell without vCPUs.
+    NumaCellEmpty,
+    /// `numa-coverage`: NUMA cells do not cover every vCPU.
+    NumaCoverage,
+    /// `numa-invalid`: A NUMA cell's `cpus` is not a cpuset.
+    NumaInvalid,
+    /// `numa-overlap`: Two NUMA cells share a vCPU.
+    NumaOverlap,
+    /// `numa-vcpus`: A NUMA cell names a vCPU past the maximum.
+    NumaVcpus,
+    /// `policy-conflict`: The policy requires and disables the same feature, or disables one its
+    /// level needs.
+    PolicyConflict,
+    /// `tcg-x2apic`: More than 255 x86 vCPUs under TCG without x2APIC in the guest CPU.
+    TcgX2apic,
+    /// `topology-clusters`: `<topology clusters>` on x86: ignored before libvirt 10.1, refused by
+    /// QEMU after.
+    TopologyClusters,
+    /// `topology-invalid`: A `<topology>` libvirt refuses (a missing or non-positive attribute).
+    TopologyInvalid,
+    /// `topology-mismatch`: The topology's product is not the vCPU maximum.
+    TopologyMismatch,
+    /// `vcpu-clamped`: The vCPU maximum asked for was lowered to what the host can run.
+    VcpuClamped,
+    /// `vcpu-current`: The current vCPU count is 0 or above the maximum.
+    VcpuCurrent,
+    /// `vcpu-invalid`: `<vcpu>` is not a positive count.
+    VcpuInvalid,
+    /// `vcpu-missing`: `vcpu.max` for a domain without `<vcpu>`.
+    VcpuMissing,
+    /// `vcpus-dropped`: `<vcpus>` dropped: it could not stay consistent after a new maximum.
+    VcpusDropped,
+    /// `vcpus-invalid`: A `<vcpus>` entry libvirt refuses.
+    VcpusInvalid,
+    /// `vcpus-order`: Online vCPUs that cannot be unplugged are not listed first.
+    VcpusOrder,
+    /// `x86-vcpu-q35`: More than 255 x86 vCPUs on a machine type other than q35.
+    X86VcpuQ35,
+}
+
+impl Code {
+    /// Every code, in alphabetical order.
+    pub const ALL: [Code; 55] = [
+        Code::ClusterFeature,
+        Code::ClusterLevel,
+        Code::CpuCacheMode,
+        Code::CpuFeatureArch,
+        Code::CpuFeatureDuplicate,
+        Code::CpuFeatureInvalid,
+        Code::CpuFeatureUnknown,
+        Code::CpuFeaturesWithoutModel,
+        Code::CpuIncompatible,
+        Code::CpuLevel,
+        Code::CpuMapUnreadable,
+        Code::CpuMatchHostModel,
+        Code::CpuMigratableMode,
+        Code::CpuModeInvalid,
+        Code::CpuModeUnsupported,
+        Code::CpuModelArch,
+        Code::CpuModelDefault,
+        Code::CpuModelUnknown,
+        Code::CpuModelUnusable,
+        Code::CpuMultiple,
+        Code::CpuNumaConflict,
+        Code::CpuVendorWithoutModel,
+        Code::HostCpusUnknown,
+        Code::HostLevel,
+        Code::Internal,
+        Code::IoapicSplit,
+        Code::IommuEim,
+        Code::IommuIntremap,
+        Code::IommuMachine,
+        Code::IommuModel,
+        Code::IommuNoDevices,
+        Code::KvmVcpuLimit,
+        Code::LevelArch,
+        Code::MachineUnknown,
+        Code::MachineUnsupported,
+        Code::MachineVcpuLimit,
+        Code::MemoryHotplugNuma,
+        Code::NumaCellEmpty,
+        Code::NumaCoverage,
+        Code::NumaInvalid,
+        Code::NumaOverlap,
+        Code::NumaVcpus,
+        Code::PolicyConflict,
+        Code::TcgX2apic,
+        Code::TopologyClusters,
+        Code::TopologyInvalid,
+        Code::TopologyMismatch,
+        Code::VcpuClamped,
+        Code::VcpuCurrent,
+        Code::VcpuInvalid,
+        Code::VcpuMissing,
+        Code::VcpusDropped,
+        Code::VcpusInvalid,
+        Code::VcpusOrder,
+        Code::X86VcpuQ35,
+    ];
+
+    /// The code as written in every output (`cpu-level`).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::ClusterFeature => "cluster-feature",
+            Code::ClusterLevel => "cluster-level",
+            Code::CpuCacheMode => "cpu-cache-mode",
+            Code::CpuFeatureArch => "cpu-feature-arch",
+            Code::CpuFeatureDuplicate => "cpu-feature-duplicate",
+            Code::CpuFeatureInvalid => "cpu-feature-invalid",
+            Code::CpuFeatureUnknown => "cpu-feature-unknown",
+            Code::CpuFeaturesWithoutModel => "cpu-features-without-model",
+            Code::CpuIncompatible => "cpu-incompatible",
+            Code::CpuLevel => "cpu-level",
+            Code::CpuMapUnreadable => "cpu-map-unreadable",
+            Code::CpuMatchHostModel => "cpu-match-host-model",
+            Code::CpuMigratableMode => "cpu-migratable-mode",
+            Code::CpuModeInvalid => "cpu-mode-invalid",
+            Code::CpuModeUnsupported => "cpu-mode-unsupported",
+            Code::CpuModelArch => "cpu-model-arch",
+            Code::CpuModelDefault => "cpu-model-default",
+            Code::CpuModelUnknown => "cpu-model-unknown",
+            Code::CpuModelUnusable => "cpu-model-unusable",
+            Code::CpuMultiple => "cpu-multiple",
+            Code::CpuNumaConflict => "cpu-numa-conflict",
+            Code::CpuVendorWithoutModel => "cpu-vendor-without-model",
+            Code::HostCpusUnknown => "host-cpus-unknown",
+            Code::HostLevel => "host-level",
+            Code::Internal => "internal",
+            Code::IoapicSplit => "ioapic-split",
+            Code::IommuEim => "iommu-eim",
+            Code::IommuIntremap => "iommu-intremap",
+            Code::IommuMachine => "iommu-machine",
+            Code::IommuModel => "iommu-model",
+            Code::IommuNoDevices => "iommu-no-devices",
+            Code::KvmVcpuLimit => "kvm-vcpu-limit",
+            Code::LevelArch => "level-arch",
+            Code::MachineUnknown => "machine-unknown",
+            Code::MachineUnsupported => "machine-unsupported",
+            Code::MachineVcpuLimit => "machine-vcpu-limit",
+            Code::MemoryHotplugNuma => "memory-hotplug-numa",
+            Code::NumaCellEmpty => "numa-cell-empty",
+            Code::NumaCoverage => "numa-coverage",
+            Code::NumaInvalid => "numa-invalid",
+            Code::NumaOverlap => "numa-overlap",
+            Code::NumaVcpus => "numa-vcpus",
+            Code::PolicyConflict => "policy-conflict",
+            Code::TcgX2apic => "tcg-x2apic",
+            Code::TopologyClusters => "topology-clusters",
+            Code::TopologyInvalid => "topology-invalid",
+            Code::TopologyMismatch => "topology-mismatch",
+            Code::VcpuClamped => "vcpu-clamped",
+            Code::VcpuCurrent => "vcpu-current",
+            Code::VcpuInvalid => "vcpu-invalid",
+            Code::VcpuMissing => "vcpu-missing",
+            Code::VcpusDropped => "vcpus-dropped",
+            Code::VcpusInvalid => "vcpus-invalid",
+            Code::VcpusOrder => "vcpus-order",
+            Code::X86VcpuQ35 => "x86-vcpu-q35",
+        }
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One finding about a domain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
-    /// Stable identifier, kebab-case (`cpu-level`, `cpu-mode-unsupported`...).
-    pub code: &'static str,
+    /// What it is about ([`Code`]: `cpu-level`, `cpu-mode-unsupported`...).
+    pub code: Code,
     /// Error or warning.
     pub severity: Severity,
     /// One sentence: what is wrong (quoting libvirt's own error text where it has one).
@@ -34,7 +294,7 @@ pub struct Finding {
 impl Finding {
     /// An error finding.
     #[must_use]
-    pub fn error(code: &'static str, message: impl Into<String>, fix: impl Into<String>) -> Self {
+    pub fn error(code: Code, message: impl Into<String>, fix: impl Into<String>) -> Self {
         Finding {
             code,
             severity: Severity::Error,
@@ -46,7 +306,7 @@ impl Finding {
 
     /// A warning finding.
     #[must_use]
-    pub fn warning(code: &'static str, message: impl Into<String>, fix: impl Into<String>) -> Self {
+    pub fn warning(code: Code, message: impl Into<String>, fix: impl Into<String>) -> Self {
         Finding {
             severity: Severity::Warning,
             ..Finding::error(code, message, fix)
@@ -75,5 +335,72 @@ impl std::fmt::Display for Finding {
             write!(f, "; fix: {}", self.fix)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The inline code spans (`` `...` ``) of Markdown `text`, white space folded, fenced blocks
+    /// left out.
+    fn code_spans(text: &str) -> std::collections::HashSet<String> {
+        let mut prose = String::new();
+        let mut fenced = false;
+        for line in text.lines() {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+            } else if !fenced {
+                prose.push_str(line);
+                prose.push(' ');
+            }
+        }
+        prose
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect()
+    }
+
+    #[test]
+    fn codes_are_written_as_serialised() {
+        for code in Code::ALL {
+            assert_eq!(
+                serde_json::to_value(code).unwrap(),
+                serde_json::json!(code.as_str())
+            );
+            assert_eq!(code.to_string(), code.as_str());
+        }
+        assert!(Code::ALL.windows(2).all(|w| w[0].as_str() < w[1].as_str()));
+    }
+
+    /// Every code an operator can meet is described where the reference is: README.md, or a page
+    /// of docs/ (each as `` `code` ``, or as the rule it is refused under, `` `libvirt: code` ``).
+    #[test]
+    fn every_code_is_documented() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut pages = vec![root.join("README.md")];
+        if let Ok(dir) = std::fs::read_dir(root.join("docs")) {
+            pages.extend(
+                dir.filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "md")),
+            );
+        }
+        let mut spans = std::collections::HashSet::new();
+        for page in &pages {
+            let text = std::fs::read_to_string(page).unwrap();
+            spans.extend(code_spans(&text));
+        }
+        let missing: Vec<&str> = Code::ALL
+            .iter()
+            .map(|c| c.as_str())
+            .filter(|c| !spans.contains(*c) && !spans.contains(&format!("libvirt: {c}")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "finding codes described nowhere in {pages:?}: {missing:?}"
+        );
     }
 }

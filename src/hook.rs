@@ -2,9 +2,10 @@
 //!
 //! libvirt runs `/etc/libvirt/hooks/qemu.d/*` for every guest operation with the domain XML on
 //! stdin (libvirt `docs/hooks.rst`). A hook cannot change `<cpu>` or `<vcpu>` (stdout is ignored
-//! at start, and on migrate/restore libvirt refuses any ABI change: DESIGN.md section 2), so this
-//! hook only decides: exit 0 lets libvirt go on, exit 1 with one line on stderr refuses, and libvirt
-//! shows that line to the user ("Hook script execution failed: ... unexpected exit status 1: ...").
+//! at start, and on migrate/restore libvirt refuses any ABI change), so this
+//! hook only decides: exit 0 lets libvirt go on, exit 1 with one line on stderr refuses, and
+//! libvirt shows that line to the user ("Hook script execution failed: ... unexpected exit status
+//! 1: ...").
 //!
 //! * `prepare begin`: the policy and libvirt's rules on the XML about to start;
 //! * `started begin`: the *live* XML, where libvirt lists the features QEMU could not give as
@@ -16,26 +17,29 @@
 //! restore libvirt would take it as new XML) and never logs domain XML (it carries secrets).
 
 use crate::change::{BUILTIN_RULE, Change};
-use crate::cpu::{Level, guaranteed_features, policy_absent, policy_present};
-use crate::domain::{Domain, child, cpu_features, decode, text_of};
+use crate::cpu::Level;
+use crate::domain::{Domain, cpu_features};
+use crate::domain_facts::DomainFacts;
 use crate::error::Error;
-use crate::facts::Facts;
-use crate::finding::{Finding, Severity};
+use crate::finding::{Code, Finding, Severity};
 use crate::host::{Host, HostOptions};
+use crate::libvirt::cpu::{CpuMode, FeaturePolicy, guaranteed_features};
 use crate::log::{Decision, Fields};
+use crate::pipeline::Pipeline;
 use crate::policy::{Mode, OnError, OnViolation, Plan, Policy, on_error_hint};
-use crate::rewrite::rewrite_planned;
+use crate::rewrite::rewrite_pipeline;
+use crate::xml::{child, decode, text_of};
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Where the daemon leaves its host-fact snapshot (`virsh capabilities` and domcapabilities),
-/// read by the hook as host facts (DESIGN.md section 5, source 2).
+/// read by the hook as host facts (the hook must not ask libvirt: libvirt's `docs/hooks.rst`).
 pub const SNAPSHOT_DIR: &str = "/var/lib/virt-cpu-policy";
 
-/// The operations the hook checks (libvirt's OPERATION SUB-OPERATION pairs).
+/// The phases of a guest's life the hook checks (libvirt's OPERATION SUB-OPERATION pairs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Check {
+pub enum Phase {
     /// `prepare begin`.
     Prepare,
     /// `started begin`.
@@ -46,32 +50,32 @@ pub enum Check {
     Restore,
 }
 
-impl Check {
-    /// The check for an OPERATION SUB-OPERATION pair, or None for operations the hook passes.
+impl Phase {
+    /// The phase of an OPERATION SUB-OPERATION pair, or None for operations the hook passes.
     #[must_use]
-    pub fn of(operation: &str, sub_operation: &str) -> Option<Check> {
+    pub fn of(operation: &str, sub_operation: &str) -> Option<Phase> {
         match (operation, sub_operation) {
-            ("prepare", "begin") => Some(Check::Prepare),
-            ("started", "begin") => Some(Check::Started),
-            ("migrate", "begin") => Some(Check::Migrate),
-            ("restore", "begin") => Some(Check::Restore),
+            ("prepare", "begin") => Some(Phase::Prepare),
+            ("started", "begin") => Some(Phase::Started),
+            ("migrate", "begin") => Some(Phase::Migrate),
+            ("restore", "begin") => Some(Phase::Restore),
             _ => None,
         }
     }
 
     fn as_str(self) -> &'static str {
         match self {
-            Check::Prepare => "prepare",
-            Check::Started => "started",
-            Check::Migrate => "migrate",
-            Check::Restore => "restore",
+            Phase::Prepare => "prepare",
+            Phase::Started => "started",
+            Phase::Migrate => "migrate",
+            Phase::Restore => "restore",
         }
     }
 }
 
 /// What the hook decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Answer {
     /// Let libvirt go on (exit 0).
     Allow,
     /// Refuse with this one line (exit 1), already in the form
@@ -91,9 +95,9 @@ pub struct HookOptions {
     /// libvirt's QEMU capability cache: None the default, an empty path disables it.
     pub qemu_cache: Option<PathBuf>,
     /// KVM's vCPU limit, instead of asking /dev/kvm.
-    pub kvm_max_vcpus: Option<crate::host::Fact<u32>>,
+    pub kvm_max_vcpus: Option<crate::host::Sourced<u32>>,
     /// The host's libvirt version, instead of libvirt's QEMU capability cache.
-    pub libvirt_version: Option<crate::host::Fact<crate::host::LibvirtVersion>>,
+    pub libvirt_version: Option<crate::host::Sourced<crate::libvirt::version::LibvirtVersion>>,
 }
 
 fn one_line(s: &str) -> String {
@@ -108,11 +112,12 @@ pub fn refusal(guest: &str, what: &str, rule: &str, fix: &str) -> String {
     ))
 }
 
-/// Run the hook for `guest` and `check` with the domain XML in `xml`.
+/// Run the hook for `guest` in `phase` with the domain XML in `xml`.
 ///
 /// Never panics on bad input: the tool's own failures (policy unreadable or invalid, XML that does
 /// not parse, broken host facts) follow `[hook] on_error`, and `mode = "audit"` never refuses.
-pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict {
+#[must_use]
+pub fn run(guest: &str, phase: Phase, xml: &[u8], opts: &HookOptions) -> Answer {
     let policy = match Policy::load(opts.policy.as_deref()) {
         Ok(p) => p,
         Err(e) => {
@@ -128,7 +133,7 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
                 .unwrap_or_default();
             return tool_failure(
                 guest,
-                check,
+                phase,
                 on_error,
                 false,
                 &e,
@@ -138,13 +143,13 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
     };
     let audit = policy.mode == Mode::Audit;
     let fail =
-        |e: &Error, fix: &str| tool_failure(guest, check, policy.hook.on_error, audit, e, fix);
+        |e: &Error, fix: &str| tool_failure(guest, phase, policy.hook.on_error, audit, e, fix);
     let text = match decode(xml, "the domain XML") {
         Ok(t) => t,
         Err(e) => return fail(&e, "report the XML libvirt passed as a bug"),
     };
     let mut caps = opts.caps.clone();
-    caps.extend(crate::host::xml_files(
+    caps.extend(crate::readfile::xml_files(
         opts.snapshot_dir
             .as_deref()
             .unwrap_or(Path::new(SNAPSHOT_DIR)),
@@ -160,10 +165,10 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
         Ok(h) => h,
         Err(e) => return fail(&e, "repair the host-fact files named in the policy"),
     };
-    let verdict = match check {
-        Check::Prepare => prepare(guest, text, &policy, &host),
-        Check::Started => started(guest, text, &policy, &host),
-        Check::Migrate | Check::Restore => destination(guest, check, text, &policy, &host),
+    let verdict = match phase {
+        Phase::Prepare => prepare(guest, text, &policy, &host),
+        Phase::Started => started(guest, text, &policy, &host),
+        Phase::Migrate | Phase::Restore => destination(guest, phase, text, &policy, &host),
     };
     match verdict {
         Err(e @ Error::Cluster(_)) => fail(
@@ -177,12 +182,12 @@ pub fn run(guest: &str, check: Check, xml: &[u8], opts: &HookOptions) -> Verdict
 
 fn tool_failure(
     guest: &str,
-    check: Check,
+    phase: Phase,
     on_error: OnError,
     audit: bool,
     e: &Error,
     fix: &str,
-) -> Verdict {
+) -> Answer {
     let line = refusal(
         guest,
         &format!("the hook cannot check this guest: {}", e.one_line()),
@@ -190,121 +195,104 @@ fn tool_failure(
         fix,
     );
     let refuse = on_error == OnError::Deny && !audit;
-    let (kind, verdict, decision) = if refuse {
-        (
-            Decision::HookErrorRefused,
-            "refuse",
-            "refuse (on_error = deny)",
-        )
+    let (kind, decision) = if refuse {
+        (Decision::HookErrorRefused, "refuse (on_error = deny)")
     } else {
-        (
-            Decision::HookErrorAllowed,
-            "allow",
-            "allow (on_error = allow)",
-        )
+        (Decision::HookErrorAllowed, "allow (on_error = allow)")
     };
     let fields = Fields {
         guest,
-        operation: check.as_str(),
-        verdict,
+        operation: phase.as_str(),
+        verdict: kind.hook_verdict(),
         rule: Some(crate::change::HOOK_ERROR_RULE),
         code: Some(e.code()),
         decision,
     };
     crate::log::decision(kind, tracing::Level::ERROR, &fields, &e.one_line());
     if refuse {
-        Verdict::Refuse(line)
+        Answer::Refuse(line)
     } else {
-        Verdict::Allow
+        Answer::Allow
     }
 }
 
 /// Log an allowed guest (nothing wrong found) and allow it.
-fn allowed(guest: &str, check: Check, reason: &str) -> Verdict {
+fn allowed(guest: &str, phase: Phase, reason: &str) -> Answer {
+    let kind = Decision::HookAllowed;
     let fields = Fields {
         guest,
-        operation: check.as_str(),
-        verdict: "allow",
-        decision: "allow",
+        operation: phase.as_str(),
+        verdict: kind.hook_verdict(),
+        decision: kind.hook_verdict(),
         ..Fields::default()
     };
-    crate::log::decision(Decision::HookAllowed, tracing::Level::INFO, &fields, reason);
-    Verdict::Allow
+    crate::log::decision(kind, tracing::Level::INFO, &fields, reason);
+    Answer::Allow
 }
 
 /// A guest that does not conform: `on_violation` decides (audit mode never refuses). `rule` and
 /// `code` name what it breaks, for the log.
 fn violation(
     guest: &str,
-    check: Check,
+    phase: Phase,
     policy: &Policy,
     line: String,
     rule: &str,
     code: Option<&str>,
-) -> Verdict {
-    let (kind, verdict, decision) = if policy.mode == Mode::Audit {
-        (
-            Decision::HookViolationAllowed,
-            "allow",
-            "allow (audit mode)",
-        )
+) -> Answer {
+    let (kind, decision) = if policy.mode == Mode::Audit {
+        (Decision::HookViolationAllowed, "allow (audit mode)")
     } else if policy.hook.on_violation == OnViolation::Deny {
         (
             Decision::HookViolationRefused,
-            "refuse",
             "refuse (on_violation = deny)",
         )
     } else {
         (
             Decision::HookViolationAllowed,
-            "allow",
             "allow (on_violation = warn)",
         )
     };
     let fields = Fields {
         guest,
-        operation: check.as_str(),
-        verdict,
+        operation: phase.as_str(),
+        verdict: kind.hook_verdict(),
         rule: Some(rule),
         code,
         decision,
     };
     crate::log::decision(kind, tracing::Level::WARN, &fields, &line);
-    if verdict == "refuse" {
-        Verdict::Refuse(line)
+    if kind.refuses() {
+        Answer::Refuse(line)
     } else {
-        Verdict::Allow
+        Answer::Allow
     }
 }
 
 /// A refusal libvirt or QEMU would make anyway (not subject to `on_violation`; audit mode only
 /// logs it).
-fn hard_refusal(guest: &str, check: Check, policy: &Policy, f: &Finding) -> Verdict {
+fn hard_refusal(guest: &str, phase: Phase, policy: &Policy, f: &Finding) -> Answer {
     let line = finding_line(guest, f);
     let audit = policy.mode == Mode::Audit;
-    let (kind, verdict, decision) = if audit {
-        (
-            Decision::HookViolationAllowed,
-            "allow",
-            "allow (audit mode)",
-        )
+    let (kind, decision) = if audit {
+        (Decision::HookViolationAllowed, "allow (audit mode)")
     } else {
-        (Decision::HookLibvirtRefused, "refuse", "refuse")
+        (Decision::HookLibvirtRefused, "refuse")
     };
     let rule = finding_rule(f);
     let fields = Fields {
         guest,
-        operation: check.as_str(),
-        verdict,
+        operation: phase.as_str(),
+        verdict: kind.hook_verdict(),
         rule: Some(&rule),
-        code: Some(f.code),
+        code: Some(f.code.as_str()),
         decision,
     };
     crate::log::decision(kind, tracing::Level::WARN, &fields, &line);
     if audit {
-        Verdict::Allow
+        Answer::Allow
     } else {
-        Verdict::Refuse(line)
+        Answer::Refuse(line)
     }
 }
 
@@ -312,7 +300,7 @@ fn hard_refusal(guest: &str, check: Check, policy: &Policy, f: &Finding) -> Verd
 fn finding_rule(f: &Finding) -> String {
     f.rule
         .clone()
-        .unwrap_or_else(|| crate::change::libvirt_rule(f.code))
+        .unwrap_or_else(|| crate::change::libvirt_rule(f.code.as_str()))
 }
 
 fn finding_line(guest: &str, f: &Finding) -> String {
@@ -325,50 +313,55 @@ fn finding_line(guest: &str, f: &Finding) -> String {
     refusal(guest, &f.message, &rule, fix)
 }
 
-fn log_warnings(guest: &str, check: Check, findings: &[Finding]) {
+fn log_warnings(guest: &str, phase: Phase, findings: &[Finding]) {
     for f in findings.iter().filter(|f| f.severity == Severity::Warning) {
         let message = one_line(&f.message);
-        crate::log::warning(guest, check.as_str(), f.rule.as_deref(), f.code, &message);
+        crate::log::warning(
+            guest,
+            phase.as_str(),
+            f.rule.as_deref(),
+            f.code.as_str(),
+            &message,
+        );
     }
 }
 
 /// Findings that come from the policy rather than from libvirt's rules.
-const POLICY_CODES: [&str; 6] = [
-    "cpu-level",
-    "policy-conflict",
-    "level-arch",
-    "cpu-multiple",
-    "cluster-level",
-    "cluster-feature",
+const POLICY_CODES: [Code; 6] = [
+    Code::CpuLevel,
+    Code::PolicyConflict,
+    Code::LevelArch,
+    Code::CpuMultiple,
+    Code::ClusterLevel,
+    Code::ClusterFeature,
 ];
 
 /// `prepare begin`: libvirt's own rules on the XML as it will start (it would fail anyway: always
 /// refused), then the policy (a rewrite would change something: `on_violation`).
-fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verdict, Error> {
+fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Answer, Error> {
     let dom = Domain::parse(text, "the domain XML")?;
     if !dom.in_scope() {
-        return Ok(Verdict::Allow);
+        return Ok(Answer::Allow);
     }
-    let plan = crate::cluster::resolve::plan_for(policy, &dom, host)?;
-    let facts = Facts::resolve(&dom, &plan, host);
-    let findings = crate::validate::validate(&dom, &plan, &facts);
-    log_warnings(guest, Check::Prepare, &findings);
+    let p = Pipeline::new(dom, policy, host)?;
+    let findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
+    log_warnings(guest, Phase::Prepare, &findings);
     if let Some(f) = findings
         .iter()
         .find(|f| f.severity == Severity::Error && !POLICY_CODES.contains(&f.code))
     {
-        return Ok(hard_refusal(guest, Check::Prepare, policy, f));
+        return Ok(hard_refusal(guest, Phase::Prepare, policy, f));
     }
-    let o = rewrite_planned(&dom, "the domain XML", policy, &plan, &facts)?;
+    let o = rewrite_pipeline(&p, "the domain XML", policy)?;
     if !o.changed && !o.has_errors() {
-        return Ok(allowed(guest, Check::Prepare, "conforms"));
+        return Ok(allowed(guest, Phase::Prepare, "conforms"));
     }
     let policy_unmet = findings.iter().any(|f| POLICY_CODES.contains(&f.code));
     if !policy_unmet && !o.has_errors() && builtin_only(&o.changes) {
         return Ok(builtin_cleanups(guest, &o.changes));
     }
     let (line, rule, code) = nonconformance(guest, &findings, &o);
-    Ok(violation(guest, Check::Prepare, policy, line, &rule, code))
+    Ok(violation(guest, Phase::Prepare, policy, line, &rule, code))
 }
 
 /// Whether every change is one of libvirt's built-in cleanups ([`BUILTIN_RULE`]), and there is
@@ -381,11 +374,11 @@ fn builtin_only(changes: &[Change]) -> bool {
 /// `match` under host-model, a model written twice...): libvirt starts it as it is, and refusing a
 /// start takes an operator's rule, so it is let through (whatever `on_violation` says) with each
 /// change logged as a hook warning (code `builtin-change`).
-fn builtin_cleanups(guest: &str, changes: &[Change]) -> Verdict {
+fn builtin_cleanups(guest: &str, changes: &[Change]) -> Answer {
     for c in changes {
         crate::log::warning(
             guest,
-            Check::Prepare.as_str(),
+            Phase::Prepare.as_str(),
             Some(BUILTIN_RULE),
             "builtin-change",
             &one_line(&format!("a rewrite would make this change: {}", c.what)),
@@ -393,8 +386,8 @@ fn builtin_cleanups(guest: &str, changes: &[Change]) -> Verdict {
     }
     let fields = Fields {
         guest,
-        operation: Check::Prepare.as_str(),
-        verdict: "allow",
+        operation: Phase::Prepare.as_str(),
+        verdict: Decision::HookAllowed.hook_verdict(),
         rule: Some(BUILTIN_RULE),
         decision: "allow (built-in changes only)",
         ..Fields::default()
@@ -409,7 +402,7 @@ fn builtin_cleanups(guest: &str, changes: &[Change]) -> Verdict {
         &fields,
         &message,
     );
-    Verdict::Allow
+    Answer::Allow
 }
 
 /// The refusal line, rule and code for a guest that does not conform: the policy finding, else
@@ -425,11 +418,15 @@ fn nonconformance<'f>(
         return (
             refusal(guest, &f.message, rule, fix),
             rule.to_string(),
-            Some(f.code),
+            Some(f.code.as_str()),
         );
     }
     if let Some(f) = o.findings.iter().find(|f| f.severity == Severity::Error) {
-        return (finding_line(guest, f), finding_rule(f), Some(f.code));
+        return (
+            finding_line(guest, f),
+            finding_rule(f),
+            Some(f.code.as_str()),
+        );
     }
     // A refusal names an operator's rule: a policy change before any built-in cleanup.
     let first = o.changes.iter().find(|c| c.rule != BUILTIN_RULE);
@@ -460,31 +457,43 @@ fn nonconformance<'f>(
 
 /// `started begin`: what the guest really got. libvirt's live XML carries the features QEMU could
 /// not give as `<feature policy='disable'>` (seen with libvirt 9.0 on a KVM lacking pni/popcnt).
-fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verdict, Error> {
+fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Answer, Error> {
     let dom = Domain::parse(text, "the live domain XML")?;
     if !dom.in_scope() {
-        return Ok(Verdict::Allow);
+        return Ok(Answer::Allow);
     }
-    let allow = |reason: &str| Ok(allowed(guest, Check::Started, reason));
-    let Some(cpu) = dom.cpus().first().copied() else {
+    let allow = |reason: &str| Ok(allowed(guest, Phase::Started, reason));
+    let live = dom
+        .cpus()
+        .first()
+        .map(|c| child(*c, "model").and_then(text_of));
+    let Some(live) = live else {
         return allow("no <cpu> in the live XML");
     };
-    let Some(model) = child(cpu, "model").and_then(text_of) else {
+    let Some(model) = live else {
         // host-passthrough / maximum: libvirt's live XML lists no features to check.
         return allow("live CPU has no model (host-passthrough or maximum): nothing to verify");
     };
-    let plan = crate::cluster::resolve::plan_for(policy, &dom, host)?;
-    let facts = Facts::resolve(&dom, &plan, host);
-    let explicit = cpu_features(cpu);
-    let feats = guaranteed_features(facts.model_features(&model), &explicit);
-    let Some(short) = live_shortfall(&dom, &plan, &feats, &explicit) else {
+    let p = Pipeline::new(dom, policy, host)?;
+    let explicit = p
+        .dom
+        .cpus()
+        .first()
+        .map(|c| cpu_features(*c))
+        .unwrap_or_default();
+    let feats = guaranteed_features(p.facts.model_features(&model), &explicit);
+    let Some(short) = live_shortfall(&p.dom, &p.plan, &feats, &explicit) else {
         return allow("live CPU satisfies the policy");
     };
     let disabled_by_qemu: Vec<&str> = short
         .missing
         .iter()
         .map(String::as_str)
-        .filter(|f| explicit.iter().any(|(n, p)| n == f && policy_absent(p)))
+        .filter(|f| {
+            explicit
+                .iter()
+                .any(|(n, p)| n == f && p.is_some_and(FeaturePolicy::takes_away))
+        })
         .collect();
     let detail = if disabled_by_qemu.is_empty() {
         format!("missing {}", short.missing.join(", "))
@@ -494,7 +503,7 @@ fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
             disabled_by_qemu.join(", ")
         )
     };
-    let line = refusal(
+    let refused = refusal(
         guest,
         &format!("{}: {detail}", short.what),
         &short.rule,
@@ -502,9 +511,9 @@ fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Verd
     );
     Ok(violation(
         guest,
-        Check::Started,
+        Phase::Started,
         policy,
-        line,
+        refused,
         &short.rule,
         Some(short.code),
     ))
@@ -523,7 +532,7 @@ fn live_shortfall(
     dom: &Domain<'_>,
     plan: &Plan,
     feats: &BTreeSet<String>,
-    explicit: &[(String, String)],
+    explicit: &[(String, Option<FeaturePolicy>)],
 ) -> Option<Shortfall> {
     if let Some(level) = &plan.min_level {
         if dom.arch() == "x86_64" && Level::highest(|f| feats.contains(f)) < Some(level.value) {
@@ -537,7 +546,7 @@ fn live_shortfall(
                     .collect(),
                 rule: level.rule.clone(),
                 what: format!("the started CPU is not {}", level.value),
-                code: "cpu-level",
+                code: Code::CpuLevel.as_str(),
             });
         }
     }
@@ -546,7 +555,10 @@ fn live_shortfall(
         .value
         .iter()
         .filter(|f| {
-            !feats.contains(*f) && !explicit.iter().any(|(n, p)| n == *f && policy_present(p))
+            !feats.contains(*f)
+                && !explicit
+                    .iter()
+                    .any(|(n, p)| n == *f && p.is_some_and(FeaturePolicy::gives))
         })
         .cloned()
         .collect();
@@ -561,19 +573,18 @@ fn live_shortfall(
 /// `migrate begin` / `restore begin` on the destination: can this host run the guest?
 fn destination(
     guest: &str,
-    check: Check,
+    phase: Phase,
     text: &str,
     policy: &Policy,
     host: &Host,
-) -> Result<Verdict, Error> {
+) -> Result<Answer, Error> {
     let dom = Domain::parse(text, "the incoming domain XML")?;
     if !dom.in_scope() {
-        return Ok(Verdict::Allow);
+        return Ok(Answer::Allow);
     }
-    let plan = crate::cluster::resolve::plan_for(policy, &dom, host)?;
-    let facts = Facts::resolve(&dom, &plan, host);
-    let findings = crate::validate::validate(&dom, &plan, &facts);
-    let cpu = compare_cpu(&dom, text, &facts, host);
+    let p = Pipeline::new(dom, policy, host)?;
+    let findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
+    let cpu = compare_cpu(&p.dom, text, &p.facts, host);
     // Errors: libvirt or QEMU would refuse here. The model being unusable and the host not
     // reaching the level are warnings elsewhere, but on the destination they mean this host
     // cannot give the guest what it had. When the CPUs could be compared, the comparison
@@ -584,32 +595,32 @@ fn destination(
     let compared = !matches!(cpu, CpuCompare::NotCompared(_));
     let blocking = findings.iter().find(|f| {
         (f.severity == Severity::Error && !POLICY_CODES.contains(&f.code))
-            || f.code == "host-level"
-            || (f.code == "cpu-model-unusable" && !compared)
+            || f.code == Code::HostLevel
+            || (f.code == Code::CpuModelUnusable && !compared)
     });
     if let Some(f) = blocking {
-        return Ok(hard_refusal(guest, check, policy, f));
+        return Ok(hard_refusal(guest, phase, policy, f));
     }
     let cpu = match cpu {
-        CpuCompare::Incompatible(f) => return Ok(hard_refusal(guest, check, policy, &f)),
+        CpuCompare::Incompatible(f) => return Ok(hard_refusal(guest, phase, policy, &f)),
         CpuCompare::Runs(what) | CpuCompare::NotCompared(what) => what,
     };
-    log_warnings(guest, check, &findings);
+    log_warnings(guest, phase, &findings);
     let unmet: Vec<&Finding> = findings
         .iter()
         .filter(|f| POLICY_CODES.contains(&f.code))
         .collect();
     let runs = format!("this host can run the guest ({cpu})");
     if unmet.is_empty() {
-        return Ok(allowed(guest, check, &runs));
+        return Ok(allowed(guest, phase, &runs));
     }
-    Ok(policy_not_met(guest, check, &unmet, &runs))
+    Ok(policy_not_met(guest, phase, &unmet, &runs))
 }
 
 /// An incoming guest that runs here but misses the policy: let in, since libvirt keeps its CPU on
 /// migrate and restore, with one decision for all it misses (its rules joined with `, `, the
 /// first finding's code).
-fn policy_not_met(guest: &str, check: Check, unmet: &[&Finding], runs: &str) -> Verdict {
+fn policy_not_met(guest: &str, phase: Phase, unmet: &[&Finding], runs: &str) -> Answer {
     let mut rules: Vec<String> = Vec::new();
     for rule in unmet.iter().map(|f| finding_rule(f)) {
         if !rules.contains(&rule) {
@@ -619,10 +630,10 @@ fn policy_not_met(guest: &str, check: Check, unmet: &[&Finding], runs: &str) -> 
     let rules = rules.join(", ");
     let fields = Fields {
         guest,
-        operation: check.as_str(),
-        verdict: "allow",
+        operation: phase.as_str(),
+        verdict: Decision::HookViolationAllowed.hook_verdict(),
         rule: Some(&rules),
-        code: unmet.first().map(|f| f.code),
+        code: unmet.first().map(|f| f.code.as_str()),
         decision: "allow (policy not met; the CPU cannot change on migrate/restore)",
     };
     let mut message: Vec<&str> = unmet.iter().map(|f| f.message.as_str()).collect();
@@ -633,7 +644,7 @@ fn policy_not_met(guest: &str, check: Check, unmet: &[&Finding], runs: &str) -> 
         &fields,
         &one_line(&message.join("; ")),
     );
-    Verdict::Allow
+    Answer::Allow
 }
 
 /// What comparing the incoming guest's CPU with this host's found.
@@ -651,21 +662,21 @@ enum CpuCompare {
 /// ([`crate::cluster::compare`], libvirt's `x86Compute`): libvirt compares a custom CPU with
 /// the host's when it starts the incoming guest (`check='partial'`) or checks what QEMU gave
 /// (`check='full'`), so an incompatible CPU fails later anyway, after the migration began.
-fn compare_cpu(dom: &Domain<'_>, text: &str, facts: &Facts<'_>, host: &Host) -> CpuCompare {
-    use crate::cluster::compare::{Verdict as Cmp, compare, guest_cpu};
+fn compare_cpu(dom: &Domain<'_>, text: &str, facts: &DomainFacts<'_>, host: &Host) -> CpuCompare {
+    use crate::cluster::compare::{Compatibility as Cmp, compare, guest_cpu};
     let not = |why: String| CpuCompare::NotCompared(format!("CPU not compared: {why}"));
     let Some(cpu) = dom.cpus().first().copied() else {
         return not("the guest has no <cpu>".into());
     };
-    let mode = cpu.attribute("mode").unwrap_or("custom");
-    if mode != "custom" {
+    if crate::domain::cpu_mode(cpu) != Some(CpuMode::Custom) {
+        let mode = cpu.attribute("mode").unwrap_or_default();
         return not(format!("a {mode} CPU takes this host's own CPU"));
     }
     if child(cpu, "model").is_none() {
         // libvirt compares nothing either ("only topology part of CPU def is used").
         return not("the CPU names no model (QEMU's default one)".into());
     }
-    if !matches!(dom.arch(), "x86_64" | "i686") {
+    if !crate::libvirt::arch::is_x86(dom.arch()) {
         return not(format!(
             "libvirt's CPU compare is for x86, the guest is {}",
             dom.arch()
@@ -682,8 +693,8 @@ fn compare_cpu(dom: &Domain<'_>, text: &str, facts: &Facts<'_>, host: &Host) -> 
         return not("libvirt's cpu_map is absent (the compare needs its CPUID data)".into());
     };
     let guest_path = std::path::PathBuf::from("the incoming domain XML");
-    let this_host = crate::cluster::facts::HostFacts::from_domcaps("this host", d);
-    let result = crate::cpu::x86_map::X86Map::load(dir)
+    let this_host = crate::cluster::hosts::ClusterHost::from_domcaps("this host", d);
+    let result = crate::libvirt::cpu_map::x86::X86Map::load(dir)
         .map_err(crate::cluster::ClusterError::from)
         .and_then(|map| {
             let g = guest_cpu(text, &guest_path)?;
@@ -708,7 +719,7 @@ fn compare_cpu(dom: &Domain<'_>, text: &str, facts: &Facts<'_>, host: &Host) -> 
                 "libvirt's own CPU check would refuse the guest when it starts here"
             };
             CpuCompare::Incompatible(Finding::error(
-                "cpu-incompatible",
+                Code::CpuIncompatible,
                 format!(
                     "this host cannot run the guest's CPU (model {model}): {reason} (this host's host-model CPU from {}; {when})",
                     d.source
@@ -730,14 +741,14 @@ pub fn drain(stdin: &mut impl Read) {
 }
 
 /// Read stdin (libvirt writes the XML and closes it), keeping at most
-/// [`crate::domain::MAX_INPUT_BYTES`] + 1 bytes; the rest is drained (see [`drain`]).
+/// [`crate::xml::MAX_INPUT_BYTES`] + 1 bytes; the rest is drained (see [`drain`]).
 ///
 /// # Errors
 /// The read error.
 pub fn read_stdin(stdin: &mut impl Read) -> std::io::Result<Vec<u8>> {
     let mut buf = Vec::new();
     stdin
-        .take(crate::domain::MAX_INPUT_BYTES as u64 + 1)
+        .take(crate::xml::MAX_INPUT_BYTES as u64 + 1)
         .read_to_end(&mut buf)?;
     drain(stdin);
     Ok(buf)

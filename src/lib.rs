@@ -7,8 +7,9 @@
 //! only ([`host`]): the libvirt hook must never call back into libvirt.
 //!
 //! Data flows one way, and the modules below are listed in that order (none imports one listed
-//! after it): domain → policy plan → host facts → desired CPU/vCPU → edits, validated, then the
-//! front ends (hook, daemon, command line) that drive it.
+//! after it): libvirt's documents ([`libvirt`], one reader each) → domain → cluster → policy plan
+//! → host facts → one [`pipeline::Pipeline`] per domain → desired CPU/vCPU → edits, validated →
+//! verdict, then the front ends (hook, daemon, command line) that drive it.
 #![deny(missing_docs)]
 
 // Shared records and knowledge, imported by everything below them. (Blank lines keep rustfmt
@@ -17,25 +18,39 @@ pub mod finding;
 pub mod readfile;
 
 pub mod change;
-pub mod cpu;
 pub mod error;
+pub mod stdio;
+
+pub mod xml;
+
+// libvirt's documents and words, then what the tool knows of CPUs, machines and modes.
+pub mod libvirt;
+
+pub mod cpu;
 pub mod machine;
 pub mod modes;
-pub mod stdio;
 
 // The document.
 pub mod domain;
 pub mod topology;
 
+// A cluster's hosts and the CPU they share (a plan's `cpu.model = "baseline"`).
+pub mod cluster;
+
 // The plan.
 pub mod policy;
 
-// Host facts: where they come from, then a cluster's (which resolves a plan's
-// `cpu.model = "baseline"`), then the ones one domain needs.
+// Host facts: where they come from, then the ones one domain needs, then the domain with its
+// plan and facts, ready to be judged.
 pub mod host;
 
-pub mod cluster;
-pub mod facts;
+pub mod domain_facts;
+
+pub mod pipeline;
+
+// Files replaced atomically (`rewrite --in-place`, the daemon's snapshot, published facts and
+// metrics).
+pub mod writefile;
 
 // The edits, the checks of a result, then the desired CPU/vCPU (the rewrite validates what it
 // writes) and the verdict on it.
@@ -59,5 +74,8 @@ pub mod hook;
 pub mod daemon;
 
 pub mod cli;
+
+#[cfg(test)]
+mod testdata;
 
 pub use error::{Error, Result};

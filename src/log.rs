@@ -9,10 +9,10 @@
 //! reach the journal unprefixed (tracing-journald's default `F_` prefix is switched off) and
 //! upper-cased.
 //!
-//! The journal's `PRIORITY` is what a syslog reader expects of each record (README.md, "Journal
-//! fields"): the hook's `INFO` (a guest let through, nothing wrong) is 6 (info), not
-//! tracing-journald's default 5 (notice); the daemon keeps 5 for `INFO`, which it uses for what it
-//! changed (a rewritten definition) and for its own life cycle.
+//! The journal's `PRIORITY` is what a syslog reader expects of each record (docs/journal.md): the
+//! hook's `INFO` (a guest let through, nothing wrong) is 6 (info), not tracing-journald's default 5
+//! (notice); the daemon keeps 5 for `INFO`, which it uses for what it changed (a rewritten
+//! definition) and for its own life cycle.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -148,7 +148,7 @@ pub fn init_daemon() {
 }
 
 /// The kinds of decision the hook and the daemon log, each with a stable journal `MESSAGE_ID`
-/// (128-bit, systemd catalog style: `journalctl MESSAGE_ID=...`). README.md ("Journal fields")
+/// (128-bit, systemd catalog style: `journalctl MESSAGE_ID=...`). docs/journal.md
 /// lists them; an id never changes meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -217,7 +217,25 @@ impl Decision {
         }
     }
 
-    /// A short name for the kind (`hook-violation-refused`), as README.md lists it.
+    /// Whether the hook refuses the guest with this decision (`HookViolationRefused`,
+    /// `HookLibvirtRefused`, `HookErrorRefused`); the daemon's decisions refuse nothing.
+    #[must_use]
+    pub fn refuses(self) -> bool {
+        matches!(
+            self,
+            Decision::HookViolationRefused
+                | Decision::HookLibvirtRefused
+                | Decision::HookErrorRefused
+        )
+    }
+
+    /// The hook's `VERDICT` with this decision: `refuse` or `allow`.
+    #[must_use]
+    pub fn hook_verdict(self) -> &'static str {
+        if self.refuses() { "refuse" } else { "allow" }
+    }
+
+    /// A short name for the kind (`hook-violation-refused`), as docs/journal.md lists it.
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {
@@ -287,7 +305,7 @@ pub fn decision(kind: Decision, level: tracing::Level, f: &Fields<'_>, message: 
 
 /// The journal `MESSAGE_ID` of a warning the hook logs beside its decision (a finding libvirt
 /// accepts with a warning, such as `match` under host-model): not a decision, so not a
-/// [`Decision`], but selectable all the same. README.md lists it as `hook-warning`.
+/// [`Decision`], but selectable all the same. docs/journal.md lists it as `hook-warning`.
 pub const HOOK_WARNING_ID: &str = "fc3e55da7ca34faa94b17bcbd67937ba";
 
 /// Log one warning of the hook at WARN: `MESSAGE_ID` [`HOOK_WARNING_ID`], `GUEST`, `OPERATION`,
@@ -353,7 +371,7 @@ pub(crate) mod capture {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hook::{Check, HookOptions, Verdict, run};
+    use crate::hook::{Answer, HookOptions, Phase, run};
 
     #[test]
     fn message_ids_are_128_bit_hex_and_distinct() {
@@ -372,7 +390,7 @@ mod tests {
 
     const CLOUDSTACK: &str = "<domain type='kvm'>\n  <name>i-2-14-VM</name>\n  <memory unit='KiB'>524288</memory>\n  <vcpu>2</vcpu>\n  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>\n  </os>\n  <cpu><topology sockets='1' cores='2' threads='1' /></cpu>\n  <devices><graphics type='vnc' passwd='s3cret'/></devices>\n</domain>\n";
 
-    fn hook_events(policy: &str, xml: &str, check: Check) -> (Verdict, Vec<capture::Event>) {
+    fn hook_events(policy: &str, xml: &str, phase: Phase) -> (Answer, Vec<capture::Event>) {
         let dir = std::env::temp_dir().join(format!(
             "vcp-log-{}-{:x}",
             std::process::id(),
@@ -387,8 +405,8 @@ mod tests {
             qemu_cache: Some(PathBuf::new()),
             ..HookOptions::default()
         };
-        let mut verdict = Verdict::Allow;
-        let events = capture::events(|| verdict = run("i-2-14-VM", check, xml.as_bytes(), &opts));
+        let mut verdict = Answer::Allow;
+        let events = capture::events(|| verdict = run("i-2-14-VM", phase, xml.as_bytes(), &opts));
         std::fs::remove_dir_all(&dir).ok();
         (verdict, events)
     }
@@ -429,8 +447,8 @@ mod tests {
 
     #[test]
     fn every_hook_decision_carries_the_journal_fields() {
-        let (v, ev) = hook_events(&policy("deny", "allow"), CLOUDSTACK, Check::Prepare);
-        assert!(matches!(v, Verdict::Refuse(_)));
+        let (v, ev) = hook_events(&policy("deny", "allow"), CLOUDSTACK, Phase::Prepare);
+        assert!(matches!(v, Answer::Refuse(_)));
         let (level, f) = decision_of(&ev, Decision::HookViolationRefused);
         assert_eq!(*level, tracing::Level::WARN);
         assert_eq!(
@@ -440,8 +458,8 @@ mod tests {
         assert_eq!(f["rule"], "x86-64-v2 baseline");
         assert!(f["message"].contains("x86-64-v2"), "{f:#?}");
 
-        let (v, ev) = hook_events(&policy("warn", "allow"), CLOUDSTACK, Check::Prepare);
-        assert_eq!(v, Verdict::Allow);
+        let (v, ev) = hook_events(&policy("warn", "allow"), CLOUDSTACK, Phase::Prepare);
+        assert_eq!(v, Answer::Allow);
         let (_, f) = decision_of(&ev, Decision::HookViolationAllowed);
         assert_eq!(f["verdict"], "allow");
         assert_eq!(f["decision"], "allow (on_violation = warn)");
@@ -450,8 +468,8 @@ mod tests {
             "<cpu><topology sockets='1' cores='2' threads='1' /></cpu>",
             "<cpu mode='custom'><model>Nehalem</model></cpu>",
         );
-        let (v, ev) = hook_events(&policy("deny", "allow"), &conforming, Check::Prepare);
-        assert_eq!(v, Verdict::Allow);
+        let (v, ev) = hook_events(&policy("deny", "allow"), &conforming, Phase::Prepare);
+        assert_eq!(v, Answer::Allow);
         let (level, f) = decision_of(&ev, Decision::HookAllowed);
         assert_eq!(*level, tracing::Level::INFO);
         assert!(!f.contains_key("rule") && !f.contains_key("code"), "{f:#?}");
@@ -463,8 +481,8 @@ mod tests {
                 "<cpu mode='custom'>",
                 "<cpu mode='custom'><topology sockets='1' cores='2' threads='1'/>",
             );
-        let (v, ev) = hook_events(&policy("warn", "allow"), &topo, Check::Prepare);
-        assert!(matches!(v, Verdict::Refuse(_)));
+        let (v, ev) = hook_events(&policy("warn", "allow"), &topo, Phase::Prepare);
+        assert!(matches!(v, Answer::Refuse(_)));
         let (_, f) = decision_of(&ev, Decision::HookLibvirtRefused);
         assert_eq!(f["code"], "topology-mismatch");
         assert_eq!(f["rule"], "libvirt: topology-mismatch");
@@ -473,7 +491,7 @@ mod tests {
             ("allow", Decision::HookErrorAllowed, "allow"),
             ("deny", Decision::HookErrorRefused, "refuse"),
         ] {
-            let (_, ev) = hook_events(&policy("warn", on_error), "<domain", Check::Migrate);
+            let (_, ev) = hook_events(&policy("warn", on_error), "<domain", Phase::Migrate);
             let (level, f) = decision_of(&ev, kind);
             assert_eq!(*level, tracing::Level::ERROR);
             assert_eq!(

@@ -1,9 +1,11 @@
 //! Machine-type vCPU limits that QEMU itself defines, for when no host file says.
 //!
 //! The limit belongs to the *versioned* machine type (QEMU sets `MachineClass::max_cpus` per
-//! version in `hw/i386/pc_q35.c`, `hw/i386/pc_piix.c`, `hw/arm/virt.c`, `hw/s390x/s390-virtio-ccw.c`).
-//! This table is the last resort of [`crate::host::Host::machine_limit`]; it is said so wherever
-//! it is used.
+//! version in `hw/i386/pc_q35.c`, `hw/i386/pc_piix.c`, `hw/arm/virt.c`,
+//! `hw/s390x/s390-virtio-ccw.c`). This table is the last resort of
+//! [`crate::host::Host::machine_limit`]; it is said so wherever it is used.
+
+use crate::libvirt::arch::is_x86;
 
 /// A limit from the built-in table, with the rule it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,11 +128,12 @@ const TABLE: &[Row] = &[
 /// version pattern (an alias such as `pc`/`q35`/`virt` included: its version depends on the QEMU
 /// installed).
 ///
-/// Table (QEMU sources; DESIGN.md section 5): `pc-i440fx-*` 255, RHEL `pc-i440fx-rhel*` 240;
+/// Table (QEMU's `MachineClass::max_cpus` of each versioned type): `pc-i440fx-*` 255, RHEL
+/// `pc-i440fx-rhel*` 240;
 /// `pc-q35-2.7` and older 255, `pc-q35-2.8` … `8.0` 288, `8.1`/`8.2` 1024, `9.0` and later 4096;
 /// RHEL 9 `pc-q35-rhel9.*` 710, RHEL 10 `pc-q35-rhel10.*` 4096, older RHEL q35 (`rhel7`/`rhel8`)
-/// 384 (RHEL 8 downstream; not reproduced here: a capabilities file overrides it); aarch64 `virt-2.12` and older
-/// 255, newer 512; `s390-ccw-virtio-*` 248.
+/// 384 (RHEL 8 downstream; not reproduced here: a capabilities file overrides it); aarch64
+/// `virt-2.12` and older 255, newer 512; `s390-ccw-virtio-*` 248.
 #[must_use]
 pub fn builtin_limit(arch: &str, machine: &str) -> Option<BuiltinLimit> {
     if arch == "s390x" && (machine == "s390-ccw-virtio" || machine.starts_with("s390-ccw-virtio-"))
@@ -162,11 +165,13 @@ pub fn builtin_limit(arch: &str, machine: &str) -> Option<BuiltinLimit> {
 /// A vCPU count every machine type of this family allows, whatever its version (alias or not):
 /// 240 for x86 `pc*`/`q35`/`pc-q35-*` (RHEL's i440fx is the lowest, 240), 255 for aarch64 `virt*`,
 /// 248 for s390x `s390-ccw-virtio*`. A domain at or below it needs no machine-limit lookup, which
-/// spares the hook from reading libvirt's 300 KiB capability cache on every guest start.
+/// spares the hook from reading libvirt's QEMU capability cache on every guest start.
 #[must_use]
 pub fn family_floor(arch: &str, machine: &str) -> Option<u32> {
     match arch {
-        "x86_64" | "i686" if machine == "pc" || machine == "q35" || machine.starts_with("pc-") => {
+        _ if is_x86(arch)
+            && (machine == "pc" || machine == "q35" || machine.starts_with("pc-")) =>
+        {
             Some(240)
         }
         "aarch64" if machine == "virt" || machine.starts_with("virt-") => Some(255),
@@ -187,18 +192,46 @@ pub fn is_q35(machine: &str) -> bool {
 /// `/dev/kvm` cannot be opened (no KVM, or no permission).
 #[must_use]
 pub fn kvm_max_vcpus() -> Option<u32> {
-    use std::os::fd::AsRawFd;
-    const KVM_CHECK_EXTENSION: libc::c_ulong = 0xAE03; // _IO(KVMIO=0xAE, 0x03)
-    const KVM_CAP_NR_VCPUS: libc::c_ulong = 9;
-    const KVM_CAP_MAX_VCPUS: libc::c_ulong = 66;
+    const KVM_CAP_NR_VCPUS: usize = 9;
+    const KVM_CAP_MAX_VCPUS: usize = 66;
     let f = std::fs::File::open("/dev/kvm").ok()?;
-    let check = |cap: libc::c_ulong| -> Option<u32> {
-        // SAFETY: KVM_CHECK_EXTENSION takes an integer argument and returns an integer; the fd is
-        // open for the duration of the call.
-        let r = unsafe { libc::ioctl(f.as_raw_fd(), KVM_CHECK_EXTENSION as _, cap) };
+    let check = |cap: usize| -> Option<u32> {
+        // SAFETY: KVM_CHECK_EXTENSION takes the capability as an integer argument, passes no
+        // memory and answers with the ioctl's return value, which is what `CheckExtension`
+        // declares; the descriptor is /dev/kvm's, open for the call.
+        let r = unsafe { rustix::ioctl::ioctl(&f, CheckExtension(cap)) }.ok()?;
         u32::try_from(r).ok().filter(|n| *n > 0)
     };
     check(KVM_CAP_MAX_VCPUS).or_else(|| check(KVM_CAP_NR_VCPUS))
+}
+
+/// `KVM_CHECK_EXTENSION` (`_IO(KVMIO = 0xAE, 0x03)`) for a capability: an integer in, the
+/// answer as the ioctl's return value (rustix's `IntegerSetter` drops that value).
+struct CheckExtension(usize);
+
+// SAFETY: the opcode is KVM_CHECK_EXTENSION's, which reads no userspace memory: the argument is
+// the capability number itself (not a pointer), nothing is written (IS_MUTATING false), and the
+// output is the call's return value.
+unsafe impl rustix::ioctl::Ioctl for CheckExtension {
+    type Output = rustix::ioctl::IoctlOutput;
+
+    const IS_MUTATING: bool = false;
+
+    fn opcode(&self) -> rustix::ioctl::Opcode {
+        rustix::ioctl::opcode::none(0xAE, 0x03)
+    }
+
+    fn as_ptr(&mut self) -> *mut std::ffi::c_void {
+        // The capability travels as the ioctl's integer argument (its bits as a pointer value).
+        std::ptr::without_provenance_mut(self.0)
+    }
+
+    unsafe fn output_from_ptr(
+        out: rustix::ioctl::IoctlOutput,
+        _: *mut std::ffi::c_void,
+    ) -> rustix::io::Result<Self::Output> {
+        Ok(out)
+    }
 }
 
 #[cfg(test)]

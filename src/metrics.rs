@@ -5,7 +5,7 @@
 //! rather than growing a fleet service of its own. Two writers share these names:
 //! `virt-cpu-policyd --metrics-file PATH` (the gauges and its counters, after every reconcile)
 //! and `virt-cpu-policy audit --format prometheus` (the gauges once, for hosts without the
-//! daemon). README.md ("Watching a fleet") lists every metric.
+//! daemon). docs/metrics.md lists every metric.
 //!
 //! The text is produced by the `prometheus-client` crate's 0.0.4 encoder (counters get their
 //! `_total`, units their suffix, info metrics their `_info`), from plain values: this module keeps
@@ -14,6 +14,7 @@
 
 use crate::cpu::{Level, normalize_feature};
 use crate::host::Host;
+use crate::report::Verdict;
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -23,20 +24,40 @@ use prometheus_client::registry::{Registry, Unit};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
-/// The verdicts a guest can have (the `verdict` label), as `check` names them
-/// ([`crate::report::verdict`]).
-pub const VERDICTS: [&str; 4] = [
-    "conforms",
-    "needs-rewrite",
-    "cannot-conform",
-    "out-of-scope",
-];
-
 /// Why the daemon could not make a guest conform (the `reason` label of
-/// `virt_cpu_policy_failures_total`): the definition cannot conform to the policy; libvirt could
-/// not give it or it does not parse; its backup could not be written; libvirt refused the
-/// rewritten definition.
-pub const FAILURE_REASONS: [&str; 4] = ["cannot-conform", "unreadable", "backup", "define"];
+/// `virt_cpu_policy_failures_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FailureReason {
+    /// `cannot-conform`: the definition cannot conform to the policy.
+    CannotConform,
+    /// `unreadable`: libvirt could not give the definition, or it does not parse.
+    Unreadable,
+    /// `backup`: its backup could not be written (nothing defined).
+    Backup,
+    /// `define`: libvirt refused the rewritten definition.
+    Define,
+}
+
+impl FailureReason {
+    /// Every reason, in the order the metric lists them.
+    pub const ALL: [FailureReason; 4] = [
+        FailureReason::CannotConform,
+        FailureReason::Unreadable,
+        FailureReason::Backup,
+        FailureReason::Define,
+    ];
+
+    /// The `reason` label.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::CannotConform => "cannot-conform",
+            FailureReason::Unreadable => "unreadable",
+            FailureReason::Backup => "backup",
+            FailureReason::Define => "define",
+        }
+    }
+}
 
 /// The label set of one series: (name, value) pairs.
 type Labels = Vec<(String, String)>;
@@ -65,13 +86,13 @@ pub const SOURCE_CPUINFO: &str = "/proc/cpuinfo (physical CPU, not what KVM give
 /// The state of the stored definitions at one point in time: what the gauges say.
 #[derive(Debug, Clone, Default)]
 pub struct Gauges {
-    /// Guests by verdict (keys from [`VERDICTS`]; a missing key is 0).
-    pub guests: BTreeMap<&'static str, u64>,
+    /// Guests by verdict (a missing key is 0).
+    pub guests: BTreeMap<Verdict, u64>,
     /// Definitions that could not be read or judged (unreadable file, malformed XML).
     pub unreadable: u64,
     /// (rule, verdict) → guests with that verdict in which the rule is involved; only
     /// `needs-rewrite` and `cannot-conform` are counted.
-    pub rule_guests: BTreeMap<(String, &'static str), u64>,
+    pub rule_guests: BTreeMap<(String, Verdict), u64>,
     /// The host's level ([`host_level`]).
     pub host_level: HostLevel,
     /// The host's libvirt version (`MAJOR.MINOR.MICRO`), when known.
@@ -83,10 +104,10 @@ pub struct Gauges {
 }
 
 impl Gauges {
-    /// Count one guest with `verdict` (one of [`VERDICTS`]) and the rules involved in it.
-    pub fn count(&mut self, verdict: &'static str, rules: &[String]) {
+    /// Count one guest with `verdict` and the rules involved in it.
+    pub fn count(&mut self, verdict: Verdict, rules: &[String]) {
         *self.guests.entry(verdict).or_default() += 1;
-        if matches!(verdict, "needs-rewrite" | "cannot-conform") {
+        if matches!(verdict, Verdict::NeedsRewrite | Verdict::CannotConform) {
             for r in rules {
                 *self.rule_guests.entry((r.clone(), verdict)).or_default() += 1;
             }
@@ -101,9 +122,9 @@ pub struct Counters {
     pub rewrites: u64,
     /// Rule → rewrites in which it changed something.
     pub rule_rewrites: BTreeMap<String, u64>,
-    /// Reason (from [`FAILURE_REASONS`]) → guests that could not be made to conform, counted at
-    /// each reconciliation that met them.
-    pub failures: BTreeMap<&'static str, u64>,
+    /// Reason → guests that could not be made to conform, counted at each reconciliation that
+    /// met them.
+    pub failures: BTreeMap<FailureReason, u64>,
     /// Reconciliations run (full and per event).
     pub reconciles: u64,
 }
@@ -133,7 +154,7 @@ pub fn host_level(host: &Host) -> HostLevel {
             source: SOURCE_DOMCAPS,
         };
     }
-    if crate::domain::host_arch() == "x86_64" {
+    if crate::libvirt::arch::host_arch() == "x86_64" {
         if let Some(level) = qemu_cache_level(host) {
             return HostLevel {
                 level,
@@ -160,35 +181,27 @@ pub fn host_level(host: &Host) -> HostLevel {
 /// The level of `<hostCPU type='kvm'>` in the file of libvirt's QEMU capability cache (the
 /// host's, unless disabled or moved) whose emulator is `qemu-system-x86_64`; None when there is
 /// no such file or element.
+#[expect(
+    clippy::option_option,
+    reason = "no file, or a file whose host CPU is below x86-64-v1 (a level is Option<Level>)"
+)]
 fn qemu_cache_level(host: &Host) -> Option<Option<Level>> {
-    let dir = host.qemu_cache_dir.as_deref()?;
-    let file = crate::host::xml_files(dir).into_iter().find(|p| {
-        crate::host::qemu_caps_emulator(p).is_some_and(|e| e.ends_with("/qemu-system-x86_64"))
-    })?;
-    let bytes = crate::readfile::read_regular(&file, crate::readfile::MAX_FACT_BYTES).ok()?;
-    let text = String::from_utf8(bytes).ok()?;
-    kvm_host_cpu_level(&text, &file.display().to_string())
+    let file = host.qemu_cache().for_emulator("/qemu-system-x86_64")?;
+    kvm_host_cpu_level(&crate::libvirt::qemu_caps::read_file(&file.path)?)
 }
 
-/// The level QEMU's host-model CPU under KVM reaches, from a QEMU capability cache (`qemuCaps`)
-/// document: the boolean `<property>`s of `<hostCPU type='kvm'>` that are true, QEMU spellings
-/// (`lahf-lm`, `sse4.1`) normalised to libvirt's; None when the document has no such element.
+/// The level QEMU's host-model CPU under KVM reaches, from a QEMU capability cache file
+/// ([`crate::libvirt::qemu_caps::QemuCaps::kvm_host_cpu`]), QEMU spellings (`lahf-lm`,
+/// `sse4.1`) normalised to libvirt's; None when the file has no `<hostCPU type='kvm'>`.
 #[must_use]
-pub fn kvm_host_cpu_level(qemu_caps: &str, what: &str) -> Option<Option<Level>> {
-    let doc = crate::domain::parse_xml(qemu_caps, what).ok()?;
-    let cpu = doc
-        .root_element()
-        .children()
-        .find(|n| n.has_tag_name("hostCPU") && n.attribute("type") == Some("kvm"))?;
-    let features: std::collections::BTreeSet<String> = cpu
-        .children()
-        .filter(|p| {
-            p.has_tag_name("property")
-                && p.attribute("type") == Some("boolean")
-                && p.attribute("value") == Some("true")
-        })
-        .filter_map(|p| p.attribute("name"))
-        .map(|f| normalize_feature(f).unwrap_or_else(|| f.to_string()))
+pub fn kvm_host_cpu_level(
+    qemu_caps: &crate::libvirt::qemu_caps::QemuCaps,
+) -> Option<Option<Level>> {
+    let features: std::collections::BTreeSet<String> = qemu_caps
+        .kvm_host_cpu
+        .as_ref()?
+        .iter()
+        .map(|f| normalize_feature(f).unwrap_or_else(|| f.clone()))
         .collect();
     Some(Level::highest(|f| features.contains(f)))
 }
@@ -226,10 +239,10 @@ fn register_gauges(reg: &mut Registry, g: &Gauges) {
         "Stored guest definitions by verdict (conforms, needs-rewrite, cannot-conform, out-of-scope)",
         guests.clone(),
     );
-    for v in VERDICTS {
-        let n = g.guests.get(v).copied().unwrap_or(0);
+    for v in Verdict::ALL {
+        let n = g.guests.get(&v).copied().unwrap_or(0);
         guests
-            .get_or_create(&labels(&[("verdict", v)]))
+            .get_or_create(&labels(&[("verdict", v.as_str())]))
             .set(clamp(n));
     }
     let unreadable = Gauge::<i64>::default();
@@ -247,7 +260,7 @@ fn register_gauges(reg: &mut Registry, g: &Gauges) {
     );
     for ((rule, verdict), n) in &g.rule_guests {
         rules
-            .get_or_create(&labels(&[("rule", rule), ("verdict", verdict)]))
+            .get_or_create(&labels(&[("rule", rule), ("verdict", verdict.as_str())]))
             .set(clamp(*n));
     }
     let level = g.host_level.level.map_or("unknown", Level::as_str);
@@ -319,10 +332,10 @@ fn register_counters(reg: &mut Registry, c: &Counters, rules: &[String]) {
         "Guests the daemon could not make conform since it started, by reason, counted at each reconciliation that met them",
         failures.clone(),
     );
-    for reason in FAILURE_REASONS {
-        let n = c.failures.get(reason).copied().unwrap_or(0);
+    for reason in FailureReason::ALL {
+        let n = c.failures.get(&reason).copied().unwrap_or(0);
         failures
-            .get_or_create(&labels(&[("reason", reason)]))
+            .get_or_create(&labels(&[("reason", reason.as_str())]))
             .inc_by(n);
     }
     let reconciles = Counter::<u64>::default();
@@ -378,6 +391,7 @@ fn sorted_series(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fmt::Write as _;
 
     fn sample() -> Gauges {
         let mut g = Gauges {
@@ -390,13 +404,16 @@ mod tests {
             duration_seconds: 0.25,
             ..Gauges::default()
         };
-        g.count("conforms", &["v2".into()]);
+        g.count(Verdict::Conforms, &["v2".into()]);
         g.count(
-            "needs-rewrite",
+            Verdict::NeedsRewrite,
             &["v2".into(), "built-in: libvirt rules".into()],
         );
-        g.count("needs-rewrite", &["v2".into()]);
-        g.count("cannot-conform", &["libvirt: topology-mismatch".into()]);
+        g.count(Verdict::NeedsRewrite, &["v2".into()]);
+        g.count(
+            Verdict::CannotConform,
+            &["libvirt: topology-mismatch".into()],
+        );
         g.unreadable = 2;
         g
     }
@@ -446,7 +463,7 @@ mod tests {
             ..Counters::default()
         };
         c.rule_rewrites.insert("v2".into(), 3);
-        c.failures.insert("define", 1);
+        c.failures.insert(FailureReason::Define, 1);
         let text = render(&sample(), Some(&c), &["v2".into(), "v3 \"quoted\"".into()]);
         for line in [
             "# TYPE virt_cpu_policy_rewrites_total counter",
@@ -469,11 +486,11 @@ mod tests {
     fn series_come_sorted_and_every_render_is_the_same() {
         let mut g = sample();
         for rule in ["b rule", "a rule", "z rule", "m rule", "c rule"] {
-            g.count("needs-rewrite", &[rule.into()]);
-            g.count("cannot-conform", &[rule.into()]);
+            g.count(Verdict::NeedsRewrite, &[rule.into()]);
+            g.count(Verdict::CannotConform, &[rule.into()]);
         }
         let mut c = Counters::default();
-        c.failures.insert("backup", 2);
+        c.failures.insert(FailureReason::Backup, 2);
         let first = render(&g, Some(&c), &["y".into(), "x".into(), "w".into()]);
         for _ in 0..20 {
             assert_eq!(
@@ -506,7 +523,8 @@ mod tests {
 
     #[test]
     fn the_duration_is_the_last_line_of_the_gauges() {
-        // README's cron recipe moves a file into place only when it ends so (a complete write).
+        // The cron recipe of docs/metrics.md moves a file into place only when it ends so (a
+        // complete write).
         let text = render(&sample(), None, &[]);
         let last = text.lines().last().unwrap();
         assert!(
@@ -518,10 +536,10 @@ mod tests {
     #[test]
     fn qemu_caps_host_cpu_gives_a_level() {
         let props = |names: &[&str], value: &str| -> String {
-            names
-                .iter()
-                .map(|n| format!("<property name='{n}' type='boolean' value='{value}'/>"))
-                .collect()
+            names.iter().fold(String::new(), |mut s, n| {
+                let _ = write!(s, "<property name='{n}' type='boolean' value='{value}'/>");
+                s
+            })
         };
         // QEMU's spellings: lahf-lm, sse4.1, sse4-2.
         let v1 = [
@@ -539,10 +557,14 @@ mod tests {
             )
         };
         let all: Vec<&str> = v1.iter().chain(&v2).copied().collect();
-        assert_eq!(
-            kvm_host_cpu_level(&doc(&all, &[]), "t"),
-            Some(Some(Level::V2))
-        );
+        let level = |xml: &str| {
+            let d = roxmltree::Document::parse(xml).ok()?;
+            kvm_host_cpu_level(&crate::libvirt::qemu_caps::QemuCaps::read(
+                d.root_element(),
+                "t",
+            ))
+        };
+        assert_eq!(level(&doc(&all, &[])), Some(Some(Level::V2)));
         // This nested host: KVM gives guests no pni, ssse3, sse4.x or popcnt.
         let nested = doc(
             &v1,
@@ -550,9 +572,8 @@ mod tests {
                 "pni", "ssse3", "sse4.1", "sse4.2", "popcnt", "cx16", "lahf-lm",
             ],
         );
-        assert_eq!(kvm_host_cpu_level(&nested, "t"), Some(Some(Level::V1)));
-        assert_eq!(kvm_host_cpu_level("<qemuCaps/>", "t"), None);
-        assert_eq!(kvm_host_cpu_level("not xml", "t"), None);
+        assert_eq!(level(&nested), Some(Some(Level::V1)));
+        assert_eq!(level("<qemuCaps/>"), None);
     }
 
     #[test]

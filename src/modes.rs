@@ -1,10 +1,10 @@
 //! Which `<cpu mode>` libvirt offers a guest: by guest arch, virt type and host arch.
 //!
 //! The source of truth is domcapabilities (`<cpu><mode name='...' supported='yes|no'>`, per
-//! emulator, arch, machine type and virt type); [`crate::facts::Facts`] uses it when a host file
-//! gives it and this built-in table otherwise. The table was checked cell by cell against libvirt
-//! 9.0 / QEMU 7.2 on an x86_64 host (define and start under TCG for every arch it emulates, and
-//! domcapabilities; `tests/integration/libvirt.rs`), and against libvirt 11.3 / QEMU 10.0:
+//! emulator, arch, machine type and virt type); [`crate::domain_facts::DomainFacts`] uses it when a
+//! host file gives it and this built-in table otherwise. The table was checked cell by cell against
+//! libvirt 9.0 / QEMU 7.2 on an x86_64 host (define and start under TCG for every arch it emulates,
+//! and domcapabilities; `tests/integration/libvirt.rs`), and against libvirt 11.3 / QEMU 10.0:
 //!
 //! | guest | `kvm` | `qemu` (TCG) |
 //! |---|---|---|
@@ -17,22 +17,11 @@
 //! host is taken to be the guest's arch: the answer holds on the host that will run it, wherever
 //! the tool runs. Other arches (s390x, ppc64) are not in the table: no finding is made for them.
 
-/// The four CPU modes, in libvirt's spelling.
-pub const MODES: [&str; 4] = ["host-model", "host-passthrough", "maximum", "custom"];
+use crate::libvirt::arch::{Arch, same_family};
+use crate::libvirt::cpu::CpuMode;
 
-/// Whether two arches are one family for virtualization (an i686 guest runs natively on an
-/// x86_64 host, under KVM too).
-#[must_use]
-pub fn same_family(guest: &str, host: &str) -> bool {
-    fn family(a: &str) -> &str {
-        match a {
-            "x86_64" | "i686" => "x86",
-            "aarch64" | "armv7l" => "arm",
-            other => other,
-        }
-    }
-    family(guest) == family(host)
-}
+/// The four CPU modes, in the order the tool lists them ([`CpuMode::ALL`]).
+pub const MODES: [CpuMode; 4] = CpuMode::ALL;
 
 /// The host arch libvirt names in its refusal: the host's own for TCG, the guest's for KVM
 /// (KVM runs native guests only).
@@ -49,22 +38,22 @@ pub fn host_arch_for<'a>(guest_arch: &'a str, virt_type: &str, host_arch: &'a st
 /// `host_arch` host, per the table above; None when the table does not say.
 #[must_use]
 pub fn builtin_supported(
-    mode: &str,
+    mode: CpuMode,
     guest_arch: &str,
     virt_type: &str,
     host_arch: &str,
 ) -> Option<bool> {
-    let x86 = matches!(guest_arch, "x86_64" | "i686");
-    let arm = matches!(guest_arch, "aarch64" | "armv7l");
+    let arch = Arch::of(guest_arch);
+    let (x86, arm) = (arch.is_x86(), matches!(arch, Arch::Aarch64 | Arch::Armv7l));
     let tcg = virt_type == "qemu";
     if !matches!(virt_type, "kvm" | "qemu") {
         return None;
     }
     match mode {
-        "host-passthrough" if tcg => Some(false),
-        "host-passthrough" | "maximum" | "custom" if x86 || arm => Some(true),
-        "host-model" if arm => Some(false),
-        "host-model" if x86 => Some(!tcg || same_family(guest_arch, host_arch)),
+        CpuMode::HostPassthrough if tcg => Some(false),
+        CpuMode::HostPassthrough | CpuMode::Maximum | CpuMode::Custom if x86 || arm => Some(true),
+        CpuMode::HostModel if arm => Some(false),
+        CpuMode::HostModel if x86 => Some(!tcg || same_family(guest_arch, host_arch)),
         _ => None,
     }
 }
@@ -72,12 +61,12 @@ pub fn builtin_supported(
 /// The mode to use instead of an unsupported one, in order of preference: the nearest that keeps
 /// what the operator asked for (a host-based CPU rather than a named model).
 #[must_use]
-pub fn fallbacks(mode: &str) -> &'static [&'static str] {
+pub fn fallbacks(mode: CpuMode) -> &'static [CpuMode] {
     match mode {
-        "host-model" => &["host-passthrough", "maximum"],
-        "host-passthrough" => &["maximum", "host-model"],
-        "maximum" => &["host-passthrough", "host-model"],
-        _ => &[],
+        CpuMode::HostModel => &[CpuMode::HostPassthrough, CpuMode::Maximum],
+        CpuMode::HostPassthrough => &[CpuMode::Maximum, CpuMode::HostModel],
+        CpuMode::Maximum => &[CpuMode::HostPassthrough, CpuMode::HostModel],
+        CpuMode::Custom => &[],
     }
 }
 
@@ -87,9 +76,9 @@ mod tests {
 
     #[test]
     fn the_table() {
-        let s = |m, g, t, h| builtin_supported(m, g, t, h);
+        let s = |m: &str, g, t, h| builtin_supported(CpuMode::parse(m).unwrap(), g, t, h);
         for m in MODES {
-            assert_eq!(s(m, "x86_64", "kvm", "x86_64"), Some(true), "{m}");
+            assert_eq!(s(m.as_str(), "x86_64", "kvm", "x86_64"), Some(true), "{m}");
         }
         assert_eq!(
             s("host-passthrough", "x86_64", "qemu", "x86_64"),

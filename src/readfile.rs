@@ -16,7 +16,7 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// Largest host-facts file read, in bytes (16 MiB, the project's input limit: libvirt's
-/// domcapabilities are about 100 KiB, its qemuCaps files about 300 KiB).
+/// domcapabilities are about 100 KiB, its QEMU capability cache files a few hundred KiB).
 pub const MAX_FACT_BYTES: usize = 16 * 1024 * 1024;
 
 /// Why [`read_regular`] read nothing.
@@ -115,6 +115,33 @@ pub fn read_regular(path: &Path, limit: usize) -> Result<Vec<u8>, ReadError> {
         return Err(too_large(bytes.len() as u64));
     }
     Ok(bytes)
+}
+
+/// Every entry named `*.xml` directly in `dir`, whatever it is, sorted: for readers that must
+/// say what they cannot read (a dangling link or a FIFO in a cluster's facts directory is a host
+/// missing, not a file to skip).
+///
+/// # Errors
+/// The operating system's error when `dir` cannot be listed.
+pub fn xml_entries(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_name().as_encoded_bytes().ends_with(b".xml") {
+            v.push(e.path());
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+/// The regular `*.xml` files directly in `dir`, sorted; none when it cannot be read. (A FIFO or
+/// a device would block the hook: only regular files.)
+#[must_use]
+pub fn xml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v = xml_entries(dir).unwrap_or_default();
+    v.retain(|p| p.is_file());
+    v
 }
 
 #[cfg(test)]

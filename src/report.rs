@@ -1,12 +1,13 @@
 //! The verdict on one domain and its JSON report: what `check`, `rewrite --explain --format json`,
 //! `audit`, the metrics and the daemon all say about a rewrite's [`Outcome`], in one place.
 //!
-//! Exit codes (README.md, "Exit codes"): 0 conforms (or out of scope), 1 cannot conform, 2 bad
+//! Exit codes (docs/exit-codes.md): 0 conforms (or out of scope), 1 cannot conform, 2 bad
 //! input, 3 conforms only after a rewrite.
 
 use crate::change::Change;
 use crate::policy::{Mode, Policy};
 use crate::rewrite::Outcome;
+use serde::Serialize;
 
 /// Exit code: success.
 pub const EXIT_OK: i32 = 0;
@@ -18,32 +19,84 @@ pub const EXIT_BAD_INPUT: i32 = 2;
 pub const EXIT_NEEDS_REWRITE: i32 = 3;
 
 /// Version of the JSON reports (`check`, `rewrite --explain --format json`, `host`, `audit`,
-/// `baseline`); README.md ("JSON output") documents each field.
+/// `baseline`); docs/json.md documents each field.
 pub const JSON_SCHEMA_VERSION: u32 = 1;
 
-/// The verdict on a rewrite's outcome — `conforms`, `needs-rewrite`, `cannot-conform` or
-/// `out-of-scope` — and the exit code `check` gives it.
-#[must_use]
-pub fn verdict(o: &Outcome) -> (&'static str, i32) {
-    if !o.in_scope {
-        ("out-of-scope", EXIT_OK)
-    } else if o.has_errors() {
-        ("cannot-conform", EXIT_REFUSED)
-    } else if o.changed {
-        ("needs-rewrite", EXIT_NEEDS_REWRITE)
-    } else {
-        ("conforms", EXIT_OK)
+/// The verdict on one domain, as `check`, `audit`, the metrics (the `verdict` label), the JSON
+/// reports and the daemon's journal (`VERDICT`) name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// `conforms`: nothing to change.
+    Conforms,
+    /// `needs-rewrite`: conforms only after a rewrite.
+    NeedsRewrite,
+    /// `cannot-conform`: libvirt or QEMU would refuse the result, or the policy cannot be met.
+    CannotConform,
+    /// `out-of-scope`: a domain type the tool does not handle (`xen`, `lxc`...).
+    OutOfScope,
+}
+
+impl Verdict {
+    /// Every verdict, in the order the metrics list them.
+    pub const ALL: [Verdict; 4] = [
+        Verdict::Conforms,
+        Verdict::NeedsRewrite,
+        Verdict::CannotConform,
+        Verdict::OutOfScope,
+    ];
+
+    /// The verdict on a rewrite's outcome.
+    #[must_use]
+    pub fn of(o: &Outcome) -> Verdict {
+        if !o.in_scope {
+            Verdict::OutOfScope
+        } else if o.has_errors() {
+            Verdict::CannotConform
+        } else if o.changed {
+            Verdict::NeedsRewrite
+        } else {
+            Verdict::Conforms
+        }
+    }
+
+    /// The verdict as every output writes it (`needs-rewrite`).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Conforms => "conforms",
+            Verdict::NeedsRewrite => "needs-rewrite",
+            Verdict::CannotConform => "cannot-conform",
+            Verdict::OutOfScope => "out-of-scope",
+        }
+    }
+
+    /// The exit code `check` gives it: 0 conforms or out of scope, 1 cannot conform, 3 needs a
+    /// rewrite.
+    #[must_use]
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Verdict::Conforms | Verdict::OutOfScope => EXIT_OK,
+            Verdict::CannotConform => EXIT_REFUSED,
+            Verdict::NeedsRewrite => EXIT_NEEDS_REWRITE,
+        }
     }
 }
 
-/// The JSON report on one domain (README.md, "JSON output"): `schema_version`, `guest`,
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The JSON report on one domain (docs/json.md): `schema_version`, `guest`,
 /// `verdict`, `exit`, `policy`, `mode`, `changes` (none listed when it cannot conform), `findings`,
 /// `note`.
 #[must_use]
 pub fn report_json(o: &Outcome, policy: &Policy) -> serde_json::Value {
-    let (verdict, code) = verdict(o);
+    let verdict = Verdict::of(o);
     // A domain that cannot conform has no rewrite to describe (as in the text report).
-    let changes: &[Change] = if verdict == "cannot-conform" {
+    let changes: &[Change] = if verdict == Verdict::CannotConform {
         &[]
     } else {
         &o.changes
@@ -52,7 +105,7 @@ pub fn report_json(o: &Outcome, policy: &Policy) -> serde_json::Value {
         "schema_version": JSON_SCHEMA_VERSION,
         "guest": o.name,
         "verdict": verdict,
-        "exit": code,
+        "exit": verdict.exit_code(),
         "policy": policy.source,
         "mode": match policy.mode { Mode::Enforce => "enforce", Mode::Audit => "audit" },
         "changes": changes,

@@ -36,16 +36,22 @@ pub fn message_line(line: &str) {
     message(&format!("{line}\n"));
 }
 
-/// Whether descriptor `fd` is open (`fcntl(F_GETFD)` answers for it).
-fn fd_open(fd: libc::c_int) -> bool {
-    // SAFETY: F_GETFD only reads the descriptor's flags; an unknown descriptor gives EBADF.
-    unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
+/// Whether the descriptor is open (`fcntl(F_GETFD)` answers for it; a closed one gives EBADF).
+fn fd_open(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    rustix::io::fcntl_getfd(fd).is_ok()
+}
+
+/// Whether descriptor 1 is open now.
+fn stdout_fd_open() -> bool {
+    // Only fd 1's flags are asked for, never read or written: a closed descriptor 1 is what this
+    // looks for, and the kernel answers EBADF for it.
+    fd_open(rustix::stdio::stdout())
 }
 
 /// Record whether stdout (descriptor 1) is open. Meant to run before Rust's runtime starts (an
 /// ELF constructor of the binary); it only asks the kernel and stores the answer.
 pub fn note_stdout_at_start() {
-    let seen = if fd_open(1) { OPEN } else { CLOSED };
+    let seen = if stdout_fd_open() { OPEN } else { CLOSED };
     STDOUT_AT_START.store(seen, Ordering::Relaxed);
 }
 
@@ -53,7 +59,7 @@ pub fn note_stdout_at_start() {
 /// recorded) and descriptor 1 is open now.
 #[must_use]
 pub fn stdout_open() -> bool {
-    STDOUT_AT_START.load(Ordering::Relaxed) != CLOSED && fd_open(1)
+    STDOUT_AT_START.load(Ordering::Relaxed) != CLOSED && stdout_fd_open()
 }
 
 #[cfg(test)]
@@ -62,9 +68,12 @@ mod tests {
 
     #[test]
     fn open_and_closed_descriptors() {
-        // A descriptor number far above anything a test process opens.
-        assert!(!fd_open(1_000_000));
         let f = std::fs::File::open("/dev/null").unwrap();
-        assert!(fd_open(std::os::fd::AsRawFd::as_raw_fd(&f)));
+        assert!(fd_open(std::os::fd::AsFd::as_fd(&f)));
+        // SAFETY: a descriptor number far above anything a test process opens: the borrow only
+        // asks the kernel for its flags (EBADF), never reads, writes or closes it.
+        let closed = unsafe { std::os::fd::BorrowedFd::borrow_raw(1_000_000) };
+        assert!(!fd_open(closed));
+        assert!(stdout_fd_open(), "the test harness's stdout is open");
     }
 }

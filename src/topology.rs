@@ -4,7 +4,7 @@
 //! Readers only: deciding new values is the rewrite's job ([`crate::rewrite`]), judging them the
 //! validator's ([`crate::validate`]).
 
-use crate::domain::text_of;
+use crate::xml::text_of;
 use roxmltree::Node;
 use std::collections::BTreeSet;
 
@@ -86,8 +86,8 @@ impl Topology {
     };
 
     /// Read a `<topology>` element as libvirt does. `clusters` says whether that libvirt reads the
-    /// `clusters` attribute (10.1.0 and later, [`crate::facts::VersionRule::Clusters`]): an older
-    /// one ignores it, so it counts as 1; `dies` and `clusters` are optional (1).
+    /// `clusters` attribute (10.1.0 and later, [`crate::domain_facts::VersionRule::Clusters`]): an
+    /// older one ignores it, so it counts as 1; `dies` and `clusters` are optional (1).
     ///
     /// # Errors
     /// libvirt's refusal (`src/conf/cpu_conf.c`): "Missing required attribute 'sockets' in

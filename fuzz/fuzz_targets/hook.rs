@@ -11,7 +11,7 @@ use clap::Parser;
 use libfuzzer_sys::fuzz_target;
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use virt_cpu_policy::hook::{Check, HookOptions, Verdict, run};
+use virt_cpu_policy::hook::{Answer, HookOptions, Phase, run};
 
 const OPS: [(&str, &str); 12] = [
     ("prepare", "begin"),
@@ -121,16 +121,16 @@ fuzz_target!(|data: &[u8]| {
         } else {
             PathBuf::new()
         }),
-        kvm_max_vcpus: (pol & 0x20 == 0).then(|| virt_cpu_policy::host::Fact {
+        kvm_max_vcpus: (pol & 0x20 == 0).then(|| virt_cpu_policy::host::Sourced {
             value: 1024,
             source: "fuzz".into(),
         }),
         ..HookOptions::default()
     };
-    let Some(check) = Check::of(operation, sub) else {
+    let Some(check) = Phase::of(operation, sub) else {
         return;
     };
-    if let Verdict::Refuse(line) = run(&guest, check, stdin, &opts) {
+    if let Answer::Refuse(line) = run(&guest, check, stdin, &opts) {
         assert!(
             !line.contains('\n') && !line.is_empty(),
             "a refusal must be one line: {line:?}"

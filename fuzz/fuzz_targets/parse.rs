@@ -3,7 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use virt_cpu_policy::domain::{Domain, decode};
+use virt_cpu_policy::domain::Domain;
+use virt_cpu_policy::xml::decode;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = decode(data, "fuzz") else {

@@ -4,7 +4,7 @@
 //! policies below, and the rest is the document. Otherwise the rest is `POLICY-TEXT \0 DOCUMENT`
 //! (no NUL: all policy, empty document).
 //!
-//! Properties (issue 8), checked whenever the rewrite returns Ok:
+//! Properties, checked whenever the rewrite returns Ok:
 //! * never a panic;
 //! * out of scope (not kvm/qemu) or `mode = "audit"`: the output is the input, byte for byte;
 //! * enforce, no error finding: the output is well-formed XML; it has exactly one top-level
@@ -18,8 +18,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use std::ops::Range;
-use virt_cpu_policy::domain::{Domain, decode};
-use virt_cpu_policy::host::{Fact, Host, HostOptions};
+use virt_cpu_policy::domain::Domain;
+use virt_cpu_policy::xml::decode;
+use virt_cpu_policy::host::{Host, HostOptions, Sourced};
 use virt_cpu_policy::policy::{Mode, Policy, Target};
 use virt_cpu_policy::rewrite::rewrite;
 
@@ -42,9 +43,9 @@ thread_local! {
     static HOST: Host = Host::discover(&HostOptions {
         caps: Vec::new(),
         cpu_map: None,
-        cpus: Some(Fact { value: 384, source: "fuzz".into() }),
+        cpus: Some(Sourced { value: 384, source: "fuzz".into() }),
         qemu_cache: Some(std::path::PathBuf::new()),
-        kvm_max_vcpus: Some(Fact { value: 1024, source: "fuzz".into() }),
+        kvm_max_vcpus: Some(Sourced { value: 1024, source: "fuzz".into() }),
         ..HostOptions::default()
     })
     .expect("host facts");
@@ -81,7 +82,7 @@ fn parse(text: &str) -> roxmltree::Document<'_> {
         text,
         roxmltree::ParsingOptions {
             allow_dtd: false,
-            nodes_limit: virt_cpu_policy::domain::MAX_NODES,
+            nodes_limit: virt_cpu_policy::xml::MAX_NODES,
             ..Default::default()
         },
     )
@@ -178,7 +179,7 @@ fn check(input: &str, policy: &Policy, host: &Host) {
     );
     // Untouched bytes, when only <cpu> may change.
     let name = dom.name();
-    let plan = policy.resolve(&Target {
+    let plan = policy.plan(&Target {
         name: &name,
         arch: dom.arch(),
         machine: dom.machine(),

@@ -1,7 +1,7 @@
 // virt-cpu-policy transformer for the Apache CloudStack KVM agent.
 //
 // Installed as /usr/share/virt-cpu-policy/cloudstack/libvirt-vm-xml-transformer.groovy; wire it in
-// /etc/cloudstack/agent/agent.properties (see README.md, "CloudStack"):
+// /etc/cloudstack/agent/agent.properties (see docs/integrations.md, "CloudStack"):
 //
 //   agent.hooks.basedir=/etc/cloudstack/agent/hooks
 //   agent.hooks.libvirt_vm_xml_transformer.script=libvirt-vm-xml-transformer.groovy

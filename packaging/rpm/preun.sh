@@ -1,5 +1,6 @@
-# virt-cpu-policy %preun: on erase ($1 = 0), stop virt-cpu-policyd when systemd runs it.
-if [ "$1" = 0 ] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
-    systemctl stop virt-cpu-policyd.service >/dev/null 2>&1 || :
+# virt-cpu-policy %preun: on erase ($1 = 0), stop virt-cpu-policyd when systemd runs it and take the
+# libvirt hook away while the binaries are still there (libvirt reloaded).
+if [ "$1" = 0 ]; then
+    /usr/libexec/virt-cpu-policy/package-scripts deconfigure || :
 fi
 exit 0

@@ -2,7 +2,7 @@
 //! same as one JSON object, or as Prometheus gauges. The judging is [`crate::audit`]'s; this module
 //! turns it into output and an exit code.
 //!
-//! Exit codes (README.md, "Watching a fleet"): 0 every guest conforms (or is out of scope); 3 some
+//! Exit codes (docs/exit-codes.md): 0 every guest conforms (or is out of scope); 3 some
 //! need a rewrite; 1 some cannot conform; 2 a file could not be read or judged (it is reported and
 //! counted, and every other file is still judged), or bad usage, policy or host facts (then one
 //! line on stderr and nothing on stdout). The highest applicable code wins: 2, then 1, then 3.
@@ -13,6 +13,7 @@ use crate::host::Host;
 use crate::policy::Policy;
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
+use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -63,7 +64,7 @@ pub(super) fn cmd_audit(a: &AuditArgs) -> Result<i32, Failure> {
     let started = crate::metrics::now_seconds();
     let policy = Policy::load(a.facts.policy.as_deref())?;
     let host = Host::discover(&super::host_options(&policy, &a.facts))?;
-    crate::cluster::resolve::check(&policy, &host)?;
+    crate::pipeline::check_cluster(&policy, &host)?;
     let files = crate::audit::files(&a.inputs).map_err(|e| Failure {
         code: EXIT_BAD_INPUT,
         message: Some(e.to_string()),
@@ -139,7 +140,7 @@ fn text(entries: &[Entry], t: &Totals) -> String {
                 };
                 rows.push([
                     name,
-                    g.verdict().into(),
+                    g.verdict().as_str().into(),
                     level_cell(g),
                     vcpu_cell(g),
                     rules,
@@ -147,7 +148,7 @@ fn text(entries: &[Entry], t: &Totals) -> String {
                 ]);
             }
             Entry::Unreadable(file, why) => {
-                out_tail.push_str(&format!("unreadable: {}: {why}\n", file.display()));
+                let _ = writeln!(out_tail, "unreadable: {}: {why}", file.display());
             }
         }
     }
@@ -159,10 +160,11 @@ fn text(entries: &[Entry], t: &Totals) -> String {
     if unknown_level {
         s.push_str("note: LEVEL ? for host-model/host-passthrough guests: give this host's `virsh domcapabilities` with --caps FILE\n");
     }
-    s.push_str(&format!(
-        "totals: {} files, {} conforms, {} needs-rewrite, {} cannot-conform, {} out-of-scope, {} unreadable\n",
+    let _ = writeln!(
+        s,
+        "totals: {} files, {} conforms, {} needs-rewrite, {} cannot-conform, {} out-of-scope, {} unreadable",
         t.files, t.conforms, t.needs_rewrite, t.cannot_conform, t.out_of_scope, t.unreadable
-    ));
+    );
     s
 }
 
@@ -181,7 +183,7 @@ fn table(rows: &[[String; 6]]) -> String {
             if i + 1 == r.len() {
                 line.push_str(c);
             } else {
-                line.push_str(&format!("{c:<w$}  ", w = widths[i]));
+                let _ = write!(line, "{c:<w$}  ", w = widths[i]);
             }
         }
         s.push_str(line.trim_end());
@@ -191,7 +193,7 @@ fn table(rows: &[[String; 6]]) -> String {
 }
 
 /// One guest: the `check --format json` object plus `file`, `level`, `vcpu_max`,
-/// `machine_limit` and `rules` (README.md, "Watching a fleet").
+/// `machine_limit` and `rules` (docs/json.md).
 fn guest_json(g: &Guest, policy: &Policy) -> Value {
     let mut v = super::report_json(&g.outcome, policy);
     if let Value::Object(m) = &mut v {

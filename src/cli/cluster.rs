@@ -8,10 +8,10 @@
 
 use super::{EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED, Failure, Format, read_input, write_stdout};
 use crate::cluster::format::{BaselineFormat, render, render_compare};
-use crate::cluster::report::is_x86;
-use crate::cluster::{ClusterError, ClusterOptions, analyze, compare, facts};
+use crate::cluster::{ClusterError, ClusterOptions, analyze, compare, hosts};
 use crate::cpu::Level;
-use crate::cpu::x86_map::X86Map;
+use crate::libvirt::arch::is_x86;
+use crate::libvirt::cpu_map::x86::X86Map;
 use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
 
@@ -92,8 +92,8 @@ impl From<ClusterError> for Failure {
 }
 
 /// libvirt's x86 map at `dir`, or the default one; a missing default is said plainly.
-pub(super) fn load_map(dir: Option<&Path>) -> Result<X86Map, Failure> {
-    let default = Path::new(crate::host::DEFAULT_CPU_MAP);
+fn load_map(dir: Option<&Path>) -> Result<X86Map, Failure> {
+    let default = Path::new(crate::libvirt::cpu_map::DEFAULT_CPU_MAP);
     if dir.is_none() && !default.join("index.xml").is_file() {
         return Err(Failure {
             code: EXIT_BAD_INPUT,
@@ -106,9 +106,22 @@ pub(super) fn load_map(dir: Option<&Path>) -> Result<X86Map, Failure> {
     Ok(X86Map::load(dir.unwrap_or(default)).map_err(ClusterError::from)?)
 }
 
+/// The x86 map `analyze` needs for `hosts`: libvirt's at `dir` (or the default) when a host is
+/// x86, none otherwise (other arches are grouped by their host CPU, without a map).
+pub(super) fn map_for(
+    hosts: &[hosts::ClusterHost],
+    dir: Option<&Path>,
+) -> Result<Option<X86Map>, Failure> {
+    if hosts.iter().any(|h| is_x86(&h.arch)) {
+        load_map(dir).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
 /// Runs `baseline`.
 pub(super) fn cmd_baseline(a: &BaselineArgs) -> Result<i32, Failure> {
-    let hosts = facts::read_hosts(&a.facts)?;
+    let hosts = hosts::read_hosts(&a.facts)?;
     let x86 = hosts.iter().any(|h| is_x86(&h.arch));
     if let (Some(_), false) = (a.min_level, x86) {
         return Err(Failure {
@@ -119,16 +132,12 @@ pub(super) fn cmd_baseline(a: &BaselineArgs) -> Result<i32, Failure> {
             )),
         });
     }
-    let map = if x86 {
-        Some(load_map(a.cpu_map.as_deref())?)
-    } else {
-        None
-    };
+    let map = map_for(&hosts, a.cpu_map.as_deref())?;
     let opts = ClusterOptions {
         migratable: a.migratable,
         strict_vendor: a.strict_vendor,
     };
-    let report = analyze(hosts, map.as_ref(), &opts)?;
+    let report = analyze(&hosts, map.as_ref(), &opts)?;
     let format = match a.format {
         BaselineFormatArg::Text => BaselineFormat::Text,
         BaselineFormatArg::Json => BaselineFormat::Json,
@@ -157,9 +166,9 @@ pub(super) fn cmd_baseline(a: &BaselineArgs) -> Result<i32, Failure> {
 
 /// Runs `compare`.
 pub(super) fn cmd_compare(a: &CompareArgs) -> Result<i32, Failure> {
-    let host = facts::read_host(&a.host)?;
+    let host = hosts::read_host(&a.host)?;
     let (bytes, what) = read_input(&a.domain)?;
-    let text = crate::domain::decode(&bytes, &what)?;
+    let text = crate::xml::decode(&bytes, &what)?;
     let guest_path = PathBuf::from(&what);
     let guest = compare::guest_cpu(text, &guest_path)?;
     if !is_x86(&host.arch) {
@@ -176,7 +185,7 @@ pub(super) fn cmd_compare(a: &CompareArgs) -> Result<i32, Failure> {
     let result = compare::compare(&map, &host, &guest, &guest_path)?;
     let json = matches!(a.format, Format::Json);
     write_stdout(render_compare(&host, &guest, &result, json).as_bytes())?;
-    if result.verdict == compare::Verdict::Incompatible {
+    if result.verdict == compare::Compatibility::Incompatible {
         crate::stdio::message_line(&format!(
             "virt-cpu-policy: the guest CPU cannot run on host {}: {}",
             host.name,

@@ -3,10 +3,14 @@
 //! machine type on its own line) or for programs (`--format json`).
 
 use crate::cpu::Level;
-use crate::host::{DomCaps, Fact, Host, MachineFact};
+use crate::host::{Host, Sourced};
+use crate::libvirt::capabilities::MachineType;
+use crate::libvirt::cpu::{CpuDef, FeaturePolicy};
+use crate::libvirt::domcaps::DomCaps;
 use crate::policy::Policy;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 /// Unversioned machine types (boards, `isapc`, `microvm`...) listed by name in the summary up to
 /// this many per group; more are counted (`--verbose` lists them).
@@ -18,24 +22,25 @@ struct Group<'h> {
     source: &'h str,
     arch: &'h str,
     virt_types: Vec<String>,
-    machines: Vec<&'h MachineFact>,
+    machines: Vec<&'h MachineType>,
 }
 
 /// `host` in text: the summary, or with `verbose` every machine type.
 pub(super) fn text(policy: &Policy, host: &Host, models: usize, verbose: bool) -> String {
     let mut s = String::new();
-    s.push_str(&format!("policy: {}\n", policy.source));
+    let _ = writeln!(s, "policy: {}", policy.source);
     let version = host.libvirt_version();
-    s.push_str(&format!(
-        "cpu_map: {} x86 models from {}{}\n",
+    let _ = writeln!(
+        s,
+        "cpu_map: {} x86 models from {}{}",
         models,
         host.cpu_map_source(),
         cpu_map_version(host, version)
-    ));
+    );
     if let Some(n) = &host.cpu_map_note {
-        s.push_str(&format!("  note: {n}\n"));
+        let _ = writeln!(s, "  note: {n}");
     }
-    let no_version = match &host.qemu_cache_dir {
+    let no_version = match host.qemu_cache().dir() {
         None => "unknown (give --libvirt-version, or a <hostFacts libvirt=...> file with --caps: libvirt's QEMU capability cache was not read, --no-qemu-caps-cache)"
             .to_string(),
         Some(d) => format!(
@@ -54,18 +59,19 @@ pub(super) fn text(policy: &Policy, host: &Host, models: usize, verbose: bool) -
         s.push_str("capability files: none (give --caps FILE)\n");
     }
     for f in &host.files {
-        s.push_str(&format!("capability file: {f}\n"));
+        let _ = writeln!(s, "capability file: {f}");
     }
     let cached = host.qemu_cache_all();
     if cached.is_empty() {
-        s.push_str(&format!(
-            "QEMU capability cache: nothing read from {}\n",
-            host.qemu_cache_dir
-                .as_ref()
+        let _ = writeln!(
+            s,
+            "QEMU capability cache: nothing read from {}",
+            host.qemu_cache()
+                .dir()
                 .map_or("(disabled)".into(), |d| d.display().to_string())
-        ));
+        );
     }
-    let all: Vec<&MachineFact> = host.machines.iter().chain(cached.iter()).collect();
+    let all: Vec<&MachineType> = host.machines.iter().chain(cached.iter()).collect();
     for g in groups(&all) {
         s.push_str(&group_text(&g, verbose));
     }
@@ -81,15 +87,20 @@ pub(super) fn text(policy: &Policy, host: &Host, models: usize, verbose: bool) -
 /// ` (libvirt X)` when the cpu_map and the version are the same installation's: the default
 /// cpu_map and the `<selfvers>` of the default QEMU capability cache. A `--libvirt-version` (a
 /// dry run of another host's rules) or another cache directory says nothing about this cpu_map.
-fn cpu_map_version(host: &Host, version: Option<&Fact<crate::host::LibvirtVersion>>) -> String {
-    let installed = |p: &Option<std::path::PathBuf>, default: &str| {
-        p.as_deref() == Some(std::path::Path::new(default))
-    };
+fn cpu_map_version(
+    host: &Host,
+    version: Option<&Sourced<crate::libvirt::version::LibvirtVersion>>,
+) -> String {
+    let installed =
+        |p: Option<&std::path::Path>, default: &str| p == Some(std::path::Path::new(default));
     match (&host.cpu_map_dir, version) {
         (None, _) => " (libvirt 9.0.0's, built in)".into(),
         (d, Some(v))
-            if installed(d, crate::host::DEFAULT_CPU_MAP)
-                && installed(&host.qemu_cache_dir, crate::host::QEMU_CAPS_CACHE)
+            if installed(d.as_deref(), crate::libvirt::cpu_map::DEFAULT_CPU_MAP)
+                && installed(
+                    host.qemu_cache().dir(),
+                    crate::libvirt::qemu_caps::QEMU_CAPS_CACHE,
+                )
                 && v.source.starts_with("<selfvers>") =>
         {
             format!(" (libvirt {})", v.value)
@@ -98,7 +109,7 @@ fn cpu_map_version(host: &Host, version: Option<&Fact<crate::host::LibvirtVersio
     }
 }
 
-fn fact_line<T: std::fmt::Display>(name: &str, fact: Option<&Fact<T>>, unknown: &str) -> String {
+fn fact_line<T: std::fmt::Display>(name: &str, fact: Option<&Sourced<T>>, unknown: &str) -> String {
     match fact {
         Some(f) => format!("{name}: {} (from {})\n", f.value, f.source),
         None => format!("{name}: {unknown}\n"),
@@ -106,8 +117,8 @@ fn fact_line<T: std::fmt::Display>(name: &str, fact: Option<&Fact<T>>, unknown: 
 }
 
 /// Machine types grouped by (source, arch); virt types whose lists are the same share a group.
-fn groups<'h>(machines: &[&'h MachineFact]) -> Vec<Group<'h>> {
-    let mut by_key: BTreeMap<(&str, &str, String), Vec<&MachineFact>> = BTreeMap::new();
+fn groups<'h>(machines: &[&'h MachineType]) -> Vec<Group<'h>> {
+    let mut by_key: BTreeMap<(&str, &str, String), Vec<&MachineType>> = BTreeMap::new();
     for m in machines {
         let vt = m.virt_type.clone().unwrap_or_else(|| "any".into());
         by_key
@@ -133,8 +144,8 @@ fn groups<'h>(machines: &[&'h MachineFact]) -> Vec<Group<'h>> {
     out
 }
 
-fn same_machines(a: &[&MachineFact], b: &[&MachineFact]) -> bool {
-    let key = |l: &[&MachineFact]| {
+fn same_machines(a: &[&MachineType], b: &[&MachineType]) -> bool {
+    let key = |l: &[&MachineType]| {
         let mut v: Vec<(String, Option<u32>, Option<String>)> = l
             .iter()
             .map(|m| (m.name.clone(), m.max_cpus, m.canonical.clone()))
@@ -200,7 +211,7 @@ fn group_text(g: &Group<'_>, verbose: bool) -> String {
             } else {
                 format!("{first}…{}", last.trim_start_matches(family))
             };
-            s.push_str(&format!("  {range}: {n}\n"));
+            let _ = writeln!(s, "  {range}: {n}");
         }
     }
     others.sort_unstable();
@@ -216,7 +227,7 @@ fn group_text(g: &Group<'_>, verbose: bool) -> String {
     aliases.sort();
     aliases.dedup();
     if !aliases.is_empty() {
-        s.push_str(&format!("  aliases: {}\n", aliases.join(", ")));
+        let _ = writeln!(s, "  aliases: {}", aliases.join(", "));
     }
     s
 }
@@ -225,7 +236,8 @@ fn group_text(g: &Group<'_>, verbose: bool) -> String {
 /// QEMU capability cache, named by a hash, by the emulator it describes
 /// (`/usr/bin/qemu-system-x86_64 (capability cache FILE)`).
 fn source_label(source: &str) -> String {
-    match crate::host::qemu_caps_emulator(std::path::Path::new(source)) {
+    let head = crate::libvirt::qemu_caps::head(std::path::Path::new(source));
+    match head.and_then(|h| h.emulator) {
         Some(emulator) => format!("{emulator} (capability cache {source})"),
         None => source.to_string(),
     }
@@ -251,10 +263,10 @@ fn others_text(others: &[(&str, u32)], verbose: bool) -> String {
         return String::new();
     }
     if verbose {
-        return others
-            .iter()
-            .map(|(name, n)| format!("  {name}: {n}\n"))
-            .collect();
+        return others.iter().fold(String::new(), |mut s, (name, n)| {
+            let _ = writeln!(s, "  {name}: {n}");
+            s
+        });
     }
     if others.len() <= MAX_NAMED_OTHERS {
         let named: Vec<String> = others.iter().map(|(m, n)| format!("{m}: {n}")).collect();
@@ -275,10 +287,10 @@ fn unlimited_text(names: &[&str], all: bool, verbose: bool) -> String {
         return String::new();
     }
     if verbose {
-        return names
-            .iter()
-            .map(|name| format!("  {name}: limit unknown (no maxCpus)\n"))
-            .collect();
+        return names.iter().fold(String::new(), |mut s, name| {
+            let _ = writeln!(s, "  {name}: limit unknown (no maxCpus)");
+            s
+        });
     }
     let what = if all {
         format!(
@@ -307,7 +319,8 @@ fn domcaps_text(host: &Host, d: &DomCaps) -> String {
     let modes = if d.modes.is_empty() {
         "none".to_string()
     } else {
-        d.modes.iter().cloned().collect::<Vec<_>>().join(",")
+        let modes: Vec<&str> = d.modes.iter().map(|m| m.as_str()).collect();
+        modes.join(",")
     };
     let mut s = format!(
         "domcapabilities: {} {} {machine}: vcpu max {}, modes {modes} (from {})\n",
@@ -317,42 +330,46 @@ fn domcaps_text(host: &Host, d: &DomCaps) -> String {
         d.source
     );
     if let (Some(hm), Some((model, level))) = (&d.host_model, host.host_model_level(d)) {
-        let level = if !x86(d) {
-            " (x86-64 levels apply to x86 only)".to_string()
-        } else {
+        let level = if x86(d) {
             format!(
                 ": reaches {}",
                 level.map_or("below x86-64-v1".into(), |l| l.to_string())
             )
+        } else {
+            " (x86-64 levels apply to x86 only)".to_string()
         };
-        s.push_str(&format!(
-            "  host-model: {model} + {} required, {} disabled{level}\n",
-            hm.require.len(),
-            hm.disable.len()
-        ));
+        let _ = writeln!(
+            s,
+            "  host-model: {model} + {} required, {} disabled{level}",
+            host_model_features(hm, FeaturePolicy::gives).len(),
+            host_model_features(hm, FeaturePolicy::takes_away).len()
+        );
     }
     let usable = d.models.iter().filter(|(_, u)| *u).count();
-    s.push_str(&format!(
-        "  custom models: {usable} of {} usable\n",
-        d.models.len()
-    ));
+    let _ = writeln!(s, "  custom models: {usable} of {} usable", d.models.len());
     s
+}
+
+/// The host-model CPU's features of the policies `select` says yes to, sorted, each once.
+fn host_model_features(hm: &CpuDef, select: fn(FeaturePolicy) -> bool) -> Vec<&str> {
+    let set: std::collections::BTreeSet<&str> = hm.features_where(select).collect();
+    set.into_iter().collect()
 }
 
 /// Whether the x86-64 psABI levels say anything about the domcapabilities' guests.
 fn x86(d: &DomCaps) -> bool {
-    matches!(d.arch.as_str(), "x86_64" | "i686")
+    crate::libvirt::arch::is_x86(&d.arch)
 }
 
 /// `{"value", "source"}`, or null when the fact is unknown.
-fn fact_json<T: serde::Serialize>(f: Option<&Fact<T>>) -> Value {
+fn fact_json<T: serde::Serialize>(f: Option<&Sourced<T>>) -> Value {
     f.map_or(
         Value::Null,
         |f| json!({"value": f.value, "source": f.source}),
     )
 }
 
-/// `host --format json`: every fact, each with its source (README.md, "JSON output").
+/// `host --format json`: every fact, each with its source (docs/json.md).
 pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
     let cached = host.qemu_cache_all();
     let machines: Vec<Value> = host
@@ -371,8 +388,8 @@ pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
             let hm = host.host_model_level(d).map(|(model, level)| {
                 let hm = d.host_model.as_ref();
                 json!({"model": model,
-                       "require": hm.map(|h| h.require.iter().collect::<Vec<_>>()),
-                       "disable": hm.map(|h| h.disable.iter().collect::<Vec<_>>()),
+                       "require": hm.map(|h| host_model_features(h, FeaturePolicy::gives)),
+                       "disable": hm.map(|h| host_model_features(h, FeaturePolicy::takes_away)),
                        "level": level.filter(|_| x86(d)).map(Level::as_str)})
             });
             let machine = Some(&d.machine).filter(|m| !m.is_empty());
@@ -388,14 +405,14 @@ pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
         "policy": policy.source,
         "cpu_map": {"source": host.cpu_map_source(), "models": models, "note": host.cpu_map_note},
         // A version stays a string ("11.3.0"); counts are numbers.
-        "libvirt_version": fact_json(host.libvirt_version().map(|v| Fact {
+        "libvirt_version": fact_json(host.libvirt_version().map(|v| Sourced {
             value: v.value.to_string(),
             source: v.source.clone(),
         }).as_ref()),
         "host_cpus": fact_json(host.cpus()),
         "kvm_max_vcpus": fact_json(host.kvm_limit()),
         "capability_files": host.files,
-        "qemu_caps_cache": host.qemu_cache_dir,
+        "qemu_caps_cache": host.qemu_cache().dir(),
         "machines": machines,
         "domcapabilities": domcaps,
     })

@@ -5,13 +5,12 @@
 //! the hosts), one line on stderr and nothing on stdout; 2 bad usage or input (one line on
 //! stderr, nothing on stdout).
 
-use super::cluster::load_map;
+use super::cluster::map_for;
 use super::{EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED, Failure, write_stdout};
-use crate::cluster::report::is_x86;
 use crate::cluster::traits::{
     HostTraits, TraitsError, cluster_traits, render_cloudstack, render_json, render_nova,
 };
-use crate::cluster::{ClusterOptions, analyze, facts};
+use crate::cluster::{ClusterOptions, analyze, hosts};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
@@ -63,19 +62,15 @@ impl From<TraitsError> for Failure {
 
 /// Runs `traits`.
 pub(super) fn cmd_traits(a: &TraitsArgs) -> Result<i32, Failure> {
-    let hosts = facts::read_hosts(&a.facts)?;
-    let map = if hosts.iter().any(|h| is_x86(&h.arch)) {
-        Some(load_map(a.cpu_map.as_deref())?)
-    } else {
-        None
-    };
-    // The CPU `cpu.model = "baseline"` gives guests (cluster::resolve): for guests that migrate,
+    let hosts = hosts::read_hosts(&a.facts)?;
+    let map = map_for(&hosts, a.cpu_map.as_deref())?;
+    // The CPU `cpu.model = "baseline"` gives guests (cluster::cpu): for guests that migrate,
     // vendor-neutral across a vendor mix.
     let opts = ClusterOptions {
         migratable: true,
         strict_vendor: false,
     };
-    let report = analyze(hosts, map.as_ref(), &opts)?;
+    let report = analyze(&hosts, map.as_ref(), &opts)?;
     let traits = cluster_traits(&report)?;
     let chosen: Vec<&HostTraits> = match &a.host {
         None => traits.hosts.iter().collect(),

@@ -10,15 +10,17 @@
 
 use super::ClusterError;
 use super::baseline::{Select, cpu_data};
-use super::facts::{CpuDef, FeaturePolicy, HostFacts, read_cpu};
-use super::report::is_x86;
-use crate::cpu::x86_map::{CpuData, X86Map};
-use crate::domain::{Domain, child, parse_xml};
+use super::hosts::ClusterHost;
+use crate::domain::Domain;
+use crate::libvirt::arch::is_x86;
+use crate::libvirt::cpu::{CpuDef, CpuMatch, CpuType, FeaturePolicy};
+use crate::libvirt::cpu_map::x86::{CpuData, X86Map};
+use crate::xml::parse_xml;
 use std::path::Path;
 
-/// The answer, as libvirt's `virCPUCompareResult`.
+/// Whether a guest CPU runs on a host, as libvirt's `virCPUCompareResult` says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Compatibility {
     /// The host's CPU is exactly the guest's.
     Identical,
     /// The host has everything the guest needs, and more: the guest runs.
@@ -27,14 +29,14 @@ pub enum Verdict {
     Incompatible,
 }
 
-impl Verdict {
+impl Compatibility {
     /// `identical`, `superset` or `incompatible`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
-            Verdict::Identical => "identical",
-            Verdict::Superset => "superset",
-            Verdict::Incompatible => "incompatible",
+            Compatibility::Identical => "identical",
+            Compatibility::Superset => "superset",
+            Compatibility::Incompatible => "incompatible",
         }
     }
 }
@@ -45,8 +47,9 @@ pub struct GuestCpu {
     /// The domain's `<name>` ("" for a bare `<cpu>`).
     pub name: String,
     /// `<cpu match=...>`: `exact` (the default), `minimum` or `strict`.
-    pub matching: String,
-    /// Model, vendor and features.
+    pub matching: CpuMatch,
+    /// Model, vendor and features, read as libvirt reads a guest CPU
+    /// ([`CpuDef::read_as`]).
     pub cpu: CpuDef,
 }
 
@@ -54,7 +57,7 @@ pub struct GuestCpu {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Comparison {
     /// The verdict.
-    pub verdict: Verdict,
+    pub verdict: Compatibility,
     /// libvirt's reason for `incompatible` (its exact words, e.g. "Host CPU does not provide
     /// required features: pni, popcnt"), else None.
     pub message: Option<String>,
@@ -72,9 +75,9 @@ pub struct Comparison {
 ///
 /// # Errors
 /// [`ClusterError::Input`] for unreadable XML or another root; [`ClusterError::Facts`] for a
-/// domain without `<cpu>`, a `host-model`/`host-passthrough`/`maximum` CPU (it is the host's own
-/// CPU: nothing to compare), features without a model (libvirt: "Non-empty feature list
-/// specified without CPU model"), an unknown `match` or feature policy.
+/// domain without `<cpu>`, a CPU libvirt refuses ([`CpuDef::read_as`]: features without a model,
+/// an unknown `match` or feature policy...), a `host-model`/`host-passthrough`/`maximum` CPU (it
+/// is the host's own CPU: nothing to compare).
 pub fn guest_cpu(text: &str, path: &Path) -> Result<GuestCpu, ClusterError> {
     let what = path.display().to_string();
     let facts = |message: String| ClusterError::Facts {
@@ -102,28 +105,15 @@ pub fn guest_cpu(text: &str, path: &Path) -> Result<GuestCpu, ClusterError> {
             (String::new(), bare.root_element())
         }
     };
-    let mode = node.attribute("mode").unwrap_or("custom");
-    if mode != "custom" {
+    let cpu = CpuDef::read_as(node, CpuType::Guest).map_err(facts)?;
+    if let Some(mode) = cpu.mode.filter(|m| m.is_host_based()) {
         return Err(facts(format!(
             "the guest CPU is mode='{mode}': it takes the host's own CPU, so there is nothing to compare (compare judges custom CPUs)"
         )));
     }
-    let matching = node.attribute("match").unwrap_or("exact").to_string();
-    if !matches!(matching.as_str(), "exact" | "minimum" | "strict") {
-        return Err(facts(format!("invalid CPU match value '{matching}'")));
-    }
-    let cpu = read_cpu(node, path)?;
-    if cpu.model.is_none() && !cpu.features.is_empty() {
-        return Err(facts(
-            "Non-empty feature list specified without CPU model".into(),
-        ));
-    }
-    if child(node, "vendor").is_some() && cpu.model.is_none() {
-        return Err(facts("CPU vendor specified without CPU model".into()));
-    }
     Ok(GuestCpu {
         name,
-        matching,
+        matching: cpu.matching.unwrap_or(CpuMatch::Exact),
         cpu,
     })
 }
@@ -135,13 +125,13 @@ pub fn guest_cpu(text: &str, path: &Path) -> Result<GuestCpu, ClusterError> {
 /// (in either CPU).
 pub fn compare(
     map: &X86Map,
-    host: &HostFacts,
+    host: &ClusterHost,
     guest: &GuestCpu,
     guest_path: &Path,
 ) -> Result<Comparison, ClusterError> {
     let host_cpu = host_cpu(host)?;
     let mut answer = Comparison {
-        verdict: Verdict::Incompatible,
+        verdict: Compatibility::Incompatible,
         message: None,
         missing: Vec::new(),
         forbidden: Vec::new(),
@@ -161,7 +151,7 @@ pub fn compare(
 }
 
 /// The CPU of an x86 `host` that compare can judge against.
-fn host_cpu(host: &HostFacts) -> Result<&CpuDef, ClusterError> {
+fn host_cpu(host: &ClusterHost) -> Result<&CpuDef, ClusterError> {
     let host_error = |message: String| ClusterError::Facts {
         path: host.path.clone(),
         message,
@@ -238,14 +228,14 @@ fn compare_features(
     }
     answer.extra = names(&diff);
     if diff.is_empty() {
-        answer.verdict = Verdict::Identical;
-    } else if guest.matching == "strict" {
+        answer.verdict = Compatibility::Identical;
+    } else if guest.matching == CpuMatch::Strict {
         answer.message = Some(format!(
             "Host CPU does not strictly match guest CPU: Extra features: {}",
             answer.extra.join(", ")
         ));
     } else {
-        answer.verdict = Verdict::Superset;
+        answer.verdict = Compatibility::Superset;
     }
     Ok(answer)
 }
@@ -253,19 +243,15 @@ fn compare_features(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
     use std::path::PathBuf;
 
-    fn map() -> Option<X86Map> {
-        let dir = Path::new(crate::host::DEFAULT_CPU_MAP);
-        if !dir.join("index.xml").exists() {
-            eprintln!("skipping: no cpu_map");
-            return None;
-        }
-        Some(X86Map::load(dir).unwrap())
+    fn map() -> X86Map {
+        X86Map::load(&crate::testdata::cpu_map()).unwrap()
     }
 
-    fn host(model: &str, vendor: &str, features: &[(&str, FeaturePolicy)]) -> HostFacts {
-        HostFacts {
+    fn host(model: &str, vendor: &str, features: &[(&str, FeaturePolicy)]) -> ClusterHost {
+        ClusterHost {
             name: "h".into(),
             path: PathBuf::from("h.xml"),
             arch: "x86_64".into(),
@@ -273,22 +259,23 @@ mod tests {
                 model: Some(model.into()),
                 vendor: Some(vendor.into()),
                 features: features.iter().map(|(n, p)| ((*n).into(), *p)).collect(),
+                ..CpuDef::default()
             }),
             origin: None,
             usable_models: None,
-            machines: Default::default(),
+            machines: BTreeSet::default(),
             libvirt: None,
         }
     }
 
-    fn run(map: &X86Map, h: &HostFacts, xml: &str) -> Comparison {
+    fn run(map: &X86Map, h: &ClusterHost, xml: &str) -> Comparison {
         let g = guest_cpu(xml, Path::new("g.xml")).unwrap();
         compare(map, h, &g, Path::new("g.xml")).unwrap()
     }
 
     #[test]
     fn verdicts_and_messages() {
-        let Some(map) = map() else { return };
+        let map = map();
         let h = host(
             "Nehalem",
             "Intel",
@@ -302,19 +289,19 @@ mod tests {
             &h,
             "<cpu><model>Nehalem</model><feature name='vme'/><feature policy='disable' name='pni'/></cpu>",
         );
-        assert_eq!(same.verdict, Verdict::Identical, "{same:?}");
+        assert_eq!(same.verdict, Compatibility::Identical, "{same:?}");
         let sub = run(
             &map,
             &h,
             "<domain><name>g</name><cpu mode='custom'><model>Penryn</model></cpu></domain>",
         );
-        assert_eq!(sub.verdict, Verdict::Incompatible);
+        assert_eq!(sub.verdict, Compatibility::Incompatible);
         assert_eq!(sub.missing, ["pni"]);
         let small = run(&map, &h, "<cpu><model>pentium</model></cpu>");
-        assert_eq!(small.verdict, Verdict::Superset);
+        assert_eq!(small.verdict, Compatibility::Superset);
         assert!(small.extra.contains(&"sse2".to_string()));
         let strict = run(&map, &h, "<cpu match='strict'><model>pentium</model></cpu>");
-        assert_eq!(strict.verdict, Verdict::Incompatible);
+        assert_eq!(strict.verdict, Compatibility::Incompatible);
         assert!(
             strict
                 .message

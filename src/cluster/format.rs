@@ -7,7 +7,7 @@
 //! since Wallaby; CloudStack's `LibvirtVMDef.CpuModeDef` writes `policy='disable'` for it).
 
 use super::compare::{Comparison, GuestCpu};
-use super::facts::HostFacts;
+use super::hosts::ClusterHost;
 use super::report::ClusterReport;
 use crate::cpu::Level;
 use std::fmt::Write as _;
@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 pub enum BaselineFormat {
     /// A report for people.
     Text,
-    /// One JSON object (shape in README, "Clusters and migration").
+    /// One JSON object (its shape: docs/json.md).
     Json,
     /// A whole policy file whose one rule gives guests the baseline.
     Toml,
@@ -300,7 +300,7 @@ fn notes(report: &ClusterReport) -> Vec<String> {
 /// Writes a comparison as text (one verdict line, then the features named) or as one JSON
 /// object (`guest`, `host`, `result`, `message`, `missing`, `forbidden`, `extra`, `notes`).
 #[must_use]
-pub fn render_compare(host: &HostFacts, guest: &GuestCpu, c: &Comparison, json: bool) -> String {
+pub fn render_compare(host: &ClusterHost, guest: &GuestCpu, c: &Comparison, json: bool) -> String {
     if json {
         let v = serde_json::json!({
             "guest": guest.name,
@@ -320,18 +320,18 @@ pub fn render_compare(host: &HostFacts, guest: &GuestCpu, c: &Comparison, json: 
         format!("guest '{}'", guest.name)
     };
     let mut s = match c.verdict {
-        super::compare::Verdict::Identical => {
+        super::compare::Compatibility::Identical => {
             format!(
                 "{guest_label}: identical to the CPU of host {}\n",
                 host.name
             )
         }
-        super::compare::Verdict::Superset => format!(
+        super::compare::Compatibility::Superset => format!(
             "{guest_label}: runs on host {} (its CPU is a superset: {} feature(s) more)\n",
             host.name,
             c.extra.len()
         ),
-        super::compare::Verdict::Incompatible => format!(
+        super::compare::Compatibility::Incompatible => format!(
             "{guest_label}: incompatible with host {}: {}\n",
             host.name,
             c.message.as_deref().unwrap_or("incompatible")

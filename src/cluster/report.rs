@@ -15,9 +15,10 @@
 
 use super::ClusterError;
 use super::baseline::{Baseline, BaselineOptions, InputCpu, Select, baseline, cpu_data};
-use super::facts::{CpuOrigin, HostFacts};
+use super::hosts::{ClusterHost, CpuOrigin};
 use crate::cpu::Level;
-use crate::cpu::x86_map::{CpuData, X86Map};
+use crate::libvirt::arch::is_x86;
+use crate::libvirt::cpu_map::x86::{CpuData, X86Map};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
@@ -91,12 +92,6 @@ impl ClusterReport {
     }
 }
 
-/// Whether libvirt's x86 CPU driver handles `arch` (`virCPUx86Baseline`: i686 and x86_64).
-#[must_use]
-pub fn is_x86(arch: &str) -> bool {
-    matches!(arch, "x86_64" | "i686")
-}
-
 /// Puts the cluster of `hosts` together. `map` is needed for x86 hosts.
 ///
 /// # Errors
@@ -104,7 +99,7 @@ pub fn is_x86(arch: &str) -> bool {
 /// ([`ClusterError::Facts`]), unknown models, features or vendors, and no common CPU
 /// ([`ClusterError::Incompatible`]).
 pub fn analyze(
-    hosts: Vec<HostFacts>,
+    hosts: &[ClusterHost],
     map: Option<&X86Map>,
     opts: &ClusterOptions,
 ) -> Result<ClusterReport, ClusterError> {
@@ -139,7 +134,7 @@ pub fn analyze(
         groups: Vec::new(),
         usable_from: Vec::new(),
         non_migratable: Vec::new(),
-        machines: common_machines(&hosts),
+        machines: common_machines(hosts),
         unknown_cpu: hosts
             .iter()
             .filter(|h| h.cpu.is_none())
@@ -148,7 +143,7 @@ pub fn analyze(
         cpu_map: None,
     };
     match (is_x86(&arch), map) {
-        (true, Some(map)) => x86(&mut report, &hosts, map, opts)?,
+        (true, Some(map)) => x86(&mut report, hosts, map, *opts)?,
         (true, None) => {
             return Err(ClusterError::Incompatible(
                 "x86 hosts need libvirt's cpu_map".into(),
@@ -162,7 +157,7 @@ pub fn analyze(
                     format!("{:?} {:?} {f:?}", c.model, c.vendor)
                 })
             });
-            report.groups = groups(&hosts, keys);
+            report.groups = groups(hosts, keys);
         }
     }
     Ok(report)
@@ -172,9 +167,9 @@ pub fn analyze(
 /// CPUs, and libvirt's baseline restricted to the models every host can use.
 fn x86(
     report: &mut ClusterReport,
-    hosts: &[HostFacts],
+    hosts: &[ClusterHost],
     map: &X86Map,
-    opts: &ClusterOptions,
+    opts: ClusterOptions,
 ) -> Result<(), ClusterError> {
     report.cpu_map = Some(map.source().to_owned());
     let datas = host_data(hosts, map)?;
@@ -242,7 +237,7 @@ fn x86(
 ///
 /// # Errors
 /// A host without a CPU, or whose vendor, model or features the cpu_map does not know.
-fn host_data(hosts: &[HostFacts], map: &X86Map) -> Result<Vec<CpuData>, ClusterError> {
+fn host_data(hosts: &[ClusterHost], map: &X86Map) -> Result<Vec<CpuData>, ClusterError> {
     let mut datas: Vec<CpuData> = Vec::new();
     for h in hosts {
         let Some(cpu) = &h.cpu else {
@@ -290,7 +285,7 @@ fn host_levels(report: &mut ClusterReport, map: &X86Map, datas: &[CpuData]) {
 
 /// The models every host with domcapabilities lists as usable (None: no host lists any), and
 /// those hosts' names in [`ClusterReport::usable_from`].
-fn usable_models(report: &mut ClusterReport, hosts: &[HostFacts]) -> Option<BTreeSet<String>> {
+fn usable_models(report: &mut ClusterReport, hosts: &[ClusterHost]) -> Option<BTreeSet<String>> {
     let mut usable: Option<BTreeSet<String>> = None;
     for h in hosts {
         if let Some(u) = &h.usable_models {
@@ -306,7 +301,7 @@ fn usable_models(report: &mut ClusterReport, hosts: &[HostFacts]) -> Option<BTre
 
 /// Hosts grouped by their CPU identity `keys` (one per host; None: alone), groups in order of
 /// first appearance.
-fn groups(hosts: &[HostFacts], keys: impl Iterator<Item = Option<String>>) -> Vec<Vec<String>> {
+fn groups(hosts: &[ClusterHost], keys: impl Iterator<Item = Option<String>>) -> Vec<Vec<String>> {
     let mut out: Vec<(Option<String>, Vec<String>)> = Vec::new();
     for (h, k) in hosts.iter().zip(keys) {
         match out.iter_mut().find(|(g, _)| k.is_some() && *g == k) {
@@ -318,7 +313,7 @@ fn groups(hosts: &[HostFacts], keys: impl Iterator<Item = Option<String>>) -> Ve
 }
 
 /// The machine types every host lists, when every host lists some.
-fn common_machines(hosts: &[HostFacts]) -> Option<BTreeSet<String>> {
+fn common_machines(hosts: &[ClusterHost]) -> Option<BTreeSet<String>> {
     let mut all: Option<BTreeSet<String>> = None;
     for h in hosts {
         if h.machines.is_empty() {
@@ -335,23 +330,23 @@ fn common_machines(hosts: &[HostFacts]) -> Option<BTreeSet<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::facts::read_hosts;
-    use std::path::Path;
-
-    fn corpus() -> Option<PathBuf> {
-        crate::cluster::test_corpus("")
-    }
+    use crate::cluster::hosts::read_hosts;
+    use crate::testdata::corpus;
 
     #[test]
+    #[cfg_attr(
+        not(vcp_shared_corpus),
+        ignore = "needs ../shared/corpus beside the checkout"
+    )]
     fn aarch64_groups_from_the_corpus() {
-        let Some(c) = corpus() else { return };
+        let c = corpus("");
         let hosts = read_hosts(&[
             c.join("virt-manager/capabilities/kvm-aarch64.xml"),
             c.join("libvirt-domaincapsdata/qemu_11.0.0-virt.aarch64.xml"),
             c.join("libvirt-domaincapsdata/qemu_11.1.0-virt.aarch64.xml"),
         ])
         .unwrap();
-        let r = analyze(hosts, None, &ClusterOptions::default()).unwrap();
+        let r = analyze(&hosts, None, &ClusterOptions::default()).unwrap();
         assert_eq!(r.arch, "aarch64");
         assert!(r.baseline.is_none() && r.level.is_none());
         assert_eq!(r.groups.len(), 3, "{:?}", r.groups);
@@ -359,27 +354,30 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(vcp_shared_corpus),
+        ignore = "needs ../shared/corpus beside the checkout"
+    )]
     fn mixed_arches_are_refused() {
-        let Some(c) = corpus() else { return };
+        let c = corpus("");
         let hosts = read_hosts(&[
             c.join("virt-manager/capabilities/kvm-aarch64.xml"),
             c.join("libvirt-cputestdata/x86_64-cpuid-Xeon-E5-2650-v4-host.xml"),
         ])
         .unwrap();
-        let e = analyze(hosts, None, &ClusterOptions::default()).unwrap_err();
+        let e = analyze(&hosts, None, &ClusterOptions::default()).unwrap_err();
         assert!(matches!(e, ClusterError::MixedArch(_)), "{e}");
         assert!(e.to_string().contains("kvm-aarch64 (aarch64)"), "{e}");
     }
 
     #[test]
+    #[cfg_attr(
+        not(vcp_shared_corpus),
+        ignore = "needs ../shared/corpus beside the checkout"
+    )]
     fn levels_blockers_and_groups() {
-        let Some(c) = corpus() else { return };
-        let dir = Path::new(crate::host::DEFAULT_CPU_MAP);
-        if !dir.join("index.xml").exists() {
-            eprintln!("skipping: no cpu_map");
-            return;
-        }
-        let map = X86Map::load(dir).unwrap();
+        let c = corpus("");
+        let map = X86Map::load(&crate::testdata::cpu_map()).unwrap();
         let d = c.join("libvirt-cputestdata");
         let hosts = read_hosts(&[
             d.join("x86_64-cpuid-Xeon-E5-2650-v4-host.xml"),
@@ -394,7 +392,7 @@ mod tests {
             d.join("x86_64-cpuid-Core2-E6850-host.xml"),
         ])
         .unwrap();
-        let r = analyze(hosts, Some(&map), &ClusterOptions::default()).unwrap();
+        let r = analyze(&hosts, Some(&map), &ClusterOptions::default()).unwrap();
         let levels: Vec<Option<Level>> = r.hosts.iter().map(|h| h.level).collect();
         assert_eq!(levels, [Some(Level::V3), Some(Level::V2), Some(Level::V1)]);
         assert_eq!(r.level, Some(Level::V1));
@@ -413,14 +411,14 @@ mod tests {
         // The Core2 lacks invtsc; the Xeon alone has it, and a guest with it cannot migrate.
         assert!(r.non_migratable.is_empty());
         let xeon = || read_hosts(&[d.join("x86_64-cpuid-Xeon-E5-2650-v4-host.xml")]).unwrap();
-        let one = analyze(xeon(), Some(&map), &ClusterOptions::default()).unwrap();
+        let one = analyze(&xeon(), Some(&map), &ClusterOptions::default()).unwrap();
         assert_eq!(one.non_migratable, ["invtsc"]);
         assert!(one.features.contains(&"invtsc".into()));
         let opts = ClusterOptions {
             migratable: true,
             ..ClusterOptions::default()
         };
-        let m = analyze(xeon(), Some(&map), &opts).unwrap();
+        let m = analyze(&xeon(), Some(&map), &opts).unwrap();
         assert!(m.non_migratable.is_empty() && !m.features.contains(&"invtsc".into()));
     }
 }

@@ -28,6 +28,7 @@
 use super::report::ClusterReport;
 use crate::cpu::Level;
 use sha2::{Digest, Sha256};
+use std::fmt::Write as _;
 
 /// Placement's longest trait name (os-traits; Nova's provider config schema).
 pub const MAX_TRAIT_LEN: usize = 255;
@@ -73,8 +74,11 @@ impl ClusterCpu {
     #[must_use]
     pub fn fingerprint(&self) -> String {
         let digest = Sha256::digest(self.canonical().as_bytes());
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-        hex[..FINGERPRINT_LEN].to_string()
+        let mut hex = String::with_capacity(FINGERPRINT_LEN);
+        for b in &digest[..FINGERPRINT_LEN / 2] {
+            let _ = write!(hex, "{b:02x}");
+        }
+        hex
     }
 
     /// The placement trait: `CUSTOM_VCP_CLUSTER_<MODEL>_<FP>` (upper case; at most 255
@@ -281,10 +285,10 @@ pub fn render_nova(t: &ClusterTraits, hosts: &[&HostTraits]) -> Result<String, T
             });
         }
         s.push_str("  - identification:\n");
-        s.push_str(&format!("      name: {}\n", yaml_string(&h.name)));
+        let _ = writeln!(s, "      name: {}", yaml_string(&h.name));
         s.push_str("    traits:\n      additional:\n");
         for tr in h.traits(&t.cpu) {
-            s.push_str(&format!("        - {tr}\n"));
+            let _ = writeln!(s, "        - {tr}");
         }
     }
     Ok(s)
@@ -299,9 +303,9 @@ pub fn render_cloudstack(t: &ClusterTraits, hosts: &[&HostTraits]) -> String {
     let mut s = header(t, hosts);
     for h in hosts {
         if hosts.len() > 1 {
-            s.push_str(&format!("# {}\n", h.name));
+            let _ = writeln!(s, "# {}", h.name);
         }
-        s.push_str(&format!("host.tags={}\n", h.tags(&t.cpu).join(",")));
+        let _ = writeln!(s, "host.tags={}", h.tags(&t.cpu).join(","));
     }
     s
 }

@@ -5,14 +5,16 @@
 //! normalised to libvirt's spelling ([`crate::cpu::normalize_feature`]) when the file is read, so
 //! the rest of the program only sees libvirt names.
 //!
-//! [`Policy::resolve`] turns the ordered `[[rule]]` list into a [`Plan`] for one domain: rules
+//! [`Policy::plan`] turns the ordered `[[rule]]` list into a [`Plan`] for one domain: rules
 //! apply in file order and a later matching rule overrides an earlier one key by key; every value
 //! in the plan remembers the rule that set it, for `--explain` and for messages.
 
 mod read;
 
+use crate::cluster::cpu::ClusterCpu;
 use crate::cpu::Level;
 use crate::error::{Error, Result};
+use crate::libvirt::cpu::{CpuCheck, CpuMode, Fallback};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -94,126 +96,6 @@ pub struct HostSettings {
 /// run (the cluster's baseline, computed per run), not a model of this name (libvirt has none).
 pub const BASELINE_MODEL: &str = "baseline";
 
-/// The CPU every host of `[host] cluster` can run, as a plan uses it for `cpu.model =
-/// "baseline"` (libvirt's baseline of the hosts' CPUs, `migratable`: see
-/// [`crate::cluster::resolve`]). Feature names are libvirt's.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ClusterCpu {
-    /// The baseline's model (a libvirt model of the cpu_map in use).
-    pub model: String,
-    /// Features the baseline adds to its model.
-    pub require: Vec<String>,
-    /// Features of its model the baseline takes away.
-    pub disable: Vec<String>,
-    /// The hosts' vendor as libvirt names it (`Intel`, `AMD`); None when they differ (the
-    /// vendor-neutral baseline) or a host names none.
-    pub vendor: Option<String>,
-    /// Every feature the baseline CPU has (model + `require` − `disable`): the features all the
-    /// hosts share.
-    pub features: Vec<String>,
-    /// The x86-64 psABI level every host reaches (None: not even x86-64-v1).
-    pub level: Option<Level>,
-    /// For each level above [`ClusterCpu::level`]: the hosts that lack it, each as `NAME
-    /// (missing a, b)`.
-    pub blocked: Vec<(Level, Vec<String>)>,
-    /// The hosts' names, in the order read.
-    pub hosts: Vec<String>,
-    /// Where the cluster is named: `[host] cluster of policy FILE`.
-    pub source: String,
-}
-
-impl ClusterCpu {
-    /// `N host(s): a, b, c` for messages.
-    #[must_use]
-    pub fn hosts_text(&self) -> String {
-        format!("{} host(s): {}", self.hosts.len(), self.hosts.join(", "))
-    }
-}
-
-/// libvirt's `<cpu mode=...>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CpuMode {
-    /// `host-model`: libvirt copies the host's CPU model and features (x86, s390x, ppc64).
-    HostModel,
-    /// `host-passthrough`: the host CPU as KVM sees it (not under TCG).
-    HostPassthrough,
-    /// `maximum`: everything the hypervisor can give (libvirt >= 7.1).
-    Maximum,
-    /// `custom`: a named model plus features.
-    Custom,
-}
-
-impl CpuMode {
-    /// libvirt's spelling.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CpuMode::HostModel => "host-model",
-            CpuMode::HostPassthrough => "host-passthrough",
-            CpuMode::Maximum => "maximum",
-            CpuMode::Custom => "custom",
-        }
-    }
-
-    /// Parse libvirt's spelling; None for anything else.
-    #[must_use]
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "host-model" => CpuMode::HostModel,
-            "host-passthrough" => CpuMode::HostPassthrough,
-            "maximum" => CpuMode::Maximum,
-            "custom" => CpuMode::Custom,
-            _ => return None,
-        })
-    }
-}
-
-/// libvirt's `<model fallback=...>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Fallback {
-    /// libvirt may pick a close model.
-    Allow,
-    /// Only the named model.
-    Forbid,
-}
-
-/// libvirt's `<cpu check=...>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Check {
-    /// No check: features the host lacks are silently dropped (seen with libvirt 9.0).
-    None,
-    /// libvirt checks before start (its default for custom).
-    Partial,
-    /// libvirt also checks the CPU QEMU really created.
-    Full,
-}
-
-impl Check {
-    /// libvirt's spelling.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Check::None => "none",
-            Check::Partial => "partial",
-            Check::Full => "full",
-        }
-    }
-}
-
-impl Fallback {
-    /// libvirt's spelling.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fallback::Allow => "allow",
-            Fallback::Forbid => "forbid",
-        }
-    }
-}
-
 /// `vcpu.max`: the vCPU maximum a rule asks for (applied by part 2 of the rewrite engine).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VcpuMax {
@@ -272,7 +154,7 @@ pub struct CpuRule {
     /// `cpu.fallback`.
     pub fallback: Option<Fallback>,
     /// `cpu.check`.
-    pub check: Option<Check>,
+    pub check: Option<CpuCheck>,
     /// `cpu.min_level`.
     pub min_level: Option<Level>,
     /// `cpu.require`, libvirt spellings.
@@ -333,9 +215,10 @@ pub struct Target<'a> {
     pub virt_type: &'a str,
 }
 
-/// A value and the name of the rule that set it.
+/// A value and the name of the rule that set it (each key of a [`Plan`] says which rule asked
+/// for it, for `--explain` and every message).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Set<T> {
+pub struct Ruled<T> {
     /// The value.
     pub value: T,
     /// The rule's `name`.
@@ -348,29 +231,29 @@ pub struct Plan {
     /// Names of the rules that matched, in order.
     pub matched: Vec<String>,
     /// Desired `<cpu mode>` (a model implies custom).
-    pub mode: Option<Set<CpuMode>>,
+    pub mode: Option<Ruled<CpuMode>>,
     /// Desired `<model>`.
-    pub model: Option<Set<String>>,
+    pub model: Option<Ruled<String>>,
     /// Desired `<model fallback>`.
-    pub fallback: Option<Set<Fallback>>,
+    pub fallback: Option<Ruled<Fallback>>,
     /// Desired `<cpu check>`.
-    pub check: Option<Set<Check>>,
+    pub check: Option<Ruled<CpuCheck>>,
     /// Guaranteed psABI level.
-    pub min_level: Option<Set<Level>>,
+    pub min_level: Option<Ruled<Level>>,
     /// Features that must be present.
-    pub require: Option<Set<Vec<String>>>,
+    pub require: Option<Ruled<Vec<String>>>,
     /// Features that must be absent.
-    pub disable: Option<Set<Vec<String>>>,
+    pub disable: Option<Ruled<Vec<String>>>,
     /// Desired vCPU maximum.
-    pub vcpu_max: Option<Set<VcpuMax>>,
+    pub vcpu_max: Option<Ruled<VcpuMax>>,
     /// Topology strategy.
-    pub topology: Option<Set<TopologyStrategy>>,
+    pub topology: Option<Ruled<TopologyStrategy>>,
     /// IOMMU strategy.
-    pub iommu: Option<Set<IommuStrategy>>,
-    /// The cluster's CPU, when the plan's model was `"baseline"`
-    /// ([`crate::cluster::resolve`] put its model in `model` and its features in `require` and
-    /// `disable`), with the rule that asked for it.
-    pub cluster: Option<Set<ClusterCpu>>,
+    pub iommu: Option<Ruled<IommuStrategy>>,
+    /// The cluster's CPU, when the plan's model was `"baseline"` ([`crate::pipeline`] put its
+    /// model in `model` and its features in `require` and `disable`), with the rule that asked
+    /// for it.
+    pub cluster: Option<Ruled<ClusterCpu>>,
 }
 
 impl Plan {
@@ -395,7 +278,7 @@ impl Plan {
     /// The rule a feature of `set` (the plan's `require` or `disable`) is there for: the rule
     /// that asked for the cluster's baseline when the baseline brought it, else the set's.
     #[must_use]
-    pub fn feature_rule<'p>(&'p self, feature: &str, set: &'p Set<Vec<String>>) -> &'p str {
+    pub fn feature_rule<'p>(&'p self, feature: &str, set: &'p Ruled<Vec<String>>) -> &'p str {
         match &self.cluster {
             Some(c)
                 if c.value.require.iter().any(|f| f == feature)
@@ -451,6 +334,7 @@ impl Policy {
     /// [`Error::Read`] if the file cannot be read (a directory, no permission, missing when named
     /// explicitly); [`Error::Policy`] if it does not parse.
     pub fn load(path: Option<&Path>) -> Result<Policy> {
+        const MAX_POLICY: usize = 1024 * 1024;
         let path = match path {
             Some(p) => p.to_path_buf(),
             None => {
@@ -462,7 +346,6 @@ impl Policy {
                 }
             }
         };
-        const MAX_POLICY: usize = 1024 * 1024;
         let unreadable = |e: std::io::Error| Error::Policy {
             path: path.display().to_string(),
             errors: vec![format!("cannot read it: {e}")],
@@ -487,11 +370,13 @@ impl Policy {
         Policy::parse(&text, &path.display().to_string())
     }
 
-    /// The plan for a parsed domain (its name, arch, machine and virt type as the target).
+    /// The plan for a parsed domain (its name, arch, machine and virt type as the target). A
+    /// `cpu.model = "baseline"` is still the placeholder: [`crate::pipeline`] puts the cluster's
+    /// CPU in.
     #[must_use]
     pub fn plan_for(&self, dom: &crate::domain::Domain<'_>) -> Plan {
         let name = dom.name();
-        self.resolve(&Target {
+        self.plan(&Target {
             name: &name,
             arch: dom.arch(),
             machine: dom.machine(),
@@ -499,10 +384,10 @@ impl Policy {
         })
     }
 
-    /// The plan for one domain: the matching rules folded in file order, later keys overriding
-    /// earlier ones.
+    /// The plan for the domain `t` describes: the matching rules folded in file order, later
+    /// keys overriding earlier ones.
     #[must_use]
-    pub fn resolve(&self, t: &Target<'_>) -> Plan {
+    pub fn plan(&self, t: &Target<'_>) -> Plan {
         let mut p = Plan::default();
         for r in self.rules.iter().filter(|r| r.matches.matches(t)) {
             p.matched.push(r.name.clone());
@@ -527,9 +412,9 @@ impl Policy {
     }
 }
 
-fn set2<T>(slot: &mut Option<Set<T>>, v: Option<T>, rule: &str) {
+fn set2<T>(slot: &mut Option<Ruled<T>>, v: Option<T>, rule: &str) {
     if let Some(value) = v {
-        *slot = Some(Set {
+        *slot = Some(Ruled {
             value,
             rule: rule.to_string(),
         });
@@ -593,13 +478,13 @@ mod tests {
     #[test]
     fn builtin_parses_and_targets_x86_64() {
         let p = Policy::builtin();
-        let plan = p.resolve(&Target {
+        let plan = p.plan(&Target {
             arch: "x86_64",
             virt_type: "kvm",
             ..Target::default()
         });
         assert_eq!(plan.min_level.unwrap().value, Level::V2);
-        let plan = p.resolve(&Target {
+        let plan = p.plan(&Target {
             arch: "aarch64",
             virt_type: "kvm",
             ..Target::default()
@@ -772,7 +657,7 @@ mod tests {
             ]
         );
         assert_eq!(p.host.publish, Some(PathBuf::from("/srv/facts")));
-        let plan = p.resolve(&Target::default());
+        let plan = p.plan(&Target::default());
         assert_eq!(plan.model.unwrap().value, BASELINE_MODEL);
         assert_eq!(plan.mode.unwrap().value, CpuMode::Custom);
     }
@@ -785,17 +670,17 @@ mod tests {
             "p",
         )
         .unwrap();
-        let plan = p.resolve(&Target {
+        let plan = p.plan(&Target {
             virt_type: "qemu",
             ..Target::default()
         });
         assert_eq!(plan.check.as_ref().unwrap().rule, "b");
         assert_eq!(plan.min_level.as_ref().unwrap().rule, "a");
         assert_eq!(plan.require.unwrap().value, vec!["sse4.1".to_string()]);
-        let plan = p.resolve(&Target {
+        let plan = p.plan(&Target {
             virt_type: "kvm",
             ..Target::default()
         });
-        assert_eq!(plan.check.unwrap().value, Check::Full);
+        assert_eq!(plan.check.unwrap().value, CpuCheck::Full);
     }
 }

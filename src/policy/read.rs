@@ -9,12 +9,13 @@
 //! or `audit`").
 
 use super::{
-    BASELINE_MODEL, Check, CpuMode, CpuRule, Fallback, HookSettings, HostSettings, IommuStrategy,
-    Match, Mode, OnError, OnViolation, Policy, Rule, TopologyStrategy, VcpuMax, VcpuRule,
+    BASELINE_MODEL, CpuRule, HookSettings, HostSettings, IommuStrategy, Match, Mode, OnError,
+    OnViolation, Policy, Rule, TopologyStrategy, VcpuMax, VcpuRule,
 };
 use crate::change::reserved_rule_name;
 use crate::cpu::{Level, normalize_feature};
 use crate::error::{Error, Result};
+use crate::libvirt::cpu::{CpuCheck, CpuMode, Fallback};
 use serde::Deserialize;
 use serde::de::IntoDeserializer;
 use std::collections::HashMap;
@@ -401,7 +402,7 @@ impl<'t> Reader<'t> {
                     }
                 }
                 "fallback" => c.fallback = self.value::<Fallback>(v, &full),
-                "check" => c.check = self.value::<Check>(v, &full),
+                "check" => c.check = self.value::<CpuCheck>(v, &full),
                 "min_level" => {
                     let s = self.value::<String>(v, &full);
                     c.min_level = s.and_then(|s| match s.parse::<Level>() {

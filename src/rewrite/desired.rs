@@ -1,15 +1,16 @@
-//! The desired `<cpu>`: every top-level `<cpu>` folded into one (rule 1 of README's "What the
-//! rewrite does"), before the plan is applied to it.
+//! The desired `<cpu>`: every top-level `<cpu>` folded into one (rule 1 of docs/rewrite.md), before
+//! the plan is applied to it.
 //!
 //! libvirt reads mode, model and features from the first `<cpu>` only and silently ignores the
-//! rest (DESIGN.md section 1), so an appended `<cpu>` is an operator's override that never took
-//! effect: a later element's attributes and children override the earlier ones', features merge
-//! by name, `<numa>` is kept once. Each kept child remembers the node it came from, so the emitter
-//! can copy it byte for byte.
+//! rest (seen with libvirt 9.0 and 11.3), so an appended `<cpu>` is an operator's override that
+//! never took effect: a later element's attributes and children override the earlier ones',
+//! features merge by name, `<numa>` is kept once. Each kept child remembers the node it came from,
+//! so the emitter can copy it byte for byte.
 
 use crate::cpu::normalize_feature;
-use crate::domain::{text_of, written_value};
-use crate::finding::Finding;
+use crate::finding::{Code, Finding};
+use crate::libvirt::cpu::CpuMode;
+use crate::xml::{text_of, written_value};
 use roxmltree::Node;
 use std::collections::{HashMap, HashSet};
 
@@ -17,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 pub(crate) const SINGLES: [&str; 4] = ["vendor", "topology", "cache", "maxphysaddr"];
 
 /// One `<feature>` of the desired `<cpu>`.
-pub(crate) struct Feat<'a, 't> {
+pub(crate) struct DesiredFeature<'a, 't> {
     /// The name in libvirt's spelling (the key features merge by).
     pub(crate) key: String,
     /// The name as first written (kept when the element is copied).
@@ -25,13 +26,13 @@ pub(crate) struct Feat<'a, 't> {
     /// `policy`, `require` when absent (libvirt's default).
     pub(crate) policy: String,
     /// The first `<feature>` of the first `<cpu>` with this name, kept in place.
-    pub(crate) f_node: Option<Node<'a, 't>>,
+    pub(crate) node: Option<Node<'a, 't>>,
     /// Whether a later `<cpu>` lists it (an override libvirt ignored).
     pub(crate) later: bool,
 }
 
 /// The desired `<model>`.
-pub(crate) struct ModelD<'a, 't> {
+pub(crate) struct DesiredModel<'a, 't> {
     /// The model name.
     pub(crate) text: String,
     /// `fallback`, when written.
@@ -44,7 +45,7 @@ pub(crate) struct ModelD<'a, 't> {
 pub(crate) struct Repeat {
     /// `model` or one of [`SINGLES`].
     pub(crate) element: &'static str,
-    /// The kept (first) element's value ([`crate::domain::written_value`]).
+    /// The kept (first) element's value ([`crate::xml::written_value`]).
     pub(crate) kept: String,
     /// The dropped one's.
     pub(crate) dropped: String,
@@ -55,12 +56,12 @@ pub(crate) struct Repeat {
 pub(crate) struct Desired<'a, 't> {
     /// Attributes of `<cpu>` in order (mode, match, check, migratable...).
     pub(crate) attrs: Vec<(String, String)>,
-    pub(crate) model: Option<ModelD<'a, 't>>,
+    pub(crate) model: Option<DesiredModel<'a, 't>>,
     /// The [`SINGLES`] present, each with the node it comes from.
     pub(crate) singles: Vec<(String, Node<'a, 't>)>,
     pub(crate) numa: Option<Node<'a, 't>>,
     /// Features in document order; [`Desired::feature`] finds them through `feature_index`.
-    pub(crate) features: Vec<Feat<'a, 't>>,
+    pub(crate) features: Vec<DesiredFeature<'a, 't>>,
     /// Key → position in `features` (a domain may list thousands: no linear search).
     feature_index: HashMap<String, usize>,
     /// Unknown or foreign children of later `<cpu>` elements, moved into the first.
@@ -105,17 +106,30 @@ impl<'a, 't> Desired<'a, 't> {
         Some(self.attrs.remove(i).1)
     }
 
-    /// `mode`, libvirt's default `custom` when absent.
+    /// `mode` as written, libvirt's default `custom` when absent.
     pub(crate) fn mode(&self) -> String {
-        self.attr("mode").unwrap_or("custom").to_string()
+        self.attr("mode")
+            .unwrap_or(CpuMode::Custom.as_str())
+            .to_string()
     }
 
-    pub(crate) fn feature(&self, key: &str) -> Option<&Feat<'a, 't>> {
+    /// The mode as libvirt reads it ([`Desired::mode`]); None for a word libvirt does not know
+    /// (validation says so).
+    pub(crate) fn mode_kind(&self) -> Option<CpuMode> {
+        CpuMode::parse(self.attr("mode").unwrap_or(CpuMode::Custom.as_str()))
+    }
+
+    /// Whether the mode is `mode`.
+    pub(crate) fn mode_is(&self, mode: CpuMode) -> bool {
+        self.mode_kind() == Some(mode)
+    }
+
+    pub(crate) fn feature(&self, key: &str) -> Option<&DesiredFeature<'a, 't>> {
         self.feature_index.get(key).map(|i| &self.features[*i])
     }
 
     /// Add a feature not listed yet.
-    fn push_feature(&mut self, f: Feat<'a, 't>) {
+    fn push_feature(&mut self, f: DesiredFeature<'a, 't>) {
         self.feature_index
             .insert(f.key.clone(), self.features.len());
         self.features.push(f);
@@ -124,8 +138,8 @@ impl<'a, 't> Desired<'a, 't> {
     /// Keep the features `keep` says yes to; returns the others, in order.
     pub(crate) fn retain_features(
         &mut self,
-        keep: impl Fn(&Feat<'a, 't>) -> bool,
-    ) -> Vec<Feat<'a, 't>> {
+        keep: impl Fn(&DesiredFeature<'a, 't>) -> bool,
+    ) -> Vec<DesiredFeature<'a, 't>> {
         let (kept, dropped): (Vec<_>, Vec<_>) = std::mem::take(&mut self.features)
             .into_iter()
             .partition(|f| keep(f));
@@ -148,11 +162,11 @@ impl<'a, 't> Desired<'a, 't> {
             let old = std::mem::replace(&mut f.policy, policy.to_string());
             return Some(old);
         }
-        self.push_feature(Feat {
+        self.push_feature(DesiredFeature {
             key: key.to_string(),
             name: key.to_string(),
             policy: policy.to_string(),
-            f_node: None,
+            node: None,
             later: false,
         });
         None
@@ -243,7 +257,7 @@ fn merge_model<'a, 't>(d: &mut Desired<'a, 't>, c: Node<'a, 't>) -> bool {
     let text = text_of(c).unwrap_or_default();
     // libvirt takes the name as written, spaces included: a padded name is rewritten trimmed.
     let padded = raw.filter(|r| *r != text);
-    d.model = Some(ModelD {
+    d.model = Some(DesiredModel {
         text,
         fallback: c.attribute("fallback").map(str::to_string),
         src: if padded.is_some() { None } else { Some(c) },
@@ -263,18 +277,18 @@ fn merge_feature<'a, 't>(d: &mut Desired<'a, 't>, c: Node<'a, 't>, first: bool) 
         let f = &mut d.features[i];
         // Only the first <cpu> is read by libvirt, which refuses a feature listed twice in it; in
         // a later <cpu> the last listing is simply the override.
-        let twice_in_first = first && f.f_node.is_some_and(|n| n.parent() == c.parent());
+        let twice_in_first = first && f.node.is_some_and(|n| n.parent() == c.parent());
         f.later |= !first;
         let before = std::mem::replace(&mut f.policy, policy);
         if twice_in_first && d.duplicate_keys.insert(key.clone()) {
             d.duplicates.push((key, before));
         }
     } else {
-        d.push_feature(Feat {
+        d.push_feature(DesiredFeature {
             key,
             name: name.to_string(),
             policy,
-            f_node: first.then_some(c),
+            node: first.then_some(c),
             later: !first,
         });
     }
@@ -294,7 +308,7 @@ fn merge_numa<'a, 't>(
     };
     match d.numa {
         Some(prev) if text_key(prev) != text_key(c) => findings.push(Finding::error(
-            "cpu-numa-conflict",
+            Code::CpuNumaConflict,
             "two different <numa> elements in separate <cpu> elements; libvirt would use one and ignore the other",
             "keep a single <numa> in the domain's <cpu>",
         )),

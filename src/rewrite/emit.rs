@@ -8,14 +8,16 @@
 //! quote style. The later `<cpu>` elements are deleted with their lines. A domain without `<cpu>`
 //! gets one after `<features>` (or `<cputune>`, `<os>`).
 
-use super::desired::{Desired, Feat, ModelD, SINGLES};
-use crate::domain::{Domain, child, is_libvirt_element};
+use super::desired::{Desired, DesiredFeature, DesiredModel, SINGLES};
+use crate::domain::Domain;
 use crate::edit::{
     Edits, Item, child_indent, document_quote, end_tag_start, escape_attr, escape_text, is_blank,
     is_self_closing, line_indent, newline, node_with_line, quote_of, raw_range, render_element,
     start_tag_attr_end, with_attrs,
 };
+use crate::xml::{child, is_libvirt_element};
 use roxmltree::Node;
+use std::fmt::Write as _;
 
 /// What a body item is, for placing new ones.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -84,7 +86,7 @@ pub(crate) fn emit(
 /// New features follow the attribute order of the features already there.
 fn features_name_first(cpus: &[Node<'_, '_>]) -> bool {
     cpus.iter()
-        .flat_map(|c| c.children())
+        .flat_map(Node::children)
         .find(|c| is_libvirt_element(*c, "feature"))
         .and_then(|f| {
             let mut names = f.attributes().map(|a| a.name());
@@ -94,9 +96,9 @@ fn features_name_first(cpus: &[Node<'_, '_>]) -> bool {
         .unwrap_or(false)
 }
 
-fn feature_item(s: &Style<'_, '_, '_>, f: &Feat<'_, '_>) -> Item {
+fn feature_item(s: &Style<'_, '_, '_>, f: &DesiredFeature<'_, '_>) -> Item {
     let q = s.q;
-    match f.f_node {
+    match f.node {
         Some(node) if node.attribute("policy").unwrap_or("require") == f.policy => {
             Item::Verbatim(node.range())
         }
@@ -119,7 +121,7 @@ fn feature_item(s: &Style<'_, '_, '_>, f: &Feat<'_, '_>) -> Item {
     }
 }
 
-fn model_item(s: &Style<'_, '_, '_>, m: &ModelD<'_, '_>) -> Item {
+fn model_item(s: &Style<'_, '_, '_>, m: &DesiredModel<'_, '_>) -> Item {
     match m.src {
         Some(src) => Item::Verbatim(src.range()),
         None => Item::Markup(model_markup(m, s.q)),
@@ -148,10 +150,10 @@ fn kept_items(
     first_children: &[Node<'_, '_>],
 ) -> (Vec<(Kind, Item)>, Vec<&'static str>) {
     let d = s.d;
-    let by_node: std::collections::HashMap<roxmltree::NodeId, &Feat<'_, '_>> = d
+    let by_node: std::collections::HashMap<roxmltree::NodeId, &DesiredFeature<'_, '_>> = d
         .features
         .iter()
-        .filter_map(|f| Some((f.f_node?.id(), f)))
+        .filter_map(|f| Some((f.node?.id(), f)))
         .collect();
     let mut items = Vec::new();
     let mut placed: Vec<&'static str> = Vec::new();
@@ -210,7 +212,7 @@ fn place_new_items(s: &Style<'_, '_, '_>, items: &mut Vec<(Kind, Item)>, placed:
     let new: Vec<(Kind, Item)> = d
         .features
         .iter()
-        .filter(|f| f.f_node.is_none())
+        .filter(|f| f.node.is_none())
         .map(|f| (Kind::Feature, feature_item(s, f)))
         .collect();
     items.splice(at..at, new);
@@ -308,7 +310,7 @@ fn indent_step(text: &str, root: Node<'_, '_>, ind: &str) -> String {
         .to_string()
 }
 
-fn model_markup(m: &ModelD<'_, '_>, q: char) -> String {
+fn model_markup(m: &DesiredModel<'_, '_>, q: char) -> String {
     match &m.fallback {
         Some(fb) => format!(
             "<model fallback={q}{}{q}>{}</model>",
@@ -323,7 +325,7 @@ fn model_markup(m: &ModelD<'_, '_>, q: char) -> String {
 fn new_start_tag(attrs: &[(String, String)], q: char) -> String {
     let mut s = String::from("<cpu");
     for (n, v) in attrs {
-        s.push_str(&format!(" {n}={q}{}{q}", escape_attr(v)));
+        let _ = write!(s, " {n}={q}{}{q}", escape_attr(v));
     }
     s
 }
@@ -355,7 +357,7 @@ fn start_tag_with(text: &str, f: Node<'_, '_>, attrs: &[(String, String)], q: ch
             .attributes()
             .any(|a| a.name() == n && a.namespace().is_none())
         {
-            tail.push_str(&format!(" {n}={q}{}{q}", escape_attr(v)));
+            let _ = write!(tail, " {n}={q}{}{q}", escape_attr(v));
         }
     }
     e.insert(end - base, tail);

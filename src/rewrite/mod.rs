@@ -8,9 +8,8 @@
 //! 4. `emit`: the desired `<cpu>` written back as splices on the original text;
 //! 5. [`crate::validate`] on the result.
 //!
-//! The plan comes first, with a `cpu.model = "baseline"` resolved to the cluster's CPU
-//! ([`crate::cluster::resolve`]); host facts are resolved once, next ([`Facts::resolve`]); no
-//! step asks the host anything.
+//! The plan, with a `cpu.model = "baseline"` turned into the cluster's CPU, and the host facts
+//! come first, once ([`Pipeline`]); no step asks the host anything.
 //! Everything outside an edited element is untouched, so a conforming domain comes out identical
 //! and `rewrite(rewrite(x)) == rewrite(x)`.
 
@@ -22,13 +21,16 @@ mod vcpu;
 pub use vcpu::reshape;
 
 use crate::change::{Action, BUILTIN_RULE, Change, Notes};
-use crate::domain::{Domain, child, text_of, written_value};
+use crate::domain::Domain;
+use crate::domain_facts::DomainFacts;
 use crate::error::{Error, Result};
-use crate::facts::Facts;
-use crate::finding::{Finding, Severity};
+use crate::finding::{Code, Finding, Severity};
 use crate::host::Host;
+use crate::libvirt::cpu::CpuMode;
+use crate::pipeline::Pipeline;
 use crate::policy::{Mode, Plan, Policy};
 use crate::validate;
+use crate::xml::{child, text_of, written_value};
 use roxmltree::Node;
 use serde::Serialize;
 
@@ -59,6 +61,24 @@ impl Outcome {
     pub fn has_errors(&self) -> bool {
         self.findings.iter().any(|f| f.severity == Severity::Error)
     }
+
+    /// The outcome of a domain of a type the tool does not handle (`xen`, `lxc`...): passed
+    /// through unchanged, with a note.
+    #[must_use]
+    pub fn out_of_scope(dom: &Domain<'_>) -> Outcome {
+        Outcome {
+            note: Some(format!(
+                "domain type '{}' is not handled (only kvm and qemu are); passed through unchanged",
+                dom.virt_type()
+            )),
+            name: dom.name(),
+            in_scope: false,
+            output: dom.text.to_string(),
+            changed: false,
+            changes: Vec::new(),
+            findings: Vec::new(),
+        }
+    }
 }
 
 /// Rewrite one domain document under `policy`, with `host` facts.
@@ -73,41 +93,21 @@ impl Outcome {
 /// [`Error::Cluster`] when the plan's `cpu.model = "baseline"` has no answer.
 pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<Outcome> {
     let dom = Domain::parse(text, what)?;
-    rewrite_parsed(&dom, what, policy, host)
-}
-
-/// [`rewrite`] of a document already parsed.
-///
-/// # Errors
-/// As [`rewrite`], for the output.
-pub fn rewrite_parsed(
-    dom: &Domain<'_>,
-    what: &str,
-    policy: &Policy,
-    host: &Host,
-) -> Result<Outcome> {
     if !dom.in_scope() {
-        return Ok(out_of_scope(dom));
+        return Ok(Outcome::out_of_scope(&dom));
     }
-    let plan = crate::cluster::resolve::plan_for(policy, dom, host)?;
-    let facts = Facts::resolve(dom, &plan, host);
-    rewrite_planned(dom, what, policy, &plan, &facts)
+    rewrite_pipeline(&Pipeline::new(dom, policy, host)?, what, policy)
 }
 
-/// [`rewrite`] of a document already parsed, planned and with its facts resolved (the hook
-/// validates the input and rewrites it with the same plan and facts).
+/// [`rewrite`] of a domain already planned, with its facts (the hook validates the input and
+/// rewrites it with the same plan and facts; `audit` reads its columns from them).
 ///
 /// # Errors
 /// As [`rewrite`], for the output.
-pub fn rewrite_planned(
-    dom: &Domain<'_>,
-    what: &str,
-    policy: &Policy,
-    plan: &Plan,
-    facts: &Facts<'_>,
-) -> Result<Outcome> {
+pub fn rewrite_pipeline(p: &Pipeline<'_, '_>, what: &str, policy: &Policy) -> Result<Outcome> {
+    let (dom, plan, facts) = (&p.dom, &p.plan, &p.facts);
     if !dom.in_scope() {
-        return Ok(out_of_scope(dom));
+        return Ok(Outcome::out_of_scope(dom));
     }
     let text = dom.text;
     let mut notes = Notes::default();
@@ -153,21 +153,6 @@ pub fn rewrite_planned(
         findings,
         note: None,
     })
-}
-
-fn out_of_scope(dom: &Domain<'_>) -> Outcome {
-    Outcome {
-        note: Some(format!(
-            "domain type '{}' is not handled (only kvm and qemu are); passed through unchanged",
-            dom.virt_type()
-        )),
-        name: dom.name(),
-        in_scope: false,
-        output: dom.text.to_string(),
-        changed: false,
-        changes: Vec::new(),
-        findings: Vec::new(),
-    }
 }
 
 /// The folding of several `<cpu>` elements, of a child written twice and of a feature listed
@@ -240,7 +225,7 @@ fn explain_fold(desired: &desired::Desired<'_, '_>, first: Node<'_, '_>, notes: 
     for (name, value) in &desired.attrs {
         let old = first
             .attribute(name.as_str())
-            .or((name == "mode").then_some("custom"));
+            .or((name == "mode").then_some(CpuMode::Custom.as_str()));
         if old != Some(value.as_str()) {
             let was = old.map_or_else(|| "(none)".to_string(), |o| format!("'{o}'"));
             let what = format!("<cpu {name}>: {was} -> '{value}'{later}");
@@ -278,7 +263,7 @@ fn explain_fold(desired: &desired::Desired<'_, '_>, first: Node<'_, '_>, notes: 
         notes.change(fold(element, what).old(old).new_value(new));
     }
     for f in &desired.features {
-        let old = f.f_node.map(|n| n.attribute("policy").unwrap_or("require"));
+        let old = f.node.map(|n| n.attribute("policy").unwrap_or("require"));
         if old == Some(f.policy.as_str()) || (old.is_some() && desired.is_duplicate(&f.key)) {
             continue;
         }
@@ -302,18 +287,18 @@ fn validate_result(
     rewritten: &str,
     changed: bool,
     plan: &Plan,
-    facts: &Facts<'_>,
+    facts: &DomainFacts<'_>,
     mut findings: Vec<Finding>,
 ) -> Vec<Finding> {
-    let mut planned: Vec<&'static str> = findings
+    let mut planned: Vec<Code> = findings
         .iter()
         .filter(|f| f.severity == Severity::Error)
         .map(|f| f.code)
         .collect();
-    if planned.contains(&"cluster-level") {
+    if planned.contains(&Code::ClusterLevel) {
         // The level was left unreached on purpose (a host of the cluster lacks it): the planning
         // finding says why, and validation's "require the missing features" would be wrong.
-        planned.push("cpu-level");
+        planned.push(Code::CpuLevel);
     }
     let validated = if changed {
         Domain::parse(rewritten, "the rewritten domain")
@@ -324,14 +309,14 @@ fn validate_result(
     match validated {
         Ok(v) => findings.extend(v.into_iter().filter(|f| !planned.contains(&f.code))),
         Err(e) => findings.push(Finding::error(
-            "internal",
+            Code::Internal,
             format!("the rewritten document does not parse: {e}"),
             "report this as a bug",
         )),
     }
     for p in &facts.cpu_map_problems {
         findings.push(Finding::warning(
-            "cpu-map-unreadable",
+            Code::CpuMapUnreadable,
             p.clone(),
             "repair or reinstall libvirt's cpu_map files",
         ));

@@ -1,23 +1,23 @@
 //! Checks of the `<cpu>` element (libvirt `src/conf/cpu_conf.c`, `src/qemu/qemu_validate.c`)
 //! and of the psABI level the guest CPU reaches.
 
-use crate::cpu::{Level, guaranteed_features, normalize_feature, policy_present};
-use crate::domain::{Domain, child, cpu_features, is_libvirt_element, model_name};
-use crate::facts::Facts;
-use crate::finding::Finding;
+use crate::cpu::{Level, normalize_feature};
+use crate::domain::{Domain, cpu_features, model_name};
+use crate::domain_facts::DomainFacts;
+use crate::finding::{Code, Finding};
+use crate::libvirt::arch::is_x86;
+use crate::libvirt::cpu::{CpuMode, FeaturePolicy, guaranteed_features};
 use crate::policy::Plan;
+use crate::xml::{child, is_libvirt_element};
 use roxmltree::Node;
 use std::collections::BTreeSet;
-
-/// libvirt's `<feature policy>` values (`src/conf/cpu_conf.c`, `virCPUFeaturePolicy`).
-const FEATURE_POLICIES: [&str; 5] = ["force", "require", "optional", "disable", "forbid"];
 
 /// The checks of the first `<cpu>` (`cpu`, None when there is none: only the level applies).
 pub(super) fn check(
     dom: &Domain<'_>,
     cpu: Option<Node<'_, '_>>,
     plan: &Plan,
-    facts: &Facts<'_>,
+    facts: &DomainFacts<'_>,
     out: &mut Vec<Finding>,
 ) {
     let Some(cpu) = cpu else {
@@ -25,18 +25,15 @@ pub(super) fn check(
         return;
     };
     let mode = cpu.attribute("mode").unwrap_or("custom");
-    if !matches!(
-        mode,
-        "custom" | "host-model" | "host-passthrough" | "maximum"
-    ) {
+    let Some(known) = CpuMode::parse(mode) else {
         out.push(Finding::error(
-            "cpu-mode-invalid",
+            Code::CpuModeInvalid,
             format!("Invalid mode attribute '{mode}' (libvirt accepts custom, host-model, host-passthrough, maximum)"),
             "set <cpu mode> to one of those",
         ));
         return;
-    }
-    check_mode_supported(mode, facts, out);
+    };
+    check_mode_supported(known, facts, out);
     check_mode_attributes(cpu, mode, out);
     let model = child(cpu, "model").and_then(model_name);
     check_model_presence(cpu, mode, model.as_deref(), out);
@@ -50,13 +47,13 @@ pub(super) fn check(
 
 /// Modes libvirt refuses for the arch and virt type ("CPU mode '...' for ... domain on ... host is
 /// not supported by hypervisor"), per domcapabilities or the built-in table.
-fn check_mode_supported(mode: &str, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+fn check_mode_supported(mode: CpuMode, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     if facts.mode_supported(mode) != Some(false) {
         return;
     }
     let instead: Vec<String> = crate::modes::MODES
         .iter()
-        .filter(|m| facts.mode_supported(m) == Some(true))
+        .filter(|m| facts.mode_supported(**m) == Some(true))
         .map(|m| format!("mode='{m}'"))
         .collect();
     let fix = if instead.is_empty() {
@@ -69,7 +66,7 @@ fn check_mode_supported(mode: &str, facts: &Facts<'_>, out: &mut Vec<Finding>) {
         )
     };
     out.push(Finding::error(
-        "cpu-mode-unsupported",
+        Code::CpuModeUnsupported,
         facts.mode_refusal(mode),
         fix,
     ));
@@ -80,7 +77,7 @@ fn check_mode_supported(mode: &str, facts: &Facts<'_>, out: &mut Vec<Finding>) {
 fn check_mode_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) {
     if mode == "host-model" && cpu.attribute("match").is_some() {
         out.push(Finding::warning(
-            "cpu-match-host-model",
+            Code::CpuMatchHostModel,
             "<cpu match> has no meaning with mode='host-model'",
             "remove the match attribute",
         ));
@@ -88,14 +85,14 @@ fn check_mode_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) 
     let cache = child(cpu, "cache").and_then(|c| c.attribute("mode"));
     if cache == Some("passthrough") && !matches!(mode, "host-passthrough" | "maximum") {
         out.push(Finding::error(
-            "cpu-cache-mode",
+            Code::CpuCacheMode,
             "CPU cache mode 'passthrough' can only be used with 'host-passthrough' / 'maximum' CPUs",
             "remove <cache mode='passthrough'/> (virt-cpu-policy rewrite does)",
         ));
     }
     if cpu.attribute("migratable").is_some() && !matches!(mode, "host-passthrough" | "maximum") {
         out.push(Finding::error(
-            "cpu-migratable-mode",
+            Code::CpuMigratableMode,
             "Attribute migratable is only allowed for 'host-passthrough' / 'maximum' CPU mode",
             "remove the migratable attribute",
         ));
@@ -112,14 +109,14 @@ fn check_model_presence(
     let has_features = cpu.children().any(|c| is_libvirt_element(c, "feature"));
     if mode == "custom" && model.is_none() && has_features {
         out.push(Finding::error(
-            "cpu-features-without-model",
+            Code::CpuFeaturesWithoutModel,
             "Non-empty feature list specified without CPU model",
             "add a <model> (the machine's default is qemu64 on x86_64)",
         ));
     }
     if child(cpu, "vendor").is_some() && model.is_none() {
         out.push(Finding::error(
-            "cpu-vendor-without-model",
+            Code::CpuVendorWithoutModel,
             "CPU vendor specified without CPU model",
             "add a <model> or remove <vendor>",
         ));
@@ -131,39 +128,40 @@ fn check_features(
     cpu: Node<'_, '_>,
     mode: &str,
     arch: &str,
-    facts: &Facts<'_>,
+    facts: &DomainFacts<'_>,
     out: &mut Vec<Finding>,
 ) {
     let mut seen = BTreeSet::new();
     for f in cpu.children().filter(|c| is_libvirt_element(*c, "feature")) {
         let Some(name) = f.attribute("name") else {
             out.push(Finding::error(
-                "cpu-feature-invalid",
+                Code::CpuFeatureInvalid,
                 "Missing CPU feature name",
                 "give every <feature> a name attribute",
             ));
             continue;
         };
         let key = normalize_feature(name).unwrap_or_else(|| name.to_string());
-        if matches!(arch, "x86_64" | "i686") && !facts.feature_known(&key) {
+        if is_x86(arch) && !facts.feature_known(&key) {
             out.push(unknown_name(
                 facts,
-                "cpu-feature-unknown",
+                Code::CpuFeatureUnknown,
                 format!("CPU feature '{name}' is not one libvirt knows (x86_features.xml of {}): libvirt refuses to start the guest (\"unknown CPU feature: {name}\")", facts.cpu_map_source),
                 "use libvirt's feature names (`virsh domcapabilities` lists them)",
             ));
         }
         if !seen.insert(name) {
             out.push(Finding::error(
-                "cpu-feature-duplicate",
+                Code::CpuFeatureDuplicate,
                 format!("CPU feature '{name}' specified more than once"),
                 "keep one <feature> per name",
             ));
         }
         if let Some(p) = f.attribute("policy") {
-            if !FEATURE_POLICIES.contains(&p) && mode != "host-passthrough" && mode != "maximum" {
+            if FeaturePolicy::parse(p).is_none() && mode != "host-passthrough" && mode != "maximum"
+            {
                 out.push(Finding::error(
-                    "cpu-feature-invalid",
+                    Code::CpuFeatureInvalid,
                     format!("Invalid CPU feature policy '{p}' for feature '{name}'"),
                     "use force, require, optional, disable or forbid",
                 ));
@@ -175,7 +173,7 @@ fn check_features(
 /// A finding about a name libvirt's cpu_map does not define: an error when the cpu_map is this
 /// host's own (libvirt will refuse the guest), a warning when only the built-in copy of libvirt
 /// 9.0's answered (the guest's libvirt may know the name).
-fn unknown_name(facts: &Facts<'_>, code: &'static str, what: String, fix: &str) -> Finding {
+fn unknown_name(facts: &DomainFacts<'_>, code: Code, what: String, fix: &str) -> Finding {
     if facts.cpu_map_is_builtin() {
         Finding::warning(
             code,
@@ -191,11 +189,11 @@ fn unknown_name(facts: &Facts<'_>, code: &'static str, what: String, fix: &str) 
 
 /// A custom model libvirt's cpu_map does not define: libvirt defines the domain and refuses to
 /// start it ("Unknown CPU model X", libvirt 9.0).
-fn check_model_known(model: &str, arch: &str, facts: &Facts<'_>, out: &mut Vec<Finding>) {
-    if matches!(arch, "x86_64" | "i686") && facts.model_features(model).is_none() {
+fn check_model_known(model: &str, arch: &str, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
+    if is_x86(arch) && facts.model_features(model).is_none() {
         out.push(unknown_name(
             facts,
-            "cpu-model-unknown",
+            Code::CpuModelUnknown,
             format!("CPU model '{model}' is not in libvirt's cpu_map ({}): libvirt refuses to start the guest (\"Unknown CPU model {model}\")", facts.cpu_map_source),
             "use a model libvirt knows (`virsh cpu-models x86_64`), written without spaces around it",
         ));
@@ -204,11 +202,11 @@ fn check_model_known(model: &str, arch: &str, facts: &Facts<'_>, out: &mut Vec<F
 
 /// A custom model domcapabilities lists `usable='no'` starts only without the features the host
 /// lacks.
-fn check_model_usable(model: &str, vt: &str, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+fn check_model_usable(model: &str, vt: &str, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     let Some(dc) = facts.domcaps else { return };
     if dc.model_usable(model) == Some(false) {
         out.push(Finding::warning(
-            "cpu-model-unusable",
+            Code::CpuModelUnusable,
             format!("CPU model '{model}' is usable='no' for {vt} on this host ({}): features the host lacks fail the start (check='partial'/'full') or are dropped silently", dc.source),
             "disable the features the host lacks, or choose a usable model",
         ));
@@ -231,7 +229,7 @@ fn check_level(
     dom: &Domain<'_>,
     cpu: Option<Node<'_, '_>>,
     plan: &Plan,
-    facts: &Facts<'_>,
+    facts: &DomainFacts<'_>,
     out: &mut Vec<Finding>,
 ) {
     let Some(level) = &plan.min_level else {
@@ -256,7 +254,7 @@ fn check_level(
             let missing = missing_features(level.value, &feats);
             out.push(
                 Finding::error(
-                    "cpu-level",
+                    Code::CpuLevel,
                     format!(
                         "the guest CPU (model {model}) does not reach {}: missing {}",
                         level.value,
@@ -281,7 +279,7 @@ fn check_level(
         let source = facts.domcaps.map_or("", |d| d.source.as_str());
         out.push(
             Finding::warning(
-                "host-level",
+                Code::HostLevel,
                 format!(
                     "this host's {mode} CPU (per {source}) does not reach {}: missing {}; KVM will not provide them",
                     level.value,
@@ -297,12 +295,16 @@ fn check_level(
 /// The features the host's host-model CPU (domcapabilities) gives, minus those the domain
 /// switches off; None without domcapabilities.
 fn host_model_features(
-    facts: &Facts<'_>,
-    explicit: &[(String, String)],
+    facts: &DomainFacts<'_>,
+    explicit: &[(String, Option<FeaturePolicy>)],
 ) -> Option<BTreeSet<String>> {
     let hm = facts.domcaps?.host_model.as_ref()?;
-    let mut feats = hm.features(hm.model.as_deref().and_then(|m| facts.model_features(m)));
-    for (name, _) in explicit.iter().filter(|(_, p)| !policy_present(p)) {
+    let mut feats =
+        hm.guaranteed_features(hm.model.as_deref().and_then(|m| facts.model_features(m)));
+    for (name, _) in explicit
+        .iter()
+        .filter(|(_, p)| !p.is_some_and(FeaturePolicy::gives))
+    {
         feats.remove(name);
     }
     Some(feats)

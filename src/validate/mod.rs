@@ -1,19 +1,19 @@
-//! The checks libvirt and QEMU will make, run on the rewritten domain (DESIGN.md section 6).
+//! The checks libvirt and QEMU will make, run on the rewritten domain.
 //!
 //! Each check mirrors a rule of libvirt 9.0 / QEMU 7.2 and quotes the error text libvirt gives,
 //! so an operator can match a finding to what `virsh define` or `virsh start` would have said;
 //! where a later libvirt changed the rule, the host's version decides
-//! ([`crate::facts::VersionRule`]: checked against libvirt 11.3 / QEMU 10.0 too).
+//! ([`crate::domain_facts::VersionRule`]: checked against libvirt 11.3 / QEMU 10.0 too).
 //! `cpu` judges the `<cpu>` element and the psABI level, `vcpu` the vCPU counts, topology,
 //! machine and KVM limits, IOMMU, `<vcpus>` and NUMA cells. Checks never change the document and
-//! read host facts from [`Facts`] only.
+//! read host facts from [`DomainFacts`] only.
 
 mod cpu;
 mod vcpu;
 
 use crate::domain::Domain;
-use crate::facts::Facts;
-use crate::finding::Finding;
+use crate::domain_facts::DomainFacts;
+use crate::finding::{Code, Finding};
 use crate::policy::Plan;
 
 /// Run every check on `dom` (the document as it will be written), with `plan` for the level and
@@ -22,7 +22,7 @@ use crate::policy::Plan;
 /// Returns findings in a fixed order: several `<cpu>`, vCPU checks, then the `<cpu>` element's
 /// mode, features, model and level.
 #[must_use]
-pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &Facts<'_>) -> Vec<Finding> {
+pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
     if !dom.in_scope() {
         return out;
@@ -30,14 +30,14 @@ pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &Facts<'_>) -> Vec<Finding
     let cpus = dom.cpus();
     if cpus.len() > 1 {
         out.push(Finding::error(
-            "cpu-multiple",
+            Code::CpuMultiple,
             format!("{} <cpu> elements: libvirt reads mode, model and features from the first only and silently ignores the rest (virt-xml-validate: \"Extra element cpu in interleave\")", cpus.len()),
             "merge them into one <cpu> (virt-cpu-policy rewrite does)",
         ));
     }
     if let Some(emulator) = &facts.machine_unsupported {
         out.push(Finding::error(
-            "machine-unsupported",
+            Code::MachineUnsupported,
             format!(
                 "Emulator '{emulator}' does not support machine type '{}' (libvirt refuses the domain at define; per libvirt's QEMU capability cache)",
                 dom.machine()

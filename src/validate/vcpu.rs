@@ -2,16 +2,18 @@
 //! QEMU: counts, topology, machine-type and KVM limits, the x86 rules above 255 vCPUs, `<vcpus>`,
 //! NUMA cells and memory hotplug. Error texts are libvirt's.
 
-use crate::domain::{Domain, child, is_libvirt_element};
-use crate::facts::{Facts, KVM_FLOOR, VersionRule};
-use crate::finding::Finding;
+use crate::domain::Domain;
+use crate::domain_facts::{DomainFacts, KVM_FLOOR, VersionRule};
+use crate::finding::{Code, Finding};
+use crate::libvirt::arch::is_x86;
 use crate::machine::{family_floor, is_q35};
 use crate::topology::{Topology, VcpuCount, X86_XAPIC_LIMIT, parse_cpuset, read_vcpu};
+use crate::xml::{child, is_libvirt_element};
 use roxmltree::Node;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Every vCPU check, in libvirt's order.
-pub(super) fn check(dom: &Domain<'_>, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+pub(super) fn check(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     let Some(count) = check_counts(dom, out) else {
         return;
     };
@@ -24,10 +26,6 @@ pub(super) fn check(dom: &Domain<'_>, facts: &Facts<'_>, out: &mut Vec<Finding>)
         check_vcpus_list(list, max, out);
     }
     check_numa(dom, max, facts, out);
-}
-
-fn is_x86(dom: &Domain<'_>) -> bool {
-    matches!(dom.arch(), "x86_64" | "i686")
 }
 
 /// `<vcpu>`: a positive maximum, `current` between 1 and the maximum. With a `<vcpus>` list
@@ -44,7 +42,7 @@ fn check_counts(dom: &Domain<'_>, out: &mut Vec<Finding>) -> Option<VcpuCount> {
         Some(Ok(c)) => c,
         Some(Err(m)) => {
             out.push(Finding::error(
-                "vcpu-invalid",
+                Code::VcpuInvalid,
                 m,
                 "write a positive integer",
             ));
@@ -54,7 +52,7 @@ fn check_counts(dom: &Domain<'_>, out: &mut Vec<Finding>) -> Option<VcpuCount> {
     let max = count.max;
     if max == 0 {
         out.push(Finding::error(
-            "vcpu-invalid",
+            Code::VcpuInvalid,
             "<vcpu> is 0: a guest needs at least one vCPU",
             "write a positive integer",
         ));
@@ -63,14 +61,14 @@ fn check_counts(dom: &Domain<'_>, out: &mut Vec<Finding>) -> Option<VcpuCount> {
     let has_list = child(root, "vcpus").is_some();
     if count.current == 0 && !has_list {
         out.push(Finding::error(
-            "vcpu-current",
+            Code::VcpuCurrent,
             "vcpu 0 can't be offline (<vcpu current='0'>)",
             "set current to 1 or more",
         ));
     }
     if count.current > max && !has_list {
         out.push(Finding::error(
-            "vcpu-current",
+            Code::VcpuCurrent,
             format!(
                 "maximum vCPU count must not be less than current vCPU count ({} > {max})",
                 count.current
@@ -83,7 +81,7 @@ fn check_counts(dom: &Domain<'_>, out: &mut Vec<Finding>) -> Option<VcpuCount> {
 
 /// sockets × dies × clusters × cores × threads must equal the maximum (`clusters` only where
 /// libvirt reads it, 10.1.0 and later); on x86 QEMU refuses more than one cluster.
-fn check_topology(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+fn check_topology(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     let Some(topo) = dom.cpus().first().and_then(|c| child(*c, "topology")) else {
         return;
     };
@@ -92,7 +90,7 @@ fn check_topology(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<F
         Ok(t) => t,
         Err(why) => {
             out.push(Finding::error(
-                "topology-invalid",
+                Code::TopologyInvalid,
                 why,
                 "give <topology> sockets, cores and threads as positive integers",
             ));
@@ -106,20 +104,20 @@ fn check_topology(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<F
             "sockets × dies × cores × threads"
         };
         out.push(Finding::error(
-            "topology-mismatch",
+            Code::TopologyMismatch,
             format!("CPU topology doesn't match maximum vcpu count ({product} = {}, maximum {max})", t.product()),
             "make the product equal the maximum (a rule with vcpu.topology = \"sockets\" or \"cores\" reshapes it)",
         ));
     }
     let written = topo.attribute("clusters").filter(|c| c.trim() != "1");
-    match (is_x86(dom), written, clusters_read) {
+    match (is_x86(dom.arch()), written, clusters_read) {
         (true, Some(_), true) if t.clusters > 1 => out.push(Finding::error(
-            "topology-clusters",
+            Code::TopologyClusters,
             format!("clusters > 1 not supported by this machine's CPU topology (QEMU, at start; <topology clusters='{}'> on x86, read by {})", t.clusters, facts.libvirt_rules()),
             "remove the clusters attribute or set it to 1",
         )),
         (true, Some(c), false) => out.push(Finding::warning(
-            "topology-clusters",
+            Code::TopologyClusters,
             format!("<topology clusters='{c}'> is ignored by {} (libvirt reads it from 10.1.0 on, and QEMU then refuses more than one cluster on x86)", facts.libvirt_rules()),
             "remove the clusters attribute",
         )),
@@ -129,13 +127,13 @@ fn check_topology(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<F
 
 /// The machine type's limit (not looked up when every type of the family allows the maximum),
 /// KVM's limit, and above 255 x86 vCPUs q35 and an IOMMU in extended interrupt mode.
-fn check_limits(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+fn check_limits(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     let below_floor = family_floor(dom.arch(), dom.machine()).is_some_and(|floor| max <= floor);
     let limit = facts.machine_limit.as_ref().filter(|_| !below_floor);
     if let Some(l) = limit {
         if max > l.max_cpus {
             out.push(Finding::error(
-                "machine-vcpu-limit",
+                Code::MachineVcpuLimit,
                 format!("Maximum CPUs greater than specified machine type limit {} (machine type {}, from {}; maximum {max})", l.max_cpus, l.machine, l.source),
                 format!("lower the maximum to {} or use a machine type with a higher limit", l.max_cpus),
             ));
@@ -144,7 +142,7 @@ fn check_limits(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Fin
     if let (Some(k), "kvm", true) = (&facts.kvm_limit, dom.virt_type(), max > KVM_FLOOR) {
         if max > k.value {
             out.push(Finding::error(
-                "kvm-vcpu-limit",
+                Code::KvmVcpuLimit,
                 format!(
                     "maximum {max} vCPUs exceeds the maximum cpus supported by KVM ({}, from {})",
                     k.value, k.source
@@ -153,20 +151,20 @@ fn check_limits(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Fin
             ));
         }
     }
-    if !is_x86(dom) || max <= X86_XAPIC_LIMIT {
+    if !is_x86(dom.arch()) || max <= X86_XAPIC_LIMIT {
         return;
     }
     let machine = limit.map_or(dom.machine(), |l| l.machine.as_str());
     if !is_q35(machine) && !is_q35(dom.machine()) {
         if limit.is_none() {
-            out.push(Finding::error("x86-vcpu-q35", format!("more than 255 vCPUs are only supported on q35-based machine types (machine type {})", dom.machine()), "use a q35 machine type or at most 255 vCPUs"));
+            out.push(Finding::error(Code::X86VcpuQ35, format!("more than 255 vCPUs are only supported on q35-based machine types (machine type {})", dom.machine()), "use a q35 machine type or at most 255 vCPUs"));
         }
         return;
     }
     let iommu = Iommu::as_libvirt_fills_in(dom, max, facts);
     if !(iommu.intel && iommu.eim == Some(true)) {
         out.push(Finding::error(
-            "iommu-eim",
+            Code::IommuEim,
             "more than 255 vCPUs require extended interrupt mode enabled on the iommu device",
             "add <iommu model='intel'><driver intremap='on' eim='on'/></iommu> and <features><ioapic driver='qemu'/></features> (a rule with vcpu.iommu = \"auto\" or vcpu.max does), or keep the maximum at 255",
         ));
@@ -179,8 +177,8 @@ fn check_limits(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Fin
 /// `<feature policy='require' name='x2apic'/>`), and QEMU 7.2 cannot run that many TCG vCPUs at
 /// all ("current -smp configuration requires kernel irqchip and X2APIC API support"). Both are
 /// start-time refusals libvirt does not make at define: a warning.
-fn check_tcg_x2apic(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Finding>) {
-    if dom.virt_type() != "qemu" || !is_x86(dom) || max <= X86_XAPIC_LIMIT {
+fn check_tcg_x2apic(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
+    if dom.virt_type() != "qemu" || !is_x86(dom.arch()) || max <= X86_XAPIC_LIMIT {
         return;
     }
     let cpu = dom.cpus().first().copied();
@@ -189,13 +187,13 @@ fn check_tcg_x2apic(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec
     }
     let model = cpu
         .and_then(|c| child(c, "model"))
-        .and_then(crate::domain::text_of)
+        .and_then(crate::xml::text_of)
         .unwrap_or_else(|| "qemu64".to_string());
     let explicit = cpu.map(crate::domain::cpu_features).unwrap_or_default();
-    let feats = crate::cpu::guaranteed_features(facts.model_features(&model), &explicit);
+    let feats = crate::libvirt::cpu::guaranteed_features(facts.model_features(&model), &explicit);
     if !feats.contains("x2apic") {
         out.push(Finding::warning(
-            "tcg-x2apic",
+            Code::TcgX2apic,
             format!("{max} vCPUs under TCG need x2APIC in the guest CPU, which {model} lacks: QEMU 10.0 refuses to start it (\"APIC ID 255 requires x2APIC feature in CPU\"), and QEMU 7.2 runs at most 255 TCG vCPUs (\"current -smp configuration requires kernel irqchip and X2APIC API support\")"),
             "require x2apic (cpu.require = [\"x2apic\"]) and use QEMU 10 or later, or keep the maximum at 255 under TCG",
         ));
@@ -233,14 +231,14 @@ impl Iommu {
         }
     }
 
-    fn as_libvirt_fills_in(dom: &Domain<'_>, max: u32, facts: &Facts<'_>) -> Iommu {
+    fn as_libvirt_fills_in(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>) -> Iommu {
         let mut i = Iommu::as_written(dom);
         if !facts.applies(VersionRule::AutoIommu) {
             return i;
         }
         // Only for the vCPUs that need eim: below that, `<driver eim='on'/>` without intremap is
         // still refused ("IOMMU eim requires interrupt remapping to be enabled", 11.3).
-        let needs_eim = is_x86(dom) && max > X86_XAPIC_LIMIT;
+        let needs_eim = is_x86(dom.arch()) && max > X86_XAPIC_LIMIT;
         if needs_eim {
             if !i.present {
                 (i.present, i.intel) = (true, true);
@@ -258,17 +256,17 @@ impl Iommu {
 }
 
 /// An Intel IOMMU needs q35; `eim` needs `intremap`; `intremap` needs the split I/O APIC.
-fn check_iommu(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+fn check_iommu(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     let written = Iommu::as_written(dom);
     if !(written.present && written.intel) {
         return;
     }
-    if is_x86(dom)
+    if is_x86(dom.arch())
         && !is_q35(dom.machine())
         && !facts.canonical_machine.as_deref().is_some_and(is_q35)
     {
         out.push(Finding::error(
-            "iommu-machine",
+            Code::IommuMachine,
             "IOMMU device: 'intel' is only supported with Q35 machines",
             "use a q35 machine type or remove the Intel IOMMU",
         ));
@@ -276,14 +274,14 @@ fn check_iommu(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Find
     let iommu = Iommu::as_libvirt_fills_in(dom, max, facts);
     if iommu.eim == Some(true) && iommu.intremap != Some(true) {
         out.push(Finding::error(
-            "iommu-intremap",
+            Code::IommuIntremap,
             "IOMMU eim requires interrupt remapping to be enabled",
             "set <driver intremap='on'>",
         ));
     }
     if iommu.intremap == Some(true) && iommu.ioapic.as_deref() != Some("qemu") {
         out.push(Finding::error(
-            "ioapic-split",
+            Code::IoapicSplit,
             "IOMMU interrupt remapping requires split I/O APIC (ioapic driver='qemu')",
             "add <features><ioapic driver='qemu'/></features>",
         ));
@@ -297,7 +295,7 @@ fn check_vcpus_list(list: Node<'_, '_>, max: u32, out: &mut Vec<Finding>) {
     for e in list.children().filter(|c| is_libvirt_element(*c, "vcpu")) {
         let Some(id) = e.attribute("id").and_then(|v| v.trim().parse::<u32>().ok()) else {
             out.push(Finding::error(
-                "vcpus-invalid",
+                Code::VcpusInvalid,
                 "a <vcpus><vcpu> has no valid id",
                 "give every entry an id",
             ));
@@ -305,7 +303,7 @@ fn check_vcpus_list(list: Node<'_, '_>, max: u32, out: &mut Vec<Finding>) {
         };
         if id >= max {
             out.push(Finding::error(
-                "vcpus-invalid",
+                Code::VcpusInvalid,
                 format!("vcpu id '{id}' is out of range of maximum vcpu count"),
                 "remove the entry or raise the maximum",
             ));
@@ -332,7 +330,7 @@ fn check_vcpus_list(list: Node<'_, '_>, max: u32, out: &mut Vec<Finding>) {
             _ => None,
         };
         if let Some((message, fix)) = bad {
-            out.push(Finding::error("vcpus-invalid", message, fix));
+            out.push(Finding::error(Code::VcpusInvalid, message, fix));
         }
     }
     check_vcpus_order(&state, out);
@@ -349,7 +347,7 @@ fn check_vcpus_order(state: &BTreeMap<u32, (bool, Option<String>)>, out: &mut Ve
             hotplug_seen = true;
         } else if hotplug_seen {
             out.push(Finding::error(
-                "vcpus-order",
+                Code::VcpusOrder,
                 format!("online non-hotpluggable vcpus need to be ordered prior to hotplugable vcpus (vcpu '{id}')"),
                 "give the non-hotpluggable online vCPUs the lowest ids",
             ));
@@ -361,7 +359,7 @@ fn check_vcpus_order(state: &BTreeMap<u32, (bool, Option<String>)>, out: &mut Ve
 /// NUMA cells: valid cpusets, no vCPU in two cells, none past the maximum, every vCPU in a cell
 /// (a warning: QEMU puts the rest in node 0); `<maxMemory>` needs a cell (before libvirt 9.6.0,
 /// which adds one itself: [`VersionRule::AutoNumaForMemoryHotplug`]).
-fn check_numa(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Finding>) {
+fn check_numa(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     let cells: Vec<Node<'_, '_>> = dom
         .cpus()
         .iter()
@@ -380,7 +378,7 @@ fn check_numa(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Findi
         };
         let Some(s) = parse_cpuset(v, max.saturating_add(1 << 16)) else {
             out.push(Finding::error(
-                "numa-invalid",
+                Code::NumaInvalid,
                 format!("NUMA cell cpus='{v}' is not a valid cpuset"),
                 "fix the cell's cpus",
             ));
@@ -389,7 +387,7 @@ fn check_numa(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Findi
         if !overlap_reported && s.iter().any(|id| covered.contains(id)) {
             overlap_reported = true;
             out.push(Finding::error(
-                "numa-overlap",
+                Code::NumaOverlap,
                 format!("NUMA cells {i} and an earlier one have overlapping vCPU ids"),
                 "give every vCPU to one cell only",
             ));
@@ -398,17 +396,17 @@ fn check_numa(dom: &Domain<'_>, max: u32, facts: &Facts<'_>, out: &mut Vec<Findi
     }
     if covered.iter().any(|i| *i >= max) {
         out.push(Finding::error(
-            "numa-vcpus",
+            Code::NumaVcpus,
             "Number of CPUs in <numa> exceeds the <vcpu> count",
             "keep every cell's cpus below the maximum",
         ));
     } else if !cells.is_empty() && u32::try_from(covered.len()).ok() != Some(max) {
-        out.push(Finding::warning("numa-coverage", format!("NUMA cells cover {} of {max} vCPUs; QEMU puts the others in node 0 and warns that this is deprecated", covered.len()), "assign every vCPU to a cell"));
+        out.push(Finding::warning(Code::NumaCoverage, format!("NUMA cells cover {} of {max} vCPUs; QEMU puts the others in node 0 and warns that this is deprecated", covered.len()), "assign every vCPU to a cell"));
     }
     let auto_numa = facts.applies(VersionRule::AutoNumaForMemoryHotplug);
     if child(dom.root(), "maxMemory").is_some() && cells.is_empty() && !auto_numa {
         out.push(Finding::error(
-            "memory-hotplug-numa",
+            Code::MemoryHotplugNuma,
             "At least one numa node has to be configured when enabling memory hotplug",
             "add a <numa> cell, or remove <maxMemory>",
         ));

@@ -7,7 +7,7 @@
 //! Unreadable files: as root `chmod 000` does not stop a read, so the tests use what stops root
 //! too: a directory named `x.xml` and a dangling symlink (and, when not root, a `chmod 000` file).
 
-use crate::harness::{Cmd, Output, Scratch, corpus, s};
+use crate::harness::{Cmd, Output, Scratch, s, shared_corpus};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -212,15 +212,12 @@ fn all_three_formats(
 }
 
 #[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
 fn audit_of_the_corpus_matches_check_file_by_file() {
-    let Some(c) = corpus() else {
-        assert!(
-            std::env::var("CI").is_err(),
-            "CI: ../shared/corpus is missing"
-        );
-        eprintln!("skipping: ../shared/corpus not present");
-        return;
-    };
+    let c = shared_corpus();
     let dir = c.join("virt-manager/domains");
     let files: Vec<PathBuf> = {
         let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -373,11 +370,23 @@ fn audit_columns_name_level_vcpus_and_rules() {
     );
     assert_eq!(row("gen-0004")[..4], ["gen-0004", "conforms", "?", "8/?"]);
     assert!(text.stdout.contains("note: LEVEL ?"), "{}", text.stdout);
+}
+
+#[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
+fn audit_columns_with_this_hosts_files() {
+    let t = Scratch::new("audit-columns-host");
+    std::fs::write(t.path("hostmodel.xml"), generated(4)).unwrap();
+    let find = |r: &Value, n: &str| -> Value {
+        let guests = r["guests"].as_array().unwrap();
+        guests.iter().find(|g| g["guest"] == n).unwrap().clone()
+    };
     // With this host's files: its KVM drops pni and popcnt, so host-model reaches v1 only;
     // capabilities.xml resolves the alias pc to pc-i440fx-7.2 (255).
-    let Some(dir) = corpus().map(|c| c.join("host-libvirt-9.0-qemu-7.2")) else {
-        return;
-    };
+    let dir = shared_corpus().join("host-libvirt-9.0-qemu-7.2");
     let mut args = vec!["--format".to_string(), "json".into()];
     for f in ["domcapabilities-x86_64-q35-kvm.xml", "capabilities.xml"] {
         args.extend(["--caps".to_string(), s(&dir.join(f))]);
@@ -453,15 +462,12 @@ fn prometheus_output_is_the_same_every_run() {
 }
 
 #[test]
+#[cfg_attr(
+    not(all(target_arch = "x86_64", vcp_shared_corpus)),
+    ignore = "needs ../shared/corpus beside the checkout, on an x86_64 host (the host level is an x86_64 host's)"
+)]
 fn prometheus_host_level_prefers_the_qemu_capability_cache_to_cpuinfo() {
-    if std::env::consts::ARCH != "x86_64" {
-        eprintln!("skipped: the host level is an x86_64 host's");
-        return;
-    }
-    let Some(c) = corpus() else {
-        eprintln!("skipped: ../shared/corpus is absent");
-        return;
-    };
+    let c = shared_corpus();
     let t = Scratch::new("audit-prom-level");
     let guest = t.write("g.xml", generated(2));
     let cache = t.path("cache");
@@ -496,13 +502,14 @@ fn prometheus_host_level_prefers_the_qemu_capability_cache_to_cpuinfo() {
     );
 }
 
-/// The cron line of README.md ("Watching a fleet"), with the node_exporter directory `dir`.
-fn readme_cron_line(dir: &Path) -> String {
-    let readme = std::fs::read_to_string(crate::harness::root().join("README.md")).unwrap();
-    let line = readme
+/// The cron line of docs/metrics.md ("Without the daemon: a cron job"), with the node_exporter
+/// directory `dir`.
+fn documented_cron_line(dir: &Path) -> String {
+    let page = std::fs::read_to_string(crate::harness::root().join("docs/metrics.md")).unwrap();
+    let line = page
         .lines()
         .find_map(|l| l.strip_prefix("*/10 * * * * root "))
-        .expect("README.md has the cron recipe");
+        .expect("docs/metrics.md has the cron recipe");
     assert!(
         line.contains("D=/var/lib/prometheus/node-exporter;"),
         "{line}"
@@ -514,7 +521,7 @@ fn readme_cron_line(dir: &Path) -> String {
 }
 
 #[test]
-fn readme_cron_recipe_keeps_the_old_file_when_audit_fails() {
+fn documented_cron_recipe_keeps_the_old_file_when_audit_fails() {
     let t = Scratch::new("audit-cron");
     let defs = t.path("defs");
     std::fs::create_dir(&defs).unwrap();
@@ -552,7 +559,7 @@ fn readme_cron_recipe_keeps_the_old_file_when_audit_fails() {
         );
         let st = std::process::Command::new("sh")
             .arg("-c")
-            .arg(readme_cron_line(&out_dir))
+            .arg(documented_cron_line(&out_dir))
             .env("PATH", path)
             .stdin(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -590,18 +597,14 @@ fn readme_cron_recipe_keeps_the_old_file_when_audit_fails() {
 
 #[test]
 fn audit_shows_progress_on_a_terminal_above_200_files() {
-    if std::process::Command::new("script")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        assert!(
-            std::env::var("CI").is_err(),
-            "CI: util-linux's script is missing"
-        );
-        eprintln!("skipping: no `script` to give the audit a terminal");
-        return;
-    }
+    // util-linux's `script` (Debian's essential bsdutils) gives the audit a terminal.
+    assert!(
+        std::process::Command::new("script")
+            .arg("--version")
+            .output()
+            .is_ok(),
+        "needs util-linux's `script` to give the audit a terminal"
+    );
     let t = Scratch::new("audit-progress");
     write_generated(&t.0, 201);
     // `script` runs the command on a pseudo-terminal; stdout goes to a file, stderr stays on it.

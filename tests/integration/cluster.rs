@@ -1,60 +1,13 @@
-//! `baseline` and `compare` at the command line: data-driven golden cases under
-//! `tests/baseline-cases/<name>/`, discovered at run time, and the exit-code contract.
-//!
-//! A case folder holds:
-//! * `args` — the command and its arguments, one per line; `{corpus}` stands for
-//!   `../shared/corpus` and `{cpu_map}` for libvirt's cpu_map (`VCP_GOLDEN_CPU_MAP`, default
-//!   /usr/share/libvirt/cpu_map: the expected outputs were recorded with libvirt 9.0's). A case
-//!   whose corpus or cpu_map is absent is skipped and says so; the test fails if none ran.
-//! * `expected` — the expected stdout, with the same placeholders (empty or absent: nothing on
-//!   stdout);
-//! * `expected-exit` — optional `exit N` (default 0);
-//! * `expected-stderr` — optional lines stderr must contain (a non-zero exit needs a message).
-//!
-//! The command runs in the case folder, so a case may bring its own facts files.
-//! `BLESS=1 cargo test --test integration baseline_golden` rewrites `expected` from the output.
+//! `baseline` and `compare` at the command line: the exit-code contract, bad input, and
+//! `cpu.model = "baseline"` with `[host] cluster`. The golden cases of `tests/baseline-cases/`
+//! run in `golden.rs` (`baseline_golden_cases`), in the one format both golden suites share.
 
-use crate::golden::{Case, cases_in};
-use crate::harness::{Cmd, Scratch, corpus, exit_file, s};
-use std::path::PathBuf;
+use crate::golden::{Case, golden_cpu_map};
+use crate::harness::{Cmd, Scratch, s, shared_corpus};
 
-/// libvirt's cpu_map the golden outputs are recorded with.
-fn golden_cpu_map() -> PathBuf {
-    std::env::var_os("VCP_GOLDEN_CPU_MAP").map_or_else(
-        || PathBuf::from("/usr/share/libvirt/cpu_map"),
-        PathBuf::from,
-    )
-}
-
-/// Every case folder, sorted by name.
+/// Every case folder of `tests/baseline-cases`, sorted by name.
 pub fn cases() -> Vec<Case> {
-    cases_in("tests/baseline-cases", "args")
-}
-
-/// The placeholders of `case` and what they stand for, or None when one is needed and absent.
-fn substitutions(case: &Case) -> Option<Vec<(&'static str, String)>> {
-    let text = std::fs::read_to_string(case.dir.join("args")).ok()?;
-    let mut subs = Vec::new();
-    if text.contains("{corpus}") {
-        subs.push(("{corpus}", s(&corpus()?)));
-    }
-    if text.contains("{cpu_map}") {
-        let m = golden_cpu_map();
-        if !m.join("index.xml").is_file() {
-            return None;
-        }
-        subs.push(("{cpu_map}", s(&m)));
-    }
-    Some(subs)
-}
-
-fn args(case: &Case, subs: &[(&str, String)]) -> Vec<String> {
-    let text = std::fs::read_to_string(case.dir.join("args")).unwrap();
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(|l| subs.iter().fold(l.to_string(), |a, (k, v)| a.replace(k, v)))
-        .collect()
+    crate::golden::baseline_cases()
 }
 
 /// The expected JSON of a `--format json` baseline case (placeholders left in place).
@@ -63,62 +16,8 @@ pub fn expected_json(case: &Case) -> Option<serde_json::Value> {
     if !args.starts_with("baseline") || !args.lines().any(|l| l.trim() == "json") {
         return None;
     }
-    let text = std::fs::read_to_string(case.dir.join("expected")).ok()?;
+    let text = std::fs::read_to_string(case.dir.join("expected-stdout")).ok()?;
     serde_json::from_str(&text).ok()
-}
-
-fn check(case: &Case) -> Result<bool, String> {
-    let Some(subs) = substitutions(case) else {
-        eprintln!(
-            "baseline golden {}: SKIPPED, needs ../shared/corpus and libvirt's cpu_map ({})",
-            case.name,
-            golden_cpu_map().display()
-        );
-        return Ok(false);
-    };
-    let out = Cmd::new(&args(case, &subs)).dir(&case.dir).run();
-    // Put the placeholders back so the expected files hold no machine paths.
-    let unsub = |t: &str| subs.iter().fold(t.to_string(), |a, (k, v)| a.replace(v, k));
-    let stdout = unsub(&out.stdout);
-    let stderr = unsub(&out.stderr);
-    let ctx = |what: &str| {
-        format!(
-            "case {}: {what}\nstdout:\n{stdout}\nstderr:\n{stderr}\n(recorded with libvirt 9.0's cpu_map; VCP_GOLDEN_CPU_MAP names another)",
-            case.name
-        )
-    };
-    let want_exit = exit_file(&case.dir.join("expected-exit")).unwrap_or(0);
-    let expected = case.dir.join("expected");
-    if std::env::var_os("BLESS").is_some() && out.code == want_exit {
-        std::fs::write(&expected, &stdout).unwrap();
-    }
-    if out.code != want_exit {
-        return Err(ctx(&format!("exit {} (wanted {want_exit})", out.code)));
-    }
-    let want = std::fs::read_to_string(&expected).unwrap_or_default();
-    if stdout != want {
-        let diff = similar::TextDiff::from_lines(&want, &stdout)
-            .unified_diff()
-            .header("expected", "actual")
-            .to_string();
-        return Err(format!("case {}: stdout differs\n{diff}", case.name));
-    }
-    if let Ok(lines) = std::fs::read_to_string(case.dir.join("expected-stderr")) {
-        for l in lines.lines().map(str::trim).filter(|l| !l.is_empty()) {
-            if !stderr.contains(l) {
-                return Err(ctx(&format!("stderr lacks `{l}`")));
-            }
-        }
-    }
-    if want_exit != 0 && stderr.lines().count() != 1 {
-        return Err(ctx("a failure needs exactly one line on stderr"));
-    }
-    Ok(true)
-}
-
-#[test]
-fn baseline_golden_cases() {
-    crate::harness::run_cases("baseline golden", &cases(), check);
 }
 
 /// `baseline --format toml` of `hosts` written as a policy, and `rewrite` of `domain` with it:
@@ -146,10 +45,12 @@ fn toml_then_rewrite(dir: &Scratch, map: &str, hosts: &[String], domain: &str) -
 
 /// The toml output is a policy the tool itself loads, and its rule gives a guest the baseline.
 #[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
 fn toml_output_is_a_working_policy() {
-    let (Some(c), true) = (corpus(), golden_cpu_map().join("index.xml").is_file()) else {
-        panic!("needs ../shared/corpus and libvirt's cpu_map (VCP_GOLDEN_CPU_MAP)");
-    };
+    let c = shared_corpus();
     let d = c.join("libvirt-cputestdata");
     let map = s(&golden_cpu_map());
     let dir = Scratch::new("baseline-toml");
@@ -245,19 +146,26 @@ fn bad_input_exits_2_with_one_line_and_no_stdout() {
     );
     // A host CPU without <model>: libvirt's "Missing CPU model name", not "incompatible".
     let no_model = dir.write("no-model.xml", "<cpu><arch>x86_64</arch></cpu>");
-    if golden_cpu_map().join("index.xml").is_file() {
-        let out = Cmd::new(&["baseline", "--cpu-map", &s(&golden_cpu_map())])
-            .arg(s(&no_model))
-            .run();
-        out.status(2);
-        assert!(
-            out.stderr.contains("Missing CPU model name"),
-            "{}",
-            out.stderr
-        );
-    }
+    let out = Cmd::new(&["baseline", "--cpu-map", &s(&golden_cpu_map())])
+        .arg(s(&no_model))
+        .run();
+    out.status(2);
+    assert!(
+        out.stderr.contains("Missing CPU model name"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
+fn bad_cpu_map_and_vendor_mix_exit_with_one_line() {
+    let dir = Scratch::new("baseline-bad-map");
     // A cpu_map that is not one: still one line (when the facts are x86).
-    let Some(c) = corpus() else { return };
+    let c = shared_corpus();
     let host = c.join("libvirt-cputestdata/x86_64-cpuid-Xeon-E5-2650-v4-host.xml");
     let out = Cmd::new(&["baseline", "--cpu-map"])
         .arg(s(&dir.0))
@@ -292,9 +200,7 @@ fn bad_input_exits_2_with_one_line_and_no_stdout() {
 /// libvirt's test CPUs of three Intel hosts (a Broadwell, an Ivy Bridge without avx2, a
 /// Nehalem) and the cpu_map to read them with; panics without them (nothing would be tested).
 fn three_hosts() -> (Vec<String>, String) {
-    let (Some(c), true) = (corpus(), golden_cpu_map().join("index.xml").is_file()) else {
-        panic!("needs ../shared/corpus and libvirt's cpu_map (VCP_GOLDEN_CPU_MAP)");
-    };
+    let c = shared_corpus();
     let d = c.join("libvirt-cputestdata");
     let hosts = [
         "x86_64-cpuid-Xeon-E5-2650-v4-host.xml",
@@ -357,6 +263,10 @@ fn judge(
 }
 
 #[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
 fn baseline_policy_gives_guests_the_clusters_cpu() {
     let (hosts, map) = three_hosts();
     let t = Scratch::new("policy-baseline");
@@ -438,6 +348,10 @@ fn baseline_policy_gives_guests_the_clusters_cpu() {
 }
 
 #[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
 fn baseline_policy_refuses_what_not_every_host_has() {
     let (hosts, map) = three_hosts();
     let t = Scratch::new("policy-baseline-more");
@@ -487,6 +401,10 @@ fn baseline_policy_refuses_what_not_every_host_has() {
 /// (review: an `avx512f` the guest required stayed under the baseline, and so did an AMD
 /// `<vendor>` and `match='strict'`; `compare` then refused the rewritten guest on every host).
 #[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
 fn baseline_policy_drops_what_the_domain_adds_that_not_every_host_runs() {
     let (hosts, map) = three_hosts();
     let t = Scratch::new("policy-baseline-fit");
@@ -542,6 +460,10 @@ fn baseline_policy_drops_what_the_domain_adds_that_not_every_host_runs() {
 }
 
 #[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
 fn baseline_policy_without_an_answer_exits_2_with_one_line() {
     let (hosts, map) = three_hosts();
     let t = Scratch::new("policy-baseline-bad");
@@ -555,7 +477,7 @@ fn baseline_policy_without_an_answer_exits_2_with_one_line() {
     std::fs::copy(&hosts[0], t.path("dangling/node-a.xml")).unwrap();
     let link = t.path("dangling/node-old.xml");
     std::os::unix::fs::symlink(t.path("moved-away.xml"), &link).unwrap();
-    let c = corpus().unwrap();
+    let c = shared_corpus();
     let arm = vec![
         s(&c.join("virt-manager/capabilities/kvm-aarch64.xml")),
         s(&c.join("libvirt-domaincapsdata/qemu_11.0.0-virt.aarch64.xml")),

@@ -1,4 +1,4 @@
-//! `baseline` and `compare` against libvirt itself (issue 13): libvirt is the oracle.
+//! `baseline` and `compare` against libvirt itself: libvirt is the oracle.
 //!
 //! The oracles are the host's libvirt 9.0 and the Debian 13 root's libvirt 11.3
 //! ([`crate::harness::oracles`]), each with its own cpu_map, which the tool is given too (9.0
@@ -22,13 +22,14 @@
 //!   `virsh hypervisor-cpu-compare --error`: same verdict, same message.
 
 use crate::differential::Rng;
-use crate::harness::{Cmd, Oracle, Scratch, corpus, oracles, s};
+use crate::harness::{Cmd, Oracle, Scratch, oracles, s, shared_corpus};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use virt_cpu_policy::cluster::baseline::QEMU_DROPPED_FEATURES;
-use virt_cpu_policy::cpu::x86_map::X86Map;
-use virt_cpu_policy::cpu::{CpuMap, Level};
+use virt_cpu_policy::cpu::Level;
+use virt_cpu_policy::libvirt::cpu_map::CpuMap;
+use virt_cpu_policy::libvirt::cpu_map::x86::X86Map;
 
 /// Clusters drawn.
 const CLUSTERS: usize = 320;
@@ -39,9 +40,7 @@ const ALLOWED: &[(&str, &str)] = &[];
 
 /// The corpus host CPU files, sorted.
 fn corpus_files() -> Vec<PathBuf> {
-    let dir = corpus()
-        .expect("../shared/corpus is needed by this test")
-        .join("libvirt-cputestdata");
+    let dir = shared_corpus().join("libvirt-cputestdata");
     let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("read libvirt-cputestdata")
         .map(|e| e.unwrap().path())

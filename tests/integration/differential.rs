@@ -1,4 +1,4 @@
-//! Differential test against real libvirt (issue 3): libvirt is the oracle.
+//! Differential test against real libvirt: libvirt is the oracle.
 //!
 //! 1. The host's `virsh capabilities` is written to a temp file and passed with `--caps`, so the
 //!    tool knows the machine-type limits exactly as libvirt does. A handful of x86_64 machine types

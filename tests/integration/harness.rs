@@ -22,6 +22,21 @@ pub fn corpus() -> Option<PathBuf> {
     p.is_dir().then_some(p)
 }
 
+/// `../shared/corpus`, for a test marked
+/// `#[cfg_attr(not(vcp_shared_corpus), ignore = "needs ../shared/corpus beside the checkout")]`
+/// (`build.rs` sets the cfg when the corpus is there): panics when it is absent, which happens
+/// only when such a test is run anyway (`--include-ignored`, as CI does: there a missing corpus
+/// is a failure).
+#[track_caller]
+pub fn shared_corpus() -> PathBuf {
+    corpus().unwrap_or_else(|| {
+        panic!(
+            "needs ../shared/corpus beside the checkout ({}), and it is absent",
+            root().join("../shared/corpus").display()
+        )
+    })
+}
+
 /// What a finished run gave.
 #[derive(Debug)]
 pub struct Output {
@@ -171,30 +186,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// Runs `check` on every case of a data-driven suite: `Ok(true)` ran, `Ok(false)` skipped (the
-/// check says why on stderr), `Err` a failure. Panics with every failure, or when no case ran: a
-/// suite that skipped everything has checked nothing.
-pub fn run_cases<C>(label: &str, cases: &[C], check: impl Fn(&C) -> Result<bool, String>) {
-    assert!(!cases.is_empty(), "no {label} cases");
-    let mut failures = Vec::new();
-    let mut ran = 0;
-    for c in cases {
-        match check(c) {
-            Ok(true) => ran += 1,
-            Ok(false) => {}
-            Err(e) => failures.push(e),
-        }
-    }
-    eprintln!("{label}: {ran} of {} cases ran", cases.len());
-    assert!(
-        failures.is_empty(),
-        "{} failing case(s):\n\n{}",
-        failures.len(),
-        failures.join("\n\n")
-    );
-    assert!(ran > 0, "no {label} case ran");
 }
 
 /// The code of an `exit N` file, None when the file is absent or says something else.
@@ -375,4 +366,232 @@ pub fn oracles() -> Vec<Oracle> {
         }
     }
     out
+}
+
+/// One libvirt generation of `tests/libvirt/generations.conf` that answers: the machine's own
+/// libvirt (`qemu:///system`, root `/`) or a root's daemon (`tests/libvirt/generations`). It
+/// dereferences to its [`Oracle`]: `uri`, `version`, `root`, `virsh()`, `cpu_map()`,
+/// `tool_args()`, `command()`.
+pub struct Generation {
+    /// The Debian suite it is: `bullseye`, `bookworm`, `trixie`, `forky`.
+    pub name: String,
+    /// Debian's release number (`11`...), or the suite's name while it has none (`forky`).
+    pub debian: String,
+    /// The daemon: label `libvirt 7.0.0 (bullseye)`, URI, `virsh version --daemon`, root.
+    pub oracle: Oracle,
+}
+
+impl std::ops::Deref for Generation {
+    type Target = Oracle;
+
+    fn deref(&self) -> &Oracle {
+        &self.oracle
+    }
+}
+
+impl Generation {
+    /// `tests/data/generations/NAME`: its facts as `tests/libvirt/capture-facts` wrote them
+    /// (`version`, `capabilities.xml`, `domcapabilities-*.xml`, `cpu_map.list`,
+    /// `query-machines-*.json`; see the README there).
+    pub fn facts(&self) -> PathBuf {
+        generation_facts(&self.name)
+    }
+}
+
+/// `tests/data/generations/NAME`, the captured facts of generation `name`.
+pub fn generation_facts(name: &str) -> PathBuf {
+    root().join("tests/data/generations").join(name)
+}
+
+/// A generation of the configuration that does not answer, and why.
+#[derive(Debug)]
+pub struct Absent {
+    /// The Debian suite.
+    pub name: String,
+    /// Where it was asked.
+    pub uri: String,
+    /// Why it is left out: no root built there, a root of another suite, no answer (with
+    /// virsh's last line), or this machine being another Debian release than the host generation.
+    pub reason: String,
+}
+
+/// One line of `tests/libvirt/generations.conf`: name, Debian release, the root it names.
+fn generation_lines() -> Vec<(String, String, String)> {
+    let path = root().join("tests/libvirt/generations.conf");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert!(
+                f.len() == 3,
+                "{}: a line is NAME DEBIAN ROOT: {l:?}",
+                path.display()
+            );
+            (f[0].to_string(), f[1].to_string(), f[2].to_string())
+        })
+        .collect()
+}
+
+/// The root of generation `name` whose configured root is `default`: `VCP_ROOT_<NAME>`, for
+/// trixie `VCP_ROOT` next, else `default` (as `tests/libvirt/generations` resolves it).
+fn generation_root(name: &str, default: &str) -> PathBuf {
+    if default == "/" {
+        return PathBuf::from("/");
+    }
+    let var = format!("VCP_ROOT_{}", name.to_uppercase());
+    std::env::var_os(var)
+        .or_else(|| {
+            (name == "trixie")
+                .then(|| std::env::var_os("VCP_ROOT"))
+                .flatten()
+        })
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from(default), PathBuf::from)
+}
+
+/// Asks generation `name` (root `dir`) whether it answers: the host generation must be this
+/// machine's Debian release, a root must have been built for that suite, and its daemon must
+/// answer `virsh version --daemon`.
+fn ask_generation(name: &str, debian: &str, dir: PathBuf) -> Result<Generation, Absent> {
+    let host = dir == Path::new("/");
+    let uri = if host {
+        URI.to_string()
+    } else {
+        format!(
+            "qemu+unix:///system?socket={}",
+            dir.join("run/libvirt/libvirt-sock").display()
+        )
+    };
+    let absent = |reason: String| Absent {
+        name: name.to_string(),
+        uri: uri.clone(),
+        reason,
+    };
+    // The release a root was built from (tests/libvirt/root writes it), or this machine's.
+    let (file, key) = if host {
+        ("/etc/os-release", "VERSION_CODENAME=")
+    } else {
+        ("etc/virt-cpu-policy-root", "suite=")
+    };
+    let suite = std::fs::read_to_string(dir.join(file)).ok().and_then(|t| {
+        t.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(str::to_string)
+    });
+    match suite {
+        None if host => return Err(absent(format!("no {key} in /etc/os-release"))),
+        None => {
+            return Err(absent(format!(
+                "no root built at {} (tests/libvirt/generations build {name})",
+                dir.display()
+            )));
+        }
+        Some(s) if s != name && host => {
+            return Err(absent(format!("this machine is Debian '{s}', not {name}")));
+        }
+        Some(s) if s != name => {
+            return Err(absent(format!(
+                "{} is a {s} root, not {name}",
+                dir.display()
+            )));
+        }
+        Some(_) => {}
+    }
+    let v = virsh_at(&uri, &["version", "--daemon"]);
+    let version = v
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Running against daemon:"))
+        .map(|v| v.trim().to_string())
+        .filter(|_| v.ok);
+    let Some(version) = version else {
+        return Err(absent(format!(
+            "its libvirtd does not answer (tests/libvirt/generations start {name}): {}",
+            v.stderr.trim().lines().last().unwrap_or("no output")
+        )));
+    };
+    Ok(Generation {
+        name: name.to_string(),
+        debian: debian.to_string(),
+        oracle: Oracle {
+            label: format!("libvirt {version} ({name})"),
+            uri,
+            version,
+            root: dir,
+        },
+    })
+}
+
+/// Every generation of `tests/libvirt/generations.conf`, oldest first, each answering or
+/// [`Absent`] with the reason. Asks each daemon once (`virsh version --daemon`).
+pub fn survey_generations() -> Vec<Result<Generation, Absent>> {
+    generation_lines()
+        .into_iter()
+        .map(|(name, debian, default)| {
+            let dir = generation_root(&name, &default);
+            ask_generation(&name, &debian, dir)
+        })
+        .collect()
+}
+
+/// The generations that answer, oldest first: the tests loop over them. A generation named by
+/// `VCP_REQUIRE_GENERATIONS` that does not answer is a panic with the reason; any other absent
+/// one is left out and named on stderr (`generations: SKIP forky: ...`), for the caller to report
+/// the test as skipped for it ([`survey_generations`] gives the reasons as values).
+pub fn generations() -> Vec<Generation> {
+    let survey = survey_generations();
+    let required = std::env::var("VCP_REQUIRE_GENERATIONS").unwrap_or_default();
+    match select_generations(survey, &required) {
+        Ok((answering, absent)) => {
+            for a in absent {
+                eprintln!("generations: SKIP {}: {}", a.name, a.reason);
+            }
+            answering
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Splits a survey into the answering generations and the absent ones, or the error for a
+/// generation `required` (comma-separated names, as `VCP_REQUIRE_GENERATIONS`) names that is
+/// absent or that is no generation at all.
+pub fn select_generations(
+    survey: Vec<Result<Generation, Absent>>,
+    required: &str,
+) -> Result<(Vec<Generation>, Vec<Absent>), String> {
+    let known: Vec<&str> = survey
+        .iter()
+        .map(|g| match g {
+            Ok(g) => g.name.as_str(),
+            Err(a) => a.name.as_str(),
+        })
+        .collect();
+    let required: Vec<&str> = required
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    if let Some(n) = required.iter().find(|n| !known.contains(n)) {
+        return Err(format!(
+            "VCP_REQUIRE_GENERATIONS names '{n}', not a generation of tests/libvirt/generations.conf ({})",
+            known.join(", ")
+        ));
+    }
+    let (mut answering, mut absent) = (Vec::new(), Vec::new());
+    for g in survey {
+        match g {
+            Ok(g) => answering.push(g),
+            Err(a) if required.contains(&a.name.as_str()) => {
+                return Err(format!(
+                    "VCP_REQUIRE_GENERATIONS names {} but it does not answer at {}: {}",
+                    a.name, a.uri, a.reason
+                ));
+            }
+            Err(a) => absent.push(a),
+        }
+    }
+    Ok((answering, absent))
 }

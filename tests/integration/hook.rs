@@ -7,7 +7,8 @@
 //! scratch directory), so neither /etc, /var/log nor /var/lib of the machine running the tests
 //! changes or is changed by the results.
 
-use crate::harness::{Cmd, Output, Scratch, bin, corpus, s};
+use crate::golden::golden_cpu_map;
+use crate::harness::{Cmd, Output, Scratch, bin, s, shared_corpus};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -48,7 +49,8 @@ impl Scratch {
     }
 }
 
-/// A policy: x86-64-v2 for every x86_64 guest, with the given mode and `[hook]` settings.
+/// A policy: x86-64-v2 for every x86_64 guest, with the given mode and `[hook]` settings, and
+/// libvirt 9.0.0's cpu_map from `tests/data` (the hook has no `--cpu-map`).
 fn policy(mode: &str, on_violation: &str, on_error: &str) -> String {
     format!(
         r#"version = 1
@@ -58,11 +60,15 @@ mode = "{mode}"
 on_violation = "{on_violation}"
 on_error = "{on_error}"
 
+[host]
+cpu_map = "{}"
+
 [[rule]]
 name = "x86-64-v2 baseline"
 match = {{ arch = "x86_64" }}
 cpu.min_level = "x86-64-v2"
-"#
+"#,
+        s(&golden_cpu_map())
     )
 }
 
@@ -146,7 +152,7 @@ fn live_nehalem(name: &str, disabled: &[&str]) -> String {
     )
 }
 
-/// The five features this machine's KVM does not give a Nehalem guest (DESIGN.md section 1).
+/// The five features this machine's KVM does not give a Nehalem guest (its nested KVM lacks them).
 const NEHALEM_DISABLED: [&str; 5] = ["pni", "popcnt", "sse4.1", "sse4.2", "ssse3"];
 
 /// An incoming (migrate/restore) kvm q35 guest with `vcpus` vCPUs and CPU model `model`; above
@@ -174,19 +180,13 @@ fn incoming(name: &str, vcpus: u32, model: &str) -> String {
     )
 }
 
-/// `../shared/corpus/host-libvirt-9.0-qemu-7.2/NAME`, or None (with a note) without the corpus.
-fn host_file(test: &str, name: &str) -> Option<PathBuf> {
-    let Some(c) = corpus() else {
-        eprintln!("{test}: skipped: ../shared/corpus is absent");
-        return None;
-    };
-    let p = c.join("host-libvirt-9.0-qemu-7.2").join(name);
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!("{test}: skipped: {} is absent", p.display());
-        None
-    }
+/// `../shared/corpus/host-libvirt-9.0-qemu-7.2/NAME`, for a test ignored without the corpus;
+/// panics when it is absent.
+#[track_caller]
+fn host_file(name: &str) -> PathBuf {
+    let p = shared_corpus().join("host-libvirt-9.0-qemu-7.2").join(name);
+    assert!(p.is_file(), "{} is absent", p.display());
+    p
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -673,13 +673,12 @@ fn started_allows_host_passthrough() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
 fn destination_refuses_more_vcpus_than_the_machine_limit() {
-    let Some(caps) = host_file(
-        "destination_refuses_more_vcpus_than_the_machine_limit",
-        "capabilities.xml",
-    ) else {
-        return;
-    };
+    let caps = host_file("capabilities.xml");
     let t = Scratch::with_snap("dest-limit");
     let p = t.write("p.toml", policy("enforce", "warn", "allow"));
     for op in ["migrate", "restore"] {
@@ -698,13 +697,12 @@ fn destination_refuses_more_vcpus_than_the_machine_limit() {
 }
 
 #[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
 fn destination_allows_a_fine_guest_with_empty_stdout() {
-    let Some(caps) = host_file(
-        "destination_allows_a_fine_guest_with_empty_stdout",
-        "capabilities.xml",
-    ) else {
-        return;
-    };
+    let caps = host_file("capabilities.xml");
     let t = Scratch::with_snap("dest-ok");
     for v in ["deny", "warn"] {
         let p = t.write("p.toml", policy("enforce", v, "deny"));
@@ -728,13 +726,12 @@ fn destination_allows_a_fine_guest_with_empty_stdout() {
 /// The incoming CPU against this host's host-model CPU (the corpus host's KVM lacks pni and
 /// popcnt): libvirt's compare (`virt-cpu-policy compare`) decides, naming the missing features.
 #[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
 fn destination_refuses_a_model_this_host_cannot_run() {
-    let Some(domcaps) = host_file(
-        "destination_refuses_a_model_this_host_cannot_run",
-        "domcapabilities-x86_64-q35-kvm.xml",
-    ) else {
-        return;
-    };
+    let domcaps = host_file("domcapabilities-x86_64-q35-kvm.xml");
     let t = Scratch::with_snap("dest-incompatible");
     let p = t.write("p.toml", policy("enforce", "warn", "allow"));
     for op in ["migrate", "restore"] {
@@ -760,19 +757,13 @@ fn destination_refuses_a_model_this_host_cannot_run() {
 /// the missing features; the host's facts come from `--caps` or from the daemon's snapshot (a
 /// `<hostFacts>` file); without them the log says the compare was not possible.
 #[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
 fn destination_compares_the_incoming_cpu_with_this_hosts() {
-    let (Some(domcaps), Some(caps)) = (
-        host_file(
-            "destination_compares_the_incoming_cpu_with_this_hosts",
-            "domcapabilities-x86_64-q35-kvm.xml",
-        ),
-        host_file(
-            "destination_compares_the_incoming_cpu_with_this_hosts",
-            "capabilities.xml",
-        ),
-    ) else {
-        return;
-    };
+    let domcaps = host_file("domcapabilities-x86_64-q35-kvm.xml");
+    let caps = host_file("capabilities.xml");
     let dc_text = std::fs::read_to_string(&domcaps).unwrap();
     // This host's host-model CPU as a custom CPU: what a host-model guest started here becomes.
     let host_model = dc_text
@@ -796,7 +787,7 @@ fn destination_compares_the_incoming_cpu_with_this_hosts() {
     let caps_text = std::fs::read_to_string(&caps).unwrap();
     std::fs::write(
         snap_facts.path("snap/host-facts.xml"),
-        virt_cpu_policy::host::host_facts_document(
+        virt_cpu_policy::libvirt::host_facts::document(
             "this-host",
             "9.0.0".parse().unwrap(),
             &caps_text,
@@ -870,13 +861,12 @@ fn destination_compares_the_incoming_cpu_with_this_hosts() {
 
 /// Without a host-model CPU to compare with, a model `usable='no'` here is refused.
 #[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
 fn destination_refuses_a_model_unusable_here_when_no_compare_is_possible() {
-    let Some(domcaps) = host_file(
-        "destination_refuses_a_model_unusable_here_when_no_compare_is_possible",
-        "domcapabilities-x86_64-q35-kvm.xml",
-    ) else {
-        return;
-    };
+    let domcaps = host_file("domcapabilities-x86_64-q35-kvm.xml");
     let t = Scratch::with_snap("dest-unusable");
     let text = std::fs::read_to_string(&domcaps).unwrap();
     let no_host_model = text.replace(
@@ -903,7 +893,7 @@ fn destination_refuses_a_model_unusable_here_when_no_compare_is_possible() {
 
 /// A guest that runs at the source and that this host can run, but that does not reach the
 /// policy's level (every CloudStack guest defined before the policy was installed). The hook
-/// cannot fix it (libvirt refuses any CPU change on migrate/restore: DESIGN.md section 2), and
+/// cannot fix it (libvirt refuses any CPU change on migrate/restore: docs/hook.md), and
 /// the shipped default says `on_violation = "warn"`: the migration must go through, logged.
 #[test]
 fn destination_warn_lets_a_nonconforming_but_runnable_guest_in() {
@@ -1248,11 +1238,12 @@ fn broken_policy_with_several_errors_is_one_log_line() {
 }
 
 /// A policy whose one rule gives x86_64 guests the baseline of `cluster` (`[host] cluster`),
-/// read with libvirt's installed cpu_map.
+/// read with libvirt 9.0.0's cpu_map from `tests/data`.
 fn baseline_policy(on_violation: &str, on_error: &str, cluster: &[String]) -> String {
     let list: Vec<String> = cluster.iter().map(|c| format!("{c:?}")).collect();
     format!(
-        "version = 1\n\n[hook]\non_violation = \"{on_violation}\"\non_error = \"{on_error}\"\n\n[host]\ncluster = [{}]\n\n[[rule]]\nname = \"cluster cpu\"\nmatch = {{ arch = \"x86_64\" }}\ncpu.model = \"baseline\"\n",
+        "version = 1\n\n[hook]\non_violation = \"{on_violation}\"\non_error = \"{on_error}\"\n\n[host]\ncpu_map = {:?}\ncluster = [{}]\n\n[[rule]]\nname = \"cluster cpu\"\nmatch = {{ arch = \"x86_64\" }}\ncpu.model = \"baseline\"\n",
+        s(&golden_cpu_map()),
         list.join(", ")
     )
 }
@@ -1261,14 +1252,12 @@ fn baseline_policy(on_violation: &str, on_error: &str, cluster: &[String]) -> St
 /// is not follows `on_violation`; a cluster file that is missing follows `on_error` (allow: logged
 /// and let in; deny: refused naming the file), at every checked operation.
 #[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
 fn baseline_policy_in_the_hook_follows_on_violation_and_on_error() {
-    let Some(c) = corpus() else {
-        panic!("needs ../shared/corpus (libvirt's test CPUs)");
-    };
-    assert!(
-        Path::new("/usr/share/libvirt/cpu_map/index.xml").is_file(),
-        "needs libvirt's cpu_map at /usr/share/libvirt/cpu_map"
-    );
+    let c = shared_corpus();
     let d = c.join("libvirt-cputestdata");
     let hosts = vec![
         s(&d.join("x86_64-cpuid-Xeon-E5-2650-v4-host.xml")),
@@ -1369,7 +1358,7 @@ fn policy_that_is_not_toml_but_says_deny_refuses() {
     );
 }
 
-/// The README's own policy reference writes `on_error = "allow"          # "allow" | "deny"`:
+/// The policy reference (docs/policy.md) writes `on_error = "allow"          # "allow" | "deny"`:
 /// an operator who sets deny that way and later breaks the file must still get deny.
 #[test]
 fn policy_that_is_not_toml_says_deny_with_a_trailing_comment_refuses() {

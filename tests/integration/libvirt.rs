@@ -4,7 +4,7 @@
 //! * Every x86_64 KVM/TCG and Arm TCG golden `expected.xml` is accepted by `virsh define`.
 //! * The CloudStack default-CPU domain, rewritten with the default policy, starts under TCG and the
 //!   live XML disables none of the x86-64-v2 features. The same domain under KVM is tried too and
-//!   what happened is printed (this machine's KVM lacks `pni` and `popcnt`, DESIGN.md section 1);
+//!   what happened is printed (this machine's KVM lacks `pni` and `popcnt`);
 //!   that contrast never fails the test.
 //!
 //! Test domains are named `vcp-test-<pid>-…` and are destroyed and undefined by a guard, also when a
@@ -629,7 +629,7 @@ fn cloudstack_default_cpu_output_starts_under_tcg() {
     let _ = virsh(&["destroy", &kname]);
 }
 
-/// The end to end of a cluster (issue 13), on each libvirt: this host's real capabilities and
+/// The end to end of a cluster, on each libvirt: this host's real capabilities and
 /// domcapabilities (as the `<hostFacts>` file `virt-cpu-policyd --publish` writes) plus two of
 /// libvirt's test CPUs, one of them without avx2 (an Ivy Bridge) → `baseline --migratable
 /// --format toml` → `rewrite` with that policy, and with `cpu.model = "baseline"` + `[host]
@@ -638,9 +638,7 @@ fn cloudstack_default_cpu_output_starts_under_tcg() {
 #[test]
 #[ignore = "needs a running libvirtd: .ci/run starts one"]
 fn cluster_baseline_guest_is_defined_and_started_under_tcg() {
-    let corpus = crate::harness::corpus()
-        .expect("needs ../shared/corpus (libvirt's test CPUs)")
-        .join("libvirt-cputestdata");
+    let corpus = crate::harness::shared_corpus().join("libvirt-cputestdata");
     for oracle in oracles() {
         let label = &oracle.label;
         let tmp = Scratch::new("cluster-e2e");
@@ -659,7 +657,7 @@ fn cluster_baseline_guest_is_defined_and_started_under_tcg() {
         let this_host = cluster.join("this-host.xml");
         std::fs::write(
             &this_host,
-            virt_cpu_policy::host::host_facts_document(
+            virt_cpu_policy::libvirt::host_facts::document(
                 "this-host",
                 oracle.version.parse().unwrap(),
                 &caps.stdout,
@@ -729,7 +727,7 @@ fn cluster_baseline_guest_is_defined_and_started_under_tcg() {
             .expect("a model")
             .to_string();
         assert_eq!(model, report["model"].as_str().unwrap(), "{label}");
-        let model_features = virt_cpu_policy::cpu::CpuMap::load(&map)
+        let model_features = virt_cpu_policy::libvirt::cpu_map::CpuMap::load(&map)
             .unwrap()
             .model_features(&model)
             .cloned()

@@ -149,7 +149,7 @@ fn cpu_mode_table_matches_libvirt() {
         let mut agree = 0;
         for (arch, types) in &archs {
             for vt in types {
-                for mode in virt_cpu_policy::modes::MODES {
+                for mode in virt_cpu_policy::modes::MODES.map(|m| m.as_str()) {
                     let name = format!("vcp-test-{}-mode-{arch}-{vt}-{mode}", std::process::id());
                     let xml = guest(&name, arch, vt, mode);
                     let lv = libvirt_verdict(&o, &dir, &name, &xml);

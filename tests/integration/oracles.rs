@@ -20,7 +20,10 @@ use std::process::Stdio;
 use virt_cpu_policy::machine::builtin_limit;
 
 /// `query-machines` of the oracle's `qemu-system-ARCH`: (name, cpu-max, alias).
-fn query_machines(oracle: &Oracle, qemu_arch: &str) -> Vec<(String, u32, Option<String>)> {
+pub(crate) fn query_machines(
+    oracle: &Oracle,
+    qemu_arch: &str,
+) -> Vec<(String, u32, Option<String>)> {
     let program = format!("/usr/bin/qemu-system-{qemu_arch}");
     if !oracle.path(&program).exists() {
         return Vec::new();
@@ -344,10 +347,12 @@ fn check_inside(oracle: &Oracle, file: &str, policy: &str) -> serde_json::Value 
     let out = if oracle.is_host() {
         Cmd::new(&["check", "--format", "json", "--policy", policy, file]).run()
     } else {
-        let inside = oracle.path("/tmp/virt-cpu-policy");
+        // Named after this process: another checkout's run may copy its own binary in too.
+        let name = format!("/tmp/virt-cpu-policy-{}", std::process::id());
+        let inside = oracle.path(&name);
         std::fs::copy(crate::harness::bin(), &inside).expect("copy the tool into the root");
         let o = oracle
-            .command("/tmp/virt-cpu-policy")
+            .command(&name)
             .args(["check", "--format", "json", "--policy", policy, file])
             .output()
             .expect("run the tool in the root");

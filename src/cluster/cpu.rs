@@ -1,0 +1,110 @@
+//! A cluster's CPU, as a policy's `cpu.model = "baseline"` uses it: libvirt's baseline of the
+//! hosts' CPUs with `migratable` set (a cluster CPU is for guests that migrate, and a
+//! `migratable='no'` feature such as `invtsc` would block that), a vendor mix answered
+//! vendor-neutrally ([`super::ClusterOptions`]), and what each level above the one every host
+//! reaches lacks on which host.
+//!
+//! The plan takes it in [`crate::pipeline`]; [`crate::host::Host::cluster_cpu`] computes it once
+//! per run, from `[host] cluster`, and only when a plan asks for it.
+
+use super::{ClusterOptions, baseline_from_files};
+use crate::cpu::Level;
+use crate::libvirt::cpu_map::DEFAULT_CPU_MAP;
+use std::path::{Path, PathBuf};
+
+/// The CPU every host of a cluster can run, as a plan uses it for `cpu.model = "baseline"`:
+/// libvirt's baseline of the hosts' CPUs, `migratable`. Feature names are libvirt's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterCpu {
+    /// The baseline's model (a libvirt model of the cpu_map in use).
+    pub model: String,
+    /// Features the baseline adds to its model.
+    pub require: Vec<String>,
+    /// Features of its model the baseline takes away.
+    pub disable: Vec<String>,
+    /// The hosts' vendor as libvirt names it (`Intel`, `AMD`); None when they differ (the
+    /// vendor-neutral baseline) or a host names none.
+    pub vendor: Option<String>,
+    /// Every feature the baseline CPU has (model + `require` − `disable`): the features all the
+    /// hosts share.
+    pub features: Vec<String>,
+    /// The x86-64 psABI level every host reaches (None: not even x86-64-v1).
+    pub level: Option<Level>,
+    /// For each level above [`ClusterCpu::level`]: the hosts that lack it, each as `NAME
+    /// (missing a, b)`.
+    pub blocked: Vec<(Level, Vec<String>)>,
+    /// The hosts' names, in the order read.
+    pub hosts: Vec<String>,
+    /// Where the cluster is named: `[host] cluster of policy FILE`.
+    pub source: String,
+}
+
+impl ClusterCpu {
+    /// `N host(s): a, b, c` for messages.
+    #[must_use]
+    pub fn hosts_text(&self) -> String {
+        format!("{} host(s): {}", self.hosts.len(), self.hosts.join(", "))
+    }
+
+    /// The CPU of the cluster whose hosts' facts are `files` (files, and directories standing for
+    /// their `*.xml` files; `source` says where they are named, for messages), computed with
+    /// libvirt's cpu_map at `cpu_map` ([`crate::host::Host::cluster_cpu`] keeps it for the run).
+    ///
+    /// # Errors
+    /// One sentence naming `source` and the file or the reason: no files, no cpu_map directory
+    /// (the built-in model table has no CPUID data), a facts file that is missing, unreadable or
+    /// not host facts, an unknown model or feature, no CPU common to the hosts, or hosts without
+    /// a baseline (aarch64).
+    pub fn of(
+        files: Option<&[PathBuf]>,
+        source: &str,
+        cpu_map: Option<&Path>,
+    ) -> std::result::Result<ClusterCpu, String> {
+        let Some(files) = files.filter(|f| !f.is_empty()) else {
+            return Err(
+            "no [host] cluster names the hosts' facts files (`[host] cluster = [\"DIR or files\"]`)"
+                .into(),
+        );
+        };
+        let Some(map) = cpu_map else {
+            return Err(format!(
+                "{source}: libvirt's cpu_map is not at {DEFAULT_CPU_MAP} (libvirt not installed?): give [host] cpu_map or --cpu-map; a cluster's baseline is computed on libvirt's CPUID data, which the built-in model table lacks"
+            ));
+        };
+        let opts = ClusterOptions {
+            migratable: true,
+            strict_vendor: false,
+        };
+        let report =
+            baseline_from_files(files, map, &opts).map_err(|e| format!("{source}: {e}"))?;
+        let Some(b) = &report.baseline else {
+            return Err(format!(
+                "{source}: the hosts are {}: no custom CPU model is migration-safe there, so the cluster has no baseline; give these guests cpu.mode = \"host-passthrough\" and migrate them only inside a group of identical hosts (`virt-cpu-policy baseline` lists the groups)",
+                report.arch
+            ));
+        };
+        let blocked = Level::ALL
+            .into_iter()
+            .filter(|l| Some(*l) > report.level)
+            .map(|l| {
+                let hosts = report
+                    .blocking(l)
+                    .into_iter()
+                    .map(|(h, lacks)| format!("{h} (missing {})", lacks.join(", ")))
+                    .collect();
+                (l, hosts)
+            })
+            .collect();
+        Ok(ClusterCpu {
+            model: b.cpu.model.clone(),
+            require: b.cpu.require.clone(),
+            disable: b.cpu.disable.clone(),
+            vendor: b.cpu.vendor.clone(),
+            features: report.features.clone(),
+            level: report.level,
+            blocked,
+            hosts: report.hosts.iter().map(|h| h.name.clone()).collect(),
+            source: source.to_string(),
+        })
+    }
+}

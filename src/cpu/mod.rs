@@ -1,0 +1,20 @@
+//! What the tool knows of x86 guest CPUs besides libvirt's documents: the x86-64 psABI levels
+//! ([`Level`]), libvirt's spelling of feature names ([`normalize_feature`]) and QEMU's default
+//! model. The CPU models' contents are libvirt's cpu_map ([`crate::libvirt::cpu_map`]).
+
+mod features;
+mod level;
+
+pub use features::{is_known_x86_feature, normalize_feature};
+pub use level::Level;
+
+/// The QEMU default CPU model libvirt uses when a domain names none, by guest arch (QEMU
+/// `target/i386/cpu.h`: `qemu64` for x86_64, `qemu32` for i686).
+#[must_use]
+pub fn default_model(arch: &str) -> Option<&'static str> {
+    match arch {
+        "x86_64" => Some("qemu64"),
+        "i686" => Some("qemu32"),
+        _ => None,
+    }
+}

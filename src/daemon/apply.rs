@@ -1,0 +1,462 @@
+//! Applying the policy to one guest's stored definition: judged as `check` judges it, rewritten,
+//! the old definition backed up (mode 0600: it holds secrets), the new one defined; and
+//! `virt-cpu-policyd apply`, which does that for the guests named.
+
+use super::cli::{ApplyArgs, Cli};
+use super::session::{connect, libvirt_version, stored_xml};
+use super::snapshot::{publish_dir, write_snapshot};
+use crate::host::{Host, HostOptions, Sourced};
+use crate::libvirt::version::LibvirtVersion;
+use crate::metrics::FailureReason;
+use crate::policy::Policy;
+use crate::report::Verdict;
+use crate::rewrite::rewrite;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use virt::connect::Connect;
+use virt::domain::Domain as VirDomain;
+
+/// What happened to one guest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Report {
+    /// Already conforming.
+    Unchanged,
+    /// Rewritten (or, under `--dry-run`, would be); `running`: the change applies at its next cold
+    /// boot.
+    Changed {
+        /// Whether the guest is running.
+        running: bool,
+        /// The backup of the old definition (None under `--dry-run`).
+        backup: Option<PathBuf>,
+        /// Unified diff of old and new definition.
+        diff: String,
+    },
+    /// Cannot be made to conform, or libvirt refused the new definition.
+    Refused(String),
+    /// A transient guest: it has no stored definition; left alone.
+    Transient,
+}
+
+/// What [`apply_judged`] found: the [`Report`], and for the metrics and the journal the stored
+/// definition's verdict as `check` gives it, the rules involved and why it failed, if it did.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    /// What happened.
+    pub report: Report,
+    /// The verdict on the definition as read; None when it was not judged (transient, or it
+    /// could not be read or parsed).
+    pub verdict: Option<Verdict>,
+    /// The rules involved ([`crate::audit::rules_involved`]; none for a conforming guest).
+    pub rules: Vec<String>,
+    /// The first error finding's code, or the error's ([`crate::Error::code`]).
+    pub code: Option<&'static str>,
+    /// Why the guest could not be made to conform;
+    /// None when it conforms now, or merely would change (dry run, audit mode).
+    pub failure: Option<FailureReason>,
+}
+
+impl Applied {
+    /// A guest that was not judged: transient, or its definition could not be read or parsed.
+    fn unjudged(
+        report: Report,
+        code: Option<&'static str>,
+        failure: Option<FailureReason>,
+    ) -> Applied {
+        Applied {
+            report,
+            verdict: None,
+            rules: Vec::new(),
+            code,
+            failure,
+        }
+    }
+
+    /// The verdict of the stored definition *after* this step: a rewritten one conforms.
+    #[must_use]
+    pub fn verdict_after(&self) -> Option<Verdict> {
+        match self.report {
+            Report::Changed {
+                backup: Some(_), ..
+            } => Some(Verdict::Conforms),
+            _ => self.verdict,
+        }
+    }
+}
+
+/// Rewrite one guest's stored definition.
+pub fn apply_one(
+    conn: &Connect,
+    dom: &VirDomain,
+    policy: &Policy,
+    host: &Host,
+    backup_dir: &Path,
+    dry_run: bool,
+) -> Report {
+    apply_judged(conn, dom, policy, host, backup_dir, dry_run).report
+}
+
+/// [`apply_one`], with what the metrics and the journal need ([`Applied`]).
+pub fn apply_judged(
+    conn: &Connect,
+    dom: &VirDomain,
+    policy: &Policy,
+    host: &Host,
+    backup_dir: &Path,
+    dry_run: bool,
+) -> Applied {
+    let (name, xml) = match stored_definition(dom) {
+        Ok(d) => d,
+        Err(unjudged) => return *unjudged,
+    };
+    let outcome = match rewrite(&xml, &format!("the definition of '{name}'"), policy, host) {
+        Ok(o) => o,
+        Err(e) => {
+            return Applied::unjudged(
+                Report::Refused(e.to_string()),
+                Some(e.code()),
+                Some(FailureReason::Unreadable),
+            );
+        }
+    };
+    let error = outcome
+        .findings
+        .iter()
+        .find(|f| f.severity == crate::finding::Severity::Error);
+    let (report, failure) = if let Some(f) = error {
+        let cannot = FailureReason::CannotConform;
+        (Report::Refused(f.to_string()), Some(cannot))
+    } else if !outcome.changed {
+        (Report::Unchanged, None)
+    } else if policy.mode == crate::policy::Mode::Audit {
+        let why = "would change, but the policy's mode is audit";
+        (Report::Refused(why.into()), None)
+    } else {
+        let new = &outcome.output;
+        define_rewritten(conn, dom, &name, &xml, new, backup_dir, dry_run)
+    };
+    Applied {
+        report,
+        verdict: Some(Verdict::of(&outcome)),
+        rules: crate::audit::rules_involved(&outcome, &crate::policy::Plan::default()),
+        code: error.map(|f| f.code.as_str()),
+        failure,
+    }
+}
+
+/// A persistent guest's name and stored definition (with secrets); else what [`apply_judged`]
+/// reports for it (a transient guest, or one libvirt cannot give).
+fn stored_definition(dom: &VirDomain) -> Result<(String, String), Box<Applied>> {
+    let unreadable = |why: String| {
+        let r = Report::Refused(why);
+        Box::new(Applied::unjudged(
+            r,
+            Some("libvirt"),
+            Some(FailureReason::Unreadable),
+        ))
+    };
+    match dom.is_persistent() {
+        Ok(true) => {}
+        Ok(false) => return Err(Box::new(Applied::unjudged(Report::Transient, None, None))),
+        Err(e) => return Err(unreadable(format!("libvirt: {e}"))),
+    }
+    let name = dom.name().unwrap_or_default();
+    let xml =
+        stored_xml(dom).map_err(|e| unreadable(format!("cannot read the definition: {e}")))?;
+    Ok((name, xml))
+}
+
+/// Back the guest's `old` definition up and define the `new` one (under `dry_run`, neither):
+/// the report, and the failure reason when the backup or the define failed.
+fn define_rewritten(
+    conn: &Connect,
+    dom: &VirDomain,
+    name: &str,
+    old: &str,
+    new: &str,
+    backup_dir: &Path,
+    dry_run: bool,
+) -> (Report, Option<FailureReason>) {
+    let running = dom.is_active().unwrap_or(false);
+    let diff = similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .header(&format!("{name} (stored)"), &format!("{name} (conforming)"))
+        .to_string();
+    if dry_run {
+        let changed = Report::Changed {
+            running,
+            backup: None,
+            diff,
+        };
+        return (changed, None);
+    }
+    let uuid = dom.uuid_string().unwrap_or_default();
+    let backup = match write_backup(backup_dir, name, &uuid, old) {
+        Ok(p) => p,
+        Err(e) => {
+            let why = format!("cannot write the backup, nothing defined: {e}");
+            return (Report::Refused(why), Some(FailureReason::Backup));
+        }
+    };
+    match conn.define_domain_xml(new) {
+        Ok(_) => (
+            Report::Changed {
+                running,
+                backup: Some(backup),
+                diff,
+            },
+            None,
+        ),
+        Err(e) => (
+            Report::Refused(format!(
+                "libvirt refused the rewritten definition (old one kept, backup {}): {e}",
+                backup.display()
+            )),
+            Some(FailureReason::Define),
+        ),
+    }
+}
+
+/// Write `xml` to `DIR/NAME-UUID-TIMESTAMP.xml`, mode 0600 (it holds secrets), directory 0700.
+fn write_backup(dir: &Path, name: &str, uuid: &str, xml: &str) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| format!("{}.{:09}", d.as_secs(), d.subsec_nanos()))
+        .unwrap_or_default();
+    let safe = safe_file_name(name);
+    let path = dir.join(format!("{safe}-{uuid}-{stamp}.xml"));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    f.write_all(xml.as_bytes())?;
+    f.sync_all()?;
+    Ok(path)
+}
+
+/// `s` as a file name: ASCII letters, digits, `-`, `_` and `.` kept, anything else `_`, and no
+/// leading `.` (a hidden file, `..`).
+pub(super) fn safe_file_name(s: &str) -> String {
+    let safe: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    match safe.strip_prefix('.') {
+        Some(rest) => format!("_{rest}"),
+        None if safe.is_empty() => "_".into(),
+        None => safe,
+    }
+}
+
+/// This host's facts for judging guests: the snapshot just written, the policy's `[host]`
+/// files, and `libvirt` (from [`libvirt_version`]) over any version those files name, so the
+/// daemon judges with the libvirtd it is connected to rather than with a file that another
+/// libvirt may have written.
+pub(super) fn host_for(
+    policy: &Policy,
+    snapshot: &[PathBuf],
+    libvirt: Option<&Sourced<LibvirtVersion>>,
+) -> Result<Host, crate::Error> {
+    Host::discover(&HostOptions {
+        libvirt_version: libvirt.cloned(),
+        ..HostOptions::from_policy(policy, snapshot, None, None)
+    })
+}
+
+/// The libvirt version `host` judges with and where it came from, as one sentence for the log.
+pub(super) fn version_used(host: &Host) -> String {
+    match host.libvirt_version() {
+        Some(v) => format!("judging with libvirt {} (from {})", v.value, v.source),
+        None => "judging with libvirt 9.0's rules: no libvirt version known (the connection, host-facts files and libvirt's capability cache gave none)".into(),
+    }
+}
+
+pub(super) fn describe(name: &str, r: &Report) -> String {
+    match r {
+        Report::Unchanged => format!("{name}: unchanged (conforms)"),
+        Report::Changed {
+            running, backup, ..
+        } => {
+            let when = if *running {
+                "running: the change applies at its next cold boot"
+            } else {
+                "applies at its next start"
+            };
+            match backup {
+                Some(b) => format!("{name}: changed ({when}); backup {}", b.display()),
+                None => format!("{name}: would change ({when})"),
+            }
+        }
+        Report::Refused(why) => format!("{name}: refused: {why}"),
+        Report::Transient => {
+            format!("{name}: transient guest, left alone (it has no stored definition)")
+        }
+    }
+}
+
+/// The guests `apply` names (`--all`: every guest libvirt lists), each with its domain, None when
+/// libvirt has no guest of that name.
+fn guests(conn: &Connect, a: &ApplyArgs) -> Vec<(String, Option<VirDomain>)> {
+    if a.all {
+        conn.list_all_domains(0)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| (d.name().unwrap_or_default(), Some(d)))
+            .collect()
+    } else {
+        a.names
+            .iter()
+            .map(|n| (n.clone(), conn.lookup_domain_by_name(n).ok()))
+            .collect()
+    }
+}
+
+/// `virt-cpu-policyd apply`: exit 0 when every guest is unchanged, changed or transient; 1 when
+/// any was refused; 2 when the policy or the connection fails.
+pub(super) fn cmd_apply(cli: &Cli, a: &ApplyArgs) -> i32 {
+    let policy = match Policy::load(cli.policy.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            crate::stdio::message_line(&format!("virt-cpu-policyd: {e}"));
+            return 2;
+        }
+    };
+    let conn = match connect(&cli.uri) {
+        Ok(c) => c,
+        Err(e) => {
+            crate::stdio::message_line(&format!(
+                "virt-cpu-policyd: cannot connect to {}: {e}",
+                cli.uri
+            ));
+            return 2;
+        }
+    };
+    let snapshot = if a.dry_run {
+        Vec::new()
+    } else {
+        write_snapshot(&conn, &cli.snapshot_dir, publish_dir(cli, &policy))
+    };
+    let host = match host_for(&policy, &snapshot, libvirt_version(cli, &conn).as_ref()) {
+        Ok(h) => h,
+        Err(e) => {
+            crate::stdio::message_line(&format!("virt-cpu-policyd: {e}"));
+            return 2;
+        }
+    };
+    // On stderr: stdout is the per-guest report (and the diffs), which scripts read.
+    eprintln!("virt-cpu-policyd: {}", version_used(&host));
+    let mut code = 0;
+    let mut out = String::new();
+    for (name, d) in guests(&conn, a) {
+        let r = match d {
+            Some(d) => apply_one(&conn, &d, &policy, &host, &cli.backup_dir, a.dry_run),
+            None => Report::Refused("no such guest".into()),
+        };
+        if a.dry_run {
+            if let Report::Changed { diff, .. } = &r {
+                out.push_str(diff);
+            }
+        }
+        if matches!(r, Report::Refused(_)) {
+            code = 1;
+        }
+        out.push_str(&describe(&name, &r));
+        out.push('\n');
+    }
+    let mut stdout = std::io::stdout().lock();
+    if stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+        .is_err()
+    {
+        return 2;
+    }
+    code
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::daemon::SNAPSHOT_FACTS;
+    use clap::Parser;
+
+    pub(in crate::daemon) fn applied(
+        report: Report,
+        verdict: Option<Verdict>,
+        failure: Option<FailureReason>,
+    ) -> Applied {
+        Applied {
+            report,
+            verdict,
+            rules: vec!["x86-64-v2 baseline".into()],
+            code: failure.map(|_| "cpu-level"),
+            failure,
+        }
+    }
+
+    pub(in crate::daemon) fn changed() -> Report {
+        Report::Changed {
+            running: false,
+            backup: Some(PathBuf::from("/b.xml")),
+            diff: "-<cpu/>\n+<cpu mode='custom'/>".into(),
+        }
+    }
+
+    /// libvirt's test driver runs inside this process: a connection without a libvirtd.
+    const TEST_URI: &str = "test:///default";
+
+    #[test]
+    fn the_connected_libvirt_version_wins_over_files_and_the_override_over_it() {
+        let dir = std::env::temp_dir().join(format!("vcp-dmn-version-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A snapshot file that another libvirt wrote.
+        let caps = "<capabilities><host><cpu><arch>x86_64</arch></cpu></host></capabilities>";
+        let stale = dir.join(SNAPSHOT_FACTS);
+        let doc = crate::libvirt::host_facts::document("n", "99.9.0".parse().unwrap(), caps, None);
+        std::fs::write(&stale, doc).unwrap();
+        let cli = |extra: &[&str]| {
+            let mut args = vec!["virt-cpu-policyd", "--uri", TEST_URI];
+            args.extend_from_slice(extra);
+            args.extend(["apply", "--all"]);
+            Cli::parse_from(args)
+        };
+        let conn = connect(TEST_URI).unwrap();
+        let connected = LibvirtVersion::from_number(u64::from(conn.lib_version().unwrap()));
+        let policy = Policy::load(None).unwrap();
+        let used = |cli: &Cli| {
+            let fact = libvirt_version(cli, &conn);
+            let host = host_for(&policy, std::slice::from_ref(&stale), fact.as_ref()).unwrap();
+            let v = host.libvirt_version().unwrap();
+            (v.value.to_string(), v.source.clone(), version_used(&host))
+        };
+        let (value, source, line) = used(&cli(&[]));
+        assert_eq!(value, connected.to_string());
+        assert_eq!(source, format!("virConnectGetLibVersion on {TEST_URI}"));
+        assert_eq!(
+            line,
+            format!(
+                "judging with libvirt {connected} (from virConnectGetLibVersion on {TEST_URI})"
+            )
+        );
+        let (value, source, _) = used(&cli(&["--libvirt-version", "11.3.0"]));
+        assert_eq!(
+            (value.as_str(), source.as_str()),
+            ("11.3.0", "--libvirt-version")
+        );
+        // Without a version from the connection, the files decide, as for the hook.
+        let host = host_for(&policy, std::slice::from_ref(&stale), None).unwrap();
+        assert_eq!(host.libvirt_version().unwrap().value.to_string(), "99.9.0");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -1,0 +1,459 @@
+//! `virt-cpu-policyd daemon`: reconcile every guest at start, on a timer, after SIGHUP and after
+//! a reconnect, and each guest libvirt says was defined (its lifecycle events), until SIGTERM;
+//! each decision logged with its journal fields, the metrics written after each reconciliation.
+
+use super::apply::{Applied, Report, apply_judged, describe, host_for, version_used};
+use super::cli::{Cli, DaemonArgs};
+use super::fleet::Fleet;
+use super::session::{Event, Session, start_libvirt_event_loop};
+use super::snapshot::{host_facts, publish_dir, store_host_facts, write_snapshot};
+use crate::host::Host;
+use crate::libvirt::version::LibvirtVersion;
+use crate::metrics::FailureReason;
+use crate::policy::Policy;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use virt::domain::Domain as VirDomain;
+
+/// Per-guest memory of our own defines. Our own `define` raises a DEFINED event, whose
+/// reconciliation finds the guest conforming (the rewrite is idempotent); should libvirt not keep
+/// a rewritten definition, the event-driven path would loop, so a guest changed
+/// [`LOOP_CHANGES`] times within [`LOOP_WINDOW`] by events is left alone until the next full
+/// reconciliation, with one error logged.
+#[derive(Default)]
+struct Recent {
+    changed: HashMap<String, Vec<Instant>>,
+    suspended: BTreeSet<String>,
+}
+
+/// Event-driven changes of one guest that make a loop.
+const LOOP_CHANGES: usize = 3;
+/// The window they must fall in.
+const LOOP_WINDOW: Duration = Duration::from_secs(10);
+
+/// Reconcile `names` (from events) or every guest (`None`: start, timer, SIGHUP, reconnect);
+/// `fleet` keeps each guest's state and the counters for the metrics.
+fn reconcile(
+    session: &Session,
+    names: Option<&[String]>,
+    policy: &Policy,
+    host: &Host,
+    backup_dir: &Path,
+    recent: &mut Recent,
+    fleet: &mut Fleet,
+) {
+    let from_event = names.is_some();
+    if !from_event {
+        recent.suspended.clear();
+        recent.changed.clear();
+        fleet.guests.clear();
+    }
+    fleet.counters.reconciles += 1;
+    let doms: Vec<VirDomain> = match names {
+        None => session.conn.list_all_domains(0).unwrap_or_default(),
+        Some(ns) => ns
+            .iter()
+            .filter(|n| !recent.suspended.contains(*n))
+            .filter_map(|n| {
+                let d = session.conn.lookup_domain_by_name(n).ok();
+                if d.is_none() {
+                    // Gone (undefined meanwhile): no longer counted.
+                    fleet.guests.remove(n);
+                }
+                d
+            })
+            .collect(),
+    };
+    for d in doms {
+        let name = d.name().unwrap_or_default();
+        if from_event {
+            let times = recent.changed.entry(name.clone()).or_default();
+            times.retain(|t| t.elapsed() < LOOP_WINDOW);
+            if times.len() >= LOOP_CHANGES {
+                recent.suspended.insert(name.clone());
+                tracing::error!(guest = %name, "changed {LOOP_CHANGES} times within {} s: libvirt does not keep the rewritten definition; left alone until the next full reconciliation", LOOP_WINDOW.as_secs());
+                continue;
+            }
+        }
+        let applied = apply_judged(&session.conn, &d, policy, host, backup_dir, false);
+        if from_event && matches!(applied.report, Report::Changed { .. }) {
+            recent
+                .changed
+                .entry(name.clone())
+                .or_default()
+                .push(Instant::now());
+        }
+        log_applied(&name, "reconcile", &applied);
+        fleet.record(&name, &applied);
+    }
+}
+
+/// Log one guest's step as a decision with the journal fields ([`crate::log::decision`]); the
+/// message is the line `apply` prints.
+pub(super) fn log_applied(name: &str, operation: &str, a: &Applied) {
+    use crate::log::Decision;
+    use tracing::Level;
+    let (kind, level) = match (&a.report, a.failure) {
+        (Report::Unchanged, _) => (Decision::DaemonUnchanged, Level::DEBUG),
+        (Report::Transient, _) => (Decision::DaemonTransient, Level::DEBUG),
+        (Report::Changed { .. }, _) => (Decision::DaemonRewritten, Level::INFO),
+        (Report::Refused(_), Some(FailureReason::CannotConform)) => {
+            (Decision::DaemonCannotConform, Level::WARN)
+        }
+        (Report::Refused(_), Some(_)) => (Decision::DaemonFailed, Level::WARN),
+        (Report::Refused(_), None) => (Decision::DaemonAuditOnly, Level::WARN),
+    };
+    let rules = a.rules.join(", ");
+    let fields = crate::log::Fields {
+        guest: name,
+        operation,
+        verdict: match (a.verdict, &a.report) {
+            (Some(v), _) => v.as_str(),
+            (None, Report::Transient) => "transient",
+            (None, _) => "error",
+        },
+        rule: (!rules.is_empty()).then_some(rules.as_str()),
+        code: a.code,
+        decision: kind.name(),
+    };
+    crate::log::decision(kind, level, &fields, &describe(name, &a.report));
+}
+
+/// SIGHUP (reload) and SIGTERM/SIGINT (stop), as flags the main loop polls.
+struct Signals {
+    hup: Arc<AtomicBool>,
+    term: Arc<AtomicBool>,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, String> {
+        let hup = Arc::new(AtomicBool::new(false));
+        let term = Arc::new(AtomicBool::new(false));
+        for (sig, flag) in [
+            (signal_hook::consts::SIGHUP, &hup),
+            (signal_hook::consts::SIGTERM, &term),
+            (signal_hook::consts::SIGINT, &term),
+        ] {
+            signal_hook::flag::register(sig, Arc::clone(flag))
+                .map_err(|e| format!("cannot handle signal {sig}: {e}"))?;
+        }
+        Ok(Signals { hup, term })
+    }
+
+    fn stop(&self) -> bool {
+        self.term.load(Ordering::Relaxed)
+    }
+
+    /// Whether a SIGHUP came since the last call.
+    fn reload(&self) -> bool {
+        self.hup.swap(false, Ordering::Relaxed)
+    }
+}
+
+/// Connect, retrying with backoff (1 s, doubling up to 30 s); None when SIGTERM comes first.
+fn connect_with_backoff(cli: &Cli, tx: &mpsc::Sender<Event>, signals: &Signals) -> Option<Session> {
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        if signals.stop() {
+            return None;
+        }
+        match Session::open(cli, tx) {
+            Ok(s) => return Some(s),
+            Err(e) => {
+                tracing::warn!(uri = %cli.uri, error = %e, retry_in_s = backoff.as_secs(), "cannot connect to libvirt");
+                let until = Instant::now() + backoff;
+                while Instant::now() < until {
+                    if signals.stop() {
+                        return None;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+/// What ended a connection's loop.
+enum After {
+    /// Exit with this code.
+    Exit(i32),
+    /// libvirtd went away: connect again.
+    Reconnect,
+}
+
+/// The daemon's state across connections.
+struct Daemon<'c> {
+    cli: &'c Cli,
+    interval: Duration,
+    policy: Policy,
+    recent: Recent,
+    fleet: Fleet,
+}
+
+impl Daemon<'_> {
+    /// One connection: snapshot, full reconciliation, then events, SIGHUP and the timer until the
+    /// connection dies or SIGTERM.
+    fn serve(&mut self, session: &Session, rx: &mpsc::Receiver<Event>, signals: &Signals) -> After {
+        // Drop events of a previous connection.
+        while rx.try_recv().is_ok() {}
+        // This host's facts are published after the full reconciliation below.
+        let snapshot = write_snapshot(&session.conn, &self.cli.snapshot_dir, None);
+        tracing::info!(uri = %self.cli.uri, snapshot_files = snapshot.len(), policy = %self.policy.source, "connected; reconciling every guest");
+        let mut host = match host_for(&self.policy, &snapshot, session.libvirt.as_ref()) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::error!(error = %e, "host facts unusable");
+                return After::Exit(2);
+            }
+        };
+        tracing::info!("{}", version_used(&host));
+        self.reconcile(session, None, &host);
+        let mut next_full = Instant::now() + self.interval;
+        loop {
+            if signals.stop() {
+                tracing::info!("stopping on SIGTERM/SIGINT");
+                return After::Exit(0);
+            }
+            if signals.reload() {
+                self.reload(session, &snapshot, &mut host);
+            }
+            if Instant::now() >= next_full {
+                // Fresh facts files, and the cluster's baseline computed again: other hosts
+                // may have published new facts.
+                match host_for(&self.policy, &snapshot, session.libvirt.as_ref()) {
+                    Ok(h) => host = h,
+                    Err(e) => {
+                        tracing::error!(error = %e, "host facts unusable; keeping the previous ones");
+                    }
+                }
+                self.reconcile(session, None, &host);
+                next_full = Instant::now() + self.interval;
+            }
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(Event::Defined(name)) => {
+                    let Some(names) = coalesce(name, rx) else {
+                        tracing::warn!("libvirt connection closed; reconnecting");
+                        return After::Reconnect;
+                    };
+                    self.reconcile(session, Some(&names), &host);
+                }
+                Ok(Event::Closed) => {
+                    tracing::warn!("libvirt connection closed; reconnecting");
+                    return After::Reconnect;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if !session.conn.is_alive().unwrap_or(false) {
+                        tracing::warn!("libvirt connection is dead; reconnecting");
+                        return After::Reconnect;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return After::Exit(2),
+            }
+        }
+    }
+
+    fn reconcile(&mut self, session: &Session, names: Option<&[String]>, host: &Host) {
+        let started = Instant::now();
+        let backup_dir = &self.cli.backup_dir;
+        reconcile(
+            session,
+            names,
+            &self.policy,
+            host,
+            backup_dir,
+            &mut self.recent,
+            &mut self.fleet,
+        );
+        self.write_metrics(session, host, started.elapsed());
+        if names.is_none() {
+            self.refresh_host_facts(session);
+        }
+    }
+
+    /// After a full reconciliation: this host's facts into the snapshot and, with `--publish` or
+    /// `[host] publish`, to `DIR/<hostname>.xml`, each written only when it changed.
+    fn refresh_host_facts(&self, session: &Session) {
+        match host_facts(&session.conn) {
+            Ok(f) => {
+                store_host_facts(
+                    &f,
+                    &self.cli.snapshot_dir,
+                    publish_dir(self.cli, &self.policy),
+                );
+            }
+            Err(e) => tracing::error!(error = %e, "cannot read this host's facts from libvirt"),
+        }
+    }
+
+    /// `--metrics-file`: the gauges and counters, written atomically (node_exporter never reads
+    /// half a file). A failure is logged; the daemon goes on.
+    fn write_metrics(&self, session: &Session, host: &Host, took: Duration) {
+        let Some(path) = &self.cli.metrics_file else {
+            return;
+        };
+        let libvirt = session
+            .conn
+            .lib_version()
+            .ok()
+            .map(|n| LibvirtVersion::from_number(u64::from(n)).to_string());
+        let mut gauges = self.fleet.gauges(host, libvirt);
+        gauges.duration_seconds = took.as_secs_f64();
+        let rules: Vec<String> = self.policy.rules.iter().map(|r| r.name.clone()).collect();
+        let text = crate::metrics::render(&gauges, Some(&self.fleet.counters), &rules);
+        if let Err(e) = crate::writefile::write_atomic(path, text.as_bytes()) {
+            tracing::error!(path = %path.display(), error = %e, "cannot write the metrics file");
+        }
+    }
+
+    /// SIGHUP: load the policy again and reconcile everything; a policy that does not load is
+    /// logged and the old one kept.
+    fn reload(&mut self, session: &Session, snapshot: &[PathBuf], host: &mut Host) {
+        match Policy::load(self.cli.policy.as_deref()) {
+            Ok(p) => {
+                tracing::info!(policy = %p.source, "SIGHUP: policy reloaded; reconciling every guest");
+                self.policy = p;
+                match host_for(&self.policy, snapshot, session.libvirt.as_ref()) {
+                    Ok(h) => *host = h,
+                    Err(e) => {
+                        tracing::error!(error = %e, "host facts unusable; keeping the previous ones");
+                    }
+                }
+                self.reconcile(session, None, host);
+            }
+            Err(e) => {
+                tracing::error!(error = %e.one_line(), "SIGHUP: the new policy does not load; keeping the old one");
+            }
+        }
+    }
+}
+
+/// A burst of events: `first` and every name already queued, sorted and unique; None when the
+/// connection closed meanwhile.
+fn coalesce(first: String, rx: &mpsc::Receiver<Event>) -> Option<Vec<String>> {
+    let mut names = vec![first];
+    while let Ok(ev) = rx.try_recv() {
+        match ev {
+            Event::Defined(n) => names.push(n),
+            Event::Closed => return None,
+        }
+    }
+    names.sort();
+    names.dedup();
+    Some(names)
+}
+
+pub(super) fn cmd_daemon(cli: &Cli, a: &DaemonArgs) -> i32 {
+    crate::log::init_daemon();
+    let policy = match Policy::load(cli.policy.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e.one_line(), "cannot load the policy");
+            crate::stdio::message_line(&format!("virt-cpu-policyd: {e}"));
+            return 2;
+        }
+    };
+    let signals = match Signals::install().and_then(|s| start_libvirt_event_loop().map(|()| s)) {
+        Ok(s) => s,
+        Err(e) => {
+            crate::stdio::message_line(&format!("virt-cpu-policyd: {e}"));
+            return 2;
+        }
+    };
+    let (tx, rx) = mpsc::channel::<Event>();
+    let mut daemon = Daemon {
+        cli,
+        interval: Duration::from_secs(a.interval * 60),
+        policy,
+        recent: Recent::default(),
+        fleet: Fleet::default(),
+    };
+    loop {
+        let Some(session) = connect_with_backoff(cli, &tx, &signals) else {
+            return 0;
+        };
+        let after = daemon.serve(&session, &rx, &signals);
+        session.close();
+        match after {
+            After::Exit(code) => return code,
+            After::Reconnect => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::apply::tests::{applied, changed};
+    use crate::log::{Decision, capture};
+    use crate::report::Verdict;
+
+    #[test]
+    fn every_daemon_decision_carries_the_journal_fields() {
+        let cases = [
+            (
+                applied(Report::Unchanged, Some(Verdict::Conforms), None),
+                Decision::DaemonUnchanged,
+                "conforms",
+            ),
+            (
+                applied(changed(), Some(Verdict::NeedsRewrite), None),
+                Decision::DaemonRewritten,
+                "needs-rewrite",
+            ),
+            (
+                applied(
+                    Report::Refused("would change, but the policy's mode is audit".into()),
+                    Some(Verdict::NeedsRewrite),
+                    None,
+                ),
+                Decision::DaemonAuditOnly,
+                "needs-rewrite",
+            ),
+            (
+                applied(
+                    Report::Refused("error[cpu-level] ...".into()),
+                    Some(Verdict::CannotConform),
+                    Some(FailureReason::CannotConform),
+                ),
+                Decision::DaemonCannotConform,
+                "cannot-conform",
+            ),
+            (
+                applied(
+                    Report::Refused("libvirt refused".into()),
+                    Some(Verdict::NeedsRewrite),
+                    Some(FailureReason::Define),
+                ),
+                Decision::DaemonFailed,
+                "needs-rewrite",
+            ),
+            (
+                applied(Report::Transient, None, None),
+                Decision::DaemonTransient,
+                "transient",
+            ),
+        ];
+        for (a, kind, verdict) in cases {
+            let events = capture::events(|| log_applied("g1", "reconcile", &a));
+            assert_eq!(events.len(), 1, "{events:#?}");
+            let f = &events[0].1;
+            assert_eq!(f["message_id"], kind.message_id(), "{f:#?}");
+            assert_eq!(f["guest"], "g1");
+            assert_eq!(f["operation"], "reconcile");
+            assert_eq!(f["verdict"], verdict);
+            assert_eq!(f["rule"], "x86-64-v2 baseline");
+            assert_eq!(f["decision"], kind.name());
+            assert!(f["message"].starts_with("g1: "), "{f:#?}");
+            assert!(
+                !f["message"].contains("<cpu"),
+                "no XML (the diff) in the log: {f:#?}"
+            );
+            assert_eq!(f.contains_key("code"), a.failure.is_some(), "{f:#?}");
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! The host facts one domain needs, gathered once, before anything is decided.
+//!
+//! [`crate::host::Host`] knows where facts come from (files, libvirt's caches, the kernel) and
+//! reads them lazily. [`DomainFacts::gather`] asks it, for one domain and its plan, every question
+//! the rewrite and the validator will have: the features of each CPU model the result can name,
+//! which feature names libvirt does not know, the domcapabilities that describe the domain, the
+//! machine type's vCPU limit, KVM's limit, the host's CPU count. Planning, editing and validation
+//! then read this value and never call `Host`, so a rule is a function of (domain, plan, facts).
+//!
+//! What is gathered is what can be asked: the models of the result are the domain's own, the
+//! policy's and the arch's default ([`crate::cpu::default_model`]); its features are the domain's,
+//! the policy's and the psABI levels' (all known to libvirt). Costly facts are gathered only when a
+//! rule can need them: the machine-type limit (libvirt's QEMU capability cache, a few hundred
+//! KiB) only
+//! for a vCPU maximum above what every machine type of the family allows or a `vcpu.max` rule,
+//! KVM's limit only for KVM guests above 240 vCPUs or with `vcpu.max`.
+
+use crate::cpu::{default_model, is_known_x86_feature};
+use crate::domain::{Domain, cpu_features};
+use crate::host::{Host, MachineLimit, Sourced};
+use crate::libvirt::cpu::CpuMode;
+use crate::libvirt::domcaps::DomCaps;
+use crate::libvirt::version::LibvirtVersion;
+use crate::machine::family_floor;
+use crate::policy::{Plan, VcpuMax};
+use crate::topology::read_vcpu;
+use crate::xml::{child, text_of};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Every host fact the rewrite and the validator of one domain use.
+#[derive(Debug, Clone)]
+pub struct DomainFacts<'h> {
+    /// Model name → its features (libvirt spellings), None for a model cpu_map does not define.
+    models: BTreeMap<String, Option<BTreeSet<String>>>,
+    /// Feature names (libvirt spelling) from the domain and the policy that libvirt does not know.
+    unknown_features: BTreeSet<String>,
+    /// Where model features came from: a cpu_map directory or "built-in".
+    pub cpu_map_source: String,
+    /// Problems met reading cpu_map model files (each answered from the built-in table).
+    pub cpu_map_problems: Vec<String>,
+    /// The domcapabilities for the domain's arch, virt type and machine type, when given.
+    pub domcaps: Option<&'h DomCaps>,
+    /// The machine type's vCPU limit, when a rule can need it and a source knows it.
+    pub machine_limit: Option<MachineLimit>,
+    /// KVM's vCPU limit, when a rule can need it and the kernel (or an override) says.
+    pub kvm_limit: Option<Sourced<u32>>,
+    /// The host's online CPU count, when `vcpu.max = "host"` needs it.
+    pub host_cpus: Option<Sourced<u32>>,
+    /// The versioned machine type the domain's alias stands for, when a host file says.
+    pub canonical_machine: Option<String>,
+    /// The emulator whose (fresh) QEMU capability cache does not list the domain's machine type
+    /// ([`Host::machine_unsupported`]).
+    pub machine_unsupported: Option<String>,
+    /// The host's libvirt version, when a version rule can matter and a source says
+    /// ([`Host::libvirt_version`]); unknown, libvirt 9.0's rules apply.
+    pub libvirt: Option<Sourced<LibvirtVersion>>,
+    /// The domain's arch, virt type, and the arch of the host that runs it
+    /// ([`crate::libvirt::arch::host_arch`]), for the CPU modes libvirt offers.
+    arch: String,
+    virt_type: String,
+    host_arch: &'static str,
+}
+
+/// Every vCPU count a machine type of any family allows is at least 240 (RHEL i440fx) and every
+/// KVM since Linux 4.x allows at least 240 vCPUs on the arches libvirt's QEMU driver runs: below
+/// that neither limit is looked up.
+pub const KVM_FLOOR: u32 = 240;
+
+impl<'h> DomainFacts<'h> {
+    /// Gathers from `host` the facts `dom` under `plan` needs.
+    #[must_use]
+    pub fn gather(dom: &Domain<'_>, plan: &Plan, host: &'h Host) -> DomainFacts<'h> {
+        let (arch, vt, machine) = (dom.arch(), dom.virt_type(), dom.machine());
+        let domcaps = host.domcaps_for(arch, vt, machine);
+        let mut models = BTreeMap::new();
+        for name in model_names(dom, plan, domcaps) {
+            let features = host.model_features(&name);
+            models.insert(name, features);
+        }
+        let unknown_features = feature_names(dom, plan)
+            .into_iter()
+            .filter(|f| !host.feature_known(f))
+            .collect();
+        let max = child(dom.root(), "vcpu")
+            .and_then(|v| read_vcpu(v).ok())
+            .map_or(1, |c| c.max);
+        let planned_max = plan.vcpu_max.is_some();
+        let machine_limit = (planned_max || family_floor(arch, machine).is_none_or(|f| max > f))
+            .then(|| host.machine_limit(arch, vt, machine, dom.emulator().as_deref()))
+            .flatten();
+        let kvm_limit = (vt == "kvm" && (planned_max || max > KVM_FLOOR))
+            .then(|| host.kvm_limit().cloned())
+            .flatten();
+        let libvirt = needs_version(dom, plan, max)
+            .then(|| host.libvirt_version().cloned())
+            .flatten();
+        let host_cpus = plan
+            .vcpu_max
+            .as_ref()
+            .is_some_and(|m| m.value == VcpuMax::Host)
+            .then(|| host.cpus().cloned())
+            .flatten();
+        DomainFacts {
+            models,
+            unknown_features,
+            cpu_map_source: host.cpu_map_source(),
+            cpu_map_problems: host.cpu_map_problems(),
+            domcaps,
+            machine_limit,
+            kvm_limit,
+            host_cpus,
+            canonical_machine: host.canonical_machine(arch, machine),
+            machine_unsupported: host.machine_unsupported(
+                arch,
+                vt,
+                machine,
+                dom.emulator().as_deref(),
+            ),
+            libvirt,
+            arch: arch.to_string(),
+            virt_type: vt.to_string(),
+            host_arch: crate::libvirt::arch::host_arch(),
+        }
+    }
+
+    /// Whether libvirt offers the CPU `mode` to this domain: domcapabilities' `<mode
+    /// supported='yes'>` when a file gives them for its arch and virt type, else the built-in
+    /// table ([`crate::modes::builtin_supported`]); None when neither says.
+    #[must_use]
+    pub fn mode_supported(&self, mode: CpuMode) -> Option<bool> {
+        match self.domcaps {
+            Some(d) => Some(d.supports(mode)),
+            None => {
+                crate::modes::builtin_supported(mode, &self.arch, &self.virt_type, self.host_arch)
+            }
+        }
+    }
+
+    /// Where [`DomainFacts::mode_supported`] answers from: a domcapabilities file or the built-in
+    /// table.
+    #[must_use]
+    pub fn modes_source(&self) -> String {
+        self.domcaps.map_or_else(
+            || "the built-in table of CPU modes".to_string(),
+            |d| d.source.clone(),
+        )
+    }
+
+    /// libvirt's refusal of `mode` for this domain ("CPU mode 'host-model' for aarch64 qemu domain
+    /// on x86_64 host is not supported by hypervisor", `src/qemu/qemu_validate.c`).
+    #[must_use]
+    pub fn mode_refusal(&self, mode: CpuMode) -> String {
+        let host = crate::modes::host_arch_for(&self.arch, &self.virt_type, self.host_arch);
+        format!(
+            "CPU mode '{mode}' for {} {} domain on {host} host is not supported by hypervisor",
+            self.arch, self.virt_type
+        )
+    }
+
+    /// Whether the host's libvirt has the behaviour `rule` (its version is at least the release
+    /// that brought it). An unknown version means libvirt 9.0's rules (the built-in cpu_map's).
+    #[must_use]
+    pub fn applies(&self, rule: VersionRule) -> bool {
+        self.libvirt
+            .as_ref()
+            .is_some_and(|v| v.value >= rule.since())
+    }
+
+    /// Which libvirt's rules are used, for messages: `libvirt 11.3.0 (from SOURCE)`, or
+    /// `libvirt 9.0's rules (the host's libvirt version is unknown)`.
+    #[must_use]
+    pub fn libvirt_rules(&self) -> String {
+        match &self.libvirt {
+            Some(v) => format!("libvirt {} (from {})", v.value, v.source),
+            None => "libvirt 9.0's rules (the host's libvirt version is unknown)".to_string(),
+        }
+    }
+
+    /// The features of `model` (libvirt spellings), or None when cpu_map does not define it.
+    ///
+    /// Only models [`DomainFacts::gather`] saw can be asked: the domain's, the policy's, the arch's
+    /// default and the host-model CPU's.
+    #[must_use]
+    pub fn model_features(&self, model: &str) -> Option<&BTreeSet<String>> {
+        debug_assert!(
+            self.models.contains_key(model),
+            "model '{model}' was not gathered"
+        );
+        self.models.get(model).and_then(Option::as_ref)
+    }
+
+    /// Whether the model tables are the built-in copy of libvirt 9.0's (no cpu_map directory on
+    /// this machine): then a name they lack may still be one the guest's libvirt knows.
+    #[must_use]
+    pub fn cpu_map_is_builtin(&self) -> bool {
+        self.cpu_map_source == "built-in"
+    }
+
+    /// Whether libvirt knows the x86 feature `name` (libvirt spelling). Only the domain's and the
+    /// policy's feature names are looked up; the psABI levels' are libvirt 9.0's own.
+    #[must_use]
+    pub fn feature_known(&self, name: &str) -> bool {
+        !self.unknown_features.contains(name)
+    }
+}
+
+/// Behaviours of libvirt that changed between releases, each with the release that changed it
+/// (libvirt's NEWS) and the facts seen on libvirt 9.0 and 11.3 (`tests/libvirt/ROOT-NOTES.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VersionRule {
+    /// libvirt 10.1.0 (NEWS: "qemu: Support clusters in CPU topology"): `<topology clusters>` is
+    /// read and counts in the product; libvirt 9.0 ignores the attribute. libvirt 11.3 writes
+    /// `clusters='1'` itself on x86.
+    Clusters,
+    /// libvirt 10.10.0 (NEWS: "qemu: Automatically add IOMMU when needed"): a domain with more
+    /// than 255 vCPUs gets an Intel IOMMU with `intremap` and `eim` on (or an existing one its
+    /// `eim`), and a split I/O APIC where interrupt remapping needs one, at define; libvirt 9.0
+    /// refuses the domain instead ("more than 255 vCPUs require extended interrupt mode enabled on
+    /// the iommu device").
+    AutoIommu,
+    /// libvirt 9.6.0 (NEWS: "qemu: Add NUMA node automatically for memory hotplug"): `<maxMemory>`
+    /// without a NUMA cell gets one at define; before, "At least one numa node has to be
+    /// configured when enabling memory hotplug".
+    AutoNumaForMemoryHotplug,
+}
+
+impl VersionRule {
+    /// The first release with the behaviour.
+    #[must_use]
+    pub fn since(self) -> LibvirtVersion {
+        let (major, minor) = match self {
+            VersionRule::Clusters => (10, 1),
+            VersionRule::AutoIommu => (10, 10),
+            VersionRule::AutoNumaForMemoryHotplug => (9, 6),
+        };
+        LibvirtVersion {
+            major,
+            minor,
+            micro: 0,
+        }
+    }
+
+    /// A short name for allow-lists and messages (`libvirt >= 10.10: automatic IOMMU`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            VersionRule::Clusters => "libvirt >= 10.1: <topology clusters>",
+            VersionRule::AutoIommu => "libvirt >= 10.10: automatic IOMMU and split I/O APIC",
+            VersionRule::AutoNumaForMemoryHotplug => {
+                "libvirt >= 9.6: a NUMA node added for memory hotplug"
+            }
+        }
+    }
+}
+
+/// Whether a version rule can matter for this domain: the vCPU rules of the plan, a maximum above
+/// 255, a `clusters` attribute, an `<iommu>` or a `<maxMemory>`. Otherwise the version is not
+/// looked up (the hook then reads nothing of libvirt's capability cache).
+fn needs_version(dom: &Domain<'_>, plan: &Plan, max: u32) -> bool {
+    let root = dom.root();
+    plan.vcpu_max.is_some()
+        || plan.topology.is_some()
+        || plan.iommu.is_some()
+        || max > crate::topology::X86_XAPIC_LIMIT
+        || child(root, "maxMemory").is_some()
+        || child(root, "devices").is_some_and(|d| child(d, "iommu").is_some())
+        || dom
+            .cpus()
+            .iter()
+            .any(|c| child(*c, "topology").is_some_and(|t| t.attribute("clusters").is_some()))
+}
+
+/// The models the result can name: the domain's (any `<cpu>`), the plan's, the arch's default,
+/// and the host-model CPU's (for the level a host-model guest reaches).
+fn model_names(dom: &Domain<'_>, plan: &Plan, domcaps: Option<&DomCaps>) -> BTreeSet<String> {
+    let mut names: BTreeSet<String> = dom
+        .cpus()
+        .iter()
+        .flat_map(|c| {
+            c.children()
+                .filter(|n| crate::xml::is_libvirt_element(*n, "model"))
+        })
+        .flat_map(|m| [crate::domain::model_name(m), text_of(m)])
+        .map(Option::unwrap_or_default)
+        .collect();
+    names.extend(plan.model.as_ref().map(|m| m.value.clone()));
+    names.extend(default_model(dom.arch()).map(str::to_string));
+    names.extend(
+        domcaps
+            .and_then(|d| d.host_model.as_ref())
+            .and_then(|h| h.model.clone()),
+    );
+    names
+}
+
+/// Feature names of the domain's `<cpu>` elements and the plan's `require`/`disable`, libvirt
+/// spellings, minus libvirt 9.0's own (known without reading a file).
+fn feature_names(dom: &Domain<'_>, plan: &Plan) -> BTreeSet<String> {
+    let mut names: BTreeSet<String> = dom
+        .cpus()
+        .iter()
+        .flat_map(|c| cpu_features(*c))
+        .map(|(name, _)| name)
+        .collect();
+    for set in [&plan.require, &plan.disable].into_iter().flatten() {
+        names.extend(set.value.iter().cloned());
+    }
+    names.retain(|n| !is_known_x86_feature(n));
+    names
+}

@@ -1,0 +1,195 @@
+//! The machine-type facts of a host: each machine type's vCPU limit (capabilities,
+//! domcapabilities, libvirt's QEMU capability cache, then QEMU's own table), the type an alias
+//! stands for, whether the emulator supports it, and the domcapabilities that describe a guest.
+
+use super::Host;
+use crate::libvirt::capabilities::MachineType;
+use crate::libvirt::domcaps::DomCaps;
+use crate::libvirt::qemu_caps::{QemuCache, emulator_suffix};
+
+/// A machine type's vCPU limit and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineLimit {
+    /// The versioned machine type (an alias resolved when a file says what it stands for).
+    pub machine: String,
+    /// Maximum vCPUs of the machine type.
+    pub max_cpus: u32,
+    /// A file path, or "built-in table (RULE)".
+    pub source: String,
+}
+
+impl Host {
+    /// Machine types from libvirt's QEMU capability cache for the domain's emulator (or, without
+    /// one, for `qemu-system-ARCH`), read once. Files that cannot be read or parsed are skipped:
+    /// the cache is libvirt's, and a corrupt file must not stop a guest.
+    pub fn qemu_cache_machines(&self, arch: &str, emulator: Option<&str>) -> Vec<MachineType> {
+        let wanted = emulator_suffix(arch, emulator);
+        if let Some(m) = self.qemu_cache_machines.borrow().get(&wanted) {
+            return m.clone();
+        }
+        // The emulator is named in each file's head: only its files are parsed whole.
+        let machines: Vec<MachineType> = self
+            .qemu_cache
+            .files()
+            .iter()
+            .filter(|f| {
+                f.head
+                    .emulator
+                    .as_deref()
+                    .is_some_and(|e| e.ends_with(&wanted))
+            })
+            .filter_map(|f| crate::libvirt::qemu_caps::read_file(&f.path))
+            .flat_map(|q| q.machines)
+            .collect();
+        self.qemu_cache_machines
+            .borrow_mut()
+            .insert(wanted, machines.clone());
+        machines
+    }
+
+    /// The emulator (as libvirt's QEMU capability cache names it) that does not support machine
+    /// type `machine` for `virt_type`, or None when it does or nothing can be said. libvirt
+    /// refuses such a domain at define: "Emulator '/usr/bin/qemu-system-x86_64' does not support
+    /// machine type 'pc-q35-99.0'" (`qemuValidateDomainDef`, seen with libvirt 9.0 and 11.3).
+    ///
+    /// Only a cache file that still describes its binary is trusted: its `<qemuctime>` must be
+    /// the emulator's ctime, libvirt's own test before it reuses the file (`virQEMUCapsIsValid`);
+    /// after a QEMU upgrade the stale file says nothing. The file's `<machine>` lines are searched
+    /// as text, by `name` and `alias` under the virt type (`kvm`, or `tcg` for `qemu`): no
+    /// parse of the whole file. None under [`super::HostOptions::skip_machine_support`].
+    #[must_use]
+    pub fn machine_unsupported(
+        &self,
+        arch: &str,
+        virt_type: &str,
+        machine: &str,
+        emulator: Option<&str>,
+    ) -> Option<String> {
+        if self.skip_machine_support
+            || machine.is_empty()
+            || machine.contains(['\'', '"', '&', '<'])
+        {
+            return None;
+        }
+        let qemu_type = if virt_type == "kvm" { "kvm" } else { "tcg" };
+        let file = self
+            .qemu_cache
+            .for_emulator(&emulator_suffix(arch, emulator))?;
+        let e = file.head.emulator.as_deref()?;
+        // Bytes, not a String: UTF-8 validation of the file would cost more than the search.
+        let text =
+            crate::readfile::read_regular(&file.path, crate::readfile::MAX_FACT_BYTES).ok()?;
+        // The emulator's machine types whatever the guest arch (an i686 guest of
+        // qemu-system-x86_64 gets x86_64's), as libvirt checks them.
+        if !file.is_fresh() {
+            return None;
+        }
+        crate::libvirt::qemu_caps::lacks_machine(&text, qemu_type, machine).then(|| e.to_string())
+    }
+
+    /// Every machine type in libvirt's QEMU capability cache, all emulators (for
+    /// `virt-cpu-policy host`); unreadable files are skipped.
+    #[must_use]
+    pub fn qemu_cache_all(&self) -> Vec<MachineType> {
+        self.qemu_cache
+            .files()
+            .iter()
+            .filter_map(|f| crate::libvirt::qemu_caps::read_file(&f.path))
+            .flat_map(|q| q.machines)
+            .collect()
+    }
+
+    /// libvirt's QEMU capability cache this host reads (its directory: [`QemuCache::dir`]).
+    #[must_use]
+    pub fn qemu_cache(&self) -> &QemuCache {
+        &self.qemu_cache
+    }
+
+    /// The vCPU limit of the domain's machine type, from the first source that knows it:
+    /// capabilities files (`--caps`, `[host] capabilities`), domcapabilities (`<vcpu max>`),
+    /// libvirt's QEMU capability cache, then the built-in table ([`crate::machine`]). Aliases
+    /// (`pc`, `q35`, `virt`) resolve through `canonical=`/`alias=` where a file gives it.
+    /// None when no source knows the type.
+    pub fn machine_limit(
+        &self,
+        arch: &str,
+        virt_type: &str,
+        machine: &str,
+        emulator: Option<&str>,
+    ) -> Option<MachineLimit> {
+        let find = |list: &[MachineType], name: &str| -> Option<MachineLimit> {
+            list.iter()
+                .find(|m| {
+                    m.arch == arch
+                        && m.name == name
+                        && m.max_cpus.is_some()
+                        && m.virt_type.as_deref().is_none_or(|v| v == virt_type)
+                })
+                .map(|m| MachineLimit {
+                    machine: m.canonical.clone().unwrap_or_else(|| m.name.clone()),
+                    max_cpus: m.max_cpus.unwrap_or(0),
+                    source: m.source.clone(),
+                })
+        };
+        let canonical = self.canonical_machine(arch, machine);
+        let name = canonical.as_deref().unwrap_or(machine);
+        if let Some(l) = find(&self.machines, name) {
+            return Some(l);
+        }
+        if let Some(d) = self.domcaps.iter().find(|d| {
+            d.arch == arch
+                && d.virt_type == virt_type
+                && (d.machine == machine || d.machine == name)
+        }) {
+            if let Some(max) = d.vcpu_max {
+                return Some(MachineLimit {
+                    machine: d.machine.clone(),
+                    max_cpus: max,
+                    source: d.source.clone(),
+                });
+            }
+        }
+        let cache = self.qemu_cache_machines(arch, emulator);
+        let cached_canonical = cache
+            .iter()
+            .find(|m| m.arch == arch && m.name == machine && m.canonical.is_some())
+            .and_then(|m| m.canonical.clone());
+        let name = canonical
+            .or(cached_canonical)
+            .unwrap_or_else(|| machine.to_string());
+        if let Some(l) = find(&cache, &name) {
+            return Some(l);
+        }
+        crate::machine::builtin_limit(arch, &name).map(|b| MachineLimit {
+            machine: name,
+            max_cpus: b.max_cpus,
+            source: format!("built-in table ({})", b.rule),
+        })
+    }
+
+    /// The domcapabilities that describe a domain: same arch and virt type; the one for the same
+    /// machine type (directly or through an alias) first.
+    #[must_use]
+    pub fn domcaps_for(&self, arch: &str, virt_type: &str, machine: &str) -> Option<&DomCaps> {
+        let canonical = self.canonical_machine(arch, machine);
+        let same: Vec<&DomCaps> = self
+            .domcaps
+            .iter()
+            .filter(|d| d.arch == arch && d.virt_type == virt_type)
+            .collect();
+        same.iter()
+            .find(|d| d.machine == machine || Some(d.machine.as_str()) == canonical.as_deref())
+            .or(same.first())
+            .copied()
+    }
+
+    /// The versioned machine type an alias (`pc`, `q35`, `virt`) stands for, when a capabilities
+    /// or qemuCaps file says.
+    #[must_use]
+    pub fn canonical_machine(&self, arch: &str, machine: &str) -> Option<String> {
+        self.machines
+            .iter()
+            .find(|m| m.arch == arch && m.name == machine && m.canonical.is_some())
+            .and_then(|m| m.canonical.clone())
+    }
+}

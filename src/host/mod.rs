@@ -1,0 +1,537 @@
+//! Facts about the host, read from files, never from libvirt.
+//!
+//! The libvirt hook must not call back into libvirt (libvirt's `docs/hooks.rst`: a deadlock is
+//! likely), so everything the tool knows about the host comes from files: `virsh capabilities`,
+//! `virsh domcapabilities` and libvirt's QEMU capability cache (`qemuCaps`) files, libvirt's
+//! `cpu_map` directory and the kernel. Every fact remembers its source, and `virt-cpu-policy host`
+//! prints them.
+//!
+//! The documents are read by [`crate::libvirt`] (one reader each, as the cluster reads them);
+//! this module decides which fact comes from which of them, and keeps what it has asked:
+//! [`Host`] and its files, version and counts here; the cpu_map's models and feature names in
+//! `cpu_map.rs`; machine types, their vCPU limits and the domcapabilities of a guest in
+//! `machines.rs`.
+
+mod cpu_map;
+mod machines;
+
+pub use machines::MachineLimit;
+
+use crate::cluster::cpu::ClusterCpu;
+use crate::error::{Error, Result};
+use crate::libvirt::capabilities::MachineType;
+use crate::libvirt::cpu_map::{CpuMap, DEFAULT_CPU_MAP};
+use crate::libvirt::domcaps::DomCaps;
+use crate::libvirt::qemu_caps::QemuCache;
+use crate::libvirt::version::LibvirtVersion;
+use crate::libvirt::{Document, DocumentError, read_document};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// A value and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sourced<T> {
+    /// The value.
+    pub value: T,
+    /// A file path, "--host-cpus", "sysconf(_SC_NPROCESSORS_ONLN)", ...
+    pub source: String,
+}
+
+/// Everything the tool knows about the host.
+#[derive(Debug)]
+pub struct Host {
+    /// libvirt's cpu_map directory in use, or None for the built-in table.
+    pub cpu_map_dir: Option<PathBuf>,
+    /// Why the cpu_map directory was not used, when the built-in table is in use.
+    pub cpu_map_note: Option<String>,
+    /// Models read so far (a rewrite reads only the models it meets).
+    models: std::cell::RefCell<std::collections::BTreeMap<String, Option<BTreeSet<String>>>>,
+    /// Problems met reading cpu_map files after start (the built-in table answered instead).
+    cpu_map_problems: std::cell::RefCell<Vec<String>>,
+    /// The host's online CPU count given by an override; see [`Host::cpus`].
+    cpus_override: Option<Sourced<u32>>,
+    cpus: std::cell::OnceCell<Option<Sourced<u32>>>,
+    /// Machine types from capabilities and qemuCaps files.
+    pub machines: Vec<MachineType>,
+    /// domcapabilities documents.
+    pub domcaps: Vec<DomCaps>,
+    /// Files read, in order.
+    pub files: Vec<String>,
+    /// libvirt's QEMU capability cache, read lazily when a machine limit is needed.
+    qemu_cache: QemuCache,
+    /// Machine types of the cache, by emulator, as they are asked for.
+    qemu_cache_machines: std::cell::RefCell<std::collections::HashMap<String, Vec<MachineType>>>,
+    kvm_limit: std::cell::OnceCell<Option<Sourced<u32>>>,
+    kvm_override: Option<Sourced<u32>>,
+    libvirt_version: std::cell::OnceCell<Option<Sourced<LibvirtVersion>>>,
+    libvirt_override: Option<Sourced<LibvirtVersion>>,
+    /// Feature names (and aliases) of the cpu_map's `x86_features.xml`, read on the first name
+    /// libvirt 9.0's list lacks.
+    x86_feature_names: std::cell::OnceCell<std::collections::HashSet<String>>,
+    /// The `libvirt` attribute of the first `<hostFacts>` file read that has one.
+    facts_version: Option<Sourced<LibvirtVersion>>,
+    /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
+    pub cluster: Option<Sourced<Vec<PathBuf>>>,
+    skip_machine_support: bool,
+    cluster_cpu: std::cell::OnceCell<std::result::Result<ClusterCpu, String>>,
+}
+
+/// Inputs for [`Host::discover`].
+#[derive(Debug, Default, Clone)]
+pub struct HostOptions {
+    /// capabilities / domcapabilities / qemuCaps files (`--caps` and `[host] capabilities`).
+    pub caps: Vec<PathBuf>,
+    /// cpu_map directory (`--cpu-map` or `[host] cpu_map`); default [`DEFAULT_CPU_MAP`].
+    pub cpu_map: Option<PathBuf>,
+    /// Host CPU count override (`--host-cpus` or `[host] cpus`), with its source.
+    pub cpus: Option<Sourced<u32>>,
+    /// libvirt's QEMU capability cache directory: None means the default
+    /// ([`crate::libvirt::qemu_caps::QEMU_CAPS_CACHE`]);
+    /// an empty path disables it (tests that must not depend on the machine).
+    pub qemu_cache: Option<PathBuf>,
+    /// KVM's vCPU limit override (`--kvm-max-vcpus`), instead of asking `/dev/kvm`.
+    pub kvm_max_vcpus: Option<Sourced<u32>>,
+    /// The host's libvirt version (`--libvirt-version`), instead of libvirt's QEMU capability
+    /// cache.
+    pub libvirt_version: Option<Sourced<LibvirtVersion>>,
+    /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
+    pub cluster: Option<Sourced<Vec<PathBuf>>>,
+    /// Leave the machine type's support to libvirt ([`Host::machine_unsupported`] says nothing):
+    /// the hook's guest was defined, so libvirt has checked it, and checks it again at start.
+    pub skip_machine_support: bool,
+}
+
+impl HostOptions {
+    /// The policy's `[host]` settings, with overrides (`--caps` files first, then the policy's;
+    /// `--cpu-map`, `--host-cpus` over the policy's `cpu_map`, `cpus`).
+    #[must_use]
+    pub fn from_policy(
+        policy: &crate::policy::Policy,
+        caps: &[PathBuf],
+        cpu_map: Option<&Path>,
+        cpus: Option<Sourced<u32>>,
+    ) -> HostOptions {
+        HostOptions {
+            caps: caps
+                .iter()
+                .chain(policy.host.capabilities.iter())
+                .cloned()
+                .collect(),
+            cpu_map: cpu_map
+                .map(Path::to_path_buf)
+                .or_else(|| policy.host.cpu_map.clone()),
+            cpus: cpus.or_else(|| {
+                policy.host.cpus.map(|value| Sourced {
+                    value,
+                    source: format!("[host] cpus in {}", policy.source),
+                })
+            }),
+            cluster: (!policy.host.cluster.is_empty()).then(|| Sourced {
+                value: policy.host.cluster.clone(),
+                source: format!("[host] cluster of policy {}", policy.source),
+            }),
+            ..HostOptions::default()
+        }
+    }
+}
+
+impl Host {
+    /// Gather host facts from `opts`.
+    ///
+    /// A named cpu_map directory that cannot be read is an error; the default one missing means the
+    /// built-in table is used (and said so in `cpu_map_note`).
+    ///
+    /// # Errors
+    /// [`Error::Read`] for a named file that cannot be read; [`Error::Host`] for a file that is
+    /// not a capabilities, domcapabilities or qemuCaps document, or a broken cpu_map.
+    pub fn discover(opts: &HostOptions) -> Result<Host> {
+        // Only index.xml is read now; model files are read when a model is met.
+        let (cpu_map_dir, cpu_map_note) = match &opts.cpu_map {
+            Some(dir) => {
+                CpuMap::load_models(dir, &[]).map_err(|e| Error::Host(e.to_string()))?;
+                (Some(dir.clone()), None)
+            }
+            None => {
+                let dir = Path::new(DEFAULT_CPU_MAP);
+                // Checked for presence only: a broken file is reported when a model is read
+                // (`cpu-map-unreadable`), so a rewrite reads index.xml once.
+                if dir.join("index.xml").is_file() {
+                    (Some(dir.to_path_buf()), None)
+                } else {
+                    (
+                        None,
+                        Some(format!(
+                            "{DEFAULT_CPU_MAP} not found (libvirt not installed?); using the built-in table from libvirt 9.0"
+                        )),
+                    )
+                }
+            }
+        };
+        if let Some(p) = opts
+            .qemu_cache
+            .as_ref()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            // A mistyped directory would silently judge without the cache: said, not guessed.
+            if !p.is_dir() {
+                return Err(Error::Host(format!(
+                    "QEMU capability cache {}: not a directory",
+                    p.display()
+                )));
+            }
+        }
+        let mut host = Host {
+            cpu_map_dir,
+            cpu_map_note,
+            models: std::cell::RefCell::default(),
+            cpu_map_problems: std::cell::RefCell::default(),
+            cpus_override: opts.cpus.clone(),
+            cpus: std::cell::OnceCell::new(),
+            machines: Vec::new(),
+            domcaps: Vec::new(),
+            files: Vec::new(),
+            qemu_cache: QemuCache::new(match &opts.qemu_cache {
+                Some(p) if p.as_os_str().is_empty() => None,
+                Some(p) => Some(p.clone()),
+                None => Some(PathBuf::from(crate::libvirt::qemu_caps::QEMU_CAPS_CACHE)),
+            }),
+            qemu_cache_machines: std::cell::RefCell::default(),
+            kvm_limit: std::cell::OnceCell::new(),
+            kvm_override: opts.kvm_max_vcpus.clone(),
+            libvirt_version: std::cell::OnceCell::new(),
+            libvirt_override: opts.libvirt_version.clone(),
+            x86_feature_names: std::cell::OnceCell::new(),
+            facts_version: None,
+            cluster: opts.cluster.clone(),
+            skip_machine_support: opts.skip_machine_support,
+            cluster_cpu: std::cell::OnceCell::new(),
+        };
+        for path in &opts.caps {
+            host.read_caps_file(path)?;
+        }
+        Ok(host)
+    }
+
+    /// Read one capabilities, domcapabilities, qemuCaps or `<hostFacts>` file and add its facts
+    /// (a `<hostFacts>` gives its capabilities' machine types, its domcapabilities and its
+    /// libvirt version).
+    ///
+    /// # Errors
+    /// As [`Host::discover`].
+    pub fn read_caps_file(&mut self, path: &Path) -> Result<()> {
+        let accept = [
+            "capabilities",
+            "domainCapabilities",
+            "qemuCaps",
+            crate::libvirt::host_facts::ROOT,
+        ];
+        let doc = read_document(path, &accept).map_err(|e| match e {
+            DocumentError::Input(e) => e,
+            e @ DocumentError::Invalid { .. } => Error::Host(e.to_string()),
+        })?;
+        match doc {
+            Document::Capabilities(c) => self.machines.extend(c.machines),
+            Document::QemuCaps(q) => self.machines.extend(q.machines),
+            Document::DomCaps(d) => self.domcaps.push(*d),
+            Document::HostFacts(f) => {
+                self.machines
+                    .extend(f.capabilities.into_iter().flat_map(|c| c.machines));
+                self.domcaps.extend(f.domcaps);
+                // The first file wins, as for machine types: `--caps` files come first.
+                if self.facts_version.is_none() {
+                    self.facts_version = f.libvirt.map(|value| Sourced {
+                        value,
+                        source: format!("<hostFacts libvirt='{value}'> in {}", path.display()),
+                    });
+                }
+            }
+            // Not among `accept`: read_document refused it.
+            Document::Cpu(_) => {}
+        }
+        self.files.push(path.display().to_string());
+        Ok(())
+    }
+
+    /// The host's online CPU count: the override, else `sysconf(_SC_NPROCESSORS_ONLN)`, asked once
+    /// (glibc reads sysfs for it, so only when a rule needs it).
+    pub fn cpus(&self) -> Option<&Sourced<u32>> {
+        self.cpus
+            .get_or_init(|| self.cpus_override.clone().or_else(sysconf_cpus))
+            .as_ref()
+    }
+
+    /// KVM's vCPU limit: the override, else the kernel's answer (`KVM_CAP_MAX_VCPUS`), asked once.
+    pub fn kvm_limit(&self) -> Option<&Sourced<u32>> {
+        self.kvm_limit
+            .get_or_init(|| {
+                self.kvm_override.clone().or_else(|| {
+                    crate::machine::kvm_max_vcpus().map(|value| Sourced {
+                        value,
+                        source: "KVM_CAP_MAX_VCPUS on /dev/kvm".into(),
+                    })
+                })
+            })
+            .as_ref()
+    }
+
+    /// The host's libvirt version: the override (`--libvirt-version`), else the `libvirt`
+    /// attribute of a `<hostFacts>` file read (`--caps`, `[host] capabilities`, the daemon's
+    /// snapshot; read with the file, no extra read), else `<selfvers>` of libvirt's QEMU
+    /// capability cache (the version of the libvirtd that wrote it), asked once. Only the first
+    /// 4 KiB of each cache file are read.
+    pub fn libvirt_version(&self) -> Option<&Sourced<LibvirtVersion>> {
+        self.libvirt_version
+            .get_or_init(|| {
+                let known = self.libvirt_override.clone();
+                known.or_else(|| self.facts_version.clone()).or_else(|| {
+                    self.qemu_cache.files().iter().find_map(|f| {
+                        Some(Sourced {
+                            value: LibvirtVersion::from_number(f.head.selfvers?),
+                            source: format!("<selfvers> in {}", f.path.display()),
+                        })
+                    })
+                })
+            })
+            .as_ref()
+    }
+
+    /// The cluster's CPU for `cpu.model = "baseline"` ([`ClusterCpu::of`] the `[host] cluster`
+    /// files, with this host's cpu_map), computed on first use and kept for the run, so an
+    /// `audit` of a thousand guests reads the cluster's files once.
+    ///
+    /// # Errors
+    /// [`Error::Cluster`] with [`ClusterCpu::of`]'s sentence, each time it is asked.
+    pub fn cluster_cpu(&self) -> Result<&ClusterCpu> {
+        self.cluster_cpu
+            .get_or_init(|| {
+                let files = self.cluster.as_ref();
+                ClusterCpu::of(
+                    files.map(|f| f.value.as_slice()),
+                    files.map_or("", |f| f.source.as_str()),
+                    self.cpu_map_dir.as_deref(),
+                )
+            })
+            .as_ref()
+            .map_err(|e| Error::Cluster(e.clone()))
+    }
+
+    /// The host-model CPU of `d` (its model's name) and the psABI level it reaches, by its model's
+    /// features (cpu_map) and the ones listed; None when `d` has no host-model CPU.
+    pub fn host_model_level(&self, d: &DomCaps) -> Option<(String, Option<crate::cpu::Level>)> {
+        let hm = d.host_model.as_ref()?;
+        let model = hm.model.clone().unwrap_or_else(|| "(none)".into());
+        let feats = hm.guaranteed_features(self.model_features(&model).as_ref());
+        Some((model, crate::cpu::Level::highest(|f| feats.contains(f))))
+    }
+}
+
+/// The host's online CPU count from `sysconf(_SC_NPROCESSORS_ONLN)`.
+#[must_use]
+pub fn sysconf_cpus() -> Option<Sourced<u32>> {
+    // SAFETY: sysconf has no preconditions and only reads.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    u32::try_from(n)
+        .ok()
+        .filter(|n| *n > 0)
+        .map(|value| Sourced {
+            value,
+            source: "sysconf(_SC_NPROCESSORS_ONLN)".to_string(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::libvirt::cpu::FeaturePolicy;
+    use crate::libvirt::host_facts::document as host_facts_document;
+    use crate::testdata::corpus;
+
+    #[test]
+    #[cfg_attr(
+        not(vcp_shared_corpus),
+        ignore = "needs ../shared/corpus beside the checkout"
+    )]
+    fn reads_this_hosts_files() {
+        let caps = corpus("host-libvirt-9.0-qemu-7.2/capabilities.xml");
+        let dc = corpus("host-libvirt-9.0-qemu-7.2/domcapabilities-x86_64-q35-kvm.xml");
+        let qc = corpus("host-libvirt-9.0-qemu-7.2/qemucaps-x86_64.xml");
+        let h = Host::discover(&HostOptions {
+            caps: vec![caps, dc, qc],
+            ..HostOptions::default()
+        })
+        .unwrap();
+        assert_eq!(
+            h.canonical_machine("x86_64", "q35").as_deref(),
+            Some("pc-q35-7.2")
+        );
+        let d = h.domcaps_for("x86_64", "kvm", "q35").unwrap();
+        assert_eq!(d.vcpu_max, Some(288));
+        assert_eq!(d.model_usable("qemu64"), Some(false));
+        let hm = d.host_model.as_ref().unwrap();
+        assert!(
+            hm.features
+                .contains(&("pni".into(), FeaturePolicy::Disable))
+        );
+        assert!(h.machines.iter().any(|m| m.name == "pc-q35-7.2"
+            && m.virt_type.as_deref() == Some("qemu")
+            && m.max_cpus == Some(288)));
+    }
+
+    const CAPS: &str = "<capabilities><host><cpu><arch>x86_64</arch><model>Skylake-Client-IBRS</model><vendor>Intel</vendor></cpu></host>\
+        <guest><os_type>hvm</os_type><arch name='x86_64'><machine maxCpus='288'>pc-q35-7.2</machine>\
+        <machine canonical='pc-q35-7.2' maxCpus='288'>q35</machine><domain type='kvm'/></arch></guest></capabilities>";
+    const DOMCAPS: &str = "<?xml version='1.0'?>\n<domainCapabilities><path>/usr/bin/qemu-system-x86_64</path><domain>kvm</domain>\
+        <machine>pc-i440fx-7.2</machine><arch>x86_64</arch><vcpu max='255'/><cpu>\
+        <mode name='host-model' supported='yes'><model fallback='forbid'>kvm64</model><vendor>Intel</vendor>\
+        <feature policy='require' name='vme'/><feature policy='disable' name='pni'/></mode></cpu></domainCapabilities>";
+
+    /// A scratch directory for one test.
+    fn scratch(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("vcp-host-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn v(s: &str) -> LibvirtVersion {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn host_facts_file_gives_machines_domcaps_and_the_libvirt_version() {
+        let dir = scratch("facts");
+        let doc = host_facts_document("node-1 'a&b'", v("11.3.0"), CAPS, Some(DOMCAPS));
+        assert!(
+            doc.starts_with(
+                "<hostFacts name='node-1 &apos;a&amp;b&apos;' libvirt='11.3.0'>\n<capabilities>"
+            ),
+            "{doc}"
+        );
+        assert!(!doc.contains("<?xml"), "{doc}");
+        let f = dir.join("node-1.xml");
+        std::fs::write(&f, &doc).unwrap();
+        let h = Host::discover(&HostOptions {
+            caps: vec![f.clone()],
+            qemu_cache: Some(PathBuf::new()),
+            ..HostOptions::default()
+        })
+        .unwrap();
+        assert_eq!(
+            h.canonical_machine("x86_64", "q35").as_deref(),
+            Some("pc-q35-7.2")
+        );
+        let limit = h.machine_limit("x86_64", "kvm", "q35", None).unwrap();
+        assert_eq!(
+            (limit.max_cpus, limit.source.as_str()),
+            (288, f.to_str().unwrap())
+        );
+        let d = h.domcaps_for("x86_64", "kvm", "pc").unwrap();
+        let hm = d.host_model.as_ref().unwrap();
+        assert_eq!(
+            (hm.model.as_deref(), hm.vendor.as_deref()),
+            (Some("kvm64"), Some("Intel"))
+        );
+        assert_eq!(
+            hm.features,
+            [
+                ("vme".into(), FeaturePolicy::Require),
+                ("pni".into(), FeaturePolicy::Disable)
+            ]
+        );
+        let lv = h.libvirt_version().unwrap();
+        assert_eq!(lv.value, v("11.3.0"));
+        assert_eq!(
+            lv.source,
+            format!("<hostFacts libvirt='11.3.0'> in {}", f.display())
+        );
+        assert_eq!(h.files, vec![f.display().to_string()]);
+        // Either document alone is a host-facts file too.
+        let caps_only = dir.join("caps-only.xml");
+        std::fs::write(&caps_only, host_facts_document("n", v("9.0.0"), CAPS, None)).unwrap();
+        let mut h = Host::discover(&HostOptions::default()).unwrap();
+        h.read_caps_file(&caps_only).unwrap();
+        assert!(h.domcaps.is_empty() && !h.machines.is_empty());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn libvirt_version_order_override_then_host_facts_then_selfvers() {
+        let dir = scratch("order");
+        let cache = dir.join("cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        std::fs::write(
+            cache.join("x86_64.xml"),
+            "<qemuCaps>\n<emulator>/usr/bin/qemu-system-x86_64</emulator>\n<selfvers>9000000</selfvers>\n</qemuCaps>\n",
+        )
+        .unwrap();
+        let facts = dir.join("facts.xml");
+        std::fs::write(&facts, host_facts_document("n", v("11.3.0"), CAPS, None)).unwrap();
+        let other = dir.join("other.xml");
+        std::fs::write(&other, host_facts_document("m", v("10.0.0"), CAPS, None)).unwrap();
+        let no_version = dir.join("no-version.xml");
+        std::fs::write(
+            &no_version,
+            format!("<hostFacts name='x'>{CAPS}</hostFacts>"),
+        )
+        .unwrap();
+        let version = |caps: Vec<PathBuf>, over: Option<&str>| {
+            let h = Host::discover(&HostOptions {
+                caps,
+                qemu_cache: Some(cache.clone()),
+                libvirt_version: over.map(|o| Sourced {
+                    value: v(o),
+                    source: "--libvirt-version".into(),
+                }),
+                ..HostOptions::default()
+            })
+            .unwrap();
+            h.libvirt_version()
+                .map(|f| (f.value.to_string(), f.source.clone()))
+                .unwrap()
+        };
+        assert_eq!(
+            version(vec![facts.clone()], Some("10.10.0")),
+            ("10.10.0".into(), "--libvirt-version".into())
+        );
+        let (value, source) = version(vec![no_version.clone(), facts.clone(), other], None);
+        assert_eq!(value, "11.3.0", "the first file with a version wins");
+        assert!(source.ends_with("facts.xml"), "{source}");
+        let (value, source) = version(vec![no_version], None);
+        assert_eq!(value, "9.0.0");
+        assert!(source.starts_with("<selfvers> in "), "{source}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn bad_host_facts_files_are_refused_naming_the_file() {
+        let dir = scratch("bad");
+        for (text, needle) in [
+            (
+                format!("<hostFacts libvirt='nine'>{CAPS}</hostFacts>"),
+                "<hostFacts libvirt='nine'>: 'nine' is not a libvirt version",
+            ),
+            (
+                "<hostFacts name='x' libvirt='9.0.0'/>".to_string(),
+                "holds neither <capabilities> nor <domainCapabilities>",
+            ),
+        ] {
+            let f = dir.join("bad.xml");
+            std::fs::write(&f, text).unwrap();
+            let mut h = Host::discover(&HostOptions::default()).unwrap();
+            let e = h.read_caps_file(&f).unwrap_err().to_string();
+            assert!(e.contains(needle) && e.contains("bad.xml"), "{e}");
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn refuses_unknown_document() {
+        let dir = std::env::temp_dir().join(format!("vcp-host-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("x.xml");
+        std::fs::write(&f, "<domain/>").unwrap();
+        let mut h = Host::discover(&HostOptions::default()).unwrap();
+        let e = h.read_caps_file(&f).unwrap_err().to_string();
+        assert!(e.contains("<domain>"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

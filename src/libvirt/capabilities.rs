@@ -1,0 +1,85 @@
+//! `virsh capabilities` (`virConnectGetCapabilities`): the host's CPU, and the machine types of
+//! every guest arch the hypervisor runs.
+
+use super::cpu::{CpuDef, CpuType};
+use crate::xml::{child, is_libvirt_element, text_of};
+use roxmltree::Node;
+
+/// One machine type listed by a capabilities document or libvirt's QEMU capability cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineType {
+    /// Guest arch (`x86_64`, `aarch64`...).
+    pub arch: String,
+    /// Virt type it was listed under (`kvm`, `qemu`), or None when listed for every type.
+    pub virt_type: Option<String>,
+    /// Machine type name as listed (`pc-q35-7.2`, or an alias such as `q35`).
+    pub name: String,
+    /// The versioned type an alias stands for (`canonical=` / `alias=`).
+    pub canonical: Option<String>,
+    /// `maxCpus`.
+    pub max_cpus: Option<u32>,
+    /// The file it was read from.
+    pub source: String,
+}
+
+/// One `virsh capabilities` document.
+#[derive(Debug, Clone, Default)]
+pub struct Capabilities {
+    /// `<host><cpu>`, read as a host CPU ([`CpuType::Host`]); None when the document has none.
+    pub host_cpu: Option<CpuDef>,
+    /// The machine types of every `<guest><arch>`: `<machine maxCpus='N' [canonical='...']>NAME`,
+    /// listed for every virt type, or under a `<domain type=...>` for that one.
+    pub machines: Vec<MachineType>,
+}
+
+impl Capabilities {
+    /// Reads the `<capabilities>` element `root`; `source` names the file in each fact.
+    ///
+    /// # Errors
+    /// A host CPU libvirt refuses ([`CpuDef::read_as`]), the reason prefixed with `<host><cpu>`.
+    pub fn read(root: Node<'_, '_>, source: &str) -> Result<Capabilities, String> {
+        let host_cpu = child(root, "host")
+            .and_then(|h| child(h, "cpu"))
+            .map(|c| CpuDef::read_as(c, CpuType::Host))
+            .transpose()
+            .map_err(|e| format!("<host><cpu>: {e}"))?;
+        let mut machines = Vec::new();
+        for guest in root.children().filter(|n| is_libvirt_element(*n, "guest")) {
+            let Some(arch) = child(guest, "arch") else {
+                continue;
+            };
+            let arch_name = arch.attribute("name").unwrap_or("");
+            let mut push = |m: Node<'_, '_>, vt: Option<&str>| {
+                if let Some(name) = text_of(m) {
+                    machines.push(MachineType {
+                        arch: arch_name.to_string(),
+                        virt_type: vt.map(str::to_string),
+                        name,
+                        canonical: m.attribute("canonical").map(str::to_string),
+                        max_cpus: m.attribute("maxCpus").and_then(|v| v.parse().ok()),
+                        source: source.to_string(),
+                    });
+                }
+            };
+            for m in arch
+                .children()
+                .filter(|n| is_libvirt_element(*n, "machine"))
+            {
+                push(m, None);
+            }
+            for d in arch.children().filter(|n| is_libvirt_element(*n, "domain")) {
+                let vt = d.attribute("type");
+                for m in d.children().filter(|n| is_libvirt_element(*n, "machine")) {
+                    push(m, vt);
+                }
+            }
+        }
+        Ok(Capabilities { host_cpu, machines })
+    }
+
+    /// The host CPU's arch (`<host><cpu><arch>`), when the document has a host CPU.
+    #[must_use]
+    pub fn host_arch(&self) -> Option<&str> {
+        self.host_cpu.as_ref().and_then(|c| c.arch.as_deref())
+    }
+}

@@ -1,0 +1,160 @@
+//! `virsh domcapabilities` (`virConnectGetDomainCapabilities`): what libvirt offers a guest of
+//! one emulator, arch, machine type and virt type: the vCPU limit, the CPU modes, the host-model
+//! CPU and the custom models.
+
+use super::cpu::{CpuDef, CpuMode, CpuType};
+use crate::xml::{child, is_libvirt_element, text_of};
+use roxmltree::Node;
+use std::collections::BTreeSet;
+
+/// One `virsh domcapabilities` document.
+#[derive(Debug, Clone, Default)]
+pub struct DomCaps {
+    /// `<arch>`.
+    pub arch: String,
+    /// `<domain>`: `kvm` or `qemu`.
+    pub virt_type: String,
+    /// `<machine>` (versioned).
+    pub machine: String,
+    /// `<path>` of the emulator.
+    pub emulator: Option<String>,
+    /// `<vcpu max>` (the smaller of the machine type's and KVM's limits).
+    pub vcpu_max: Option<u32>,
+    /// CPU modes with `supported='yes'` (a mode a newer libvirt adds and this tool does not
+    /// know is left out).
+    pub modes: BTreeSet<CpuMode>,
+    /// The `host-model` CPU, when that mode is supported: read as a guest CPU
+    /// ([`CpuType::Guest`], as `virsh hypervisor-cpu-compare` reads it), so a policy libvirt does
+    /// not know refuses the document.
+    pub host_model: Option<CpuDef>,
+    /// Custom models and whether each is `usable='yes'`, in document order; empty when the
+    /// `custom` mode is not supported.
+    pub models: Vec<(String, bool)>,
+    /// The file it was read from.
+    pub source: String,
+}
+
+impl DomCaps {
+    /// Reads the `<domainCapabilities>` element `root`; `source` names the file.
+    ///
+    /// # Errors
+    /// A host-model CPU libvirt refuses ([`CpuDef::read_as`]), the reason prefixed with
+    /// `<mode name='host-model'>`.
+    pub fn read(root: Node<'_, '_>, source: &str) -> Result<DomCaps, String> {
+        let txt = |name: &str| child(root, name).and_then(text_of);
+        let mut dc = DomCaps {
+            arch: txt("arch").unwrap_or_default(),
+            virt_type: txt("domain").unwrap_or_default(),
+            machine: txt("machine").unwrap_or_default(),
+            emulator: txt("path"),
+            vcpu_max: child(root, "vcpu")
+                .and_then(|v| v.attribute("max"))
+                .and_then(|v| v.parse().ok()),
+            source: source.to_string(),
+            ..DomCaps::default()
+        };
+        let modes = child(root, "cpu")
+            .into_iter()
+            .flat_map(|c| c.children())
+            .filter(|n| is_libvirt_element(*n, "mode") && n.attribute("supported") == Some("yes"));
+        for mode in modes {
+            let Some(name) = mode.attribute("name").and_then(CpuMode::parse) else {
+                continue;
+            };
+            dc.modes.insert(name);
+            match name {
+                CpuMode::HostModel => {
+                    let cpu = CpuDef::read_as(mode, CpuType::Guest)
+                        .map_err(|e| format!("<mode name='host-model'>: {e}"))?;
+                    dc.host_model = Some(cpu);
+                }
+                CpuMode::Custom => {
+                    for m in mode.children().filter(|n| is_libvirt_element(*n, "model")) {
+                        if let Some(name) = text_of(m) {
+                            dc.models.push((name, m.attribute("usable") == Some("yes")));
+                        }
+                    }
+                }
+                CpuMode::HostPassthrough | CpuMode::Maximum => {}
+            }
+        }
+        Ok(dc)
+    }
+
+    /// `Some(usable)` when the custom model is listed.
+    #[must_use]
+    pub fn model_usable(&self, model: &str) -> Option<bool> {
+        self.models
+            .iter()
+            .find(|(m, _)| m == model)
+            .map(|(_, u)| *u)
+    }
+
+    /// The custom models `usable='yes'`, when the `custom` mode is supported (None: libvirt said
+    /// nothing about them).
+    #[must_use]
+    pub fn usable_models(&self) -> Option<BTreeSet<String>> {
+        self.modes.contains(&CpuMode::Custom).then(|| {
+            self.models
+                .iter()
+                .filter(|(_, usable)| *usable)
+                .map(|(m, _)| m.clone())
+                .collect()
+        })
+    }
+
+    /// Whether libvirt offers `mode` to the guests this document describes.
+    #[must_use]
+    pub fn supports(&self, mode: CpuMode) -> bool {
+        self.modes.contains(&mode)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(xml: &str) -> Result<DomCaps, String> {
+        let doc = roxmltree::Document::parse(xml).unwrap();
+        DomCaps::read(doc.root_element(), "dc.xml")
+    }
+
+    #[test]
+    fn reads_modes_host_model_and_models() {
+        let d = read("<domainCapabilities><path>/usr/bin/qemu-system-x86_64</path><domain>kvm</domain>\
+            <machine>pc-q35-7.2</machine><arch>x86_64</arch><vcpu max='288'/><cpu>\
+            <mode name='host-passthrough' supported='yes'/><mode name='maximum' supported='no'/>\
+            <mode name='host-model' supported='yes'><model fallback='forbid'>Nehalem</model><vendor>Intel</vendor>\
+            <feature policy='require' name='vme'/><feature policy='disable' name='pni'/></mode>\
+            <mode name='custom' supported='yes'><model usable='yes'>qemu64</model><model usable='no'>Haswell</model></mode>\
+            </cpu></domainCapabilities>").unwrap();
+        assert_eq!(d.vcpu_max, Some(288));
+        let modes: Vec<&str> = d.modes.iter().map(|m| m.as_str()).collect();
+        assert_eq!(modes, ["custom", "host-model", "host-passthrough"]);
+        let hm = d.host_model.clone().unwrap();
+        assert_eq!(
+            (hm.model.as_deref(), hm.vendor.as_deref()),
+            (Some("Nehalem"), Some("Intel"))
+        );
+        assert_eq!(
+            hm.features_where(crate::libvirt::cpu::FeaturePolicy::takes_away)
+                .collect::<Vec<_>>(),
+            ["pni"]
+        );
+        assert_eq!(d.model_usable("Haswell"), Some(false));
+        assert_eq!(d.usable_models(), Some(["qemu64".to_string()].into()));
+    }
+
+    /// The one reader refuses a host-model CPU libvirt would refuse: before, `virt-cpu-policy
+    /// host` counted an unknown policy as `require` and `baseline` dropped the host's CPU.
+    #[test]
+    fn an_unknown_host_model_policy_refuses_the_document() {
+        let e = read("<domainCapabilities><arch>x86_64</arch><cpu><mode name='host-model' supported='yes'>\
+            <model>Nehalem</model><feature policy='mandatory' name='vme'/></mode></cpu></domainCapabilities>")
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "<mode name='host-model'>: Invalid CPU feature policy 'mandatory' for feature 'vme'"
+        );
+    }
+}

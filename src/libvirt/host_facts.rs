@@ -1,0 +1,97 @@
+//! The tool's own host-facts document: `<hostFacts name='HOST' libvirt='X.Y.Z'>` holding one
+//! host's `<capabilities>` and/or `<domainCapabilities>`, each as libvirt wrote it.
+//!
+//! `virt-cpu-policyd` writes it ([`document`]) into its snapshot (which the hook reads) and, with
+//! `--publish DIR`, to `DIR/<hostname>.xml` for the cluster. Every reader of host facts takes
+//! it ([`HostFacts::read`]): `--caps`, `[host] capabilities`, the snapshot, `virt-cpu-policy
+//! baseline` and `[host] cluster`.
+
+use super::capabilities::Capabilities;
+use super::domcaps::DomCaps;
+use super::version::LibvirtVersion;
+use crate::xml::child;
+use roxmltree::Node;
+use std::fmt::Write as _;
+
+/// The root element of the host-facts document.
+pub const ROOT: &str = "hostFacts";
+
+/// One `<hostFacts>` document.
+#[derive(Debug, Clone)]
+pub struct HostFacts {
+    /// `name=`, trimmed; None when absent or blank.
+    pub name: Option<String>,
+    /// `libvirt=`: the libvirt the host runs; None when absent.
+    pub libvirt: Option<LibvirtVersion>,
+    /// Its `<capabilities>`.
+    pub capabilities: Option<Capabilities>,
+    /// Its `<domainCapabilities>`.
+    pub domcaps: Option<DomCaps>,
+}
+
+impl HostFacts {
+    /// Reads the `<hostFacts>` element `root`; `source` names the file in each fact.
+    ///
+    /// # Errors
+    /// A sentence: a `libvirt` attribute that is not a libvirt version, a document holding
+    /// neither `<capabilities>` nor `<domainCapabilities>`, or one of those refused
+    /// ([`Capabilities::read`], [`DomCaps::read`]).
+    pub fn read(root: Node<'_, '_>, source: &str) -> Result<HostFacts, String> {
+        let libvirt = root
+            .attribute("libvirt")
+            .map(|v| {
+                v.parse::<LibvirtVersion>()
+                    .map_err(|e| format!("<{ROOT} libvirt='{v}'>: {e}"))
+            })
+            .transpose()?;
+        let caps = child(root, "capabilities");
+        let domcaps = child(root, "domainCapabilities");
+        if caps.is_none() && domcaps.is_none() {
+            return Err(format!(
+                "<{ROOT}> holds neither <capabilities> nor <domainCapabilities>"
+            ));
+        }
+        Ok(HostFacts {
+            name: root
+                .attribute("name")
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(str::to_string),
+            libvirt,
+            capabilities: caps.map(|c| Capabilities::read(c, source)).transpose()?,
+            domcaps: domcaps.map(|d| DomCaps::read(d, source)).transpose()?,
+        })
+    }
+}
+
+/// One host's facts document: `<hostFacts name='NAME' libvirt='X.Y.Z'>` holding
+/// `capabilities` (`virsh capabilities`) and `domcapabilities` (`virsh domcapabilities`, when
+/// known), each as libvirt wrote it (an XML declaration dropped), one after the other,
+/// newline-terminated.
+#[must_use]
+pub fn document(
+    name: &str,
+    libvirt: LibvirtVersion,
+    capabilities: &str,
+    domcapabilities: Option<&str>,
+) -> String {
+    // A document inside another cannot keep its own declaration.
+    let body = |doc: &str| {
+        let doc = doc.trim_start();
+        let doc = match doc.strip_prefix("<?xml") {
+            Some(rest) => rest.split_once("?>").map_or(doc, |(_, r)| r),
+            None => doc,
+        };
+        format!("{}\n", doc.trim())
+    };
+    let mut s = format!(
+        "<{ROOT} name='{}' libvirt='{libvirt}'>\n",
+        quick_xml::escape::escape(name)
+    );
+    s.push_str(&body(capabilities));
+    if let Some(d) = domcapabilities {
+        s.push_str(&body(d));
+    }
+    let _ = writeln!(s, "</{ROOT}>");
+    s
+}

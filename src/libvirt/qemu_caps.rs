@@ -1,0 +1,301 @@
+//! libvirt's QEMU capability cache (`/var/cache/libvirt/qemu/capabilities/*.xml`, one
+//! `<qemuCaps>` file per emulator binary: 202 KiB for QEMU 7.2's x86_64, 256 KiB for 10.0's,
+//! 357 KiB for 11.1's): the emulator's machine types
+//! and their vCPU limits, the libvirt release that wrote the file, QEMU's own view of the
+//! host-model CPU under KVM.
+//!
+//! The hook may read the cache at a guest start, so the directory is listed once and each
+//! file's head (its first 4 KiB, where libvirt writes `<emulator>`, `<qemuctime>` and
+//! `<selfvers>`) read once per run ([`QemuCache`]); a file is parsed whole only when its
+//! machine types are needed, and searched as bytes when only one machine type is asked about.
+
+use super::capabilities::MachineType;
+use crate::xml::{child, is_libvirt_element, text_of};
+use roxmltree::Node;
+use std::cell::OnceCell;
+use std::path::{Path, PathBuf};
+
+/// libvirt's QEMU capability cache directory (root only).
+pub const QEMU_CAPS_CACHE: &str = "/var/cache/libvirt/qemu/capabilities";
+
+/// How much of a cache file's beginning holds its emulator, ctime and libvirt version.
+const HEAD_BYTES: usize = 4096;
+
+/// One `<qemuCaps>` document, parsed whole.
+#[derive(Debug, Clone, Default)]
+pub struct QemuCaps {
+    /// `<emulator>`: the binary it describes.
+    pub emulator: Option<String>,
+    /// `<arch>`.
+    pub arch: String,
+    /// `<machine type='kvm|tcg' name=... alias=... maxCpus=...>`: each name, and each alias as
+    /// a name standing for it (libvirt's `tcg` is the domain type `qemu`).
+    pub machines: Vec<MachineType>,
+    /// The boolean `<property>`s of `<hostCPU type='kvm'>` that are true, QEMU's spellings
+    /// (`lahf-lm`, `sse4.1`): QEMU's own view of the host-model CPU under KVM; None without that
+    /// element.
+    pub kvm_host_cpu: Option<Vec<String>>,
+}
+
+impl QemuCaps {
+    /// Reads the `<qemuCaps>` element `root`; `source` names the file in each fact.
+    #[must_use]
+    pub fn read(root: Node<'_, '_>, source: &str) -> QemuCaps {
+        let arch = child(root, "arch").and_then(text_of).unwrap_or_default();
+        let mut machines = Vec::new();
+        for m in root
+            .children()
+            .filter(|n| is_libvirt_element(*n, "machine"))
+        {
+            let vt = match m.attribute("type") {
+                Some("tcg") => "qemu",
+                Some(t) => t,
+                None => continue,
+            };
+            let Some(name) = m.attribute("name") else {
+                continue;
+            };
+            let max = m.attribute("maxCpus").and_then(|v| v.parse().ok());
+            let machine = |name: &str, canonical: Option<&str>| MachineType {
+                arch: arch.clone(),
+                virt_type: Some(vt.to_string()),
+                name: name.to_string(),
+                canonical: canonical.map(str::to_string),
+                max_cpus: max,
+                source: source.to_string(),
+            };
+            machines.push(machine(name, None));
+            if let Some(alias) = m.attribute("alias") {
+                machines.push(machine(alias, Some(name)));
+            }
+        }
+        let kvm_host_cpu = root
+            .children()
+            .find(|n| is_libvirt_element(*n, "hostCPU") && n.attribute("type") == Some("kvm"))
+            .map(|cpu| {
+                cpu.children()
+                    .filter(|p| {
+                        is_libvirt_element(*p, "property")
+                            && p.attribute("type") == Some("boolean")
+                            && p.attribute("value") == Some("true")
+                    })
+                    .filter_map(|p| p.attribute("name").map(str::to_string))
+                    .collect()
+            });
+        QemuCaps {
+            emulator: child(root, "emulator").and_then(text_of),
+            arch,
+            machines,
+            kvm_host_cpu,
+        }
+    }
+}
+
+/// What the head of a cache file says.
+#[derive(Debug, Clone, Default)]
+pub struct Head {
+    /// `<emulator>`, trimmed.
+    pub emulator: Option<String>,
+    /// `<qemuctime>`: the emulator's ctime when libvirt wrote the file.
+    pub ctime: Option<i64>,
+    /// `<selfvers>`: the libvirt release that wrote it, in libvirt's number encoding.
+    pub selfvers: Option<u64>,
+}
+
+/// The head of `path` (its first 4 KiB), when it is a regular file holding a
+/// `<qemuCaps>`; None otherwise.
+#[must_use]
+pub fn head(path: &Path) -> Option<Head> {
+    let (f, _) = crate::readfile::open_regular(path).ok()?;
+    let mut bytes = Vec::with_capacity(HEAD_BYTES);
+    std::io::Read::read_to_end(&mut std::io::Read::take(f, HEAD_BYTES as u64), &mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    if !text.contains("<qemuCaps>") {
+        return None;
+    }
+    Some(Head {
+        emulator: element_text(&text, "emulator").map(|e| e.trim().to_string()),
+        ctime: element_text(&text, "qemuctime").and_then(|t| t.trim().parse().ok()),
+        selfvers: element_text(&text, "selfvers").and_then(|t| t.trim().parse().ok()),
+    })
+}
+
+/// The text of the first `<name>...</name>` in `text`, unparsed (for a file head).
+fn element_text<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let rest = text.split(&format!("<{name}>")).nth(1)?;
+    rest.split(&format!("</{name}>")).next()
+}
+
+/// The end of the emulator's path a cache file must name for a guest of `arch`: the domain's
+/// `<emulator>` itself when it names one, else `/qemu-system-ARCH`, the binary libvirt picks
+/// ([`crate::libvirt::arch::qemu_arch`]).
+#[must_use]
+pub fn emulator_suffix(arch: &str, emulator: Option<&str>) -> String {
+    emulator.map_or_else(
+        || format!("/qemu-system-{}", crate::libvirt::arch::qemu_arch(arch)),
+        str::to_string,
+    )
+}
+
+/// Whether a cache file's `<machine type='TYPE' .../>` elements (libvirt writes one per line,
+/// `type` then `name`, then `alias`) list machine types and none is `machine` by name or alias.
+/// Searched with `memmem` (SIMD), not parsed: a file of a few hundred KiB costs a search, not a
+/// parse.
+#[must_use]
+pub fn lacks_machine(text: &[u8], qemu_type: &str, machine: &str) -> bool {
+    let typed = format!("<machine type='{qemu_type}' ");
+    if memchr::memmem::find(text, typed.as_bytes()).is_none() {
+        return false;
+    }
+    let by_name = format!("{typed}name='{machine}'");
+    if memchr::memmem::find(text, by_name.as_bytes()).is_some() {
+        return false;
+    }
+    let by_alias = format!(" alias='{machine}'");
+    let aliased = memchr::memmem::find_iter(text, by_alias.as_bytes()).any(|at| {
+        let line_start = memchr::memrchr(b'\n', &text[..at]).map_or(0, |i| i + 1);
+        let line = &text[line_start..at];
+        let indent = line.iter().take_while(|b| b.is_ascii_whitespace()).count();
+        line[indent..].starts_with(typed.as_bytes())
+    });
+    !aliased
+}
+
+/// One file of the cache: its path and its head.
+#[derive(Debug, Clone)]
+pub struct CacheFile {
+    /// The file (libvirt names it by a hash of the emulator's path).
+    pub path: PathBuf,
+    /// Its head.
+    pub head: Head,
+}
+
+impl CacheFile {
+    /// Whether the file still describes its emulator: its `<qemuctime>` is the emulator's ctime,
+    /// libvirt's own test before it reuses the file (`virQEMUCapsIsValid`); after a QEMU upgrade
+    /// a stale file says nothing about the binary.
+    #[must_use]
+    pub fn is_fresh(&self) -> bool {
+        let emulator = self.head.emulator.as_deref().map(std::fs::metadata);
+        match (self.head.ctime, emulator) {
+            (Some(t), Some(Ok(m))) => std::os::unix::fs::MetadataExt::ctime(&m) == t,
+            _ => false,
+        }
+    }
+}
+
+/// libvirt's QEMU capability cache directory, listed and its heads read on first use, once.
+#[derive(Debug, Default)]
+pub struct QemuCache {
+    /// The directory; None when the cache is not read.
+    dir: Option<PathBuf>,
+    files: OnceCell<Vec<CacheFile>>,
+}
+
+impl QemuCache {
+    /// The cache at `dir` (None: not read).
+    #[must_use]
+    pub fn new(dir: Option<PathBuf>) -> QemuCache {
+        QemuCache {
+            dir,
+            files: OnceCell::new(),
+        }
+    }
+
+    /// The directory, when the cache is read.
+    #[must_use]
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// Every regular `*.xml` file of the directory holding a `<qemuCaps>`, sorted by path, with
+    /// its head: listed and read once (a file that cannot be read is not a cache file).
+    pub fn files(&self) -> &[CacheFile] {
+        self.files.get_or_init(|| {
+            let Some(dir) = &self.dir else {
+                return Vec::new();
+            };
+            crate::readfile::xml_files(dir)
+                .into_iter()
+                .filter_map(|path| head(&path).map(|head| CacheFile { path, head }))
+                .collect()
+        })
+    }
+
+    /// The first file (by path) whose emulator ends with `suffix` ([`emulator_suffix`]).
+    #[must_use]
+    pub fn for_emulator(&self, suffix: &str) -> Option<&CacheFile> {
+        self.files().iter().find(|f| {
+            f.head
+                .emulator
+                .as_deref()
+                .is_some_and(|e| e.ends_with(suffix))
+        })
+    }
+}
+
+/// Reads a cache file whole. None when it cannot be read, is not UTF-8 or not a `<qemuCaps>`
+/// XML document: the cache is libvirt's, and a corrupt file must not stop a guest.
+#[must_use]
+pub fn read_file(path: &Path) -> Option<QemuCaps> {
+    let what = path.display().to_string();
+    let bytes = crate::readfile::read_regular(path, crate::readfile::MAX_FACT_BYTES).ok()?;
+    let text = std::str::from_utf8(&bytes).ok()?;
+    let doc = crate::xml::parse_xml(text, &what).ok()?;
+    let root = doc.root_element();
+    is_libvirt_element(root, "qemuCaps").then(|| QemuCaps::read(root, &what))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn machines_aliases_and_the_kvm_host_cpu() {
+        let doc = roxmltree::Document::parse(
+            "<qemuCaps><emulator>/usr/bin/qemu-system-x86_64</emulator><arch>x86_64</arch>\
+             <machine type='kvm' name='pc-q35-7.2' alias='q35' maxCpus='288'/>\
+             <machine type='tcg' name='pc-i440fx-7.2' maxCpus='255'/>\
+             <hostCPU type='kvm' model='base'><property name='lahf-lm' type='boolean' value='true'/>\
+             <property name='pni' type='boolean' value='false'/><property name='family' type='number' value='6'/></hostCPU>\
+             </qemuCaps>",
+        )
+        .unwrap();
+        let q = QemuCaps::read(doc.root_element(), "f");
+        let m: Vec<(&str, Option<&str>, Option<&str>)> = q
+            .machines
+            .iter()
+            .map(|m| {
+                (
+                    m.name.as_str(),
+                    m.virt_type.as_deref(),
+                    m.canonical.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            m,
+            [
+                ("pc-q35-7.2", Some("kvm"), None),
+                ("q35", Some("kvm"), Some("pc-q35-7.2")),
+                ("pc-i440fx-7.2", Some("qemu"), None)
+            ]
+        );
+        assert_eq!(q.kvm_host_cpu, Some(vec!["lahf-lm".to_string()]));
+    }
+
+    #[test]
+    fn a_machine_type_is_found_by_name_or_alias_of_its_virt_type() {
+        let text = b"<qemuCaps>\n  <machine type='kvm' name='pc-q35-7.2' alias='q35' maxCpus='288'/>\n  <machine type='tcg' name='virt-7.2' alias='virt'/>\n</qemuCaps>\n";
+        assert!(!lacks_machine(text, "kvm", "pc-q35-7.2"));
+        assert!(!lacks_machine(text, "kvm", "q35"));
+        assert!(lacks_machine(text, "kvm", "virt"));
+        assert!(lacks_machine(text, "kvm", "pc-q35-99.0"));
+        assert!(
+            !lacks_machine(b"<qemuCaps/>", "kvm", "x"),
+            "no machine list: nothing said"
+        );
+        assert_eq!(emulator_suffix("i686", None), "/qemu-system-i386");
+        assert_eq!(emulator_suffix("x86_64", Some("/opt/qemu")), "/opt/qemu");
+    }
+}
