@@ -97,6 +97,13 @@ def main():
             if fact in r.get("ansible_facts", {}):
                 value = r["ansible_facts"][fact]
         print(json.dumps(value))
+    elif cmd == "msg":
+        # The `msg` of task NAME (a debug task) on every host that ran it.
+        for name, hosts in tasks(doc):
+            if name == sys.argv[3]:
+                for host, r in sorted(hosts.items()):
+                    if "msg" in r and not r.get("skipped"):
+                        print(f"{host}\t{r['msg']}")
     elif cmd == "same":
         real = load(sys.argv[3])
         ok = True

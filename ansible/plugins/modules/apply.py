@@ -25,14 +25,8 @@ options:
   policy:
     description: The policy file; the host's C(/etc/virt-cpu-policy/policy.toml) when not given.
     type: path
-  uri:
-    description: The libvirt connection URI.
-    type: str
-    default: qemu:///system
-  daemon_bin:
-    description: The virt-cpu-policyd binary.
-    type: path
-    default: /usr/sbin/virt-cpu-policyd
+extends_documentation_fragment:
+  - virt_cpu_policy.kvm.connection
 attributes:
   check_mode:
     support: full

@@ -17,7 +17,7 @@ description:
   - The facts are made by a one-shot C(virt-cpu-policyd apply --all) under a policy in audit
     mode, with the snapshot, the publish directory and the backups in a temporary directory, so
     no stored definition is changed and nothing outside O(publish_dir) is written. This stands
-    in until virt-cpu-policy has a one-shot publisher of its own (issue 22).
+    in until virt-cpu-policy has a one-shot publisher of its own.
   - Returns the file's content so that the controller can compute the cluster CPU from every
     host's facts, in check mode too.
 options:
@@ -25,14 +25,8 @@ options:
     description: Where the facts are published (the daemon's C(--publish) directory).
     type: path
     default: /var/lib/virt-cpu-policy/published
-  uri:
-    description: The libvirt connection URI.
-    type: str
-    default: qemu:///system
-  daemon_bin:
-    description: The virt-cpu-policyd binary.
-    type: path
-    default: /usr/sbin/virt-cpu-policyd
+extends_documentation_fragment:
+  - virt_cpu_policy.kvm.connection
 attributes:
   check_mode:
     support: full
