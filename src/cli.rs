@@ -27,6 +27,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 pub mod cluster;
+pub mod traits;
 
 pub use crate::report::{
     EXIT_BAD_INPUT, EXIT_NEEDS_REWRITE, EXIT_OK, EXIT_REFUSED, JSON_SCHEMA_VERSION, Verdict,
@@ -73,6 +74,10 @@ pub enum Command {
     /// Whether a guest's CPU runs on a host: identical, superset, or incompatible with the
     /// missing features named (as `virsh hypervisor-cpu-compare`).
     Compare(cluster::CompareArgs),
+    /// What schedulers place guests by: each host's x86-64 levels (CUSTOM_X86_64_V2 …) and the
+    /// cluster's CPU as Nova placement traits (a provider config document) or CloudStack host
+    /// tags.
+    Traits(traits::TraitsArgs),
 }
 
 impl Command {
@@ -87,7 +92,8 @@ impl Command {
             | Command::Host(_)
             | Command::Audit(_)
             | Command::Baseline(_)
-            | Command::Compare(_) => true,
+            | Command::Compare(_)
+            | Command::Traits(_) => true,
         }
     }
 }
@@ -290,6 +296,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Hook(a) => Ok(cmd_hook(&a)),
         Command::Baseline(a) => cluster::cmd_baseline(&a),
         Command::Compare(a) => cluster::cmd_compare(&a),
+        Command::Traits(a) => traits::cmd_traits(&a),
     };
     match result {
         Ok(code) => code,

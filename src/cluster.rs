@@ -19,6 +19,8 @@
 //!   `agent.properties` lines.
 //! * [`cpu`] is the cluster's CPU a policy's `cpu.model = "baseline"` gives guests (the plan
 //!   takes it in [`crate::pipeline`]).
+//! * [`traits`] names what schedulers place guests by: each host's psABI levels and the
+//!   cluster's CPU as Nova placement traits and CloudStack host tags.
 //!
 //! Nothing here calls libvirt: like the rest of the tool, host facts come from files.
 
@@ -28,6 +30,7 @@ pub mod cpu;
 pub mod format;
 pub mod hosts;
 pub mod report;
+pub mod traits;
 
 use crate::libvirt::cpu_map::CpuMapError;
 use std::path::{Path, PathBuf};

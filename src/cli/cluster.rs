@@ -106,6 +106,19 @@ fn load_map(dir: Option<&Path>) -> Result<X86Map, Failure> {
     Ok(X86Map::load(dir.unwrap_or(default)).map_err(ClusterError::from)?)
 }
 
+/// The x86 map `analyze` needs for `hosts`: libvirt's at `dir` (or the default) when a host is
+/// x86, none otherwise (other arches are grouped by their host CPU, without a map).
+pub(super) fn map_for(
+    hosts: &[hosts::ClusterHost],
+    dir: Option<&Path>,
+) -> Result<Option<X86Map>, Failure> {
+    if hosts.iter().any(|h| is_x86(&h.arch)) {
+        load_map(dir).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
 /// Runs `baseline`.
 pub(super) fn cmd_baseline(a: &BaselineArgs) -> Result<i32, Failure> {
     let hosts = hosts::read_hosts(&a.facts)?;
@@ -119,11 +132,7 @@ pub(super) fn cmd_baseline(a: &BaselineArgs) -> Result<i32, Failure> {
             )),
         });
     }
-    let map = if x86 {
-        Some(load_map(a.cpu_map.as_deref())?)
-    } else {
-        None
-    };
+    let map = map_for(&hosts, a.cpu_map.as_deref())?;
     let opts = ClusterOptions {
         migratable: a.migratable,
         strict_vendor: a.strict_vendor,

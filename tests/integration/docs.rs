@@ -3,7 +3,7 @@
 //! key the tool no longer gives, nor leave out one it gives.
 //!
 //! * `docs/json.md` — the keys of every JSON report (`check`, `rewrite --explain`, `host`,
-//!   `audit`, `baseline`, `compare`), run on inputs that fill every list;
+//!   `audit`, `baseline`, `traits`, `compare`), run on inputs that fill every list;
 //! * `docs/exit-codes.md` — each command made to give each exit code the table lists;
 //! * `docs/policy.md` — the keys the policy reader accepts (its own "expected one of" lists), the
 //!   values of every key with a fixed set, and the levels table against the tool's levels;
@@ -319,6 +319,16 @@ fn json_keys_are_the_documented_ones() {
             assert!(level.starts_with("x86-64-v"), "lacks: {level}");
         }
     }
+    let out = Cmd::new(&["traits", "--format", "json", "--cpu-map", &map])
+        .args(&[&haswell, &nehalem])
+        .run();
+    let mut traits = BTreeSet::new();
+    key_paths(&json_of(&out, &out.stdout), "", &[], &mut traits);
+    same_keys(
+        "traits --format json",
+        &traits,
+        &first_column(&section(&doc, "`traits --format json`")),
+    );
     let out = Cmd::new(&["compare", "--format", "json", "--cpu-map", &map])
         .args(&["--host", &nehalem, &guest_of(&t, "Haswell")])
         .run();
@@ -397,6 +407,14 @@ fn every_documented_exit_code_happens() {
     let map = s(&golden_cpu_map());
     let (haswell, nehalem) = two_hosts(&t);
     let (nehalem_guest, haswell_guest) = (guest_of(&t, "Nehalem"), guest_of(&t, "Haswell"));
+    // Two aarch64 host CPUs: no baseline, so no cluster CPU to name.
+    let aarch64 = |name: &str| {
+        s(&t.write(
+            &format!("{name}.xml"),
+            "<cpu><arch>aarch64</arch><model>Neoverse-V1</model><vendor>ARM</vendor></cpu>",
+        ))
+    };
+    let (arm_a, arm_b) = (aarch64("arm-a"), aarch64("arm-b"));
     let p = |f: &str| s(&r.join(f));
     let hook = |policy: String, file: &str| -> Scenario {
         let xml = std::fs::read(r.join(file)).unwrap();
@@ -469,6 +487,9 @@ fn every_documented_exit_code_happens() {
             2,
             with_map(&["compare", "--host", "/nonexistent.xml", &haswell_guest]),
         ),
+        ("traits", 0, with_map(&["traits", &haswell, &nehalem])),
+        ("traits", 1, with_map(&["traits", &arm_a, &arm_b])),
+        ("traits", 2, with_map(&["traits", "/nonexistent.xml"])),
         ("hook", 2, vec!["hook".into()]),
     ];
     for (cmd, code, args) in runs {
