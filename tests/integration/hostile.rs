@@ -1447,6 +1447,28 @@ fn host_fact_files_that_are_fifos_devices_or_huge_are_exit_2_at_once() {
     }
 }
 
+/// A host-facts file that is not UTF-8 (here Latin-1 in a capabilities document) is refused in one
+/// line naming the file, and the line speaks of libvirt's XML, not of a domain it is not.
+#[test]
+fn a_host_facts_file_not_in_utf8_is_exit_2_naming_it() {
+    let dir = Scratch::new("facts-latin1");
+    let mut bytes = b"<capabilities><host><cpu><arch>x86_64</arch><model>caf".to_vec();
+    bytes.push(0xe9);
+    bytes.extend(b"</model></cpu></host></capabilities>");
+    let file = dir.write("latin1.xml", bytes);
+    let guest = s(&plain_guest(&dir));
+    let f = s(&file);
+    for args in [
+        vec!["check", "--caps", &f, "--no-qemu-caps-cache", &guest],
+        vec!["compare", "--host", &f, &guest],
+        vec!["baseline", &f],
+    ] {
+        let r = run_capped(&args, Duration::from_secs(10));
+        refused(&r, 2, &[&f, "not valid UTF-8", "libvirt's XML is UTF-8"]);
+        assert!(!r.stderr.contains("domain XML"), "{args:?}: {}", r.stderr);
+    }
+}
+
 #[test]
 fn hook_with_a_host_facts_fifo_or_device_follows_on_error_at_once() {
     // libvirt waits for the hook to start the guest: a FIFO in [host] capabilities (or --caps)
