@@ -1447,6 +1447,48 @@ fn host_fact_files_that_are_fifos_devices_or_huge_are_exit_2_at_once() {
     }
 }
 
+/// A `<topology>` whose product needs more than 64 bits (every factor a u32) is judged, not a
+/// panic: libvirt refuses any product above 4294967295 ("cpu topology results in more than
+/// 4294967295 cpus"), `check` says the topology does not match, and a `vcpu.topology` rule
+/// reshapes it.
+#[test]
+fn a_topology_product_beyond_64_bits_is_judged_not_a_panic() {
+    let dir = Scratch::new("topo-huge");
+    let doc = kvm_domain(
+        "  <cpu><topology sockets='4294967295' dies='4294967295' cores='2' threads='2'/></cpu>",
+    );
+    let guest = dir.write("g.xml", &doc);
+    let g = s(&guest);
+    for cmd in ["check", "rewrite"] {
+        let r = run_capped(&[cmd, "--no-qemu-caps-cache", &g], Duration::from_secs(10));
+        assert_eq!(r.signal, None);
+        assert!(!r.stderr.contains("panicked"), "{cmd}: {}", r.stderr);
+        assert_eq!(r.code, Some(1), "{cmd}: {}{}", r.stdout_text(), r.stderr);
+        let said = if cmd == "check" {
+            r.stdout_text()
+        } else {
+            assert!(r.stdout.is_empty(), "rewrite: {}", r.stdout_text());
+            r.stderr.clone()
+        };
+        assert!(said.contains("topology-mismatch"), "{cmd}: {said}");
+    }
+    let pol = dir.write(
+        "p.toml",
+        "version = 1\n[[rule]]\nname = \"shape\"\nvcpu.topology = \"sockets\"\n",
+    );
+    let r = run_capped(
+        &["rewrite", "--no-qemu-caps-cache", "--policy", &s(&pol), &g],
+        Duration::from_secs(10),
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(
+        r.stdout_text()
+            .contains("<topology sockets='2' dies='1' cores='1' threads='1'/>"),
+        "{}",
+        r.stdout_text()
+    );
+}
+
 /// A host-facts file that is not UTF-8 (here Latin-1 in a capabilities document) is refused in one
 /// line naming the file, and the line speaks of libvirt's XML, not of a domain it is not.
 #[test]
