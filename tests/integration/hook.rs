@@ -1679,3 +1679,74 @@ fn hook_script_reads_on_error_in_every_toml_spelling() {
         assert!(t.log().contains(want_decision), "{body:?}: {}", t.log());
     }
 }
+
+/// The VDSM hook (`hooks/vdsm/before_vm_start/50_virt_cpu_policy`) maps a domain that cannot
+/// conform to `on_violation` and a binary that cannot run to `on_error` (`deny` → 2, VDSM stops
+/// the start; else 1), reading `[hook]` in every TOML spelling the binary accepts: it once missed
+/// an inline table and quoted keys, so `hook = { on_violation = "deny" }` let the start go on.
+#[test]
+fn vdsm_hook_reads_hook_settings_in_every_toml_spelling() {
+    let script = crate::harness::root().join("hooks/vdsm/before_vm_start/50_virt_cpu_policy");
+    let domain =
+        std::fs::read_to_string(crate::harness::root().join("examples/cloudstack-default-cpu.xml"))
+            .expect("the example");
+    // (the [hook] settings, VDSM's exit for a violation, for a binary that cannot run)
+    let cases: &[(&str, i32, i32)] = &[
+        (
+            "[hook]\non_violation = \"deny\"\non_error = \"deny\"\n",
+            2,
+            2,
+        ),
+        ("[ \"hook\" ]\n\"on_violation\" = \"deny\"\n", 2, 1),
+        (
+            "hook.on_violation = \"deny\"\nhook . \"on_error\" = \"deny\"\n",
+            2,
+            2,
+        ),
+        (
+            "hook = { on_violation = \"deny\", on_error = \"deny\" }\n",
+            2,
+            2,
+        ),
+        ("hook = { on_error = \"deny\" }\n", 1, 2),
+        ("hook = { on_violation = \"deny\" }\n", 2, 1),
+        (
+            "hook = { on_violation = \"warn\", on_error = \"allow\" }\n",
+            1,
+            1,
+        ),
+        ("", 1, 1),
+    ];
+    for (i, (settings, violation, error)) in cases.iter().enumerate() {
+        let t = Scratch::new(&format!("vdsm-{i}"));
+        // A rule no domain can meet: a feature libvirt 9.0's cpu_map does not know
+        // (cpu-feature-unknown, exit 1).
+        let policy = t.write(
+            "policy.toml",
+            format!(
+                "version = 1\n{settings}[host]\ncpu_map = {:?}\n[[rule]]\nname = \"never\"\ncpu.require = [\"no-such-feature\"]\n",
+                s(&golden_cpu_map())
+            ),
+        );
+        for (binary, want) in [
+            (bin().to_string(), *violation),
+            (s(&t.path("missing/virt-cpu-policy")), *error),
+        ] {
+            let domxml = t.write("domain.xml", &domain);
+            let out = Command::new(&script)
+                .env("_hook_domxml", &domxml)
+                .env("VIRT_CPU_POLICY_BIN", &binary)
+                .env("VIRT_CPU_POLICY_POLICY", &policy)
+                .stdin(Stdio::null())
+                .output()
+                .expect("run the VDSM hook");
+            let out = Output::from(out);
+            assert_eq!(out.code, want, "{settings:?} with {binary}: {}", out.stderr);
+            assert_eq!(
+                std::fs::read_to_string(&domxml).unwrap(),
+                domain,
+                "{settings:?}: the XML is left as it was"
+            );
+        }
+    }
+}
