@@ -1489,6 +1489,31 @@ fn a_topology_product_beyond_64_bits_is_judged_not_a_panic() {
     );
 }
 
+/// `rewrite --in-place` of something that is not a regular file is refused at once (exit 2, one
+/// line) and leaves it as it was: it once waited for a FIFO's writer and then renamed a regular
+/// file over the FIFO.
+#[test]
+fn in_place_refuses_a_fifo_or_a_directory_and_leaves_it() {
+    let dir = Scratch::new("inplace-odd");
+    let fifo = dir.path("guest.xml");
+    mkfifo(&fifo);
+    let sub = dir.path("sub.xml");
+    std::fs::create_dir_all(&sub).unwrap();
+    for (path, what) in [(&fifo, "a FIFO"), (&sub, "a directory")] {
+        let r = run_bounded(
+            &["rewrite", "--in-place", &s(path)],
+            None,
+            Duration::from_secs(10),
+        );
+        refused(&r, 2, &["--in-place needs a regular file", &s(path), what]);
+        let t = std::fs::symlink_metadata(path).unwrap().file_type();
+        assert!(
+            std::os::unix::fs::FileTypeExt::is_fifo(&t) || t.is_dir(),
+            "{what} left as it was: {t:?}"
+        );
+    }
+}
+
 /// A host-facts file that is not UTF-8 (here Latin-1 in a capabilities document) is refused in one
 /// line naming the file, and the line speaks of libvirt's XML, not of a domain it is not.
 #[test]
