@@ -454,6 +454,22 @@ fn cmd_rewrite(a: &RewriteArgs) -> Result<i32, Failure> {
             message: Some("--in-place needs an INPUT file, not standard input".into()),
         });
     }
+    if a.in_place {
+        // A FIFO, a device or a directory cannot be replaced by a rewritten file: the rename
+        // would put a regular file in its place (and opening a FIFO waits for a writer).
+        if let Ok(m) = std::fs::metadata(&a.common.input) {
+            if !m.is_file() {
+                return Err(Failure {
+                    code: EXIT_BAD_INPUT,
+                    message: Some(format!(
+                        "--in-place needs a regular file: {} is {}",
+                        a.common.input.display(),
+                        crate::readfile::kind(m.file_type())
+                    )),
+                });
+            }
+        }
+    }
     let p = prepare(&a.common)?;
     let o = &p.outcome;
     let audit = p.policy.mode == Mode::Audit;

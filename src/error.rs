@@ -41,9 +41,10 @@ pub enum Error {
         /// The limit in bytes.
         limit: usize,
     },
-    /// The document is not UTF-8 (libvirt writes and reads domain XML as UTF-8).
+    /// The document is not UTF-8 (libvirt writes and reads its XML, domains and host facts alike,
+    /// as UTF-8).
     #[error(
-        "{what} is not valid UTF-8 (bad or NUL byte at offset {offset}; UTF-16?); libvirt domain XML is UTF-8"
+        "{what} is not valid UTF-8 (bad or NUL byte at offset {offset}; UTF-16?); libvirt's XML is UTF-8"
     )]
     NotUtf8 {
         /// "the domain XML" or a file name.

@@ -44,7 +44,7 @@ pub enum ReadError {
 }
 
 /// What a file that is not a regular file is, for a message.
-fn kind(t: std::fs::FileType) -> &'static str {
+pub(crate) fn kind(t: std::fs::FileType) -> &'static str {
     if t.is_dir() {
         "a directory"
     } else if t.is_fifo() {

@@ -117,7 +117,10 @@ impl Topology {
         })
     }
 
-    /// sockets × dies × clusters × cores × threads (no overflow: u64 of five u32).
+    /// sockets × dies × clusters × cores × threads, saturating at `u64::MAX`: five u32 factors
+    /// can need 160 bits, but any product above `u32::MAX` is already more vCPUs than libvirt
+    /// allows ("cpu topology results in more than 4294967295 cpus"), so comparisons with a
+    /// maximum stay right.
     #[must_use]
     pub fn product(&self) -> u64 {
         [
@@ -128,8 +131,7 @@ impl Topology {
             self.threads,
         ]
         .iter()
-        .map(|v| u64::from(*v))
-        .product()
+        .fold(1u64, |p, v| p.saturating_mul(u64::from(*v)))
     }
 
     /// `sockets=S dies=D cores=C threads=T` (and `clusters=N` between dies and cores when it is

@@ -72,10 +72,16 @@ pub struct ApplyArgs {
     pub names: Vec<String>,
 }
 
+/// The longest `--interval`, in minutes: a year.
+const MAX_INTERVAL_MINUTES: u64 = 365 * 24 * 60;
+
 /// `daemon` options.
 #[derive(Debug, Args)]
 pub struct DaemonArgs {
-    /// Minutes between full reconciliations (besides start, SIGHUP and reconnects).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Minutes between full reconciliations (besides start, SIGHUP and reconnects), 1 to 525600
+    /// (a year).
+    // Bounded so the interval in seconds, and the instant it ends, fit: a larger value overflowed
+    // (a panic, or in a release build a wrapped, far shorter interval).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=MAX_INTERVAL_MINUTES))]
     pub interval: u64,
 }

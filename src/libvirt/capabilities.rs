@@ -2,6 +2,7 @@
 //! every guest arch the hypervisor runs.
 
 use super::cpu::{CpuDef, CpuType};
+use super::positive_count;
 use crate::xml::{child, is_libvirt_element, text_of};
 use roxmltree::Node;
 
@@ -16,7 +17,9 @@ pub struct MachineType {
     pub name: String,
     /// The versioned type an alias stands for (`canonical=` / `alias=`).
     pub canonical: Option<String>,
-    /// `maxCpus`.
+    /// `maxCpus`: the most vCPUs the machine type takes; None when absent, not a number, or 0
+    /// (libvirt writes the attribute only when QEMU reported a limit above 0, so 0 is no limit
+    /// known, never a limit of 0).
     pub max_cpus: Option<u32>,
     /// The file it was read from.
     pub source: String,
@@ -56,7 +59,7 @@ impl Capabilities {
                         virt_type: vt.map(str::to_string),
                         name,
                         canonical: m.attribute("canonical").map(str::to_string),
-                        max_cpus: m.attribute("maxCpus").and_then(|v| v.parse().ok()),
+                        max_cpus: positive_count(m.attribute("maxCpus")),
                         source: source.to_string(),
                     });
                 }

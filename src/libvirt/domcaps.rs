@@ -3,6 +3,7 @@
 //! CPU and the custom models.
 
 use super::cpu::{CpuDef, CpuMode, CpuType};
+use super::positive_count;
 use crate::xml::{child, is_libvirt_element, text_of};
 use roxmltree::Node;
 use std::collections::BTreeSet;
@@ -47,9 +48,7 @@ impl DomCaps {
             virt_type: txt("domain").unwrap_or_default(),
             machine: txt("machine").unwrap_or_default(),
             emulator: txt("path"),
-            vcpu_max: child(root, "vcpu")
-                .and_then(|v| v.attribute("max"))
-                .and_then(|v| v.parse().ok()),
+            vcpu_max: positive_count(child(root, "vcpu").and_then(|v| v.attribute("max"))),
             source: source.to_string(),
             ..DomCaps::default()
         };

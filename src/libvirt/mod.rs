@@ -131,3 +131,13 @@ fn not_one_of(root: &str, accept: &[&str]) -> String {
     };
     format!("the root element <{root}> is not {list}")
 }
+
+/// A vCPU limit as libvirt writes it (`maxCpus` of capabilities and of its QEMU capability
+/// cache, `<vcpu max>` of domcapabilities): the count, or None when the attribute is absent, not
+/// an unsigned 32-bit number, or 0. libvirt writes capabilities' `maxCpus` and domcapabilities'
+/// `<vcpu max>` only when the limit is above 0 (`virCapabilitiesFormatGuest`,
+/// `virDomainCapsFormat`), so a 0 is no limit known, never a limit of 0 (which would turn every
+/// `vcpu.max = "machine"` into a maximum of 0).
+pub(crate) fn positive_count(value: Option<&str>) -> Option<u32> {
+    value.and_then(|v| v.parse::<u32>().ok()).filter(|&n| n > 0)
+}

@@ -10,6 +10,7 @@
 //! machine types are needed, and searched as bytes when only one machine type is asked about.
 
 use super::capabilities::MachineType;
+use super::positive_count;
 use crate::xml::{child, is_libvirt_element, text_of};
 use roxmltree::Node;
 use std::cell::OnceCell;
@@ -55,7 +56,7 @@ impl QemuCaps {
             let Some(name) = m.attribute("name") else {
                 continue;
             };
-            let max = m.attribute("maxCpus").and_then(|v| v.parse().ok());
+            let max = positive_count(m.attribute("maxCpus"));
             let machine = |name: &str, canonical: Option<&str>| MachineType {
                 arch: arch.clone(),
                 virt_type: Some(vt.to_string()),

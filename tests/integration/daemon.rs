@@ -120,3 +120,19 @@ fn apply_says_libvirt_errors_once_in_its_own_words() {
         o.stderr
     );
 }
+
+/// An `--interval` whose seconds or end do not fit is refused as bad usage (exit 2, before any
+/// connection), where 2^64-1 minutes once overflowed into a panic; a year is the longest.
+#[test]
+fn daemon_interval_beyond_a_year_is_bad_usage_not_a_panic() {
+    for interval in ["525601", "307445734561825861", "18446744073709551615"] {
+        let o = apply(&["daemon", "--interval", interval]);
+        o.status(2);
+        assert!(o.stdout.is_empty(), "stdout: {}", o.stdout);
+        assert!(
+            o.stderr.contains("--interval") && !o.stderr.contains("panicked"),
+            "{interval}: {}",
+            o.stderr
+        );
+    }
+}

@@ -1589,3 +1589,164 @@ fn parallel_hooks_while_the_policy_is_replaced_atomically() {
         "50 hooks took {elapsed:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The packaged hook script when the binary cannot run
+// ---------------------------------------------------------------------------------------------
+
+/// The packaged `hooks/qemu.d/50-virt-cpu-policy`, with its binary a path that does not exist, the
+/// policy `policy`, its log file in `t` and no journal, run as libvirt runs it at `prepare begin`.
+fn script_without_binary(t: &Scratch, policy: &Path) -> Output {
+    let text =
+        std::fs::read_to_string(crate::harness::root().join("hooks/qemu.d/50-virt-cpu-policy"))
+            .expect("read the hook script");
+    let set = |text: String, var: &str, value: &str| -> String {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{var}=")))
+            .unwrap_or_else(|| panic!("the hook script sets {var}"))
+            .to_string();
+        text.replacen(&line, &format!("{var}={value}"), 1)
+    };
+    let text = set(text, "BIN", &s(&t.path("missing/virt-cpu-policy")));
+    let text = set(text, "POLICY", &s(policy));
+    let text = set(text, "LOG_FILE", &s(&t.log_path()));
+    let text = set(text, "JOURNAL", &s(&t.path("no-journal")));
+    let script = t.write("50-virt-cpu-policy", text);
+    let out = Command::new("sh")
+        .arg(&script)
+        .args(["guest-1", "prepare", "begin", "-"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sh");
+    Output::from(out)
+}
+
+/// The script reads `[hook] on_error` itself when the binary cannot run, in every TOML spelling
+/// the binary accepts: a `[hook]` table (quoted or spaced), a dotted key, and an inline table,
+/// which it once missed (a policy saying `hook = { on_error = "deny" }` let every guest through).
+#[test]
+fn hook_script_reads_on_error_in_every_toml_spelling() {
+    let cases: &[(&str, i32)] = &[
+        ("[hook]\non_error = \"deny\"\n", 1),
+        ("[ hook ]\non_error='deny' # refuse\n", 1),
+        ("[\"hook\"]\n\"on_error\" = \"deny\"\n", 1),
+        ("hook.on_error = \"deny\"\n", 1),
+        ("hook = { on_error = \"deny\" }\n", 1),
+        (
+            "hook = { on_violation = \"warn\", on_error = \"deny\" }\n",
+            1,
+        ),
+        ("hook = { on_violation = \"deny\" }\n", 0),
+        (
+            "hook = { on_violation = \"deny\", on_error = \"allow\" }\n",
+            0,
+        ),
+        ("mode = \"audit\"\nhook = { on_error = \"deny\" }\n", 0),
+        (
+            "[hook]\non_violation = \"deny\"\n[[rule]]\nname = \"on_error\"\n",
+            0,
+        ),
+        ("", 0),
+    ];
+    for (i, (body, want)) in cases.iter().enumerate() {
+        let t = Scratch::new(&format!("script-{i}"));
+        let policy = t.write("policy.toml", format!("version = 1\n{body}"));
+        // The binary, given the same policy, agrees on what on_error says.
+        let bin_out = Scratch::with_snap(&format!("script-bin-{i}"))
+            .hook(&policy, &["guest-1", "prepare", "begin", "-"])
+            .stdin("<domain")
+            .run();
+        assert_eq!(
+            bin_out.code, *want,
+            "the binary on {body:?}: {}",
+            bin_out.stderr
+        );
+        let out = script_without_binary(&t, &policy);
+        assert_eq!(out.code, *want, "the script on {body:?}: {}", out.stderr);
+        assert!(out.stdout.is_empty(), "stdout: {}", out.stdout);
+        assert!(
+            out.stderr.contains("the hook cannot check this guest")
+                && out.stderr.contains("it is missing"),
+            "{body:?}: {}",
+            out.stderr
+        );
+        let want_decision = if *want == 1 {
+            "refuse (on_error = deny)"
+        } else {
+            "allow (on_error = allow)"
+        };
+        assert!(t.log().contains(want_decision), "{body:?}: {}", t.log());
+    }
+}
+
+/// The VDSM hook (`hooks/vdsm/before_vm_start/50_virt_cpu_policy`) maps a domain that cannot
+/// conform to `on_violation` and a binary that cannot run to `on_error` (`deny` → 2, VDSM stops
+/// the start; else 1), reading `[hook]` in every TOML spelling the binary accepts: it once missed
+/// an inline table and quoted keys, so `hook = { on_violation = "deny" }` let the start go on.
+#[test]
+fn vdsm_hook_reads_hook_settings_in_every_toml_spelling() {
+    let script = crate::harness::root().join("hooks/vdsm/before_vm_start/50_virt_cpu_policy");
+    let domain =
+        std::fs::read_to_string(crate::harness::root().join("examples/cloudstack-default-cpu.xml"))
+            .expect("the example");
+    // (the [hook] settings, VDSM's exit for a violation, for a binary that cannot run)
+    let cases: &[(&str, i32, i32)] = &[
+        (
+            "[hook]\non_violation = \"deny\"\non_error = \"deny\"\n",
+            2,
+            2,
+        ),
+        ("[ \"hook\" ]\n\"on_violation\" = \"deny\"\n", 2, 1),
+        (
+            "hook.on_violation = \"deny\"\nhook . \"on_error\" = \"deny\"\n",
+            2,
+            2,
+        ),
+        (
+            "hook = { on_violation = \"deny\", on_error = \"deny\" }\n",
+            2,
+            2,
+        ),
+        ("hook = { on_error = \"deny\" }\n", 1, 2),
+        ("hook = { on_violation = \"deny\" }\n", 2, 1),
+        (
+            "hook = { on_violation = \"warn\", on_error = \"allow\" }\n",
+            1,
+            1,
+        ),
+        ("", 1, 1),
+    ];
+    for (i, (settings, violation, error)) in cases.iter().enumerate() {
+        let t = Scratch::new(&format!("vdsm-{i}"));
+        // A rule no domain can meet: a feature libvirt 9.0's cpu_map does not know
+        // (cpu-feature-unknown, exit 1).
+        let policy = t.write(
+            "policy.toml",
+            format!(
+                "version = 1\n{settings}[host]\ncpu_map = {:?}\n[[rule]]\nname = \"never\"\ncpu.require = [\"no-such-feature\"]\n",
+                s(&golden_cpu_map())
+            ),
+        );
+        for (binary, want) in [
+            (bin().to_string(), *violation),
+            (s(&t.path("missing/virt-cpu-policy")), *error),
+        ] {
+            let domxml = t.write("domain.xml", &domain);
+            let out = Command::new(&script)
+                .env("_hook_domxml", &domxml)
+                .env("VIRT_CPU_POLICY_BIN", &binary)
+                .env("VIRT_CPU_POLICY_POLICY", &policy)
+                .stdin(Stdio::null())
+                .output()
+                .expect("run the VDSM hook");
+            let out = Output::from(out);
+            assert_eq!(out.code, want, "{settings:?} with {binary}: {}", out.stderr);
+            assert_eq!(
+                std::fs::read_to_string(&domxml).unwrap(),
+                domain,
+                "{settings:?}: the XML is left as it was"
+            );
+        }
+    }
+}

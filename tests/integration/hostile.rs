@@ -1206,6 +1206,17 @@ fn needs_machine_limit() -> String {
     "<domain type='kvm'>\n  <name>big-vm</name>\n  <memory unit='KiB'>4194304</memory>\n  <vcpu placement='static' current='4'>4</vcpu>\n  <os>\n    <type arch='x86_64' machine='pc-q35-7.2'>hvm</type>\n  </os>\n  <features>\n    <acpi/>\n    <apic/>\n  </features>\n  <cpu mode='host-passthrough' check='none' migratable='on'>\n    <topology sockets='4' dies='1' cores='1' threads='1'/>\n  </cpu>\n  <devices>\n    <emulator>/usr/bin/qemu-system-x86_64</emulator>\n  </devices>\n</domain>\n".into()
 }
 
+/// The text of the top-level `<vcpu>` (the maximum) of a rewritten document ("" without one).
+fn vcpu_max_of(out: &str) -> String {
+    let d = roxmltree::Document::parse(out).expect("output parses");
+    d.root_element()
+        .children()
+        .find(|n| n.has_tag_name("vcpu"))
+        .and_then(|n| n.text())
+        .unwrap_or("")
+        .to_string()
+}
+
 const VCPU_HOST: &str = "[[rule]]\nname = \"scale\"\nmatch = { type = \"kvm\" }\nvcpu.max = \"host\"\nvcpu.topology = \"sockets\"\n";
 
 #[test]
@@ -1263,15 +1274,64 @@ fn corrupt_qemu_capability_cache_is_skipped() {
         if cmd == "rewrite" {
             // The built-in table answered: pc-q35-7.2 takes 288.
             let out = r.stdout_text();
-            let d = roxmltree::Document::parse(&out).expect("output parses");
-            let vcpu = d
-                .root_element()
-                .children()
-                .find(|n| n.has_tag_name("vcpu"))
-                .and_then(|n| n.text())
-                .unwrap_or("");
-            assert_eq!(vcpu, "288", "vCPU maximum from the built-in table:\n{out}");
+            assert_eq!(
+                vcpu_max_of(&out),
+                "288",
+                "vCPU maximum from the built-in table:\n{out}"
+            );
         }
+    }
+}
+
+/// A vCPU limit of 0 in a host-facts file (`maxCpus='0'` in capabilities or a QEMU capability
+/// cache file, `<vcpu max='0'/>` in domcapabilities) is no limit known, as libvirt means it (it
+/// writes the attribute only above 0), never a limit of 0: the next source answers (here the
+/// built-in table, 288 for pc-q35-7.2), where a 0 once made the new vCPU maximum 0.
+#[test]
+fn a_vcpu_limit_of_0_in_host_facts_is_no_limit() {
+    let dir = Scratch::new("limit0");
+    let caps = dir.write(
+        "caps.xml",
+        "<capabilities><guest><os_type>hvm</os_type><arch name='x86_64'>\
+         <machine maxCpus='0'>pc-q35-7.2</machine><machine canonical='pc-q35-7.2' maxCpus='0'>q35</machine>\
+         <domain type='kvm'/></arch></guest></capabilities>",
+    );
+    let domcaps = dir.write(
+        "domcaps.xml",
+        "<domainCapabilities><path>/usr/bin/qemu-system-x86_64</path><domain>kvm</domain>\
+         <machine>pc-q35-7.2</machine><arch>x86_64</arch><vcpu max='0'/><cpu>\
+         <mode name='host-passthrough' supported='yes'/></cpu></domainCapabilities>",
+    );
+    let cache = dir.path("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    std::fs::write(
+        cache.join("0a1b2c.xml"),
+        "<qemuCaps>\n  <emulator>/usr/bin/qemu-system-x86_64</emulator>\n  \
+         <machine type='kvm' name='pc-q35-7.2' alias='q35' maxCpus='0'/>\n</qemuCaps>\n",
+    )
+    .unwrap();
+    let pol = dir.write("p.toml", VCPU_HOST);
+    for facts in [
+        vec!["--caps", caps.to_str().unwrap(), "--no-qemu-caps-cache"],
+        vec!["--caps", domcaps.to_str().unwrap(), "--no-qemu-caps-cache"],
+        vec!["--qemu-caps-cache", cache.to_str().unwrap()],
+    ] {
+        let mut args = vec!["rewrite", "--policy", pol.to_str().unwrap()];
+        args.extend(&facts);
+        args.extend(["--host-cpus", "300", "--kvm-max-vcpus", "4096", "-"]);
+        let r = run_bounded(
+            &args,
+            Some(needs_machine_limit().into_bytes()),
+            Duration::from_secs(10),
+        );
+        assert_eq!(r.signal, None);
+        assert_eq!(r.code, Some(0), "{facts:?}: stderr:\n{}", r.stderr);
+        let out = r.stdout_text();
+        assert_eq!(
+            vcpu_max_of(&out),
+            "288",
+            "{facts:?}: the built-in table's limit:\n{out}"
+        );
     }
 }
 
@@ -1384,6 +1444,95 @@ fn host_fact_files_that_are_fifos_devices_or_huge_are_exit_2_at_once() {
             refused(&r, 2, &[&name, why]);
             r.bounded(&format!("{args:?}"));
         }
+    }
+}
+
+/// A `<topology>` whose product needs more than 64 bits (every factor a u32) is judged, not a
+/// panic: libvirt refuses any product above 4294967295 ("cpu topology results in more than
+/// 4294967295 cpus"), `check` says the topology does not match, and a `vcpu.topology` rule
+/// reshapes it.
+#[test]
+fn a_topology_product_beyond_64_bits_is_judged_not_a_panic() {
+    let dir = Scratch::new("topo-huge");
+    let doc = kvm_domain(
+        "  <cpu><topology sockets='4294967295' dies='4294967295' cores='2' threads='2'/></cpu>",
+    );
+    let guest = dir.write("g.xml", &doc);
+    let g = s(&guest);
+    for cmd in ["check", "rewrite"] {
+        let r = run_capped(&[cmd, "--no-qemu-caps-cache", &g], Duration::from_secs(10));
+        assert_eq!(r.signal, None);
+        assert!(!r.stderr.contains("panicked"), "{cmd}: {}", r.stderr);
+        assert_eq!(r.code, Some(1), "{cmd}: {}{}", r.stdout_text(), r.stderr);
+        let said = if cmd == "check" {
+            r.stdout_text()
+        } else {
+            assert!(r.stdout.is_empty(), "rewrite: {}", r.stdout_text());
+            r.stderr.clone()
+        };
+        assert!(said.contains("topology-mismatch"), "{cmd}: {said}");
+    }
+    let pol = dir.write(
+        "p.toml",
+        "version = 1\n[[rule]]\nname = \"shape\"\nvcpu.topology = \"sockets\"\n",
+    );
+    let r = run_capped(
+        &["rewrite", "--no-qemu-caps-cache", "--policy", &s(&pol), &g],
+        Duration::from_secs(10),
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(
+        r.stdout_text()
+            .contains("<topology sockets='2' dies='1' cores='1' threads='1'/>"),
+        "{}",
+        r.stdout_text()
+    );
+}
+
+/// `rewrite --in-place` of something that is not a regular file is refused at once (exit 2, one
+/// line) and leaves it as it was: it once waited for a FIFO's writer and then renamed a regular
+/// file over the FIFO.
+#[test]
+fn in_place_refuses_a_fifo_or_a_directory_and_leaves_it() {
+    let dir = Scratch::new("inplace-odd");
+    let fifo = dir.path("guest.xml");
+    mkfifo(&fifo);
+    let sub = dir.path("sub.xml");
+    std::fs::create_dir_all(&sub).unwrap();
+    for (path, what) in [(&fifo, "a FIFO"), (&sub, "a directory")] {
+        let r = run_bounded(
+            &["rewrite", "--in-place", &s(path)],
+            None,
+            Duration::from_secs(10),
+        );
+        refused(&r, 2, &["--in-place needs a regular file", &s(path), what]);
+        let t = std::fs::symlink_metadata(path).unwrap().file_type();
+        assert!(
+            std::os::unix::fs::FileTypeExt::is_fifo(&t) || t.is_dir(),
+            "{what} left as it was: {t:?}"
+        );
+    }
+}
+
+/// A host-facts file that is not UTF-8 (here Latin-1 in a capabilities document) is refused in one
+/// line naming the file, and the line speaks of libvirt's XML, not of a domain it is not.
+#[test]
+fn a_host_facts_file_not_in_utf8_is_exit_2_naming_it() {
+    let dir = Scratch::new("facts-latin1");
+    let mut bytes = b"<capabilities><host><cpu><arch>x86_64</arch><model>caf".to_vec();
+    bytes.push(0xe9);
+    bytes.extend(b"</model></cpu></host></capabilities>");
+    let file = dir.write("latin1.xml", bytes);
+    let guest = s(&plain_guest(&dir));
+    let f = s(&file);
+    for args in [
+        vec!["check", "--caps", &f, "--no-qemu-caps-cache", &guest],
+        vec!["compare", "--host", &f, &guest],
+        vec!["baseline", &f],
+    ] {
+        let r = run_capped(&args, Duration::from_secs(10));
+        refused(&r, 2, &[&f, "not valid UTF-8", "libvirt's XML is UTF-8"]);
+        assert!(!r.stderr.contains("domain XML"), "{args:?}: {}", r.stderr);
     }
 }
 

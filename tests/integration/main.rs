@@ -1,4 +1,5 @@
-//! Integration tests, built as one binary (STYLE.md): they run the real `virt-cpu-policy` binary.
+//! Integration tests, built as one binary (as ripgrep and just do: one link, one harness): they
+//! run the real `virt-cpu-policy` binary.
 //!
 //! Tests that need a running libvirtd are `#[ignore]`d so a plain `cargo test` reports them as
 //! ignored rather than passing; `.ci/run` starts libvirtd and runs them with `--include-ignored`.
