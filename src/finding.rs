@@ -29,6 +29,10 @@ pub enum Code {
     /// `cluster-level`: A `cpu.min_level` above what every host of the cluster reaches (`cpu.model
     /// = "baseline"`).
     ClusterLevel,
+    /// `cpu-attribute-invalid`: A `<cpu match>`, `<cpu check>` or `<model fallback>` value libvirt
+    /// does not know (libvirt refuses the definition: "Invalid value for attribute 'match' in
+    /// element 'cpu': 'X'.", "Invalid fallback attribute").
+    CpuAttributeInvalid,
     /// `cpu-cache-mode`: `<cache mode='passthrough'>` outside host-passthrough and maximum (libvirt
     /// refuses it).
     CpuCacheMode,
@@ -149,9 +153,10 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 55] = [
+    pub const ALL: [Code; 56] = [
         Code::ClusterFeature,
         Code::ClusterLevel,
+        Code::CpuAttributeInvalid,
         Code::CpuCacheMode,
         Code::CpuFeatureArch,
         Code::CpuFeatureDuplicate,
@@ -213,6 +218,7 @@ impl Code {
         match self {
             Code::ClusterFeature => "cluster-feature",
             Code::ClusterLevel => "cluster-level",
+            Code::CpuAttributeInvalid => "cpu-attribute-invalid",
             Code::CpuCacheMode => "cpu-cache-mode",
             Code::CpuFeatureArch => "cpu-feature-arch",
             Code::CpuFeatureDuplicate => "cpu-feature-duplicate",

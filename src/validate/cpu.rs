@@ -6,7 +6,9 @@ use crate::domain::{Domain, cpu_features, model_name};
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
 use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu::{CpuMode, FeaturePolicy, guaranteed_features};
+use crate::libvirt::cpu::{
+    CpuCheck, CpuMatch, CpuMode, Fallback, FeaturePolicy, guaranteed_features,
+};
 use crate::policy::Plan;
 use crate::xml::{child, is_libvirt_element};
 use roxmltree::Node;
@@ -75,6 +77,7 @@ fn check_mode_supported(mode: CpuMode, facts: &DomainFacts<'_>, out: &mut Vec<Fi
 /// `match` means nothing under host-model; `migratable` and `<cache mode='passthrough'>` are
 /// allowed with host-passthrough and maximum only.
 fn check_mode_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) {
+    check_enum_attributes(cpu, mode, out);
     if mode == "host-model" && cpu.attribute("match").is_some() {
         out.push(Finding::warning(
             Code::CpuMatchHostModel,
@@ -96,6 +99,45 @@ fn check_mode_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) 
             "Attribute migratable is only allowed for 'host-passthrough' / 'maximum' CPU mode",
             "remove the migratable attribute",
         ));
+    }
+}
+
+/// `match`, `check` and the model's `fallback` take only libvirt's values: libvirt's reader
+/// (`virCPUDefParseXML`, `virXMLPropEnum`) refuses the definition otherwise, in the words of
+/// [`CpuDef::read_as`](crate::libvirt::cpu::CpuDef::read_as); `fallback` is read only outside
+/// host-passthrough and maximum, as there.
+fn check_enum_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) {
+    let fix = "use one of libvirt's values (docs/findings.md) or remove the attribute";
+    let invalid = [
+        (
+            "match",
+            cpu.attribute("match")
+                .filter(|v| CpuMatch::parse(v).is_none()),
+        ),
+        (
+            "check",
+            cpu.attribute("check")
+                .filter(|v| CpuCheck::parse(v).is_none()),
+        ),
+    ];
+    for (name, v) in invalid {
+        if let Some(v) = v {
+            out.push(Finding::error(
+                Code::CpuAttributeInvalid,
+                format!("Invalid value for attribute '{name}' in element 'cpu': '{v}'"),
+                fix,
+            ));
+        }
+    }
+    let fallback = child(cpu, "model").and_then(|m| m.attribute("fallback"));
+    if let Some(v) = fallback.filter(|v| Fallback::parse(v).is_none()) {
+        if !matches!(mode, "host-passthrough" | "maximum") {
+            out.push(Finding::error(
+                Code::CpuAttributeInvalid,
+                format!("Invalid fallback attribute ('{v}'; libvirt knows allow and forbid)"),
+                fix,
+            ));
+        }
     }
 }
 
