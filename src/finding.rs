@@ -98,6 +98,9 @@ pub enum Code {
     KvmVcpuLimit,
     /// `level-arch`: `cpu.min_level` for a guest that is not x86_64.
     LevelArch,
+    /// `machine-deprecated`: The judged host's QEMU marks the machine type deprecated
+    /// (capabilities' `deprecated='yes'`): a later QEMU removes it.
+    MachineDeprecated,
     /// `machine-unknown`: `vcpu.max` needs the machine type's limit, and no source knows it.
     MachineUnknown,
     /// `machine-unsupported`: The emulator does not support the machine type (libvirt refuses it at
@@ -149,7 +152,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 55] = [
+    pub const ALL: [Code; 56] = [
         Code::ClusterFeature,
         Code::ClusterLevel,
         Code::CpuCacheMode,
@@ -183,6 +186,7 @@ impl Code {
         Code::IommuNoDevices,
         Code::KvmVcpuLimit,
         Code::LevelArch,
+        Code::MachineDeprecated,
         Code::MachineUnknown,
         Code::MachineUnsupported,
         Code::MachineVcpuLimit,
@@ -244,6 +248,7 @@ impl Code {
             Code::IommuNoDevices => "iommu-no-devices",
             Code::KvmVcpuLimit => "kvm-vcpu-limit",
             Code::LevelArch => "level-arch",
+            Code::MachineDeprecated => "machine-deprecated",
             Code::MachineUnknown => "machine-unknown",
             Code::MachineUnsupported => "machine-unsupported",
             Code::MachineVcpuLimit => "machine-vcpu-limit",
