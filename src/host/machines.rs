@@ -104,30 +104,36 @@ impl Host {
     }
 
     /// The machine types the judged host's capabilities list for a guest of `arch` and
-    /// `virt_type` (those under `<arch>` for every virt type, and under its `<domain type>`), of
-    /// the domain's emulator when it names one the capabilities list.
+    /// `virt_type` (those under `<arch>` for every virt type, and under its `<domain type>`):
+    /// those of the emulator libvirt picks (the domain's `<emulator>`, else `qemu-system-ARCH`
+    /// of [`emulator_suffix`]: an i686 guest gets qemu-system-x86_64, as libvirt 7.0 … 12.8 pick
+    /// it), whatever guest arch they are listed under, as libvirt checks them; else those listed
+    /// for the arch.
     fn caps_machines(
         &self,
         arch: &str,
         virt_type: &str,
         emulator: Option<&str>,
     ) -> Vec<&MachineType> {
-        let of_arch: Vec<&MachineType> = self
+        let of_type = |m: &&MachineType| {
+            m.virt_type.as_deref().is_none_or(|v| v == virt_type)
+                && self.caps_machine_files.contains(&m.source)
+        };
+        let wanted = emulator_suffix(arch, emulator);
+        let of_emulator: Vec<&MachineType> = self
             .machines
             .iter()
-            .filter(|m| {
-                m.arch == arch
-                    && m.virt_type.as_deref().is_none_or(|v| v == virt_type)
-                    && self.caps_machine_files.contains(&m.source)
-            })
+            .filter(of_type)
+            .filter(|m| m.emulator.as_deref().is_some_and(|e| e.ends_with(&wanted)))
             .collect();
-        match emulator {
-            Some(e) if of_arch.iter().any(|m| m.emulator.as_deref() == Some(e)) => of_arch
-                .into_iter()
-                .filter(|m| m.emulator.as_deref() == Some(e))
-                .collect(),
-            _ => of_arch,
+        if !of_emulator.is_empty() {
+            return of_emulator;
         }
+        self.machines
+            .iter()
+            .filter(of_type)
+            .filter(|m| m.arch == arch)
+            .collect()
     }
 
     /// [`Host::machine_unsupported`] from the judged host's capabilities: the emulator they name

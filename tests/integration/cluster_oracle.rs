@@ -652,7 +652,7 @@ fn guest(model: &str, vendor: Option<&str>, features: &[(&str, &str)]) -> String
 #[test]
 #[ignore = "needs the host's libvirtd and the Debian 13 root's: .ci/run starts them"]
 fn compare_agrees_with_hypervisor_cpu_compare() {
-    for o in oracles() {
+    for o in crate::harness::every_generation() {
         compare_agrees_with(&o);
     }
 }

@@ -17,7 +17,7 @@
 //! Domains are named `vcp-diff-<pid>-<i>`; a guard undefines every domain with that prefix, also
 //! when the test fails.
 
-use crate::harness::{Oracle, Output, Scratch, bin, oracles, virsh_at};
+use crate::harness::{Oracle, Output, Scratch, bin, every_generation, virsh_at};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -797,7 +797,7 @@ fn check_agrees_with_virsh_define_and_rewrites_are_accepted() {
     )
     .unwrap();
     let mut failures = Vec::new();
-    for oracle in oracles() {
+    for oracle in every_generation() {
         let _cleanup = Cleanup(oracle.uri.clone());
         let caps_text = oracle.virsh(&["capabilities"]);
         assert!(caps_text.ok, "virsh capabilities: {}", caps_text.stderr);
