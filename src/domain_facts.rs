@@ -254,6 +254,14 @@ pub enum VersionRule {
     /// domcapabilities list no such mode; the TCG fallback of host-passthrough is then
     /// host-model (defined and started under TCG on 7.0: live `EPYC`).
     MaximumMode,
+    /// libvirt 12.2.0 (NEWS: "conf: support more than 255 vCPUs with amd-iommu": "it is
+    /// automatically enabled if needed"): above 255 x86 vCPUs an Intel IOMMU's `eim` and
+    /// `intremap` are switched on at define even when written `off` (11.3 refuses `eim='off'`:
+    /// "more than 255 vCPUs require extended interrupt mode enabled on the iommu device"), and the
+    /// IOMMU libvirt adds is checked as a written one: an explicit `<ioapic driver='kvm'/>` is
+    /// refused ("IOMMU interrupt remapping requires split I/O APIC (ioapic driver='qemu')"; seen
+    /// with libvirt 12.8, the 400-domain differential).
+    EimForced,
 }
 
 impl VersionRule {
@@ -265,6 +273,7 @@ impl VersionRule {
             VersionRule::AutoIommu => (10, 10),
             VersionRule::AutoNumaForMemoryHotplug => (9, 6),
             VersionRule::MaximumMode => (7, 1),
+            VersionRule::EimForced => (12, 2),
         };
         LibvirtVersion {
             major,
@@ -283,6 +292,9 @@ impl VersionRule {
                 "libvirt >= 9.6: a NUMA node added for memory hotplug"
             }
             VersionRule::MaximumMode => "libvirt >= 7.1: <cpu mode='maximum'>",
+            VersionRule::EimForced => {
+                "libvirt >= 12.2: IOMMU eim and intremap switched on above 255 vCPUs"
+            }
         }
     }
 }

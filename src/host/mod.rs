@@ -73,6 +73,8 @@ pub struct Host {
     /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
     pub cluster: Option<Sourced<Vec<PathBuf>>>,
     skip_machine_support: bool,
+    /// Nothing of this machine is read ([`HostOptions::only_given_facts`]).
+    only_given_facts: bool,
     /// Files whose capabilities (a `virsh capabilities` document or a `<hostFacts>` holding one)
     /// list the host's machine types: then the machine types are that host's, and machine
     /// support is judged from them ([`Host::machine_unsupported`]).
@@ -106,9 +108,41 @@ pub struct HostOptions {
     /// Leave the machine type's support to libvirt ([`Host::machine_unsupported`] says nothing):
     /// the hook's guest was defined, so libvirt has checked it, and checks it again at start.
     pub skip_machine_support: bool,
+    /// The host is known only by the facts given here (another host: `fleet`, a dry run for a
+    /// cluster member): nothing of this machine is read, not libvirt's QEMU capability cache,
+    /// not its cpu_map (the built-in table, libvirt 9.0's, answers unless `cpu_map` names the
+    /// host's), not `/dev/kvm` (KVM's limit only from `kvm_max_vcpus`), not the CPU count (only
+    /// from `cpus`). [`HostOptions::of_facts`] sets it.
+    pub only_given_facts: bool,
 }
 
 impl HostOptions {
+    /// A host known only by its facts: `files` (its `virsh capabilities`, `virsh
+    /// domcapabilities`, or `<hostFacts>` files, which may carry its libvirt version), its
+    /// cpu_map directory (None: the built-in table, libvirt 9.0's models) and its libvirt
+    /// version when no `<hostFacts>` gives it.
+    ///
+    /// This is the per-host judging API: given `Host::discover(&HostOptions::of_facts(...))`,
+    /// [`crate::pipeline::Pipeline::new`] judges a domain as that host's libvirt would (machine
+    /// types and their limits from its capabilities, CPU modes and models from its
+    /// domcapabilities, names from its cpu_map, every version rule from its version), and
+    /// nothing of the machine the tool runs on enters the verdict ([`HostOptions::only_given_facts`]).
+    #[must_use]
+    pub fn of_facts(
+        files: Vec<PathBuf>,
+        cpu_map: Option<PathBuf>,
+        libvirt_version: Option<Sourced<LibvirtVersion>>,
+    ) -> HostOptions {
+        HostOptions {
+            caps: files,
+            cpu_map,
+            qemu_cache: Some(PathBuf::new()),
+            libvirt_version,
+            only_given_facts: true,
+            ..HostOptions::default()
+        }
+    }
+
     /// The policy's `[host]` settings, with overrides (`--caps` files first, then the policy's;
     /// `--cpu-map`, `--host-cpus` over the policy's `cpu_map`, `cpus`).
     #[must_use]
@@ -158,6 +192,13 @@ impl Host {
                 CpuMap::load_models(dir, &[]).map_err(|e| Error::Host(e.to_string()))?;
                 (Some(dir.clone()), None)
             }
+            None if opts.only_given_facts => (
+                None,
+                Some(
+                    "no cpu_map given for this host; using the built-in table from libvirt 9.0"
+                        .to_string(),
+                ),
+            ),
             None => {
                 let dir = Path::new(DEFAULT_CPU_MAP);
                 // Checked for presence only: a broken file is reported when a model is read
@@ -205,6 +246,7 @@ impl Host {
             qemu_cache_machines: std::cell::RefCell::default(),
             kvm_limit: std::cell::OnceCell::new(),
             kvm_override: opts.kvm_max_vcpus.clone(),
+            only_given_facts: opts.only_given_facts,
             libvirt_version: std::cell::OnceCell::new(),
             libvirt_override: opts.libvirt_version.clone(),
             x86_feature_names: std::cell::OnceCell::new(),
@@ -355,7 +397,10 @@ impl Host {
     /// (glibc reads sysfs for it, so only when a rule needs it).
     pub fn cpus(&self) -> Option<&Sourced<u32>> {
         self.cpus
-            .get_or_init(|| self.cpus_override.clone().or_else(sysconf_cpus))
+            .get_or_init(|| {
+                let local = (!self.only_given_facts).then(sysconf_cpus).flatten();
+                self.cpus_override.clone().or(local)
+            })
             .as_ref()
     }
 
@@ -364,6 +409,9 @@ impl Host {
         self.kvm_limit
             .get_or_init(|| {
                 self.kvm_override.clone().or_else(|| {
+                    if self.only_given_facts {
+                        return None;
+                    }
                     crate::machine::kvm_max_vcpus().map(|value| Sourced {
                         value,
                         source: "KVM_CAP_MAX_VCPUS on /dev/kvm".into(),
@@ -709,6 +757,37 @@ mod tests {
             hook.machine_unsupported("x86_64", "qemu", "pc-i440fx-2.11", None),
             None
         );
+    }
+
+    /// The per-host API: a host made only from its facts reads nothing of this machine.
+    #[test]
+    fn a_host_of_facts_only_reads_nothing_of_this_machine() {
+        use crate::testdata::generation;
+        let version = Sourced {
+            value: v("12.8.0"),
+            source: "the fleet's inventory".into(),
+        };
+        let h = Host::discover(&HostOptions::of_facts(
+            vec![
+                generation("forky", "capabilities.xml"),
+                generation("forky", "domcapabilities-x86_64-q35-qemu.xml"),
+            ],
+            Some(generation("forky", "cpu_map")),
+            Some(version.clone()),
+        ))
+        .unwrap();
+        assert_eq!(h.qemu_cache().dir(), None);
+        assert!(h.left_out().is_empty(), "{:?}", h.left_out());
+        assert_eq!(h.kvm_limit(), None);
+        assert_eq!(h.cpus(), None);
+        assert_eq!(h.libvirt_version(), Some(&version));
+        assert!(h.model_features("EPYC-Turin").is_some());
+        assert_eq!(
+            h.machine_unsupported("x86_64", "kvm", "pc-q35-5.1", None),
+            Some("/usr/bin/qemu-system-x86_64".into())
+        );
+        let bare = Host::discover(&HostOptions::of_facts(vec![], None, None)).unwrap();
+        assert_eq!(bare.cpu_map_source(), "built-in");
     }
 
     #[test]

@@ -404,7 +404,11 @@ fn machine_types_the_emulator_lacks_are_refused_like_define() {
         // capability cache where the tool runs there (not in Debian 11's root: its glibc 2.31
         // is older than this build's).
         let caps = oracle.virsh(&["capabilities"]);
-        assert!(caps.ok, "{}: virsh capabilities: {}", oracle.label, caps.stderr);
+        assert!(
+            caps.ok,
+            "{}: virsh capabilities: {}",
+            oracle.label, caps.stderr
+        );
         let caps_file = dir.join("capabilities.xml");
         std::fs::write(&caps_file, &caps.stdout).unwrap();
         let runs_inside = oracle.is_host() || {
@@ -424,7 +428,12 @@ fn machine_types_the_emulator_lacks_are_refused_like_define() {
             let file = dir.join(format!("{i}.xml"));
             std::fs::write(&file, machine_guest(&name, arch, machine, *emulator)).unwrap();
             let with_caps = Cmd::new(&["check", "--format", "json", "--policy", &s(&policy)])
-                .args(&["--caps", &s(&caps_file), "--libvirt-version", &oracle.version])
+                .args(&[
+                    "--caps",
+                    &s(&caps_file),
+                    "--libvirt-version",
+                    &oracle.version,
+                ])
                 .args(&["--cpu-map", &s(&oracle.cpu_map()), &s(&file)])
                 .run();
             let mut verdicts = vec![(
