@@ -390,6 +390,9 @@ struct Prepared {
 fn prepare(c: &Common) -> Result<Prepared, Failure> {
     let policy = Policy::load(c.facts.policy.as_deref())?;
     let host = Host::discover(&host_options(&policy, &c.facts))?;
+    for l in host.left_out() {
+        crate::stdio::message_line(&format!("virt-cpu-policy: {l}"));
+    }
     let (bytes, what) = read_input(&c.input)?;
     let text = crate::xml::decode(&bytes, &what)?;
     let outcome = rewrite(text, &what, &policy, &host)?;

@@ -17,7 +17,7 @@
 
 use crate::cpu::{default_model, is_known_x86_feature};
 use crate::domain::{Domain, cpu_features};
-use crate::host::{Host, MachineLimit, Sourced};
+use crate::host::{DeprecatedMachine, Host, MachineLimit, Sourced};
 use crate::libvirt::cpu::CpuMode;
 use crate::libvirt::domcaps::DomCaps;
 use crate::libvirt::version::LibvirtVersion;
@@ -51,6 +51,12 @@ pub struct DomainFacts<'h> {
     /// The emulator whose (fresh) QEMU capability cache does not list the domain's machine type
     /// ([`Host::machine_unsupported`]).
     pub machine_unsupported: Option<String>,
+    /// Where [`DomainFacts::machine_unsupported`] was judged from: the judged host's
+    /// capabilities file, or libvirt's QEMU capability cache.
+    pub machine_support_source: String,
+    /// The domain's machine type when the judged host's capabilities mark it deprecated
+    /// ([`Host::machine_deprecated`]).
+    pub machine_deprecated: Option<DeprecatedMachine>,
     /// The host's libvirt version, when a version rule can matter and a source says
     /// ([`Host::libvirt_version`]); unknown, libvirt 9.0's rules apply.
     pub libvirt: Option<Sourced<LibvirtVersion>>,
@@ -116,6 +122,13 @@ impl<'h> DomainFacts<'h> {
                 machine,
                 dom.emulator().as_deref(),
             ),
+            machine_support_source: host.machine_support_source(),
+            machine_deprecated: host.machine_deprecated(
+                arch,
+                vt,
+                machine,
+                dom.emulator().as_deref(),
+            ),
             libvirt,
             arch: arch.to_string(),
             virt_type: vt.to_string(),
@@ -130,6 +143,12 @@ impl<'h> DomainFacts<'h> {
     pub fn mode_supported(&self, mode: CpuMode) -> Option<bool> {
         match self.domcaps {
             Some(d) => Some(d.supports(mode)),
+            None if mode == CpuMode::Maximum
+                && self.libvirt.is_some()
+                && !self.applies(VersionRule::MaximumMode) =>
+            {
+                Some(false)
+            }
             None => {
                 crate::modes::builtin_supported(mode, &self.arch, &self.virt_type, self.host_arch)
             }
@@ -150,6 +169,13 @@ impl<'h> DomainFacts<'h> {
     /// on x86_64 host is not supported by hypervisor", `src/qemu/qemu_validate.c`).
     #[must_use]
     pub fn mode_refusal(&self, mode: CpuMode) -> String {
+        if mode == CpuMode::Maximum
+            && self.libvirt.is_some()
+            && !self.applies(VersionRule::MaximumMode)
+        {
+            // libvirt 7.0's virCPUDefParseXML does not know the mode (seen: Debian 11's 7.0.0).
+            return "Invalid mode attribute 'maximum'".to_string();
+        }
         let host = crate::modes::host_arch_for(&self.arch, &self.virt_type, self.host_arch);
         format!(
             "CPU mode '{mode}' for {} {} domain on {host} host is not supported by hypervisor",
@@ -222,6 +248,20 @@ pub enum VersionRule {
     /// without a NUMA cell gets one at define; before, "At least one numa node has to be
     /// configured when enabling memory hotplug".
     AutoNumaForMemoryHotplug,
+    /// libvirt 7.1.0 (formatdomain: `maximum` "Since 7.1.0", QEMU's `-cpu max`): `<cpu
+    /// mode='maximum'>`. libvirt 7.0 refuses it at define, kvm and qemu alike ("unsupported
+    /// configuration: Invalid mode attribute 'maximum'", seen on Debian 11's 7.0.0) and its
+    /// domcapabilities list no such mode; the TCG fallback of host-passthrough is then
+    /// host-model (defined and started under TCG on 7.0: live `EPYC`).
+    MaximumMode,
+    /// libvirt 12.2.0 (NEWS: "conf: support more than 255 vCPUs with amd-iommu": "it is
+    /// automatically enabled if needed"): above 255 x86 vCPUs an Intel IOMMU's `eim` and
+    /// `intremap` are switched on at define even when written `off` (11.3 refuses `eim='off'`:
+    /// "more than 255 vCPUs require extended interrupt mode enabled on the iommu device"), and the
+    /// IOMMU libvirt adds is checked as a written one: an explicit `<ioapic driver='kvm'/>` is
+    /// refused ("IOMMU interrupt remapping requires split I/O APIC (ioapic driver='qemu')"; seen
+    /// with libvirt 12.8, the 400-domain differential).
+    EimForced,
 }
 
 impl VersionRule {
@@ -232,6 +272,8 @@ impl VersionRule {
             VersionRule::Clusters => (10, 1),
             VersionRule::AutoIommu => (10, 10),
             VersionRule::AutoNumaForMemoryHotplug => (9, 6),
+            VersionRule::MaximumMode => (7, 1),
+            VersionRule::EimForced => (12, 2),
         };
         LibvirtVersion {
             major,
@@ -249,6 +291,10 @@ impl VersionRule {
             VersionRule::AutoNumaForMemoryHotplug => {
                 "libvirt >= 9.6: a NUMA node added for memory hotplug"
             }
+            VersionRule::MaximumMode => "libvirt >= 7.1: <cpu mode='maximum'>",
+            VersionRule::EimForced => {
+                "libvirt >= 12.2: IOMMU eim and intremap switched on above 255 vCPUs"
+            }
         }
     }
 }
@@ -258,7 +304,16 @@ impl VersionRule {
 /// looked up (the hook then reads nothing of libvirt's capability cache).
 fn needs_version(dom: &Domain<'_>, plan: &Plan, max: u32) -> bool {
     let root = dom.root();
-    plan.vcpu_max.is_some()
+    // The mode `maximum` (asked for, or the fallback of host-passthrough under TCG) exists
+    // from libvirt 7.1 on.
+    let host_based =
+        |m: Option<CpuMode>| matches!(m, Some(CpuMode::Maximum | CpuMode::HostPassthrough));
+    host_based(plan.mode.as_ref().map(|m| m.value))
+        || dom
+            .cpus()
+            .iter()
+            .any(|c| host_based(crate::domain::cpu_mode(*c)))
+        || plan.vcpu_max.is_some()
         || plan.topology.is_some()
         || plan.iommu.is_some()
         || max > crate::topology::X86_XAPIC_LIMIT

@@ -102,6 +102,9 @@ pub enum Code {
     KvmVcpuLimit,
     /// `level-arch`: `cpu.min_level` for a guest that is not x86_64.
     LevelArch,
+    /// `machine-deprecated`: The judged host's QEMU marks the machine type deprecated
+    /// (capabilities' `deprecated='yes'`): a later QEMU removes it.
+    MachineDeprecated,
     /// `machine-unknown`: `vcpu.max` needs the machine type's limit, and no source knows it.
     MachineUnknown,
     /// `machine-unsupported`: The emulator does not support the machine type (libvirt refuses it at
@@ -153,7 +156,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 56] = [
+    pub const ALL: [Code; 57] = [
         Code::ClusterFeature,
         Code::ClusterLevel,
         Code::CpuAttributeInvalid,
@@ -188,6 +191,7 @@ impl Code {
         Code::IommuNoDevices,
         Code::KvmVcpuLimit,
         Code::LevelArch,
+        Code::MachineDeprecated,
         Code::MachineUnknown,
         Code::MachineUnsupported,
         Code::MachineVcpuLimit,
@@ -250,6 +254,7 @@ impl Code {
             Code::IommuNoDevices => "iommu-no-devices",
             Code::KvmVcpuLimit => "kvm-vcpu-limit",
             Code::LevelArch => "level-arch",
+            Code::MachineDeprecated => "machine-deprecated",
             Code::MachineUnknown => "machine-unknown",
             Code::MachineUnsupported => "machine-unsupported",
             Code::MachineVcpuLimit => "machine-vcpu-limit",

@@ -24,6 +24,20 @@ fn version(v: &str) -> Option<(u32, u32)> {
     Some((major, minor))
 }
 
+/// A versioned machine type's family and version: `pc-q35-11.1` → (`pc-q35`, (11, 1)),
+/// `pc-i440fx-5.2` → (`pc-i440fx`, (5, 2)), `virt-9.0` → (`virt`, (9, 0)); the family is the
+/// name up to its last `-` followed by a `MAJOR.MINOR` version (QEMU's naming of versioned
+/// types, `hw/i386/pc_q35.c`'s `DEFINE_Q35_MACHINE`). None for an alias (`pc`, `q35`) or a name
+/// without a version (`isapc`, `microvm`).
+#[must_use]
+pub fn split_versioned(machine: &str) -> Option<(&str, (u32, u32))> {
+    let (family, v) = machine.rsplit_once('-')?;
+    if !v.contains('.') || family.is_empty() {
+        return None;
+    }
+    version(v).map(|v| (family, v))
+}
+
 /// Which versions of a machine-type family a row of [`TABLE`] covers.
 #[derive(Clone, Copy)]
 enum Versions {

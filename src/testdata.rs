@@ -27,3 +27,12 @@ pub(crate) fn corpus(rel: &str) -> PathBuf {
     );
     p
 }
+
+/// `tests/data/generations/NAME/FILE`: the facts the rig captured from one libvirt generation
+/// (`bullseye` 7.0, `bookworm` 9.0, `trixie` 11.3, `forky` 12.8; tests/data/README.md).
+pub(crate) fn generation(name: &str, file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/generations")
+        .join(name)
+        .join(file)
+}

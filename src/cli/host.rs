@@ -40,6 +40,9 @@ pub(super) fn text(policy: &Policy, host: &Host, models: usize, verbose: bool) -
     if let Some(n) = &host.cpu_map_note {
         let _ = writeln!(s, "  note: {n}");
     }
+    for l in host.left_out() {
+        let _ = writeln!(s, "left out: {l}");
+    }
     let no_version = match host.qemu_cache().dir() {
         None => "unknown (give --libvirt-version, or a <hostFacts libvirt=...> file with --caps: libvirt's QEMU capability cache was not read, --no-qemu-caps-cache)"
             .to_string(),
@@ -378,7 +381,7 @@ pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
         .chain(cached.iter())
         .map(|m| {
             json!({"arch": m.arch, "virt_type": m.virt_type, "name": m.name,
-                   "canonical": m.canonical, "max_cpus": m.max_cpus, "source": m.source})
+                   "canonical": m.canonical, "max_cpus": m.max_cpus, "deprecated": m.deprecated, "source": m.source})
         })
         .collect();
     let domcaps: Vec<Value> = host
@@ -413,6 +416,7 @@ pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
         "kvm_max_vcpus": fact_json(host.kvm_limit()),
         "capability_files": host.files,
         "qemu_caps_cache": host.qemu_cache().dir(),
+        "left_out": host.left_out(),
         "machines": machines,
         "domcapabilities": domcaps,
     })

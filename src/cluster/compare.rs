@@ -263,6 +263,7 @@ mod tests {
             }),
             origin: None,
             usable_models: None,
+            known_models: None,
             machines: BTreeSet::default(),
             libvirt: None,
         }

@@ -288,6 +288,22 @@ fn notes(report: &ClusterReport) -> Vec<String> {
             "{f} is migratable='no' in libvirt: a guest with it cannot be live-migrated; --migratable leaves it out"
         ));
     }
+    let map = report
+        .cpu_map
+        .as_ref()
+        .map_or_else(|| "the cpu_map".to_string(), |m| m.display().to_string());
+    for (host, features) in &report.left_out {
+        notes.push(format!(
+            "left out of {host}'s CPU: {} (not in {map}, an older libvirt's cpu_map: a host whose libvirt has it cannot give a guest these features, so the baseline holds none of them; libvirt's own cpu-baseline stops: \"Unknown CPU feature\")",
+            features.join(", ")
+        ));
+    }
+    for (host, n, some) in &report.model_limits {
+        notes.push(format!(
+            "{host} limits the choice of model most: {n} model(s) other hosts' domcapabilities list are not in its own (its libvirt or its QEMU does not know them; e.g. {}); the baseline names only a model every host lists",
+            some.join(", ")
+        ));
+    }
     if !report.unknown_cpu.is_empty() {
         notes.push(format!(
             "CPU unknown for {} (their domcapabilities have no host-model): give virsh capabilities too, in a <hostFacts>",

@@ -72,6 +72,9 @@ pub struct ClusterHost {
     /// The custom models `usable='yes'` in domcapabilities; None without domcapabilities (no
     /// restriction known).
     pub usable_models: Option<BTreeSet<String>>,
+    /// Every custom model the host's domcapabilities list, usable or not: every model its
+    /// libvirt knows (libvirt lists the whole cpu_map of the arch); None without domcapabilities.
+    pub known_models: Option<BTreeSet<String>>,
     /// Machine types: domcapabilities' `<machine>`, capabilities' `<machine>` names (aliases
     /// included) of the host's arch.
     pub machines: BTreeSet<String>,
@@ -100,6 +103,7 @@ impl ClusterHost {
             cpu: None,
             origin: None,
             usable_models: None,
+            known_models: None,
             machines: BTreeSet::new(),
             libvirt: None,
         }
@@ -120,6 +124,9 @@ impl ClusterHost {
         }
         if let Some(usable) = d.usable_models() {
             self.usable_models = Some(usable);
+        }
+        if !d.models.is_empty() {
+            self.known_models = Some(d.models.iter().map(|(m, _)| m.clone()).collect());
         }
     }
 

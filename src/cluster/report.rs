@@ -79,6 +79,15 @@ pub struct ClusterReport {
     pub unknown_cpu: Vec<String>,
     /// The cpu_map used (x86).
     pub cpu_map: Option<PathBuf>,
+    /// Features of a host's CPU the cpu_map in use does not define, left out of that host's CPU
+    /// (host name, features): a newer libvirt's names, which a host whose libvirt has this
+    /// cpu_map could never give a guest, so the baseline cannot hold them anyway. libvirt itself
+    /// stops on them ("Unknown CPU feature"); the tool says them and goes on.
+    pub left_out: Vec<(String, Vec<String>)>,
+    /// Hosts whose libvirt limits the models the baseline may name (host name, how many models
+    /// the other hosts' libvirts know that it does not, a few of them): from the models each
+    /// host's domcapabilities list, usable or not.
+    pub model_limits: Vec<(String, usize, Vec<String>)>,
 }
 
 impl ClusterReport {
@@ -141,6 +150,8 @@ pub fn analyze(
             .map(|h| h.name.clone())
             .collect(),
         cpu_map: None,
+        left_out: Vec::new(),
+        model_limits: model_limits(hosts),
     };
     match (is_x86(&arch), map) {
         (true, Some(map)) => x86(&mut report, hosts, map, *opts)?,
@@ -172,7 +183,8 @@ fn x86(
     opts: ClusterOptions,
 ) -> Result<(), ClusterError> {
     report.cpu_map = Some(map.source().to_owned());
-    let datas = host_data(hosts, map)?;
+    let (datas, left_out) = host_data(hosts, map)?;
+    report.left_out = left_out;
     host_levels(report, map, &datas);
     let keys = hosts.iter().zip(&datas).map(|(h, data)| {
         let vendor = h.cpu.as_ref().and_then(|c| c.vendor.as_deref());
@@ -233,12 +245,18 @@ fn x86(
     Ok(())
 }
 
-/// Each host's CPU as CPUID data, in the hosts' order.
+/// Each host's CPU as CPUID data, in the hosts' order, and the features each host's CPU names
+/// that the cpu_map does not define, left out of its data ([`ClusterReport::left_out`]).
 ///
 /// # Errors
-/// A host without a CPU, or whose vendor, model or features the cpu_map does not know.
-fn host_data(hosts: &[ClusterHost], map: &X86Map) -> Result<Vec<CpuData>, ClusterError> {
+/// A host without a CPU, or whose vendor or model the cpu_map does not know.
+#[allow(clippy::type_complexity)]
+fn host_data(
+    hosts: &[ClusterHost],
+    map: &X86Map,
+) -> Result<(Vec<CpuData>, Vec<(String, Vec<String>)>), ClusterError> {
     let mut datas: Vec<CpuData> = Vec::new();
+    let mut left_out = Vec::new();
     for h in hosts {
         let Some(cpu) = &h.cpu else {
             return Err(ClusterError::Facts {
@@ -260,9 +278,51 @@ fn host_data(hosts: &[ClusterHost], map: &X86Map) -> Result<Vec<CpuData>, Cluste
                 map: map.source().to_owned(),
             });
         }
-        datas.push(cpu_data(map, cpu, Select::All, &h.path)?);
+        let unknown: Vec<String> = cpu
+            .features
+            .iter()
+            .filter(|(f, _)| map.feature(f).is_none())
+            .map(|(f, _)| f.clone())
+            .collect();
+        if unknown.is_empty() {
+            datas.push(cpu_data(map, cpu, Select::All, &h.path)?);
+        } else {
+            let mut known = cpu.clone();
+            known.features.retain(|(f, _)| !unknown.contains(f));
+            datas.push(cpu_data(map, &known, Select::All, &h.path)?);
+            left_out.push((h.name.clone(), unknown));
+        }
     }
-    Ok(datas)
+    Ok((datas, left_out))
+}
+
+/// The host (or hosts, on a tie) whose libvirt limits the models most
+/// ([`ClusterReport::model_limits`]): of the hosts with domcapabilities, the one lacking the most
+/// models another host's domcapabilities list. Empty when every such host lists the same models.
+fn model_limits(hosts: &[ClusterHost]) -> Vec<(String, usize, Vec<String>)> {
+    let all: BTreeSet<&String> = hosts
+        .iter()
+        .filter_map(|h| h.known_models.as_ref())
+        .flatten()
+        .collect();
+    let lacking: Vec<(String, Vec<String>)> = hosts
+        .iter()
+        .filter_map(|h| {
+            let known = h.known_models.as_ref()?;
+            let lacks: Vec<String> = all
+                .iter()
+                .filter(|m| !known.contains(**m))
+                .map(|m| (*m).clone())
+                .collect();
+            Some((h.name.clone(), lacks))
+        })
+        .collect();
+    let most = lacking.iter().map(|(_, l)| l.len()).max().unwrap_or(0);
+    lacking
+        .into_iter()
+        .filter(|(_, l)| most > 0 && l.len() == most)
+        .map(|(name, l)| (name, most, l.into_iter().take(4).collect()))
+        .collect()
 }
 
 /// Each host's highest level and, for every level above it, the features it lacks; the

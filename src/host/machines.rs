@@ -18,6 +18,19 @@ pub struct MachineLimit {
     pub source: String,
 }
 
+/// A machine type the judged host's QEMU marks deprecated ([`Host::machine_deprecated`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeprecatedMachine {
+    /// The versioned machine type (an alias resolved).
+    pub machine: String,
+    /// The host's QEMU version (`11.1`), as its newest versioned machine type says.
+    pub qemu: Option<String>,
+    /// The newest machine type of the same family (`pc-q35-11.1`).
+    pub newest: String,
+    /// The capabilities file that marks it.
+    pub source: String,
+}
+
 impl Host {
     /// Machine types from libvirt's QEMU capability cache for the domain's emulator (or, without
     /// one, for `qemu-system-ARCH`), read once. Files that cannot be read or parsed are skipped:
@@ -71,6 +84,9 @@ impl Host {
         {
             return None;
         }
+        if !self.caps_machine_files.is_empty() {
+            return self.caps_lack_machine(arch, virt_type, machine, emulator);
+        }
         let qemu_type = if virt_type == "kvm" { "kvm" } else { "tcg" };
         let file = self
             .qemu_cache
@@ -85,6 +101,102 @@ impl Host {
             return None;
         }
         crate::libvirt::qemu_caps::lacks_machine(&text, qemu_type, machine).then(|| e.to_string())
+    }
+
+    /// The machine types the judged host's capabilities list for a guest of `arch` and
+    /// `virt_type` (those under `<arch>` for every virt type, and under its `<domain type>`):
+    /// those of the emulator libvirt picks (the domain's `<emulator>`, else `qemu-system-ARCH`
+    /// of [`emulator_suffix`]: an i686 guest gets qemu-system-x86_64, as libvirt 7.0 … 12.8 pick
+    /// it), whatever guest arch they are listed under, as libvirt checks them; else those listed
+    /// for the arch.
+    fn caps_machines(
+        &self,
+        arch: &str,
+        virt_type: &str,
+        emulator: Option<&str>,
+    ) -> Vec<&MachineType> {
+        let of_type = |m: &&MachineType| {
+            m.virt_type.as_deref().is_none_or(|v| v == virt_type)
+                && self.caps_machine_files.contains(&m.source)
+        };
+        let wanted = emulator_suffix(arch, emulator);
+        let of_emulator: Vec<&MachineType> = self
+            .machines
+            .iter()
+            .filter(of_type)
+            .filter(|m| m.emulator.as_deref().is_some_and(|e| e.ends_with(&wanted)))
+            .collect();
+        if !of_emulator.is_empty() {
+            return of_emulator;
+        }
+        self.machines
+            .iter()
+            .filter(of_type)
+            .filter(|m| m.arch == arch)
+            .collect()
+    }
+
+    /// [`Host::machine_unsupported`] from the judged host's capabilities: the emulator they name
+    /// when they list machine types for the guest's arch and virt type and `machine` is none of
+    /// them (by name or alias). None when they list none for the arch (libvirt then refuses the
+    /// arch itself, which is not this check's).
+    fn caps_lack_machine(
+        &self,
+        arch: &str,
+        virt_type: &str,
+        machine: &str,
+        emulator: Option<&str>,
+    ) -> Option<String> {
+        let list = self.caps_machines(arch, virt_type, emulator);
+        let first = list.first()?;
+        if list.iter().any(|m| m.name == machine) {
+            return None;
+        }
+        Some(
+            first
+                .emulator
+                .clone()
+                .or_else(|| emulator.map(str::to_string))
+                .unwrap_or_else(|| format!("qemu-system-{arch}")),
+        )
+    }
+
+    /// A machine type the judged host's capabilities mark `deprecated='yes'` (QEMU deprecates
+    /// versioned machine types after six years and removes them later: QEMU's
+    /// `docs/about/deprecated.rst`; QEMU 11.1 marks 5.2 … 8.1 and has nothing older), with what
+    /// the warning names: the QEMU version (its newest versioned machine type of any family) and
+    /// the newest type of the same family. None when not deprecated or nothing says.
+    #[must_use]
+    pub fn machine_deprecated(
+        &self,
+        arch: &str,
+        virt_type: &str,
+        machine: &str,
+        emulator: Option<&str>,
+    ) -> Option<DeprecatedMachine> {
+        let list = self.caps_machines(arch, virt_type, emulator);
+        let canonical = list
+            .iter()
+            .find(|m| m.name == machine)
+            .and_then(|m| m.canonical.clone())
+            .unwrap_or_else(|| machine.to_string());
+        let entry = list.iter().find(|m| m.name == canonical && m.deprecated)?;
+        let (family, _) = crate::machine::split_versioned(&entry.name)?;
+        let newest_of = |fam: Option<&str>| {
+            list.iter()
+                .filter_map(|m| crate::machine::split_versioned(&m.name).map(|(f, v)| (f, v, m)))
+                .filter(|(f, _, _)| fam.is_none_or(|x| x == *f))
+                .max_by_key(|(_, v, _)| *v)
+                .map(|(_, v, m)| (v, m.name.clone()))
+        };
+        let (_, newest) = newest_of(Some(family))?;
+        let qemu = newest_of(None).map(|((major, minor), _)| format!("{major}.{minor}"));
+        Some(DeprecatedMachine {
+            machine: entry.name.clone(),
+            qemu,
+            newest,
+            source: entry.source.clone(),
+        })
     }
 
     /// Every machine type in libvirt's QEMU capability cache, all emulators (for

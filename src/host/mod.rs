@@ -15,7 +15,7 @@
 mod cpu_map;
 mod machines;
 
-pub use machines::MachineLimit;
+pub use machines::{DeprecatedMachine, MachineLimit};
 
 use crate::cluster::cpu::ClusterCpu;
 use crate::error::{Error, Result};
@@ -73,6 +73,15 @@ pub struct Host {
     /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
     pub cluster: Option<Sourced<Vec<PathBuf>>>,
     skip_machine_support: bool,
+    /// Nothing of this machine is read ([`HostOptions::only_given_facts`]).
+    only_given_facts: bool,
+    /// Files whose capabilities (a `virsh capabilities` document or a `<hostFacts>` holding one)
+    /// list the host's machine types: then the machine types are that host's, and machine
+    /// support is judged from them ([`Host::machine_unsupported`]).
+    caps_machine_files: Vec<String>,
+    /// This machine's facts left out because they are not the judged host's, each a sentence
+    /// saying which and why ([`Host::left_out`]).
+    left_out: Vec<String>,
     cluster_cpu: std::cell::OnceCell<std::result::Result<ClusterCpu, String>>,
 }
 
@@ -99,9 +108,41 @@ pub struct HostOptions {
     /// Leave the machine type's support to libvirt ([`Host::machine_unsupported`] says nothing):
     /// the hook's guest was defined, so libvirt has checked it, and checks it again at start.
     pub skip_machine_support: bool,
+    /// The host is known only by the facts given here (another host: `fleet`, a dry run for a
+    /// cluster member): nothing of this machine is read, not libvirt's QEMU capability cache,
+    /// not its cpu_map (the built-in table, libvirt 9.0's, answers unless `cpu_map` names the
+    /// host's), not `/dev/kvm` (KVM's limit only from `kvm_max_vcpus`), not the CPU count (only
+    /// from `cpus`). [`HostOptions::of_facts`] sets it.
+    pub only_given_facts: bool,
 }
 
 impl HostOptions {
+    /// A host known only by its facts: `files` (its `virsh capabilities`, `virsh
+    /// domcapabilities`, or `<hostFacts>` files, which may carry its libvirt version), its
+    /// cpu_map directory (None: the built-in table, libvirt 9.0's models) and its libvirt
+    /// version when no `<hostFacts>` gives it.
+    ///
+    /// This is the per-host judging API: given `Host::discover(&HostOptions::of_facts(...))`,
+    /// [`crate::pipeline::Pipeline::new`] judges a domain as that host's libvirt would (machine
+    /// types and their limits from its capabilities, CPU modes and models from its
+    /// domcapabilities, names from its cpu_map, every version rule from its version), and
+    /// nothing of the machine the tool runs on enters the verdict ([`HostOptions::only_given_facts`]).
+    #[must_use]
+    pub fn of_facts(
+        files: Vec<PathBuf>,
+        cpu_map: Option<PathBuf>,
+        libvirt_version: Option<Sourced<LibvirtVersion>>,
+    ) -> HostOptions {
+        HostOptions {
+            caps: files,
+            cpu_map,
+            qemu_cache: Some(PathBuf::new()),
+            libvirt_version,
+            only_given_facts: true,
+            ..HostOptions::default()
+        }
+    }
+
     /// The policy's `[host]` settings, with overrides (`--caps` files first, then the policy's;
     /// `--cpu-map`, `--host-cpus` over the policy's `cpu_map`, `cpus`).
     #[must_use]
@@ -151,6 +192,13 @@ impl Host {
                 CpuMap::load_models(dir, &[]).map_err(|e| Error::Host(e.to_string()))?;
                 (Some(dir.clone()), None)
             }
+            None if opts.only_given_facts => (
+                None,
+                Some(
+                    "no cpu_map given for this host; using the built-in table from libvirt 9.0"
+                        .to_string(),
+                ),
+            ),
             None => {
                 let dir = Path::new(DEFAULT_CPU_MAP);
                 // Checked for presence only: a broken file is reported when a model is read
@@ -198,18 +246,99 @@ impl Host {
             qemu_cache_machines: std::cell::RefCell::default(),
             kvm_limit: std::cell::OnceCell::new(),
             kvm_override: opts.kvm_max_vcpus.clone(),
+            only_given_facts: opts.only_given_facts,
             libvirt_version: std::cell::OnceCell::new(),
             libvirt_override: opts.libvirt_version.clone(),
             x86_feature_names: std::cell::OnceCell::new(),
             facts_version: None,
             cluster: opts.cluster.clone(),
             skip_machine_support: opts.skip_machine_support,
+            caps_machine_files: Vec::new(),
+            left_out: Vec::new(),
             cluster_cpu: std::cell::OnceCell::new(),
         };
         for path in &opts.caps {
             host.read_caps_file(path)?;
         }
+        host.leave_out_other_hosts_files(opts.cpu_map.is_none());
         Ok(host)
+    }
+
+    /// One host, one set of facts: when the judged host is not this machine, this machine's
+    /// files that describe its own libvirt and QEMU are left out, and said so ([`Host::left_out`]).
+    ///
+    /// * Capabilities given (`--caps`, `[host] capabilities`, a `<hostFacts>`) list the judged
+    ///   host's machine types: libvirt's QEMU capability cache of this machine is not read (its
+    ///   machine types, limits and `<selfvers>` are this machine's QEMU and libvirt).
+    /// * A libvirt version given (`--libvirt-version`, a `<hostFacts libvirt=...>`) that is not
+    ///   the version of this machine's libvirt (the cache's `<selfvers>`): the cache is not read,
+    ///   and neither is this machine's cpu_map when none was named (`default_cpu_map`); the
+    ///   built-in table (libvirt 9.0's) answers unless `--cpu-map` names the host's.
+    ///
+    /// A local version that cannot be read (no cache) leaves the local files in use: nothing says
+    /// they are another libvirt's.
+    fn leave_out_other_hosts_files(&mut self, default_cpu_map: bool) {
+        let Some(cache_dir) = self.qemu_cache.dir().map(Path::to_path_buf) else {
+            return;
+        };
+        let target = self
+            .libvirt_override
+            .clone()
+            .or_else(|| self.facts_version.clone());
+        let local = self
+            .qemu_cache
+            .files()
+            .iter()
+            .find_map(|f| f.head.selfvers)
+            .map(LibvirtVersion::from_number);
+        let other_version = match (&target, local) {
+            (Some(t), Some(l)) if t.value != l => Some((t.clone(), l)),
+            _ => None,
+        };
+        let cache = cache_dir.display();
+        if let Some(file) = self.caps_machine_files.first() {
+            self.left_out.push(format!(
+                "libvirt's QEMU capability cache ({cache}) left out: the judged host's capabilities ({file}) list its machine types"
+            ));
+        } else if let Some((t, l)) = &other_version {
+            self.left_out.push(format!(
+                "libvirt's QEMU capability cache ({cache}) left out: it is libvirt {l}'s (this machine's), the judged host runs libvirt {} ({})",
+                t.value, t.source
+            ));
+        } else {
+            return;
+        }
+        self.qemu_cache = QemuCache::new(None);
+        if let (Some((t, l)), true) = (&other_version, default_cpu_map) {
+            if let Some(dir) = self.cpu_map_dir.take() {
+                let note = format!(
+                    "{} left out: it is libvirt {l}'s (this machine's), the judged host runs libvirt {} ({}); using the built-in table from libvirt 9.0 (give the host's with --cpu-map)",
+                    dir.display(),
+                    t.value,
+                    t.source
+                );
+                self.left_out.push(note.clone());
+                self.cpu_map_note = Some(note);
+            }
+        }
+    }
+
+    /// Where machine-type support is judged from: the judged host's capabilities file when one
+    /// lists machine types, else libvirt's QEMU capability cache.
+    #[must_use]
+    pub fn machine_support_source(&self) -> String {
+        self.caps_machine_files.first().map_or_else(
+            || "libvirt's QEMU capability cache".to_string(),
+            |f| format!("the host's capabilities, {f}"),
+        )
+    }
+
+    /// This machine's facts left out because they are not the judged host's, each a sentence
+    /// naming the file and why (empty when the judged host is this machine). `host` prints them;
+    /// `check` and `rewrite` say them on stderr.
+    #[must_use]
+    pub fn left_out(&self) -> &[String] {
+        &self.left_out
     }
 
     /// Read one capabilities, domcapabilities, qemuCaps or `<hostFacts>` file and add its facts
@@ -229,11 +358,23 @@ impl Host {
             DocumentError::Input(e) => e,
             e @ DocumentError::Invalid { .. } => Error::Host(e.to_string()),
         })?;
+        let file = path.display().to_string();
         match doc {
-            Document::Capabilities(c) => self.machines.extend(c.machines),
+            Document::Capabilities(c) => {
+                if !c.machines.is_empty() {
+                    self.caps_machine_files.push(file);
+                }
+                self.machines.extend(c.machines);
+            }
             Document::QemuCaps(q) => self.machines.extend(q.machines),
             Document::DomCaps(d) => self.domcaps.push(*d),
             Document::HostFacts(f) => {
+                if f.capabilities
+                    .as_ref()
+                    .is_some_and(|c| !c.machines.is_empty())
+                {
+                    self.caps_machine_files.push(file);
+                }
                 self.machines
                     .extend(f.capabilities.into_iter().flat_map(|c| c.machines));
                 self.domcaps.extend(f.domcaps);
@@ -256,7 +397,10 @@ impl Host {
     /// (glibc reads sysfs for it, so only when a rule needs it).
     pub fn cpus(&self) -> Option<&Sourced<u32>> {
         self.cpus
-            .get_or_init(|| self.cpus_override.clone().or_else(sysconf_cpus))
+            .get_or_init(|| {
+                let local = (!self.only_given_facts).then(sysconf_cpus).flatten();
+                self.cpus_override.clone().or(local)
+            })
             .as_ref()
     }
 
@@ -265,6 +409,9 @@ impl Host {
         self.kvm_limit
             .get_or_init(|| {
                 self.kvm_override.clone().or_else(|| {
+                    if self.only_given_facts {
+                        return None;
+                    }
                     crate::machine::kvm_max_vcpus().map(|value| Sourced {
                         value,
                         source: "KVM_CAP_MAX_VCPUS on /dev/kvm".into(),
@@ -495,10 +642,152 @@ mod tests {
         let (value, source) = version(vec![no_version.clone(), facts.clone(), other], None);
         assert_eq!(value, "11.3.0", "the first file with a version wins");
         assert!(source.ends_with("facts.xml"), "{source}");
-        let (value, source) = version(vec![no_version], None);
+        // A capabilities file is the judged host's: this machine's cache is left out, so its
+        // <selfvers> is not that host's version.
+        let h = Host::discover(&HostOptions {
+            caps: vec![no_version],
+            qemu_cache: Some(cache.clone()),
+            ..HostOptions::default()
+        })
+        .unwrap();
+        assert!(h.libvirt_version().is_none());
+        assert!(
+            h.left_out()[0].contains("the judged host's capabilities"),
+            "{:?}",
+            h.left_out()
+        );
+        let (value, source) = version(vec![], None);
         assert_eq!(value, "9.0.0");
         assert!(source.starts_with("<selfvers> in "), "{source}");
+        // A version that is not this machine's libvirt's leaves the cache out too.
+        let h = Host::discover(&HostOptions {
+            qemu_cache: Some(cache.clone()),
+            libvirt_version: Some(Sourced {
+                value: v("7.0.0"),
+                source: "--libvirt-version".into(),
+            }),
+            ..HostOptions::default()
+        })
+        .unwrap();
+        assert_eq!(h.qemu_cache().dir(), None);
+        assert!(
+            h.left_out()[0].contains("it is libvirt 9.0.0's (this machine's)"),
+            "{:?}",
+            h.left_out()
+        );
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// Machine support and deprecation are judged from the judged host's own capabilities, as
+    /// each generation's libvirt lists them (the rig's captures): QEMU 11.1 (libvirt 12.8) has
+    /// no machine type before 5.2 and marks 5.2 … 8.1 deprecated; QEMU 5.2 (libvirt 7.0) has
+    /// pc-i440fx-2.11, and libvirt 7.0 marks nothing.
+    #[test]
+    fn machine_support_and_deprecation_come_from_the_judged_hosts_capabilities() {
+        use crate::testdata::generation;
+        let host = |g: &str| {
+            Host::discover(&HostOptions {
+                caps: vec![generation(g, "capabilities.xml")],
+                ..HostOptions::default()
+            })
+            .unwrap()
+        };
+        let forky = host("forky");
+        assert_eq!(forky.qemu_cache().dir(), None, "{:?}", forky.left_out());
+        let emulator = Some("/usr/bin/qemu-system-x86_64".to_string());
+        for m in ["pc-i440fx-2.11", "pc-q35-5.1", "pc-1.0", "pc-q35-99.0"] {
+            assert_eq!(
+                forky.machine_unsupported("x86_64", "qemu", m, None),
+                emulator,
+                "{m}"
+            );
+        }
+        for m in ["pc-i440fx-5.2", "pc-q35-11.1", "q35", "pc", "microvm"] {
+            assert_eq!(
+                forky.machine_unsupported("x86_64", "kvm", m, None),
+                None,
+                "{m}"
+            );
+        }
+        assert_eq!(
+            forky.machine_unsupported("aarch64", "qemu", "virt-5.1", None),
+            Some("/usr/bin/qemu-system-aarch64".into())
+        );
+        let d = forky
+            .machine_deprecated("x86_64", "qemu", "pc-q35-5.2", None)
+            .unwrap();
+        assert_eq!(
+            (d.machine.as_str(), d.qemu.as_deref(), d.newest.as_str()),
+            ("pc-q35-5.2", Some("11.1"), "pc-q35-11.1")
+        );
+        let d = forky
+            .machine_deprecated("x86_64", "kvm", "pc-i440fx-8.1", None)
+            .unwrap();
+        assert_eq!(d.newest, "pc-i440fx-11.1");
+        assert_eq!(
+            forky.machine_deprecated("x86_64", "qemu", "pc-q35-8.2", None),
+            None
+        );
+        assert_eq!(
+            forky.machine_deprecated("x86_64", "qemu", "q35", None),
+            None
+        );
+        let bullseye = host("bullseye");
+        assert_eq!(
+            bullseye.machine_unsupported("x86_64", "qemu", "pc-i440fx-2.11", None),
+            None
+        );
+        assert_eq!(
+            bullseye.machine_unsupported("x86_64", "qemu", "pc-q35-7.2", None),
+            emulator
+        );
+        assert_eq!(
+            bullseye.machine_deprecated("x86_64", "qemu", "pc-i440fx-1.4", None),
+            None,
+            "libvirt 7.0 writes no deprecated mark"
+        );
+        // The hook leaves machine support to libvirt.
+        let hook = Host::discover(&HostOptions {
+            caps: vec![generation("forky", "capabilities.xml")],
+            skip_machine_support: true,
+            ..HostOptions::default()
+        })
+        .unwrap();
+        assert_eq!(
+            hook.machine_unsupported("x86_64", "qemu", "pc-i440fx-2.11", None),
+            None
+        );
+    }
+
+    /// The per-host API: a host made only from its facts reads nothing of this machine.
+    #[test]
+    fn a_host_of_facts_only_reads_nothing_of_this_machine() {
+        use crate::testdata::generation;
+        let version = Sourced {
+            value: v("12.8.0"),
+            source: "the fleet's inventory".into(),
+        };
+        let h = Host::discover(&HostOptions::of_facts(
+            vec![
+                generation("forky", "capabilities.xml"),
+                generation("forky", "domcapabilities-x86_64-q35-qemu.xml"),
+            ],
+            Some(generation("forky", "cpu_map")),
+            Some(version.clone()),
+        ))
+        .unwrap();
+        assert_eq!(h.qemu_cache().dir(), None);
+        assert!(h.left_out().is_empty(), "{:?}", h.left_out());
+        assert_eq!(h.kvm_limit(), None);
+        assert_eq!(h.cpus(), None);
+        assert_eq!(h.libvirt_version(), Some(&version));
+        assert!(h.model_features("EPYC-Turin").is_some());
+        assert_eq!(
+            h.machine_unsupported("x86_64", "kvm", "pc-q35-5.1", None),
+            Some("/usr/bin/qemu-system-x86_64".into())
+        );
+        let bare = Host::discover(&HostOptions::of_facts(vec![], None, None)).unwrap();
+        assert_eq!(bare.cpu_map_source(), "built-in");
     }
 
     #[test]

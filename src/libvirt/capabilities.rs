@@ -21,6 +21,12 @@ pub struct MachineType {
     /// (libvirt writes the attribute only when QEMU reported a limit above 0, so 0 is no limit
     /// known, never a limit of 0).
     pub max_cpus: Option<u32>,
+    /// `deprecated='yes'`: QEMU marks the type deprecated (libvirt writes the attribute in
+    /// capabilities from 7.x on; libvirt 7.0 writes none, seen on Debian 11's 7.0.0).
+    pub deprecated: bool,
+    /// The emulator of the `<guest><arch>` it is listed under (`<emulator>`), or the
+    /// capability cache file's `<emulator>`.
+    pub emulator: Option<String>,
     /// The file it was read from.
     pub source: String,
 }
@@ -52,6 +58,7 @@ impl Capabilities {
                 continue;
             };
             let arch_name = arch.attribute("name").unwrap_or("");
+            let emulator = child(arch, "emulator").and_then(text_of);
             let mut push = |m: Node<'_, '_>, vt: Option<&str>| {
                 if let Some(name) = text_of(m) {
                     machines.push(MachineType {
@@ -60,6 +67,8 @@ impl Capabilities {
                         name,
                         canonical: m.attribute("canonical").map(str::to_string),
                         max_cpus: positive_count(m.attribute("maxCpus")),
+                        deprecated: m.attribute("deprecated") == Some("yes"),
+                        emulator: emulator.clone(),
                         source: source.to_string(),
                     });
                 }

@@ -43,6 +43,7 @@ impl QemuCaps {
     #[must_use]
     pub fn read(root: Node<'_, '_>, source: &str) -> QemuCaps {
         let arch = child(root, "arch").and_then(text_of).unwrap_or_default();
+        let emulator = child(root, "emulator").and_then(text_of);
         let mut machines = Vec::new();
         for m in root
             .children()
@@ -63,6 +64,8 @@ impl QemuCaps {
                 name: name.to_string(),
                 canonical: canonical.map(str::to_string),
                 max_cpus: max,
+                deprecated: m.attribute("deprecated") == Some("yes"),
+                emulator: emulator.clone(),
                 source: source.to_string(),
             };
             machines.push(machine(name, None));

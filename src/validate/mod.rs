@@ -39,10 +39,28 @@ pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> Vec<F
         out.push(Finding::error(
             Code::MachineUnsupported,
             format!(
-                "Emulator '{emulator}' does not support machine type '{}' (libvirt refuses the domain at define; per libvirt's QEMU capability cache)",
-                dom.machine()
+                "Emulator '{emulator}' does not support machine type '{}' (libvirt refuses the domain at define; per {})",
+                dom.machine(),
+                facts.machine_support_source
             ),
             format!("use a machine type `{emulator} -machine help` lists"),
+        ));
+    }
+    if let Some(d) = &facts.machine_deprecated {
+        let qemu = d
+            .qemu
+            .as_deref()
+            .map_or_else(|| "the host's QEMU".to_string(), |v| format!("QEMU {v}"));
+        out.push(Finding::warning(
+            Code::MachineDeprecated,
+            format!(
+                "machine type '{}' is deprecated by {qemu} (per {}): a later QEMU removes it, and libvirt then refuses the domain at define (QEMU 11.1 has no type older than 5.2)",
+                d.machine, d.source
+            ),
+            format!(
+                "move the guest to {} (the newest of its family) at a planned restart",
+                d.newest
+            ),
         ));
     }
     vcpu::check(dom, facts, &mut out);

@@ -243,7 +243,10 @@ impl Iommu {
             if !i.present {
                 (i.present, i.intel) = (true, true);
             }
-            if i.intel {
+            if i.intel && facts.applies(VersionRule::EimForced) {
+                // 12.2 and later switch eim and intremap on even when written off.
+                (i.eim, i.intremap) = (Some(true), Some(true));
+            } else if i.intel {
                 i.eim.get_or_insert(true);
                 i.intremap.get_or_insert(true);
             }
@@ -258,10 +261,17 @@ impl Iommu {
 /// An Intel IOMMU needs q35; `eim` needs `intremap`; `intremap` needs the split I/O APIC.
 fn check_iommu(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     let written = Iommu::as_written(dom);
-    if !(written.present && written.intel) {
+    // From 12.2 the IOMMU libvirt adds above 255 vCPUs is checked like a written one: a
+    // written `<ioapic driver='kvm'/>` is then refused (seen with libvirt 12.8; 11.3 accepts).
+    let added = facts.applies(VersionRule::EimForced)
+        && !written.present
+        && is_x86(dom.arch())
+        && max > X86_XAPIC_LIMIT;
+    if !(added || (written.present && written.intel)) {
         return;
     }
-    if is_x86(dom.arch())
+    if written.present
+        && is_x86(dom.arch())
         && !is_q35(dom.machine())
         && !facts.canonical_machine.as_deref().is_some_and(is_q35)
     {

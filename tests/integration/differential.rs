@@ -17,7 +17,7 @@
 //! Domains are named `vcp-diff-<pid>-<i>`; a guard undefines every domain with that prefix, also
 //! when the test fails.
 
-use crate::harness::{Oracle, Output, Scratch, bin, oracles, virsh_at};
+use crate::harness::{Oracle, Output, Scratch, bin, every_generation, virsh_at};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -796,55 +796,79 @@ fn check_agrees_with_virsh_define_and_rewrites_are_accepted() {
         "version = 1\n\n[[rule]]\nname = \"max host\"\nvcpu.max = \"host\"\n",
     )
     .unwrap();
-    let mut failures = Vec::new();
-    for oracle in oracles() {
-        let _cleanup = Cleanup(oracle.uri.clone());
-        let caps_text = oracle.virsh(&["capabilities"]);
-        assert!(caps_text.ok, "virsh capabilities: {}", caps_text.stderr);
-        let f = Files {
-            exe: &exe,
-            caps: tmp.write(
-                &format!("capabilities-{}.xml", oracle.version),
-                &caps_text.stdout,
-            ),
-            empty: empty.clone(),
-            host_policy: host_policy.clone(),
-            domain: tmp.0.join("domain.xml"),
-            rewritten: tmp.0.join("rewritten.xml"),
-        };
-        let machines = machines(&caps_text.stdout);
-        assert!(
-            machines.len() >= 4,
-            "too few x86_64 machine types in virsh capabilities: {machines:?}"
-        );
-        eprintln!(
-            "differential: {}: seed {SEED:#x}, {CASES} cases, machine types {}",
-            oracle.label,
-            machines
-                .iter()
-                .map(|(n, m)| format!("{n}({m})"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        let mut rng = Rng(SEED);
-        let cases: Vec<Case> = (0..CASES)
-            .map(|i| generate(&mut rng, i, &machines))
+    // One thread per generation: each has its own daemon, files and domain names, and the run
+    // waits on libvirt far more than on the CPU, so the four overlap.
+    let oracles = every_generation();
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let runs: Vec<_> = oracles
+            .iter()
+            .map(|oracle| {
+                let (exe, tmp) = (&exe, &tmp);
+                let (empty, host_policy) = (&empty, &host_policy);
+                scope.spawn(move || differential_on(oracle, exe, tmp, empty, host_policy))
+            })
             .collect();
-        // VCP_DIFF_DUMP=DIR keeps every generated domain as DIR/<version>/<i>-host<N>.xml.
-        if let Some(dir) = std::env::var_os("VCP_DIFF_DUMP") {
-            let dir = PathBuf::from(dir).join(&oracle.version);
-            std::fs::create_dir_all(&dir).unwrap();
-            for (i, c) in cases.iter().enumerate() {
-                std::fs::write(dir.join(format!("{i}-host{}.xml", c.host_cpus)), &c.xml).unwrap();
-            }
-            std::fs::copy(&f.caps, dir.join("capabilities.xml")).unwrap();
-        }
-        failures.extend(part1(&oracle, &f, &cases));
-        failures.extend(part2(&oracle, &f, &cases));
-    }
+        runs.into_iter()
+            .flat_map(|r| r.join().expect("a generation's run panicked"))
+            .collect()
+    });
     assert!(
         failures.is_empty(),
         "{} disagreement(s) with virsh define on the input, or rewrite(s) with exit 0 refused by virsh define (see above)",
         failures.len()
     );
+}
+
+/// The differential on one generation: its own capabilities, machine types, domains and files.
+fn differential_on(
+    oracle: &Oracle,
+    exe: &Path,
+    tmp: &Scratch,
+    empty: &Path,
+    host_policy: &Path,
+) -> Vec<String> {
+    let _cleanup = Cleanup(oracle.uri.clone());
+    let caps_text = oracle.virsh(&["capabilities"]);
+    assert!(caps_text.ok, "virsh capabilities: {}", caps_text.stderr);
+    let f = Files {
+        exe,
+        caps: tmp.write(
+            &format!("capabilities-{}.xml", oracle.version),
+            &caps_text.stdout,
+        ),
+        empty: empty.to_path_buf(),
+        host_policy: host_policy.to_path_buf(),
+        domain: tmp.0.join(format!("domain-{}.xml", oracle.version)),
+        rewritten: tmp.0.join(format!("rewritten-{}.xml", oracle.version)),
+    };
+    let machines = machines(&caps_text.stdout);
+    assert!(
+        machines.len() >= 4,
+        "too few x86_64 machine types in virsh capabilities: {machines:?}"
+    );
+    eprintln!(
+        "differential: {}: seed {SEED:#x}, {CASES} cases, machine types {}",
+        oracle.label,
+        machines
+            .iter()
+            .map(|(n, m)| format!("{n}({m})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut rng = Rng(SEED);
+    let cases: Vec<Case> = (0..CASES)
+        .map(|i| generate(&mut rng, i, &machines))
+        .collect();
+    // VCP_DIFF_DUMP=DIR keeps every generated domain as DIR/<version>/<i>-host<N>.xml.
+    if let Some(dir) = std::env::var_os("VCP_DIFF_DUMP") {
+        let dir = PathBuf::from(dir).join(&oracle.version);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (i, c) in cases.iter().enumerate() {
+            std::fs::write(dir.join(format!("{i}-host{}.xml", c.host_cpus)), &c.xml).unwrap();
+        }
+        std::fs::copy(&f.caps, dir.join("capabilities.xml")).unwrap();
+    }
+    let mut failures = part1(oracle, &f, &cases);
+    failures.extend(part2(oracle, &f, &cases));
+    failures
 }

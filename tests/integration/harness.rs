@@ -403,6 +403,14 @@ pub fn generation_facts(name: &str) -> PathBuf {
     root().join("tests/data/generations").join(name)
 }
 
+/// Every generation that answers ([`generations`]) as an oracle: the tests that judge the tool
+/// against "each libvirt" run on all four under `.ci/run` (`VCP_REQUIRE_GENERATIONS`), each
+/// judged with its own facts ([`Oracle::tool_args`]: its version and cpu_map; its capabilities
+/// from its own daemon where a test asks them).
+pub fn every_generation() -> Vec<Oracle> {
+    generations().into_iter().map(|g| g.oracle).collect()
+}
+
 /// A generation of the configuration that does not answer, and why.
 #[derive(Debug)]
 pub struct Absent {

@@ -276,6 +276,19 @@ fn define_golden_outputs(oracle: &Oracle, tmp: &Scratch) -> Defined {
                 .push(format!("{} (written for another libvirt)", case.name));
             continue;
         }
+        // Outputs recorded without a version follow libvirt 9.0's rules, which write `maximum`
+        // as the TCG fallback; libvirt 7.0 has no such mode (7.1 brought it), and the tool
+        // given 7.0 writes host-model instead (case tcg-host-passthrough-x86-libvirt-7.0).
+        if case_release(&case).is_none()
+            && oracle.major_minor() < (7, 1)
+            && (text.contains("<cpu mode='maximum'") || text.contains("<cpu mode=\"maximum\""))
+        {
+            d.not_here.push(format!(
+                "{} (recorded with libvirt 9.0's rules: mode='maximum', which libvirt {} lacks)",
+                case.name, oracle.version
+            ));
+            continue;
+        }
         let machine = roxmltree::Document::parse(&text).ok().and_then(|d| {
             d.descendants()
                 .find(|n| {
@@ -327,7 +340,7 @@ fn define_golden_outputs(oracle: &Oracle, tmp: &Scratch) -> Defined {
 fn golden_outputs_are_accepted_by_virsh_define() {
     let tmp = Scratch::new("define");
     let mut failures = Vec::new();
-    for oracle in oracles() {
+    for oracle in crate::harness::every_generation() {
         let d = define_golden_outputs(&oracle, &tmp);
         eprintln!(
             "libvirt: {}: {} x86_64 and Arm TCG golden output(s) accepted by virsh define; {} not run there: {}",

@@ -29,3 +29,4 @@ mod modes;
 mod oracles;
 mod props;
 mod tables;
+mod upgrades;

@@ -50,6 +50,10 @@ fn guest(name: &str, arch: &str, virt_type: &str, mode: &str) -> String {
 fn libvirt_verdict(o: &Oracle, dir: &Scratch, name: &str, xml: &str) -> Result<bool, String> {
     let file = dir.write(&format!("{name}.xml"), xml);
     let d = o.virsh(&["define", &s(&file)]);
+    // libvirt 7.0 does not know the mode `maximum` (7.1 brought it) and refuses it at define.
+    if !d.ok && d.stderr.contains("Invalid mode attribute 'maximum'") {
+        return Ok(false);
+    }
     if !d.ok {
         return Err(format!("define: {}", d.stderr.trim()));
     }
@@ -68,10 +72,11 @@ fn libvirt_verdict(o: &Oracle, dir: &Scratch, name: &str, xml: &str) -> Result<b
 
 /// The tool's verdict with no policy rule and no host file: Some(false) when it says the mode is
 /// not offered (it rewrites it, or refuses it), Some(true) when the document conforms.
-fn tool_verdict(dir: &Scratch, xml: &str) -> Result<bool, String> {
+fn tool_verdict(o: &Oracle, dir: &Scratch, xml: &str) -> Result<bool, String> {
     let policy = dir.write("empty-policy.toml", "version = 1\n");
     let out = Cmd::new(&["check", "--format", "json", "--no-qemu-caps-cache"])
         .args(&["--policy", &s(&policy)])
+        .args(&o.tool_args())
         .stdin(xml)
         .run();
     let v: serde_json::Value = serde_json::from_str(&out.stdout)
@@ -93,7 +98,8 @@ fn tool_verdict(dir: &Scratch, xml: &str) -> Result<bool, String> {
     }
 }
 
-/// domcapabilities' `supported` for `mode`.
+/// domcapabilities' `supported` for `mode`; a mode they do not list at all (`maximum` on
+/// libvirt 7.0) is not offered.
 fn domcaps_supported(o: &Oracle, arch: &str, virt_type: &str, mode: &str) -> Option<bool> {
     let dc = o.virsh(&[
         "domcapabilities",
@@ -105,9 +111,12 @@ fn domcaps_supported(o: &Oracle, arch: &str, virt_type: &str, mode: &str) -> Opt
         machine(arch),
     ]);
     let doc = roxmltree::Document::parse(&dc.stdout).ok()?;
-    doc.descendants()
-        .find(|n| n.has_tag_name("mode") && n.attribute("name") == Some(mode))
-        .map(|n| n.attribute("supported") == Some("yes"))
+    let cpu = doc.descendants().find(|n| n.has_tag_name("cpu"))?;
+    Some(
+        cpu.children()
+            .find(|n| n.has_tag_name("mode") && n.attribute("name") == Some(mode))
+            .is_some_and(|n| n.attribute("supported") == Some("yes")),
+    )
 }
 
 /// (arch, virt types) this libvirt runs, from `virsh capabilities`.
@@ -139,7 +148,7 @@ fn emulated(o: &Oracle) -> Vec<(String, Vec<String>)> {
 fn cpu_mode_table_matches_libvirt() {
     let dir = Scratch::new("modes");
     let mut disagreements = Vec::new();
-    for o in oracles() {
+    for o in crate::harness::every_generation() {
         let archs = emulated(&o);
         assert!(
             archs.iter().any(|(a, _)| a == "aarch64"),
@@ -153,7 +162,7 @@ fn cpu_mode_table_matches_libvirt() {
                     let name = format!("vcp-test-{}-mode-{arch}-{vt}-{mode}", std::process::id());
                     let xml = guest(&name, arch, vt, mode);
                     let lv = libvirt_verdict(&o, &dir, &name, &xml);
-                    let tool = tool_verdict(&dir, &xml);
+                    let tool = tool_verdict(&o, &dir, &xml);
                     let dc = domcaps_supported(&o, arch, vt, mode);
                     let row = format!(
                         "{}: {arch:7} {vt:4} {mode:16} libvirt {lv:?}, domcapabilities {dc:?}, tool {tool:?}",
