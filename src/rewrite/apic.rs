@@ -3,8 +3,9 @@
 //!
 //! When the vCPUs of the new maximum reach an APIC ID of 255 or more under TCG:
 //! * QEMU 9.0 and later run them only with x2APIC in the guest CPU ("APIC ID 255 requires
-//!   x2APIC feature in CPU"; a vCPU hot-plugged without it aborts the running guest): the guest
-//!   CPU gets `<feature policy='require' name='x2apic'/>` ([`require_x2apic`]), unless the
+//!   x2APIC feature in CPU"; a vCPU hot-plugged without it fails: QEMU 10.0 aborts the running
+//!   guest, 11.1 refuses the vCPU): the guest CPU gets `<feature policy='require'
+//!   name='x2apic'/>` ([`require_x2apic`]), unless the
 //!   policy takes x2apic away (a rule's `cpu.disable`, or a cluster baseline whose hosts lack it),
 //!   which is refused with one sentence (`tcg-x2apic`);
 //! * QEMU before 9.0, or a QEMU whose version is unknown (the safe choice: such a guest starts on

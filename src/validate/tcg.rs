@@ -5,10 +5,11 @@
 //!   vCPUs can reach one ("current -smp configuration requires kernel irqchip and X2APIC API
 //!   support", the maximum counts); QEMU 9.0 and later create such a vCPU only with x2APIC in
 //!   the guest CPU ("APIC ID 255 requires x2APIC feature in CPU": at start for the online vCPUs;
-//!   a vCPU hot-plugged later aborts the running QEMU, which is a warning: the start succeeds).
-//!   Seen with libvirt 9.0 / QEMU 7.2 and libvirt 11.3 / QEMU 10.0
-//!   (`tests/integration/tcg.rs`). An unknown QEMU release is judged as the older QEMU: the
-//!   safe choice.
+//!   a vCPU hot-plugged later fails, which is a warning: the start succeeds. QEMU 10.0 aborts
+//!   the running guest, "Unable to read from monitor"; QEMU 11.1 refuses the vCPU, `device_add`:
+//!   "APIC ID 256 requires x2APIC feature in CPU"). Seen with QEMU 5.2, 7.2, 10.0 and 11.1 under
+//!   libvirt 7.0, 9.0, 11.3 and 12.8 (`tests/integration/tcg.rs`). An unknown QEMU release is
+//!   judged as the older QEMU: the safe choice.
 //! * **`check='partial'`** (libvirt's default for `host-model`; under TCG a custom CPU gets
 //!   `check='none'` at define): libvirt compares the guest CPU with the CPU TCG gives
 //!   (`qemuProcessUpdateGuestCPU`, `virCPUCompare` against the full host-model of the virt type)
@@ -111,7 +112,7 @@ fn topology(dom: &Domain<'_>, facts: &DomainFacts<'_>) -> Option<Topology> {
 /// The APIC-ID rule of TCG (module docs): `tcg-vcpu-limit` when this QEMU (or an unknown one)
 /// cannot run the maximum at all (an error: the start fails), `tcg-x2apic` when it can only with
 /// x2APIC in the guest CPU: an error when an online vCPU needs it (the start fails), else a
-/// warning (the guest starts, and the hot-plug of that vCPU aborts it).
+/// warning (the guest starts, and the hot-plug of that vCPU fails).
 pub(super) fn check_apic_ids(
     dom: &Domain<'_>,
     max: u32,
@@ -164,13 +165,14 @@ pub(super) fn check_apic_ids(
     };
     let online = online_vcpus(dom, current, max);
     // Fatal at start when an online vCPU needs x2APIC; otherwise the guest starts and the
-    // hot-plug of that vCPU is what fails (QEMU aborts the running guest): a warning.
+    // hot-plug of that vCPU is what fails (QEMU 10.0 aborts the running guest, 11.1 refuses
+    // the vCPU): a warning.
     let fatal = online > first;
     let when = if fatal {
         format!("it refuses to start the guest: {online} vCPUs are online")
     } else {
         format!(
-            "the {online} online vCPU(s) start, but hot-plugging vCPU {first} aborts the running guest"
+            "the {online} online vCPU(s) start, but hot-plugging vCPU {first} fails (QEMU 10.0 aborts the running guest, QEMU 11.1 refuses the vCPU)"
         )
     };
     let mut finding = Finding::error(

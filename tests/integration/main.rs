@@ -28,3 +28,4 @@ mod modes;
 mod oracles;
 mod props;
 mod tables;
+mod tcg;
