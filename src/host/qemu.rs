@@ -32,8 +32,8 @@ impl Host {
     }
 
     /// The QEMU release of the domain's emulator: `--qemu-version`, else `<version>` of its file
-    /// in libvirt's QEMU capability cache when that file is fresh (read with the file's head, no
-    /// extra read). None when neither says.
+    /// in libvirt's QEMU capability cache when that file is fresh (its first 16 KiB read). None
+    /// when neither says.
     #[must_use]
     pub fn qemu_version(&self, arch: &str, emulator: Option<&str>) -> Option<Sourced<QemuVersion>> {
         if let Some(o) = &self.qemu_override {
@@ -41,7 +41,7 @@ impl Host {
         }
         let f = self.fresh_cache_file(arch, emulator)?;
         Some(Sourced {
-            value: QemuVersion::from_number(f.head.version?),
+            value: QemuVersion::from_number(crate::libvirt::qemu_caps::version(&f.path)?),
             source: format!("<version> in {}", f.path.display()),
         })
     }

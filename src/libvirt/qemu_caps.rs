@@ -6,9 +6,10 @@
 //! CPU (`<hostCPU type='tcg'>`, and per model `usable` and the `<blocker>`s).
 //!
 //! The hook may read the cache at a guest start, so the directory is listed once and each
-//! file's head (its first 16 KiB, where libvirt writes `<emulator>`, `<qemuctime>`,
-//! `<selfvers>` and, after the probed flags, `<version>`: 5.6 to 8.3 KiB into the files of QEMU
-//! 5.2 to 11.1) read once per run ([`QemuCache`]); a file is parsed whole only when its
+//! file's head (its first 4 KiB, where libvirt writes `<emulator>`, `<qemuctime>` and
+//! `<selfvers>`) read once per run ([`QemuCache`]); `<version>` comes after the probed flags,
+//! 5.6 to 8.3 KiB into the files of QEMU 5.2 to 11.1, and is read only when asked
+//! ([`version`]: an x86 TCG guest that can need it); a file is parsed whole only when its
 //! machine types are needed, and searched as bytes when only one machine type or one TCG model
 //! is asked about.
 
@@ -21,8 +22,11 @@ use std::path::{Path, PathBuf};
 /// libvirt's QEMU capability cache directory (root only).
 pub const QEMU_CAPS_CACHE: &str = "/var/cache/libvirt/qemu/capabilities";
 
-/// How much of a cache file's beginning holds its emulator, ctime, libvirt and QEMU versions.
-const HEAD_BYTES: usize = 16 * 1024;
+/// How much of a cache file's beginning holds its emulator, ctime and libvirt version.
+const HEAD_BYTES: usize = 4096;
+
+/// How much of a cache file's beginning holds `<version>` (after the probed flags).
+const VERSION_BYTES: usize = 16 * 1024;
 
 /// One `<qemuCaps>` document, parsed whole.
 #[derive(Debug, Clone, Default)]
@@ -103,19 +107,13 @@ pub struct Head {
     pub ctime: Option<i64>,
     /// `<selfvers>`: the libvirt release that wrote it, in libvirt's number encoding.
     pub selfvers: Option<u64>,
-    /// `<version>`: the QEMU release of the emulator, in the same encoding
-    /// ([`super::version::QemuVersion::from_number`]).
-    pub version: Option<u64>,
 }
 
-/// The head of `path` (its first 16 KiB), when it is a regular file holding a
+/// The head of `path` (its first 4 KiB), when it is a regular file holding a
 /// `<qemuCaps>`; None otherwise.
 #[must_use]
 pub fn head(path: &Path) -> Option<Head> {
-    let (f, _) = crate::readfile::open_regular(path).ok()?;
-    let mut bytes = Vec::with_capacity(HEAD_BYTES);
-    std::io::Read::read_to_end(&mut std::io::Read::take(f, HEAD_BYTES as u64), &mut bytes).ok()?;
-    let text = String::from_utf8_lossy(&bytes);
+    let text = prefix(path, HEAD_BYTES)?;
     if !text.contains("<qemuCaps>") {
         return None;
     }
@@ -123,8 +121,25 @@ pub fn head(path: &Path) -> Option<Head> {
         emulator: element_text(&text, "emulator").map(|e| e.trim().to_string()),
         ctime: element_text(&text, "qemuctime").and_then(|t| t.trim().parse().ok()),
         selfvers: element_text(&text, "selfvers").and_then(|t| t.trim().parse().ok()),
-        version: element_text(&text, "version").and_then(|t| t.trim().parse().ok()),
     })
+}
+
+/// `<version>` of the cache file `path`: the QEMU release of its emulator, in libvirt's number
+/// encoding ([`super::version::QemuVersion::from_number`]); its first 16 KiB are read.
+#[must_use]
+pub fn version(path: &Path) -> Option<u64> {
+    element_text(&prefix(path, VERSION_BYTES)?, "version")?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The first `limit` bytes of the regular file `path`, as text.
+fn prefix(path: &Path, limit: usize) -> Option<String> {
+    let (f, _) = crate::readfile::open_regular(path).ok()?;
+    let mut bytes = Vec::with_capacity(limit);
+    std::io::Read::read_to_end(&mut std::io::Read::take(f, limit as u64), &mut bytes).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// The text of the first `<name>...</name>` in `text`, unparsed (for a file head).
@@ -376,10 +391,8 @@ mod tests {
         let flags = "  <flag name='kvm'/>\n".repeat(400);
         std::fs::write(&f, format!("<qemuCaps>\n  <emulator>/usr/bin/qemu-system-x86_64</emulator>\n  <qemuctime>1</qemuctime>\n  <selfvers>11003000</selfvers>\n{flags}  <version>10000013</version>\n</qemuCaps>\n")).unwrap();
         let h = head(&f).unwrap();
-        assert_eq!(
-            (h.selfvers, h.version, h.ctime),
-            (Some(11_003_000), Some(10_000_013), Some(1))
-        );
+        assert_eq!((h.selfvers, h.ctime), (Some(11_003_000), Some(1)));
+        assert_eq!(version(&f), Some(10_000_013));
         std::fs::remove_dir_all(&dir).ok();
     }
 
