@@ -18,7 +18,7 @@ pub use audit::{AuditArgs, AuditFormat};
 
 use crate::error::Error;
 use crate::host::{Host, HostOptions, Sourced};
-use crate::libvirt::version::LibvirtVersion;
+use crate::libvirt::version::{LibvirtVersion, QemuVersion};
 use crate::policy::{Mode, Policy};
 use crate::rewrite::{Outcome, rewrite};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -179,6 +179,11 @@ pub struct LimitArgs {
     /// instead of libvirt's QEMU capability cache (for dry runs of another host's rules).
     #[arg(long, value_name = "VERSION")]
     pub libvirt_version: Option<LibvirtVersion>,
+    /// The host's QEMU version (MAJOR[.MINOR[.MICRO]], e.g. 10.0.13), instead of libvirt's QEMU
+    /// capability cache: whether TCG runs vCPUs with APIC IDs of 255 and more (QEMU 9.0 and
+    /// later, with x2APIC in the guest CPU).
+    #[arg(long, value_name = "VERSION")]
+    pub qemu_version: Option<QemuVersion>,
 }
 
 /// `rewrite` options.
@@ -318,6 +323,7 @@ fn host_options(policy: &Policy, f: &FactArgs) -> HostOptions {
         qemu_cache: f.limits.qemu_cache(),
         kvm_max_vcpus: f.limits.kvm(),
         libvirt_version: f.limits.libvirt(),
+        qemu_version: f.limits.qemu(),
         ..HostOptions::from_policy(policy, &f.caps, f.cpu_map.as_deref(), cpus)
     }
 }
@@ -343,6 +349,13 @@ impl LimitArgs {
         self.libvirt_version.map(|value| Sourced {
             value,
             source: "--libvirt-version".into(),
+        })
+    }
+
+    fn qemu(&self) -> Option<Sourced<QemuVersion>> {
+        self.qemu_version.map(|value| Sourced {
+            value,
+            source: "--qemu-version".into(),
         })
     }
 }
@@ -573,6 +586,7 @@ fn cmd_hook(a: &HookCmd) -> i32 {
         qemu_cache: a.limits.qemu_cache(),
         kvm_max_vcpus: a.limits.kvm(),
         libvirt_version: a.limits.libvirt(),
+        qemu_version: a.limits.qemu(),
     };
     match crate::hook::run(&a.guest, check, &xml, &opts) {
         crate::hook::Answer::Allow => EXIT_OK,

@@ -13,7 +13,8 @@
 //! rule can need them: the machine-type limit (libvirt's QEMU capability cache, a few hundred
 //! KiB) only
 //! for a vCPU maximum above what every machine type of the family allows or a `vcpu.max` rule,
-//! KVM's limit only for KVM guests above 240 vCPUs or with `vcpu.max`.
+//! KVM's limit only for KVM guests above 240 vCPUs or with `vcpu.max`, the QEMU release and its
+//! TCG's CPU only for x86 TCG guests that can need them ([`TcgFacts::gather`]).
 
 use crate::cpu::{default_model, is_known_x86_feature};
 use crate::domain::{Domain, cpu_features};
@@ -23,6 +24,7 @@ use crate::libvirt::domcaps::DomCaps;
 use crate::libvirt::version::LibvirtVersion;
 use crate::machine::family_floor;
 use crate::policy::{Plan, VcpuMax};
+use crate::qemu::TcgFacts;
 use crate::topology::read_vcpu;
 use crate::xml::{child, text_of};
 use std::collections::{BTreeMap, BTreeSet};
@@ -60,6 +62,10 @@ pub struct DomainFacts<'h> {
     /// The host's libvirt version, when a version rule can matter and a source says
     /// ([`Host::libvirt_version`]); unknown, libvirt 9.0's rules apply.
     pub libvirt: Option<Sourced<LibvirtVersion>>,
+    /// What the host's QEMU gives an x86 TCG guest ([`TcgFacts`]): its release, when the vCPUs
+    /// can need x2APIC, and the TCG's word on the models, when libvirt compares the guest CPU
+    /// with it.
+    pub tcg: TcgFacts,
     /// The domain's arch, virt type, and the arch of the host that runs it
     /// ([`crate::libvirt::arch::host_arch`]), for the CPU modes libvirt offers.
     arch: String,
@@ -130,6 +136,7 @@ impl<'h> DomainFacts<'h> {
                 dom.emulator().as_deref(),
             ),
             libvirt,
+            tcg: TcgFacts::gather(dom, plan, host, domcaps),
             arch: arch.to_string(),
             virt_type: vt.to_string(),
             host_arch: crate::libvirt::arch::host_arch(),

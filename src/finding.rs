@@ -127,7 +127,19 @@ pub enum Code {
     /// `policy-conflict`: The policy requires and disables the same feature, or disables one its
     /// level needs.
     PolicyConflict,
-    /// `tcg-x2apic`: More than 255 x86 vCPUs under TCG without x2APIC in the guest CPU.
+    /// `tcg-check-full`: `check='full'` under TCG with a CPU QEMU's TCG builds otherwise (QEMU
+    /// adds `hypervisor`, TCG drops what it lacks): "guest CPU doesn't match specification".
+    TcgCheckFull,
+    /// `tcg-cpu-missing`: `check='partial'` under TCG with features this QEMU's TCG lacks (or
+    /// has, for `forbid`): "the CPU is incompatible with host CPU".
+    TcgCpuMissing,
+    /// `tcg-vcpu-limit`: x86 TCG vCPUs reaching APIC ID 255 on a QEMU before 9.0 (or of an
+    /// unknown release): "current -smp configuration requires kernel irqchip and X2APIC API
+    /// support".
+    TcgVcpuLimit,
+    /// `tcg-x2apic`: x86 TCG vCPUs reaching APIC ID 255 on QEMU 9.0 or later without x2APIC in
+    /// the guest CPU ("APIC ID 255 requires x2APIC feature in CPU"), or a policy that takes
+    /// x2apic away from a maximum that needs it.
     TcgX2apic,
     /// `topology-clusters`: `<topology clusters>` on x86: ignored before libvirt 10.1, refused by
     /// QEMU after.
@@ -156,7 +168,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 57] = [
+    pub const ALL: [Code; 60] = [
         Code::ClusterFeature,
         Code::ClusterLevel,
         Code::CpuAttributeInvalid,
@@ -202,6 +214,9 @@ impl Code {
         Code::NumaOverlap,
         Code::NumaVcpus,
         Code::PolicyConflict,
+        Code::TcgCheckFull,
+        Code::TcgCpuMissing,
+        Code::TcgVcpuLimit,
         Code::TcgX2apic,
         Code::TopologyClusters,
         Code::TopologyInvalid,
@@ -265,6 +280,9 @@ impl Code {
             Code::NumaOverlap => "numa-overlap",
             Code::NumaVcpus => "numa-vcpus",
             Code::PolicyConflict => "policy-conflict",
+            Code::TcgCheckFull => "tcg-check-full",
+            Code::TcgCpuMissing => "tcg-cpu-missing",
+            Code::TcgVcpuLimit => "tcg-vcpu-limit",
             Code::TcgX2apic => "tcg-x2apic",
             Code::TopologyClusters => "topology-clusters",
             Code::TopologyInvalid => "topology-invalid",

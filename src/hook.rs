@@ -98,6 +98,8 @@ pub struct HookOptions {
     pub kvm_max_vcpus: Option<crate::host::Sourced<u32>>,
     /// The host's libvirt version, instead of libvirt's QEMU capability cache.
     pub libvirt_version: Option<crate::host::Sourced<crate::libvirt::version::LibvirtVersion>>,
+    /// The host's QEMU version, instead of libvirt's QEMU capability cache.
+    pub qemu_version: Option<crate::host::Sourced<crate::libvirt::version::QemuVersion>>,
 }
 
 fn one_line(s: &str) -> String {
@@ -158,6 +160,7 @@ pub fn run(guest: &str, phase: Phase, xml: &[u8], opts: &HookOptions) -> Answer 
         qemu_cache: opts.qemu_cache.clone(),
         kvm_max_vcpus: opts.kvm_max_vcpus.clone(),
         libvirt_version: opts.libvirt_version.clone(),
+        qemu_version: opts.qemu_version.clone(),
         skip_machine_support: true,
         ..HostOptions::from_policy(&policy, &caps, None, None)
     };

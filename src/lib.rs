@@ -34,6 +34,8 @@ pub mod modes;
 pub mod domain;
 pub mod topology;
 
+pub mod apic;
+
 // A cluster's hosts and the CPU they share (a plan's `cpu.model = "baseline"`).
 pub mod cluster;
 
@@ -43,6 +45,8 @@ pub mod policy;
 // Host facts: where they come from, then the ones one domain needs, then the domain with its
 // plan and facts, ready to be judged.
 pub mod host;
+
+pub mod qemu;
 
 pub mod domain_facts;
 

@@ -52,6 +52,11 @@ pub(super) fn text(policy: &Policy, host: &Host, models: usize, verbose: bool) -
         ),
     };
     s.push_str(&fact_line("libvirt", version, &no_version));
+    s.push_str(&fact_line(
+        "QEMU (qemu-system-x86_64)",
+        host.qemu_version("x86_64", None).as_ref(),
+        "unknown (give --qemu-version, or let the tool read a current file of libvirt's QEMU capability cache); x86 TCG guests are then judged as under QEMU before 9.0: no vCPU with an APIC ID of 255 or more",
+    ));
     s.push_str(&fact_line("host CPUs", host.cpus(), "unknown"));
     s.push_str(&fact_line(
         "KVM max vCPUs",
@@ -411,6 +416,10 @@ pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
         "libvirt_version": fact_json(host.libvirt_version().map(|v| Sourced {
             value: v.value.to_string(),
             source: v.source.clone(),
+        }).as_ref()),
+        "qemu_version": fact_json(host.qemu_version("x86_64", None).map(|v| Sourced {
+            value: v.value.to_string(),
+            source: v.source,
         }).as_ref()),
         "host_cpus": fact_json(host.cpus()),
         "kvm_max_vcpus": fact_json(host.kvm_limit()),

@@ -10,12 +10,14 @@
 //! this module decides which fact comes from which of them, and keeps what it has asked:
 //! [`Host`] and its files, version and counts here; the cpu_map's models and feature names in
 //! `cpu_map.rs`; machine types, their vCPU limits and the domcapabilities of a guest in
-//! `machines.rs`.
+//! `machines.rs`; the QEMU release and what its TCG gives in `qemu.rs`.
 
 mod cpu_map;
 mod machines;
+mod qemu;
 
 pub use machines::{DeprecatedMachine, MachineLimit};
+pub use qemu::CacheTcg;
 
 use crate::cluster::cpu::ClusterCpu;
 use crate::error::{Error, Result};
@@ -23,7 +25,7 @@ use crate::libvirt::capabilities::MachineType;
 use crate::libvirt::cpu_map::{CpuMap, DEFAULT_CPU_MAP};
 use crate::libvirt::domcaps::DomCaps;
 use crate::libvirt::qemu_caps::QemuCache;
-use crate::libvirt::version::LibvirtVersion;
+use crate::libvirt::version::{LibvirtVersion, QemuVersion};
 use crate::libvirt::{Document, DocumentError, read_document};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -65,6 +67,8 @@ pub struct Host {
     kvm_override: Option<Sourced<u32>>,
     libvirt_version: std::cell::OnceCell<Option<Sourced<LibvirtVersion>>>,
     libvirt_override: Option<Sourced<LibvirtVersion>>,
+    /// The QEMU release given (`--qemu-version`), over the cache's `<version>`.
+    qemu_override: Option<Sourced<QemuVersion>>,
     /// Feature names (and aliases) of the cpu_map's `x86_features.xml`, read on the first name
     /// libvirt 9.0's list lacks.
     x86_feature_names: std::cell::OnceCell<std::collections::HashSet<String>>,
@@ -103,6 +107,9 @@ pub struct HostOptions {
     /// The host's libvirt version (`--libvirt-version`), instead of libvirt's QEMU capability
     /// cache.
     pub libvirt_version: Option<Sourced<LibvirtVersion>>,
+    /// The host's QEMU release (`--qemu-version`), instead of `<version>` of libvirt's QEMU
+    /// capability cache.
+    pub qemu_version: Option<Sourced<QemuVersion>>,
     /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
     pub cluster: Option<Sourced<Vec<PathBuf>>>,
     /// Leave the machine type's support to libvirt ([`Host::machine_unsupported`] says nothing):
@@ -249,6 +256,7 @@ impl Host {
             only_given_facts: opts.only_given_facts,
             libvirt_version: std::cell::OnceCell::new(),
             libvirt_override: opts.libvirt_version.clone(),
+            qemu_override: opts.qemu_version.clone(),
             x86_feature_names: std::cell::OnceCell::new(),
             facts_version: None,
             cluster: opts.cluster.clone(),
@@ -424,8 +432,8 @@ impl Host {
     /// The host's libvirt version: the override (`--libvirt-version`), else the `libvirt`
     /// attribute of a `<hostFacts>` file read (`--caps`, `[host] capabilities`, the daemon's
     /// snapshot; read with the file, no extra read), else `<selfvers>` of libvirt's QEMU
-    /// capability cache (the version of the libvirtd that wrote it), asked once. Only the first
-    /// 4 KiB of each cache file are read.
+    /// capability cache (the version of the libvirtd that wrote it), asked once. Only the head
+    /// of each cache file is read ([`crate::libvirt::qemu_caps::head`]).
     pub fn libvirt_version(&self) -> Option<&Sourced<LibvirtVersion>> {
         self.libvirt_version
             .get_or_init(|| {

@@ -6,7 +6,7 @@ use super::cpu::{CpuDef, CpuMode, CpuType};
 use super::positive_count;
 use crate::xml::{child, is_libvirt_element, text_of};
 use roxmltree::Node;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One `virsh domcapabilities` document.
 #[derive(Debug, Clone, Default)]
@@ -31,6 +31,10 @@ pub struct DomCaps {
     /// Custom models and whether each is `usable='yes'`, in document order; empty when the
     /// `custom` mode is not supported.
     pub models: Vec<(String, bool)>,
+    /// Per custom model, the features that block it (`<blockers model='M'><feature
+    /// name='F'/>...`, libvirt 11.x; libvirt 9.0 writes none): the features of QEMU's model the
+    /// accelerator lacks, libvirt's spellings.
+    pub blockers: BTreeMap<String, Vec<String>>,
     /// The file it was read from.
     pub source: String,
 }
@@ -72,6 +76,22 @@ impl DomCaps {
                         if let Some(name) = text_of(m) {
                             dc.models.push((name, m.attribute("usable") == Some("yes")));
                         }
+                    }
+                    let blockers = mode
+                        .children()
+                        .filter(|n| is_libvirt_element(*n, "blockers"));
+                    for b in blockers {
+                        let Some(blocked) = b.attribute("model") else {
+                            continue;
+                        };
+                        let features = b
+                            .children()
+                            .filter(|f| is_libvirt_element(*f, "feature"))
+                            .filter_map(|f| f.attribute("name").map(str::to_string));
+                        dc.blockers
+                            .entry(blocked.to_string())
+                            .or_default()
+                            .extend(features);
                     }
                 }
                 CpuMode::HostPassthrough | CpuMode::Maximum => {}
@@ -125,7 +145,8 @@ mod tests {
             <mode name='host-passthrough' supported='yes'/><mode name='maximum' supported='no'/>\
             <mode name='host-model' supported='yes'><model fallback='forbid'>Nehalem</model><vendor>Intel</vendor>\
             <feature policy='require' name='vme'/><feature policy='disable' name='pni'/></mode>\
-            <mode name='custom' supported='yes'><model usable='yes'>qemu64</model><model usable='no'>Haswell</model></mode>\
+            <mode name='custom' supported='yes'><model usable='yes'>qemu64</model><model usable='no'>Haswell</model>\
+            <blockers model='Haswell'><feature name='fma'/><feature name='avx2'/></blockers></mode>\
             </cpu></domainCapabilities>").unwrap();
         assert_eq!(d.vcpu_max, Some(288));
         let modes: Vec<&str> = d.modes.iter().map(|m| m.as_str()).collect();
@@ -141,6 +162,7 @@ mod tests {
             ["pni"]
         );
         assert_eq!(d.model_usable("Haswell"), Some(false));
+        assert_eq!(d.blockers["Haswell"], ["fma", "avx2"]);
         assert_eq!(d.usable_models(), Some(["qemu64".to_string()].into()));
     }
 

@@ -1,13 +1,17 @@
 //! libvirt's QEMU capability cache (`/var/cache/libvirt/qemu/capabilities/*.xml`, one
 //! `<qemuCaps>` file per emulator binary: 202 KiB for QEMU 7.2's x86_64, 256 KiB for 10.0's,
 //! 357 KiB for 11.1's): the emulator's machine types
-//! and their vCPU limits, the libvirt release that wrote the file, QEMU's own view of the
-//! host-model CPU under KVM.
+//! and their vCPU limits, the libvirt release that wrote the file, the QEMU release it
+//! describes, QEMU's own view of the host-model CPU under KVM, and what its TCG gives a guest
+//! CPU (`<hostCPU type='tcg'>`, and per model `usable` and the `<blocker>`s).
 //!
 //! The hook may read the cache at a guest start, so the directory is listed once and each
 //! file's head (its first 4 KiB, where libvirt writes `<emulator>`, `<qemuctime>` and
-//! `<selfvers>`) read once per run ([`QemuCache`]); a file is parsed whole only when its
-//! machine types are needed, and searched as bytes when only one machine type is asked about.
+//! `<selfvers>`) read once per run ([`QemuCache`]); `<version>` comes after the probed flags,
+//! 5.6 to 8.3 KiB into the files of QEMU 5.2 to 11.1, and is read only when asked
+//! ([`version`]: an x86 TCG guest that can need it); a file is parsed whole only when its
+//! machine types are needed, and searched as bytes when only one machine type or one TCG model
+//! is asked about.
 
 use super::capabilities::MachineType;
 use super::positive_count;
@@ -21,6 +25,9 @@ pub const QEMU_CAPS_CACHE: &str = "/var/cache/libvirt/qemu/capabilities";
 
 /// How much of a cache file's beginning holds its emulator, ctime and libvirt version.
 const HEAD_BYTES: usize = 4096;
+
+/// How much of a cache file's beginning holds `<version>` (after the probed flags).
+const VERSION_BYTES: usize = 16 * 1024;
 
 /// One `<qemuCaps>` document, parsed whole.
 #[derive(Debug, Clone, Default)]
@@ -110,10 +117,7 @@ pub struct Head {
 /// `<qemuCaps>`; None otherwise.
 #[must_use]
 pub fn head(path: &Path) -> Option<Head> {
-    let (f, _) = crate::readfile::open_regular(path).ok()?;
-    let mut bytes = Vec::with_capacity(HEAD_BYTES);
-    std::io::Read::read_to_end(&mut std::io::Read::take(f, HEAD_BYTES as u64), &mut bytes).ok()?;
-    let text = String::from_utf8_lossy(&bytes);
+    let text = prefix(path, HEAD_BYTES)?;
     if !text.contains("<qemuCaps>") {
         return None;
     }
@@ -122,6 +126,24 @@ pub fn head(path: &Path) -> Option<Head> {
         ctime: element_text(&text, "qemuctime").and_then(|t| t.trim().parse().ok()),
         selfvers: element_text(&text, "selfvers").and_then(|t| t.trim().parse().ok()),
     })
+}
+
+/// `<version>` of the cache file `path`: the QEMU release of its emulator, in libvirt's number
+/// encoding ([`super::version::QemuVersion::from_number`]); its first 16 KiB are read.
+#[must_use]
+pub fn version(path: &Path) -> Option<u64> {
+    element_text(&prefix(path, VERSION_BYTES)?, "version")?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The first `limit` bytes of the regular file `path`, as text.
+fn prefix(path: &Path, limit: usize) -> Option<String> {
+    let (f, _) = crate::readfile::open_regular(path).ok()?;
+    let mut bytes = Vec::with_capacity(limit);
+    std::io::Read::read_to_end(&mut std::io::Read::take(f, limit as u64), &mut bytes).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// The text of the first `<name>...</name>` in `text`, unparsed (for a file head).
@@ -163,6 +185,62 @@ pub fn lacks_machine(text: &[u8], qemu_type: &str, machine: &str) -> bool {
         line[indent..].starts_with(typed.as_bytes())
     });
     !aliased
+}
+
+/// What a cache file says TCG makes of one CPU model: `<cpu type='tcg' name='MODEL'
+/// typename=... usable='yes|no'>` with a `<blocker name=.../>` per feature TCG lacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcgCpuModel {
+    /// QEMU's `usable`: TCG gives every feature of QEMU's definition of the model.
+    pub usable: bool,
+    /// The blockers, QEMU's spellings (`sse4_2`, `tsc-deadline`), in file order.
+    pub blockers: Vec<String>,
+}
+
+/// The TCG entry of `model` in a cache file's text ([`TcgCpuModel`]); None when the file does not
+/// list the model for TCG. Searched as bytes with `memmem`, as [`lacks_machine`] is: libvirt
+/// writes the start tag on one line, `type` then `name`, and each `<blocker>` inside.
+#[must_use]
+pub fn tcg_model(text: &[u8], model: &str) -> Option<TcgCpuModel> {
+    if model.contains(['\'', '"', '&', '<']) {
+        return None;
+    }
+    let tag = format!("<cpu type='tcg' name='{model}' ");
+    let rest = &text[memchr::memmem::find(text, tag.as_bytes())?..];
+    let start_end = memchr::memchr(b'>', rest)?;
+    let start = &rest[..=start_end];
+    let usable = memchr::memmem::find(start, b"usable='yes'").is_some();
+    let mut blockers = Vec::new();
+    if !start.ends_with(b"/>") {
+        let body_end = memchr::memmem::find(rest, b"</cpu>")?;
+        blockers = quoted_after(&rest[start_end..body_end], b"<blocker name='").collect();
+    }
+    Some(TcgCpuModel { usable, blockers })
+}
+
+/// The boolean `<property>`s of the file's `<hostCPU type='tcg'>` that are true, QEMU's
+/// spellings: the CPU QEMU's TCG gives a guest (its `max` CPU, which libvirt's host-model and
+/// `maximum` are made of under TCG); None without that element. Searched as bytes.
+#[must_use]
+pub fn tcg_host_cpu(text: &[u8]) -> Option<Vec<String>> {
+    let rest = &text[memchr::memmem::find(text, b"<hostCPU type='tcg'")?..];
+    let block = &rest[..memchr::memmem::find(rest, b"</hostCPU>")?];
+    let on = memchr::memmem::find_iter(block, b"<property name='").filter_map(|at| {
+        let prop = &block[at..];
+        let prop = &prop[..memchr::memchr(b'>', prop)?];
+        memchr::memmem::find(prop, b"type='boolean' value='true'")?;
+        quoted_after(prop, b"<property name='").next()
+    });
+    Some(on.collect())
+}
+
+/// Each value that follows `prefix` in `text`, up to its closing `'`.
+fn quoted_after<'a>(text: &'a [u8], prefix: &'a [u8]) -> impl Iterator<Item = String> + 'a {
+    memchr::memmem::find_iter(text, prefix).filter_map(move |at| {
+        let value = &text[at + prefix.len()..];
+        let end = memchr::memchr(b'\'', value)?;
+        Some(String::from_utf8_lossy(&value[..end]).into_owned())
+    })
 }
 
 /// One file of the cache: its path and its head.
@@ -286,6 +364,40 @@ mod tests {
             ]
         );
         assert_eq!(q.kvm_host_cpu, Some(vec!["lahf-lm".to_string()]));
+    }
+
+    #[test]
+    fn tcg_models_and_the_tcg_host_cpu_are_found_as_bytes() {
+        let text = b"  <cpu type='kvm' name='SandyBridge' typename='SandyBridge-x86_64-cpu' usable='no'>\n    <blocker name='avx'/>\n  </cpu>\n  <cpu type='tcg' name='SandyBridge' typename='SandyBridge-x86_64-cpu' usable='no'>\n    <blocker name='x2apic'/>\n    <blocker name='tsc-deadline'/>\n  </cpu>\n  <cpu type='tcg' name='Penryn' typename='Penryn-x86_64-cpu' usable='yes'/>\n  <cpu type='tcg' name='Westmere' typename='W' usable='no'>\n    <blocker name='sse4_2'/>\n  </cpu>\n";
+        let sb = tcg_model(text, "SandyBridge").unwrap();
+        assert!(!sb.usable);
+        assert_eq!(
+            sb.blockers,
+            ["x2apic", "tsc-deadline"],
+            "the TCG entry, not KVM's"
+        );
+        let penryn = tcg_model(text, "Penryn").unwrap();
+        assert!(penryn.usable && penryn.blockers.is_empty());
+        assert_eq!(tcg_model(text, "Westmere").unwrap().blockers, ["sse4_2"]);
+        assert_eq!(tcg_model(text, "Nehalem"), None);
+        assert_eq!(tcg_model(text, "x' usable='yes"), None);
+        let host_cpu = b"<hostCPU type='kvm' model='base'>\n<property name='avx512f' type='boolean' value='true'/>\n</hostCPU>\n<hostCPU type='tcg' model='base' migratability='yes'>\n    <property name='vme' type='boolean' value='false'/>\n    <property name='sse4.2' type='boolean' value='true' migratable='yes'/>\n    <property name='lahf-lm' type='boolean' value='true' migratable='yes'/>\n    <property name='family' type='number' value='6'/>\n</hostCPU>";
+        assert_eq!(tcg_host_cpu(host_cpu).unwrap(), ["sse4.2", "lahf-lm"]);
+        assert_eq!(tcg_host_cpu(b"<qemuCaps/>"), None);
+    }
+
+    #[test]
+    fn the_head_gives_both_versions() {
+        let dir = std::env::temp_dir().join(format!("vcp-qemu-caps-head-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("x.xml");
+        // `<version>` comes after the flags, some 7 KiB in.
+        let flags = "  <flag name='kvm'/>\n".repeat(400);
+        std::fs::write(&f, format!("<qemuCaps>\n  <emulator>/usr/bin/qemu-system-x86_64</emulator>\n  <qemuctime>1</qemuctime>\n  <selfvers>11003000</selfvers>\n{flags}  <version>10000013</version>\n</qemuCaps>\n")).unwrap();
+        let h = head(&f).unwrap();
+        assert_eq!((h.selfvers, h.ctime), (Some(11_003_000), Some(1)));
+        assert_eq!(version(&f), Some(10_000_013));
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

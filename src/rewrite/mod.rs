@@ -4,7 +4,8 @@
 //! 1. `desired`: every top-level `<cpu>` folded into one desired `<cpu>`;
 //! 2. `cpu`: the plan's `cpu.*` keys and libvirt's mode rules applied to it;
 //! 3. `vcpu`: the plan's `vcpu.*` keys: the maximum and what follows it (`<vcpu>`,
-//!    `<topology>`, `<vcpus>`, NUMA cells, IOMMU);
+//!    `<topology>`, `<vcpus>`, NUMA cells, IOMMU), and for an x86 TCG guest `apic`: a maximum
+//!    this QEMU runs (clamped below APIC ID 255, or with x2APIC required in the guest CPU);
 //! 4. `emit`: the desired `<cpu>` written back as splices on the original text;
 //! 5. [`crate::validate`] on the result.
 //!
@@ -13,6 +14,7 @@
 //! Everything outside an edited element is untouched, so a conforming domain comes out identical
 //! and `rewrite(rewrite(x)) == rewrite(x)`.
 
+mod apic;
 mod cpu;
 mod desired;
 mod emit;
@@ -115,10 +117,16 @@ pub fn rewrite_pipeline(p: &Pipeline<'_, '_>, what: &str, policy: &Policy) -> Re
     let mut desired = desired::merge(&cpus, &mut notes.findings);
     explain_merge(&desired, &cpus, &mut notes);
     cpu::apply(&mut desired, plan, dom, facts, &mut notes);
-    let v = vcpu::apply(dom, plan, facts, desired.single("topology"), desired.numa);
+    // Only an x86 TCG guest's maximum can need x2APIC in its CPU (rewrite/apic.rs).
+    let x2apic = facts.tcg.x86_tcg && apic::desired_has_x2apic(&desired, dom.arch(), facts);
+    let topology = desired.single("topology");
+    let v = vcpu::apply(dom, plan, facts, topology, desired.numa, x2apic);
     desired.topology_markup = v.topology_markup;
     desired.numa_markup = v.numa_markup;
     notes.extend(v.notes);
+    if let Some(need) = &v.x2apic {
+        apic::require_x2apic(&mut desired, need, dom.arch(), facts, &mut notes);
+    }
     let xml_error = |message: String| Error::Xml {
         what: what.to_string(),
         message,

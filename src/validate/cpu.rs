@@ -44,6 +44,7 @@ pub(super) fn check(
         check_model_known(m, dom.arch(), facts, out);
         check_model_usable(m, dom.virt_type(), facts, out);
     }
+    super::tcg::check_cpu(cpu, known, facts, out);
     check_level(dom, Some(cpu), plan, facts, out);
 }
 
@@ -309,8 +310,10 @@ fn check_level(
         }
         return;
     }
-    // Under TCG, `maximum` emulates every psABI feature.
-    if dom.virt_type() == "qemu" {
+    // Under TCG, `maximum` emulates every psABI feature; host-model is the TCG host-model CPU
+    // of the `type='qemu'` domcapabilities (QEMU 5.2's lacks avx, avx2, fma, f16c).
+    let tcg = dom.virt_type() == "qemu";
+    if tcg && mode != CpuMode::HostModel.as_str() {
         return;
     }
     let Some(feats) = host_model_features(facts, &explicit) else {
@@ -323,9 +326,10 @@ fn check_level(
             Finding::warning(
                 Code::HostLevel,
                 format!(
-                    "this host's {mode} CPU (per {source}) does not reach {}: missing {}; KVM will not provide them",
+                    "this host's {mode} CPU (per {source}) does not reach {}: missing {}; {} will not provide them",
                     level.value,
-                    missing.join(", ")
+                    missing.join(", "),
+                    if tcg { "this QEMU's TCG" } else { "KVM" }
                 ),
                 "run the guest on a host whose CPU and KVM provide them, or under TCG (type='qemu')",
             )

@@ -5,10 +5,12 @@
 //! where a later libvirt changed the rule, the host's version decides
 //! ([`crate::domain_facts::VersionRule`]: checked against libvirt 11.3 / QEMU 10.0 too).
 //! `cpu` judges the `<cpu>` element and the psABI level, `vcpu` the vCPU counts, topology,
-//! machine and KVM limits, IOMMU, `<vcpus>` and NUMA cells. Checks never change the document and
+//! machine and KVM limits, IOMMU, `<vcpus>` and NUMA cells, `tcg` what QEMU's TCG refuses at
+//! start (APIC IDs that need x2APIC, the guest CPU against what TCG emulates). Checks never change the document and
 //! read host facts from [`DomainFacts`] only.
 
 mod cpu;
+pub(crate) mod tcg;
 mod vcpu;
 
 use crate::domain::Domain;

@@ -20,7 +20,7 @@ pub(super) fn check(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Fin
     let max = count.max;
     check_topology(dom, max, facts, out);
     check_limits(dom, max, facts, out);
-    check_tcg_x2apic(dom, max, facts, out);
+    super::tcg::check_apic_ids(dom, max, count.current, facts, out);
     check_iommu(dom, max, facts, out);
     if let Some(list) = child(dom.root(), "vcpus") {
         check_vcpus_list(list, max, out);
@@ -167,35 +167,6 @@ fn check_limits(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut V
             Code::IommuEim,
             "more than 255 vCPUs require extended interrupt mode enabled on the iommu device",
             "add <iommu model='intel'><driver intremap='on' eim='on'/></iommu> and <features><ioapic driver='qemu'/></features> (a rule with vcpu.iommu = \"auto\" or vcpu.max does), or keep the maximum at 255",
-        ));
-    }
-}
-
-/// Under TCG, QEMU gives more than 255 x86 vCPUs APIC IDs only through an x2APIC in the guest
-/// CPU: QEMU 10.0 refuses to start one whose custom CPU lacks it ("APIC ID 255 requires x2APIC
-/// feature in CPU. Try x2apic=on in -cpu.", seen under libvirt 11.3; it starts with
-/// `<feature policy='require' name='x2apic'/>`), and QEMU 7.2 cannot run that many TCG vCPUs at
-/// all ("current -smp configuration requires kernel irqchip and X2APIC API support"). Both are
-/// start-time refusals libvirt does not make at define: a warning.
-fn check_tcg_x2apic(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
-    if dom.virt_type() != "qemu" || !is_x86(dom.arch()) || max <= X86_XAPIC_LIMIT {
-        return;
-    }
-    let cpu = dom.cpus().first().copied();
-    if cpu.and_then(|c| c.attribute("mode")).unwrap_or("custom") != "custom" {
-        return;
-    }
-    let model = cpu
-        .and_then(|c| child(c, "model"))
-        .and_then(crate::xml::text_of)
-        .unwrap_or_else(|| "qemu64".to_string());
-    let explicit = cpu.map(crate::domain::cpu_features).unwrap_or_default();
-    let feats = crate::libvirt::cpu::guaranteed_features(facts.model_features(&model), &explicit);
-    if !feats.contains("x2apic") {
-        out.push(Finding::warning(
-            Code::TcgX2apic,
-            format!("{max} vCPUs under TCG need x2APIC in the guest CPU, which {model} lacks: QEMU 10.0 refuses to start it (\"APIC ID 255 requires x2APIC feature in CPU\"), and QEMU 7.2 runs at most 255 TCG vCPUs (\"current -smp configuration requires kernel irqchip and X2APIC API support\")"),
-            "require x2apic (cpu.require = [\"x2apic\"]) and use QEMU 10 or later, or keep the maximum at 255 under TCG",
         ));
     }
 }

@@ -271,6 +271,7 @@ fn json_keys_are_the_documented_ones() {
         .args(&["--caps", &s(&caps), "--caps", &s(&dcaps), "--cpu-map", &map])
         .args(&["--libvirt-version", "9.0.0", "--host-cpus", "64"])
         .args(&["--kvm-max-vcpus", "1024", "--no-qemu-caps-cache"])
+        .args(&["--qemu-version", "7.2.22"])
         .run();
     same_keys(
         "host --format json",

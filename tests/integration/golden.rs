@@ -10,7 +10,10 @@
 //!     its sentence (`what`): the structured record a program reads. Every case `check` reports
 //!     on has one; a case refused with exit 2 has none (and `check` must refuse it too);
 //!   * `expected-check` — optional `exit N`: the exit code of `check` on `expected-stdout`
-//!     (default 0; an audit-mode policy leaves the document as it was, so 3).
+//!     (default 0; an audit-mode policy leaves the document as it was, so 3);
+//!   * `oracle-start` — optional, for a case whose `args` name `--libvirt-version`: lines `input
+//!     starts`, `input refused: TEXT` or `output starts`, what a real `virsh define` + `virsh
+//!     start` of the input and of `expected-stdout` give on that libvirt (`tcg.rs` checks them).
 //!
 //!   The command is `rewrite --policy POLICY ARGS REWRITE-ARGS input.xml`, with
 //!   `--cpu-map {cpu_map}` and `--no-qemu-caps-cache` unless `args` gives its own: the outputs
@@ -286,13 +289,15 @@ fn write_or_remove(path: &Path, text: &str) {
     }
 }
 
-/// The files a `rewrite`/`check` case may hold besides the common ones.
-const REWRITE_FILES: [&str; 5] = [
+/// The files a `rewrite`/`check` case may hold besides the common ones (`oracle-start` is read
+/// by `tcg.rs`, which starts the case on the libvirt its `--libvirt-version` names).
+const REWRITE_FILES: [&str; 6] = [
     "input.xml",
     "policy.toml",
     "rewrite-args",
     "expected-changes.json",
     "expected-check",
+    "oracle-start",
 ];
 
 fn check_rewrite_case(case: &Case) -> Result<(), String> {

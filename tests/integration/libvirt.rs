@@ -154,7 +154,7 @@ fn arm_tcg(text: &str) -> Option<&'static str> {
 /// `<emulator>` that does not exist on this host removed (libvirt then picks its own), and, when
 /// `virt_type` is given, `<domain type>` set to it. Returns the text and notes on what was changed
 /// beyond name and uuid.
-fn for_define(
+pub(crate) fn for_define(
     text: &str,
     name: &str,
     virt_type: Option<&str>,

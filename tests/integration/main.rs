@@ -29,4 +29,5 @@ mod modes;
 mod oracles;
 mod props;
 mod tables;
+mod tcg;
 mod upgrades;

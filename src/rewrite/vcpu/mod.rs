@@ -8,7 +8,7 @@
 //! made). The steps,
 //! in order: read the counts ([`read_counts`]), the maximum the rule asks for clamped to what the
 //! host runs ([`target_maximum`]), the x86 rule above 255 vCPUs ([`x86_xapic_rule`],
-//! [`iommu::add_iommu`]), then the new maximum in `<vcpu>` ([`set_vcpu_max`]) and what follows it
+//! [`iommu::add_iommu`]), the APIC IDs an x86 TCG guest's QEMU runs ([`super::apic`]), then the new maximum in `<vcpu>` ([`set_vcpu_max`]) and what follows it
 //! ([`reshape_topology`], [`follow::regenerate_vcpus`], [`follow::numa_cover`]). `current` is never
 //! lowered.
 
@@ -40,6 +40,8 @@ pub(crate) struct VcpuResult {
     pub(crate) numa_markup: Option<String>,
     /// Changes with their rules; findings (clamps are warnings, impossible requests errors).
     pub(crate) notes: Notes,
+    /// x2APIC the guest CPU must get for the maximum under TCG ([`super::apic`]).
+    pub(crate) x2apic: Option<super::apic::X2apicNeed>,
 }
 
 /// The topology reshaped to hold exactly `max` vCPUs: `sockets` keeps the per-socket shape when
@@ -77,12 +79,16 @@ pub fn reshape(t: &Topology, max: u32, strategy: TopologyStrategy) -> Option<Top
 /// the others work from; `vcpu.topology` makes `<topology>` hold the maximum, new or not;
 /// `vcpu.iommu = "auto"` adds what more than 255 x86 vCPUs need on q35, new or not. `<vcpus>`
 /// and NUMA cells follow a new maximum and a reshaped topology alike.
+///
+/// `cpu_x2apic` says whether the desired CPU has x2APIC (an x86 TCG guest whose vCPUs reach APIC
+/// ID 255 needs it, [`super::apic`]).
 pub(crate) fn apply(
     dom: &Domain<'_>,
     plan: &Plan,
     facts: &DomainFacts<'_>,
     topology: Option<Node<'_, '_>>,
     numa: Option<Node<'_, '_>>,
+    cpu_x2apic: bool,
 ) -> VcpuResult {
     let mut r = VcpuResult::default();
     let Some(rule) = vcpu_rule(plan) else {
@@ -101,6 +107,21 @@ pub(crate) fn apply(
         None => count.max,
     };
     let (max, need_iommu) = x86_xapic_rule(dom, plan, facts, max, &mut r.notes);
+    let clusters = facts.applies(VersionRule::Clusters);
+    let Some((max, x2apic)) = super::apic::tcg_maximum(
+        plan,
+        facts,
+        (topology, clusters),
+        (count.max, max),
+        cpu_x2apic,
+        rule,
+        &mut r.notes,
+    ) else {
+        return r;
+    };
+    // A maximum the TCG rule lowered needs no IOMMU any more.
+    let need_iommu = need_iommu && max > X86_XAPIC_LIMIT;
+    r.x2apic = x2apic;
     if count.current > max {
         r.notes.finding(Finding::error(
             Code::VcpuCurrent,
@@ -120,7 +141,6 @@ pub(crate) fn apply(
     }
     let mut reshaped = false;
     if let Some(t) = topology.filter(|_| new_max || plan.topology.is_some()) {
-        let clusters = facts.applies(VersionRule::Clusters);
         match reshape_topology(dom, plan, (t, clusters), max, q, rule, &mut r) {
             Some(changed) => reshaped = changed,
             None => return r,

@@ -1,0 +1,140 @@
+//! The host's QEMU as libvirt's QEMU capability cache records it: the release of an emulator
+//! (`<version>`, or `--qemu-version`) and what its TCG gives a guest CPU (`<hostCPU
+//! type='tcg'>`, each model's `usable` and blockers). Neither `virsh capabilities` nor `virsh
+//! domcapabilities` names the QEMU release (seen with libvirt 9.0 and 11.3): the cache is the
+//! only file that does. The documents are read by [`crate::libvirt::qemu_caps`]; what depends on
+//! the answers is in [`crate::qemu`].
+
+use super::{Host, Sourced};
+use crate::libvirt::qemu_caps::{CacheFile, TcgCpuModel, emulator_suffix};
+use crate::libvirt::version::QemuVersion;
+use std::collections::BTreeMap;
+
+/// What a fresh cache file says of an emulator's TCG ([`Host::tcg_from_cache`]).
+#[derive(Debug, Clone, Default)]
+pub struct CacheTcg {
+    /// The models asked about that the file lists for TCG.
+    pub models: BTreeMap<String, TcgCpuModel>,
+    /// The features of `<hostCPU type='tcg'>` that are on, QEMU's spellings; None without it.
+    pub host_cpu: Option<Vec<String>>,
+    /// The file.
+    pub source: String,
+}
+
+impl Host {
+    /// The cache file of the domain's emulator (or, without one, of `qemu-system-ARCH`) when it
+    /// still describes the binary ([`CacheFile::is_fresh`]: after a QEMU upgrade a stale file
+    /// describes the QEMU before it).
+    fn fresh_cache_file(&self, arch: &str, emulator: Option<&str>) -> Option<&CacheFile> {
+        self.qemu_cache
+            .for_emulator(&emulator_suffix(arch, emulator))
+            .filter(|f| f.is_fresh())
+    }
+
+    /// The QEMU release of the domain's emulator: `--qemu-version`, else `<version>` of its file
+    /// in libvirt's QEMU capability cache when that file is fresh (its first 16 KiB read). None
+    /// when neither says.
+    #[must_use]
+    pub fn qemu_version(&self, arch: &str, emulator: Option<&str>) -> Option<Sourced<QemuVersion>> {
+        if let Some(o) = &self.qemu_override {
+            return Some(o.clone());
+        }
+        let f = self.fresh_cache_file(arch, emulator)?;
+        Some(Sourced {
+            value: QemuVersion::from_number(crate::libvirt::qemu_caps::version(&f.path)?),
+            source: format!("<version> in {}", f.path.display()),
+        })
+    }
+
+    /// What the TCG of the domain's emulator makes of each of `models` and the CPU it gives, from
+    /// its fresh file in libvirt's QEMU capability cache, read once and searched as bytes. None
+    /// without a fresh file.
+    #[must_use]
+    pub fn tcg_from_cache<'m>(
+        &self,
+        arch: &str,
+        emulator: Option<&str>,
+        models: impl IntoIterator<Item = &'m str>,
+    ) -> Option<CacheTcg> {
+        use crate::libvirt::qemu_caps::{tcg_host_cpu, tcg_model};
+        let f = self.fresh_cache_file(arch, emulator)?;
+        let text = crate::readfile::read_regular(&f.path, crate::readfile::MAX_FACT_BYTES).ok()?;
+        Some(CacheTcg {
+            models: models
+                .into_iter()
+                .filter_map(|m| Some((m.to_string(), tcg_model(&text, m)?)))
+                .collect(),
+            host_cpu: tcg_host_cpu(&text),
+            source: f.path.display().to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::HostOptions;
+
+    /// A scratch directory with an empty "emulator" and a cache file naming it, fresh
+    /// (`<qemuctime>` its ctime) or not.
+    fn cache_with(tag: &str, fresh: bool) -> (std::path::PathBuf, Host) {
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::env::temp_dir().join(format!("vcp-host-qemu-{tag}-{}", std::process::id()));
+        let cache = dir.join("cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        let emulator = dir.join("qemu-system-x86_64");
+        std::fs::write(&emulator, "").unwrap();
+        let ctime = std::fs::metadata(&emulator).unwrap().ctime() + i64::from(!fresh);
+        let text = format!(
+            "<qemuCaps>\n  <emulator>{}</emulator>\n  <qemuctime>{ctime}</qemuctime>\n  <selfvers>11003000</selfvers>\n  <flag name='kvm'/>\n  <version>10000013</version>\n  <hostCPU type='tcg' model='base'>\n    <property name='x2apic' type='boolean' value='true'/>\n  </hostCPU>\n  <cpu type='tcg' name='SandyBridge' typename='t' usable='no'>\n    <blocker name='tsc-deadline'/>\n  </cpu>\n</qemuCaps>\n",
+            emulator.display()
+        );
+        std::fs::write(cache.join("x.xml"), text).unwrap();
+        let host = Host::discover(&HostOptions {
+            qemu_cache: Some(cache),
+            ..HostOptions::default()
+        })
+        .unwrap();
+        (dir, host)
+    }
+
+    #[test]
+    fn the_version_and_tcg_of_a_fresh_cache_file_only() {
+        let (dir, host) = cache_with("fresh", true);
+        let emulator = dir.join("qemu-system-x86_64").display().to_string();
+        let v = host.qemu_version("x86_64", Some(&emulator)).unwrap();
+        assert_eq!(v.value.to_string(), "10.0.13");
+        assert!(v.source.starts_with("<version> in "), "{}", v.source);
+        let t = host
+            .tcg_from_cache("x86_64", Some(&emulator), ["SandyBridge", "Nehalem"])
+            .unwrap();
+        assert_eq!(t.models.keys().collect::<Vec<_>>(), ["SandyBridge"]);
+        assert_eq!(t.models["SandyBridge"].blockers, ["tsc-deadline"]);
+        assert_eq!(t.host_cpu.unwrap(), ["x2apic"]);
+        std::fs::remove_dir_all(&dir).ok();
+        // After a QEMU upgrade (another ctime) the file describes the old binary: no answer.
+        let (dir, host) = cache_with("stale", false);
+        let emulator = dir.join("qemu-system-x86_64").display().to_string();
+        assert_eq!(host.qemu_version("x86_64", Some(&emulator)), None);
+        assert!(host.tcg_from_cache("x86_64", Some(&emulator), []).is_none());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn the_override_wins() {
+        let host = Host::discover(&HostOptions {
+            qemu_cache: Some(std::path::PathBuf::new()),
+            qemu_version: Some(Sourced {
+                value: "9.0".parse().unwrap(),
+                source: "--qemu-version".into(),
+            }),
+            ..HostOptions::default()
+        })
+        .unwrap();
+        let v = host.qemu_version("x86_64", None).unwrap();
+        assert_eq!(
+            (v.value.to_string().as_str(), v.source.as_str()),
+            ("9.0.0", "--qemu-version")
+        );
+    }
+}

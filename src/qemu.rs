@@ -1,0 +1,241 @@
+//! What the host's QEMU gives a TCG guest (`<domain type='qemu'>` on x86): which release it is,
+//! so whether its TCG emulates x2APIC, and the guest CPU libvirt compares with at start.
+//!
+//! libvirt probes every QEMU binary once and keeps the answers in its QEMU capability cache
+//! (`<version>`, and per accelerator the CPU models with `usable` and their `<blocker>`s, and
+//! `<hostCPU type='tcg'>`); the domcapabilities of `type='qemu'` give the TCG host-model CPU,
+//! each model's `usable` and, on libvirt 11.x, its `<blockers>`. [`crate::host::Host`] says which
+//! file answers; [`TcgFacts::gather`] asks it, once per domain and only when a rule can need it,
+//! for what [`crate::validate`] and [`crate::rewrite`] judge: the APIC-ID rule
+//! ([`crate::apic`]) and libvirt's CPU check under TCG.
+
+use crate::domain::{Domain, cpu_mode, model_name};
+use crate::host::{Host, Sourced};
+use crate::libvirt::arch::is_x86;
+use crate::libvirt::cpu::{CpuCheck, CpuMode};
+use crate::libvirt::domcaps::DomCaps;
+use crate::libvirt::version::{LibvirtVersion, QemuVersion};
+use crate::policy::Plan;
+use crate::xml::child;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The first QEMU whose TCG emulates x2APIC, so runs x86 vCPUs with APIC IDs of 255 and more:
+/// 9.0.0 (QEMU commit b5ee0468e9d2, "apic: add support for x2APIC mode", in the pull request
+/// "x2APIC mode with TCG support" merged on 2024-02-14 for the 9.0 release; before it the TCG's
+/// APIC had at most 255 IDs and `x86_cpus_init` refused more: "current -smp configuration
+/// requires kernel irqchip and X2APIC API support", seen with QEMU 5.2 and 7.2).
+pub const TCG_X2APIC_SINCE: QemuVersion = QemuVersion(LibvirtVersion {
+    major: 9,
+    minor: 0,
+    micro: 0,
+});
+
+impl QemuVersion {
+    /// Whether this QEMU's TCG runs vCPUs with APIC IDs of 255 and more ([`TCG_X2APIC_SINCE`]).
+    #[must_use]
+    pub fn tcg_has_x2apic(self) -> bool {
+        self >= TCG_X2APIC_SINCE
+    }
+}
+
+/// What a QEMU's TCG says of one CPU model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcgModel {
+    /// QEMU's `usable`: TCG gives every feature of QEMU's definition of the model.
+    pub usable: bool,
+    /// The features TCG lacks (libvirt spellings), when known: empty for a usable model; None
+    /// for an unusable one whose blockers no source names (libvirt 9.0's domcapabilities).
+    pub blockers: Option<BTreeSet<String>>,
+    /// Where it came from (a domcapabilities file, or a capability cache file).
+    pub source: String,
+}
+
+/// What the rules of one x86 TCG guest need of the host's QEMU, gathered with the other facts
+/// ([`crate::domain_facts::DomainFacts::gather`]) and only when a rule can need them.
+#[derive(Debug, Clone, Default)]
+pub struct TcgFacts {
+    /// Whether the guest runs under TCG on x86 (`type='qemu'`, x86_64 or i686); nothing else is
+    /// gathered otherwise.
+    pub x86_tcg: bool,
+    /// The QEMU release ([`Host::qemu_version`]), looked up when the guest's vCPUs can reach an
+    /// APIC ID of 255 ([`crate::apic`]) or a `vcpu.*` rule can change them; None: not needed, or
+    /// unknown (then judged as a QEMU before 9.0, the safe choice).
+    pub version: Option<Sourced<QemuVersion>>,
+    /// The TCG's verdict on each custom model the result can name, looked up when a `check` of
+    /// `partial` or `full` makes libvirt compare the guest CPU with what TCG gives.
+    pub models: BTreeMap<String, TcgModel>,
+    /// The features of the CPU TCG gives (libvirt spellings) and where they came from: the
+    /// host-model CPU of the `type='qemu'` domcapabilities, else `<hostCPU type='tcg'>` of
+    /// libvirt's QEMU capability cache; looked up with [`TcgFacts::models`].
+    pub host_cpu: Option<(BTreeSet<String>, String)>,
+    /// Whether libvirt takes QEMU's word on a model (`usable`, blockers) in its partial check, as
+    /// libvirt 11.3 does for the models its cpu_map marks `<check partial='compat'/>` (a usable
+    /// `pentium` passes although TCG lacks its `vme`; libvirt 9.0 refuses it: "Host CPU does not
+    /// provide required features: vme", both seen): domcapabilities that list `<blockers>`, or
+    /// without them a libvirt of 11.0 or later.
+    pub usable_decides: bool,
+}
+
+impl TcgFacts {
+    /// Gathers what `dom` under `plan` needs from `host`; `domcaps` are the domain's (of its
+    /// virt type, so TCG's).
+    #[must_use]
+    pub fn gather(dom: &Domain<'_>, plan: &Plan, host: &Host, domcaps: Option<&DomCaps>) -> Self {
+        if dom.virt_type() != "qemu" || !is_x86(dom.arch()) {
+            return TcgFacts::default();
+        }
+        let (arch, emulator) = (dom.arch(), dom.emulator());
+        let vcpu_rule = plan.vcpu_max.is_some() || plan.topology.is_some() || plan.iommu.is_some();
+        let version = (vcpu_rule || reaches_x2apic(dom))
+            .then(|| host.qemu_version(arch, emulator.as_deref()))
+            .flatten();
+        let mut facts = TcgFacts {
+            x86_tcg: true,
+            version,
+            ..TcgFacts::default()
+        };
+        if !compares(dom, plan) {
+            return facts;
+        }
+        let names: BTreeSet<String> = dom
+            .cpus()
+            .iter()
+            .filter_map(|c| child(*c, "model").and_then(model_name))
+            .chain(plan.model.as_ref().map(|m| m.value.clone()))
+            .collect();
+        // The cache is read only when domcapabilities leave a question open.
+        let from_domcaps: BTreeMap<&str, TcgModel> = names
+            .iter()
+            .filter_map(|n| Some((n.as_str(), domcaps_tcg_model(domcaps?, n)?)))
+            .collect();
+        let dc_host_cpu = domcaps.and_then(|d| {
+            let hm = d.host_model.as_ref()?;
+            let model = hm.model.as_deref().and_then(|m| host.model_features(m));
+            Some((hm.guaranteed_features(model.as_ref()), d.source.clone()))
+        });
+        let open = dc_host_cpu.is_none()
+            || names.iter().any(|n| {
+                from_domcaps
+                    .get(n.as_str())
+                    .is_none_or(|m| m.blockers.is_none())
+            });
+        let cache = open
+            .then(|| {
+                host.tcg_from_cache(arch, emulator.as_deref(), names.iter().map(String::as_str))
+            })
+            .flatten();
+        facts.host_cpu = dc_host_cpu.or_else(|| {
+            let c = cache.as_ref()?;
+            let on = c
+                .host_cpu
+                .as_ref()?
+                .iter()
+                .map(|f| libvirt_name(f))
+                .collect();
+            Some((on, format!("<hostCPU type='tcg'> in {}", c.source)))
+        });
+        for name in &names {
+            let cached = cache.as_ref().and_then(|c| {
+                let m = c.models.get(name)?;
+                Some(TcgModel {
+                    usable: m.usable,
+                    blockers: Some(m.blockers.iter().map(|f| libvirt_name(f)).collect()),
+                    source: c.source.clone(),
+                })
+            });
+            let known = match from_domcaps.get(name.as_str()) {
+                Some(m) if m.blockers.is_some() => Some(m.clone()),
+                other => cached.or_else(|| other.cloned()),
+            };
+            if let Some(m) = known {
+                facts.models.insert(name.clone(), m);
+            }
+        }
+        facts.usable_decides = match domcaps {
+            Some(d) if !d.blockers.is_empty() => true,
+            _ => host.libvirt_version().is_some_and(|v| v.value.major >= 11),
+        };
+        facts
+    }
+}
+
+/// Whether libvirt can compare the guest CPU with what TCG gives at start: a `check` of
+/// `partial` or `full` in the plan or a `<cpu>`, or a host-model CPU (libvirt's default check
+/// for it is `partial`).
+fn compares(dom: &Domain<'_>, plan: &Plan) -> bool {
+    let checked = |c: Option<CpuCheck>| matches!(c, Some(CpuCheck::Partial | CpuCheck::Full));
+    checked(plan.check.as_ref().map(|c| c.value))
+        || plan
+            .mode
+            .as_ref()
+            .is_some_and(|m| m.value == CpuMode::HostModel)
+        || dom.cpus().iter().any(|c| {
+            checked(c.attribute("check").and_then(CpuCheck::parse))
+                || cpu_mode(*c) == Some(CpuMode::HostModel)
+        })
+}
+
+/// A feature name of QEMU's in libvirt's spelling (`sse4_2` → `sse4.2`, `lahf-lm` → `lahf_lm`).
+fn libvirt_name(qemu: &str) -> String {
+    crate::cpu::normalize_feature(qemu).unwrap_or_else(|| qemu.to_string())
+}
+
+/// Whether the domain as written has a vCPU whose APIC ID passes 254 (its first `<cpu>`'s
+/// topology, its `<vcpu>` maximum).
+fn reaches_x2apic(dom: &Domain<'_>) -> bool {
+    let max = child(dom.root(), "vcpu")
+        .and_then(|v| crate::topology::read_vcpu(v).ok())
+        .map_or(1, |c| c.max);
+    let topology = dom
+        .cpus()
+        .first()
+        .and_then(|c| child(*c, "topology"))
+        .and_then(|t| crate::topology::Topology::read(t, false).ok());
+    crate::apic::highest(topology.as_ref(), max).is_some_and(|id| id > crate::apic::XAPIC_MAX_ID)
+}
+
+/// domcapabilities' word on `model`: `usable`, and the blockers libvirt 11.x lists (a usable
+/// model has none; libvirt 9.0 names none for an unusable one).
+fn domcaps_tcg_model(d: &DomCaps, model: &str) -> Option<TcgModel> {
+    let usable = d.model_usable(model)?;
+    let blockers = if usable {
+        Some(BTreeSet::new())
+    } else {
+        d.blockers.get(model).map(|b| b.iter().cloned().collect())
+    };
+    Some(TcgModel {
+        usable,
+        blockers,
+        source: d.source.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tcg_emulates_x2apic_from_qemu_9() {
+        let v = |s: &str| s.parse::<QemuVersion>().unwrap();
+        assert!(!v("5.2").tcg_has_x2apic());
+        assert!(!v("7.2.22").tcg_has_x2apic());
+        assert!(!v("8.2.9").tcg_has_x2apic());
+        assert!(v("9").tcg_has_x2apic());
+        assert!(v("10.0.13").tcg_has_x2apic());
+    }
+
+    #[test]
+    fn domcapabilities_blockers_name_an_unusable_models_missing_features() {
+        let doc = roxmltree::Document::parse("<domainCapabilities><domain>qemu</domain><arch>x86_64</arch><machine>pc-q35-10.0</machine><cpu><mode name='custom' supported='yes'><model usable='no' vendor='Intel'>SandyBridge</model><blockers model='SandyBridge'><feature name='tsc-deadline'/></blockers><model usable='yes'>Nehalem</model><model usable='no'>Haswell</model></mode></cpu></domainCapabilities>").unwrap();
+        let d = DomCaps::read(doc.root_element(), "dc.xml").unwrap();
+        let sb = domcaps_tcg_model(&d, "SandyBridge").unwrap();
+        assert_eq!(
+            sb.blockers.unwrap().into_iter().collect::<Vec<_>>(),
+            ["tsc-deadline"]
+        );
+        let nh = domcaps_tcg_model(&d, "Nehalem").unwrap();
+        assert!(nh.usable && nh.blockers.unwrap().is_empty());
+        assert_eq!(domcaps_tcg_model(&d, "Haswell").unwrap().blockers, None);
+        assert_eq!(domcaps_tcg_model(&d, "Penryn"), None);
+    }
+}

@@ -1,0 +1,362 @@
+//! What QEMU's TCG (`<domain type='qemu'>`) refuses at start that KVM would run: vCPUs whose
+//! APIC IDs need x2APIC, and a guest CPU libvirt compares with what TCG emulates.
+//!
+//! * **APIC IDs of 255 and more** ([`crate::apic`]): QEMU before 9.0 runs no TCG guest whose
+//!   vCPUs can reach one ("current -smp configuration requires kernel irqchip and X2APIC API
+//!   support", the maximum counts); QEMU 9.0 and later create such a vCPU only with x2APIC in
+//!   the guest CPU ("APIC ID 255 requires x2APIC feature in CPU": at start for the online vCPUs;
+//!   a vCPU hot-plugged later fails, which is a warning: the start succeeds. QEMU 10.0 aborts
+//!   the running guest, "Unable to read from monitor"; QEMU 11.1 refuses the vCPU, `device_add`:
+//!   "APIC ID 256 requires x2APIC feature in CPU"). Seen with QEMU 5.2, 7.2, 10.0 and 11.1 under
+//!   libvirt 7.0, 9.0, 11.3 and 12.8 (`tests/integration/tcg.rs`). An unknown QEMU release is
+//!   judged as the older QEMU: the safe choice.
+//! * **`check='partial'`** (libvirt's default for `host-model`; under TCG a custom CPU gets
+//!   `check='none'` at define): libvirt compares the guest CPU with the CPU TCG gives
+//!   (`qemuProcessUpdateGuestCPU`, `virCPUCompare` against the full host-model of the virt type)
+//!   and refuses "the CPU is incompatible with host CPU: Host CPU does not provide required
+//!   features: x2apic, tsc-deadline" or "... Host CPU provides forbidden features: sse4.2".
+//! * **`check='full'`**: libvirt compares the CPU QEMU built with the one written: "guest CPU
+//!   doesn't match specification: extra features: hypervisor, ... missing features: ...". QEMU
+//!   sets the `hypervisor` bit in every vCPU, so a named model without it never passes.
+//!
+//! What TCG gives comes from the domcapabilities of `type='qemu'` (its host-model CPU, the
+//! models' `usable` and libvirt 11.x's `<blockers>`) and libvirt's QEMU capability cache (the
+//! same blockers, both generations): [`crate::qemu::TcgFacts`].
+
+use crate::apic::{apic_id, first_x2apic_vcpu};
+use crate::cpu::default_model;
+use crate::domain::{Domain, cpu_features, cpu_mode, model_name};
+use crate::domain_facts::{DomainFacts, VersionRule};
+use crate::finding::{Code, Finding, Severity};
+use crate::host::Sourced;
+use crate::libvirt::cpu::{CpuCheck, CpuMode, FeaturePolicy, guaranteed_features};
+use crate::libvirt::version::QemuVersion;
+use crate::topology::Topology;
+use crate::xml::{child, is_libvirt_element};
+use roxmltree::Node;
+use std::collections::BTreeSet;
+
+/// A `<cpu>`'s listed features with their policies (None: a word libvirt does not know).
+type Listed = [(String, Option<FeaturePolicy>)];
+
+/// Whether the guest CPU has x2APIC under this host's TCG: a custom CPU by its model (cpu_map)
+/// and listed features; `host-model` by its listed policy, else the TCG host-model CPU of
+/// domcapabilities, else the QEMU release (TCG's `max` CPU, which host-model and `maximum` are
+/// made from, has x2APIC from QEMU 9.0 on: seen on 10.0); `maximum` unless it disables it.
+#[must_use]
+pub(crate) fn has_x2apic(
+    arch: &str,
+    mode: CpuMode,
+    model: Option<&str>,
+    listed: &Listed,
+    facts: &DomainFacts<'_>,
+) -> bool {
+    let written = listed
+        .iter()
+        .rev()
+        .find(|(f, _)| f == "x2apic")
+        .map(|(_, p)| p.is_some_and(FeaturePolicy::gives));
+    let tcg_max_has_it = facts
+        .tcg
+        .version
+        .as_ref()
+        .is_some_and(|v| v.value.tcg_has_x2apic());
+    match mode {
+        CpuMode::Custom => {
+            let Some(model) = model.or_else(|| default_model(arch)) else {
+                return written == Some(true);
+            };
+            guaranteed_features(facts.model_features(model), listed).contains("x2apic")
+        }
+        CpuMode::HostModel => written.unwrap_or_else(|| {
+            let from_domcaps = facts.domcaps.and_then(|d| d.host_model.as_ref()).map(|hm| {
+                let model = hm.model.as_deref().and_then(|m| facts.model_features(m));
+                hm.guaranteed_features(model).contains("x2apic")
+            });
+            from_domcaps.unwrap_or(tcg_max_has_it)
+        }),
+        CpuMode::HostPassthrough | CpuMode::Maximum => written.unwrap_or(tcg_max_has_it),
+    }
+}
+
+/// The QEMU release and where it came from, for messages: `QEMU 7.2.22 (from SOURCE)`, or why
+/// it is unknown.
+#[must_use]
+pub(crate) fn qemu_words(v: Option<&Sourced<QemuVersion>>) -> String {
+    match v {
+        Some(v) => format!("QEMU {} (from {})", v.value, v.source),
+        None => "the host's QEMU (its version unknown: neither --qemu-version nor a current file of libvirt's QEMU capability cache gives it, so taken as older than 9.0)".to_string(),
+    }
+}
+
+/// The vCPUs libvirt starts: `current`, or with a `<vcpus>` list up to its highest enabled id.
+fn online_vcpus(dom: &Domain<'_>, current: u32, max: u32) -> u32 {
+    let Some(list) = child(dom.root(), "vcpus") else {
+        return current.min(max);
+    };
+    list.children()
+        .filter(|e| is_libvirt_element(*e, "vcpu") && e.attribute("enabled") == Some("yes"))
+        .filter_map(|e| e.attribute("id")?.trim().parse::<u32>().ok())
+        .filter(|id| *id < max)
+        .max()
+        .map_or(1, |id| id + 1)
+}
+
+/// The first `<cpu>`'s topology, as libvirt reads it (None without one, or an unreadable one,
+/// which its own finding reports).
+fn topology(dom: &Domain<'_>, facts: &DomainFacts<'_>) -> Option<Topology> {
+    let t = dom.cpus().first().and_then(|c| child(*c, "topology"))?;
+    Topology::read(t, facts.applies(VersionRule::Clusters)).ok()
+}
+
+/// The APIC-ID rule of TCG (module docs): `tcg-vcpu-limit` when this QEMU (or an unknown one)
+/// cannot run the maximum at all (an error: the start fails), `tcg-x2apic` when it can only with
+/// x2APIC in the guest CPU: an error when an online vCPU needs it (the start fails), else a
+/// warning (the guest starts, and the hot-plug of that vCPU fails).
+pub(super) fn check_apic_ids(
+    dom: &Domain<'_>,
+    max: u32,
+    current: u32,
+    facts: &DomainFacts<'_>,
+    out: &mut Vec<Finding>,
+) {
+    if !facts.tcg.x86_tcg {
+        return;
+    }
+    let topo = topology(dom, facts);
+    let Some(first) = first_x2apic_vcpu(topo.as_ref(), max) else {
+        return;
+    };
+    let id = topo
+        .as_ref()
+        .map_or(u64::from(first), |t| apic_id(t, first));
+    let shape = topo.map_or_else(
+        || "one socket per vCPU".to_string(),
+        |t| format!("the topology {}", t.describe()),
+    );
+    let version = facts.tcg.version.as_ref();
+    if !version.is_some_and(|v| v.value.tcg_has_x2apic()) {
+        out.push(Finding::error(
+            Code::TcgVcpuLimit,
+            format!(
+                "{} runs no TCG guest whose vCPUs can reach APIC ID 255 (\"current -smp configuration requires kernel irqchip and X2APIC API support\", even for vCPUs not online): with {shape}, vCPU {first} of the maximum {max} gets APIC ID {id} (TCG emulates x2APIC from QEMU 9.0 on)",
+                qemu_words(version)
+            ),
+            format!(
+                "lower the maximum to {first} or fewer (a rule with vcpu.max does it), or run the guest under KVM or a QEMU 9.0 or later"
+            ),
+        ));
+        return;
+    }
+    let cpu = dom.cpus().first().copied();
+    let Some(mode) = cpu.map_or(Some(CpuMode::Custom), cpu_mode) else {
+        // A mode libvirt does not know: `cpu-mode-invalid` says so.
+        return;
+    };
+    let model = cpu.and_then(|c| child(c, "model")).and_then(model_name);
+    let listed = cpu.map(cpu_features).unwrap_or_default();
+    if has_x2apic(dom.arch(), mode, model.as_deref(), &listed, facts) {
+        return;
+    }
+    let what = match (mode, &model) {
+        (CpuMode::Custom, Some(m)) => format!("model {m}"),
+        (CpuMode::Custom, None) => "QEMU's default model".to_string(),
+        (m, _) => format!("this {m} CPU"),
+    };
+    let online = online_vcpus(dom, current, max);
+    // Fatal at start when an online vCPU needs x2APIC; otherwise the guest starts and the
+    // hot-plug of that vCPU is what fails (QEMU 10.0 aborts the running guest, 11.1 refuses
+    // the vCPU): a warning.
+    let fatal = online > first;
+    let when = if fatal {
+        format!("it refuses to start the guest: {online} vCPUs are online")
+    } else {
+        format!(
+            "the {online} online vCPU(s) start, but hot-plugging vCPU {first} fails (QEMU 10.0 aborts the running guest, QEMU 11.1 refuses the vCPU)"
+        )
+    };
+    let mut finding = Finding::error(
+        Code::TcgX2apic,
+        format!(
+            "{} gives a TCG vCPU an APIC ID of 255 or more only with x2APIC in the guest CPU, which {what} lacks (\"APIC ID {id} requires x2APIC feature in CPU\"): with {shape}, vCPU {first} of the maximum {max} gets APIC ID {id}, so {when}",
+            qemu_words(version)
+        ),
+        format!(
+            "require x2apic (<feature policy='require' name='x2apic'/>; a rule with vcpu.max adds it), or lower the maximum to {first} or fewer"
+        ),
+    );
+    if !fatal {
+        finding.severity = Severity::Warning;
+    }
+    out.push(finding);
+}
+
+/// The check libvirt makes of `cpu` against what TCG gives: its `check`, else libvirt's default
+/// (`partial` for host-model, `none` for a TCG custom CPU; seen with libvirt 9.0 and 11.3). An
+/// unknown word is `none` here: libvirt refuses the domain for it at define.
+fn check_of(cpu: Node<'_, '_>, mode: CpuMode) -> CpuCheck {
+    match cpu.attribute("check") {
+        Some(c) => CpuCheck::parse(c).unwrap_or(CpuCheck::None),
+        None => CpuCheck::default_for(mode),
+    }
+}
+
+/// libvirt's CPU checks against TCG at start (module docs), for an x86 TCG guest with a custom
+/// model or a host-model CPU.
+pub(super) fn check_cpu(
+    cpu: Node<'_, '_>,
+    mode: CpuMode,
+    facts: &DomainFacts<'_>,
+    out: &mut Vec<Finding>,
+) {
+    if !facts.tcg.x86_tcg || !matches!(mode, CpuMode::Custom | CpuMode::HostModel) {
+        return;
+    }
+    let check = check_of(cpu, mode);
+    if check == CpuCheck::None {
+        return;
+    }
+    let listed = cpu_features(cpu);
+    let model = child(cpu, "model").and_then(model_name);
+    if mode == CpuMode::Custom && model.is_none() {
+        // libvirt compares nothing: "only topology part of CPU def is used".
+        return;
+    }
+    let gives = facts.tcg.host_cpu.as_ref();
+    // The policies whose feature the guest must have: `require`, and under `full` `force` too.
+    let needed = |p: &Option<FeaturePolicy>| {
+        *p == Some(FeaturePolicy::Require)
+            || (check == CpuCheck::Full && *p == Some(FeaturePolicy::Force))
+    };
+    let dropped: BTreeSet<&str> = listed
+        .iter()
+        .filter(|(_, p)| !needed(p))
+        .map(|(f, _)| f.as_str())
+        .collect();
+    let mut missing: BTreeSet<String> = BTreeSet::new();
+    let mut basis = Vec::new();
+    if let (Some(m), CpuMode::Custom) = (&model, mode) {
+        let tcg = facts.tcg.models.get(m.as_str());
+        let blockers = tcg.and_then(|t| t.blockers.as_ref().map(|b| (b, &t.source)));
+        // The partial check of a libvirt that takes QEMU's word (`usable_decides`) stops at a
+        // usable model and names an unusable one's blockers; otherwise (and for `full`, which
+        // compares what QEMU built) the model's features count one by one.
+        let qemu_word = facts.tcg.usable_decides && check == CpuCheck::Partial;
+        match (qemu_word, tcg.is_some_and(|t| t.usable), blockers) {
+            (true, true, _) => {}
+            (true, false, Some((b, source))) => {
+                let before = missing.len();
+                missing.extend(b.iter().filter(|f| !dropped.contains(f.as_str())).cloned());
+                if missing.len() > before {
+                    basis.push(format!("the blockers of {m} in {source}"));
+                }
+            }
+            _ => {
+                if let (Some((g, source)), Some(own)) = (gives, facts.model_features(m)) {
+                    let before = missing.len();
+                    let lacking = own
+                        .iter()
+                        .filter(|f| !g.contains(*f) && !dropped.contains(f.as_str()));
+                    missing.extend(lacking.cloned());
+                    if missing.len() > before {
+                        basis.push(format!("{m} in libvirt's cpu_map against {source}"));
+                    }
+                }
+            }
+        }
+    }
+    // Features listed beyond the model: against the CPU TCG gives.
+    if let Some((g, source)) = gives {
+        let lacking: Vec<String> = listed
+            .iter()
+            .filter(|(f, p)| needed(p) && !g.contains(f) && f != "hypervisor")
+            .map(|(f, _)| f.clone())
+            .collect();
+        if !lacking.is_empty() {
+            basis.push(format!("the TCG CPU of {source}"));
+        }
+        missing.extend(lacking);
+    }
+    let why = if basis.is_empty() {
+        String::new()
+    } else {
+        format!("; per {}", basis.join(" and "))
+    };
+    if check == CpuCheck::Partial {
+        let forbidden: BTreeSet<String> = gives.map_or_else(BTreeSet::new, |(g, _)| {
+            listed
+                .iter()
+                .filter(|(f, p)| *p == Some(FeaturePolicy::Forbid) && g.contains(f))
+                .map(|(f, _)| f.clone())
+                .collect()
+        });
+        check_partial(&missing, &forbidden, &why, out);
+    } else {
+        check_full(mode, model.as_deref(), &listed, &missing, &why, out);
+    }
+}
+
+/// `check='partial'`: libvirt's refusal when TCG lacks a feature the guest needs, or has one it
+/// forbids.
+fn check_partial(
+    missing: &BTreeSet<String>,
+    forbidden: &BTreeSet<String>,
+    why: &str,
+    out: &mut Vec<Finding>,
+) {
+    let join = |v: &BTreeSet<String>| v.iter().cloned().collect::<Vec<_>>().join(", ");
+    let reason = match (missing.is_empty(), forbidden.is_empty()) {
+        (true, true) => return,
+        (false, _) => format!(
+            "Host CPU does not provide required features: {}",
+            join(missing)
+        ),
+        (true, false) => format!("Host CPU provides forbidden features: {}", join(forbidden)),
+    };
+    out.push(Finding::error(
+        Code::TcgCpuMissing,
+        format!(
+            "the CPU is incompatible with host CPU: {reason} (check='partial' under TCG: libvirt compares the guest CPU with the CPU this QEMU's TCG emulates, and refuses the start{why})"
+        ),
+        "use check='none' (libvirt's default for a custom CPU under TCG), or a CPU this QEMU's TCG emulates (virsh domcapabilities --virttype qemu: usable models), or disable the features it lacks",
+    ));
+}
+
+/// `check='full'`: what QEMU built must be the CPU written. QEMU adds `hypervisor` to every vCPU;
+/// TCG drops what it lacks.
+fn check_full(
+    mode: CpuMode,
+    model: Option<&str>,
+    listed: &Listed,
+    missing: &BTreeSet<String>,
+    why: &str,
+    out: &mut Vec<Finding>,
+) {
+    let hypervisor = listed
+        .iter()
+        .rev()
+        .find(|(f, _)| f == "hypervisor")
+        .is_some_and(|(_, p)| p.is_some_and(FeaturePolicy::gives));
+    let mut parts = Vec::new();
+    if mode == CpuMode::Custom && !hypervisor {
+        parts.push("extra features: hypervisor".to_string());
+    }
+    if !missing.is_empty() {
+        parts.push(format!(
+            "missing features: {}",
+            missing.iter().cloned().collect::<Vec<_>>().join(",")
+        ));
+    }
+    if parts.is_empty() {
+        return;
+    }
+    let model = model.unwrap_or("(none)");
+    out.push(Finding::error(
+        Code::TcgCheckFull,
+        format!(
+            "guest CPU doesn't match specification: {} (check='full' under TCG, model {model}: libvirt compares the CPU QEMU built with the one written and refuses the start; QEMU sets the hypervisor bit in every vCPU and its TCG drops what it does not emulate{why})",
+            parts.join(", ")
+        ),
+        "use check='partial' or 'none' (libvirt's default under TCG), or require hypervisor and only features this QEMU's TCG emulates",
+    ));
+}
