@@ -17,7 +17,7 @@
 //! Domains are named `vcp-diff-<pid>-<i>`; a guard undefines every domain with that prefix, also
 //! when the test fails.
 
-use crate::harness::{Oracle, Output, Scratch, bin, oracles, virsh_at};
+use crate::harness::{Oracle, Output, Scratch, Sweep, bin, oracles};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -43,39 +43,6 @@ const NOT_PREDICTED: &[(&str, &str)] = &[];
 /// The name prefix of this run's domains.
 fn prefix() -> String {
     format!("vcp-diff-{}-", std::process::id())
-}
-
-/// Undefines every domain whose name starts with this run's prefix on the libvirt at `uri` when
-/// dropped (also on panic).
-struct Cleanup(String);
-
-impl Cleanup {
-    fn sweep(&self) -> usize {
-        let list = virsh_at(&self.0, &["list", "--all", "--name"]);
-        let p = prefix();
-        let mut n = 0;
-        for name in list
-            .stdout
-            .lines()
-            .map(str::trim)
-            .filter(|l| l.starts_with(&p))
-        {
-            let _ = virsh_at(&self.0, &["destroy", name]);
-            if virsh_at(&self.0, &["undefine", name]).ok {
-                n += 1;
-            }
-        }
-        n
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let n = self.sweep();
-        if n > 0 {
-            eprintln!("differential: cleanup undefined {n} leftover domain(s)");
-        }
-    }
 }
 
 /// xorshift64*: deterministic and dependency-free.
@@ -798,7 +765,10 @@ fn check_agrees_with_virsh_define_and_rewrites_are_accepted() {
     .unwrap();
     let mut failures = Vec::new();
     for oracle in oracles() {
-        let _cleanup = Cleanup(oracle.uri.clone());
+        let _cleanup = Sweep {
+            uri: oracle.uri.clone(),
+            prefix: prefix(),
+        };
         let caps_text = oracle.virsh(&["capabilities"]);
         assert!(caps_text.ok, "virsh capabilities: {}", caps_text.stderr);
         let f = Files {

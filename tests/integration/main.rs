@@ -26,5 +26,6 @@ mod libvirt;
 mod machines;
 mod modes;
 mod oracles;
+mod producers;
 mod props;
 mod tables;
