@@ -1456,3 +1456,58 @@ fn startable_leaves_what_the_tool_reads() {
         "Invalid value '4-5' for 'cpuset.cpus': Invalid argument"
     ));
 }
+
+#[test]
+fn renamed_guests_get_their_own_uuid_and_facts_pick_their_domcapabilities() {
+    let nova = std::fs::read_to_string(root().join(DATA).join("nova/to-xml/tcg-q35-64-vcpus.xml"))
+        .unwrap();
+    let old = "5e6a0c2e-8f3b-4a3e-9d1c-7b2f0a9c1d01";
+    assert_eq!(
+        nova.matches(old).count(),
+        5,
+        "<uuid>, sysinfo uuid and serial, disk and console log paths"
+    );
+    let got = renamed(&nova, "vcp-prod-1-x");
+    let uuid = uuid_for("vcp-prod-1-x");
+    assert_ne!(uuid, uuid_for("vcp-prod-1-y"));
+    assert!(got.contains(&format!("<uuid>{uuid}</uuid>")));
+    assert!(got.contains(&format!("<entry name=\"uuid\">{uuid}</entry>")));
+    assert!(got.contains("<name>vcp-prod-1-x</name>"));
+    // The serial, the disk path and Nova's metadata are not the UUID libvirt compares: kept.
+    assert_eq!(got.matches(old).count(), 3);
+
+    let dir = root().join("tests/data/generations/trixie");
+    let facts = Facts {
+        base: vec![],
+        domcaps: ["pc-kvm", "q35-kvm", "pc-qemu", "q35-qemu"]
+            .iter()
+            .map(|m| dir.join(format!("domcapabilities-x86_64-{m}.xml")))
+            .chain([dir.join("domcapabilities-aarch64-virt-qemu.xml")])
+            .collect(),
+    };
+    let picked = |doc: &str| facts.args(doc).last().cloned().unwrap();
+    assert!(picked(&nova).ends_with("domcapabilities-x86_64-q35-qemu.xml"));
+    assert!(
+        picked("<domain type='kvm'><os><type machine='pc-i440fx-9.0'>hvm</type></os></domain>")
+            .ends_with("domcapabilities-x86_64-pc-kvm.xml")
+    );
+    assert!(
+        picked(
+            "<domain type='qemu'><os><type arch='aarch64' machine='virt'>hvm</type></os></domain>"
+        )
+        .ends_with("domcapabilities-aarch64-virt-qemu.xml")
+    );
+    // No file for the triple: every one, for the tool to choose.
+    assert_eq!(
+        facts
+            .args("<domain type='kvm'><os><type arch='aarch64'>hvm</type></os></domain>")
+            .len(),
+        10
+    );
+    assert_eq!(
+        tidy(
+            "internal error: QEMU unexpectedly closed the monitor (vm='vcp-prod-1-x'): 2026-12-01T16:05:27.293211Z qemu-system-x86_64: eim=on"
+        ),
+        "internal error: QEMU unexpectedly closed the monitor qemu-system-x86_64: eim=on"
+    );
+}
