@@ -1023,8 +1023,16 @@ fn classify(
     if rw.code == 1 {
         // A refusal: about the document as it stands when the empty policy refuses it too with
         // one of the same errors; else about the policy's target.
+        // Only the errors the empty policy gives too are about the document as it stands; the
+        // others (a `vcpu-current` after a clamp...) are about the policy's target.
         let empty = subject.empty.get(subject.exe, subject.facts, &subject.file);
-        let about_input = empty.code == 1 && v.errors.iter().any(|e| empty.errors.contains(e));
+        let input_errors: Vec<String> = v
+            .errors
+            .iter()
+            .filter(|e| empty.code == 1 && empty.errors.contains(e))
+            .cloned()
+            .collect();
+        let about_input = !input_errors.is_empty();
         if !about_input {
             for e in &v.errors {
                 *tally.policy_codes.entry(e.clone()).or_default() += 1;
@@ -1033,7 +1041,9 @@ fn classify(
             return;
         }
         let lv = subject.libvirt_in.get(judge, input, name);
-        let define_rule = v.errors.iter().any(|e| DEFINE_TIME.contains(&e.as_str()));
+        let define_rule = input_errors
+            .iter()
+            .any(|e| DEFINE_TIME.contains(&e.as_str()));
         match lv.message() {
             None if lv == Libvirt::Accepted || define_rule => {
                 tally.add(Class::ContradictedRefusal, || {
@@ -1044,7 +1054,7 @@ fn classify(
                     label,
                     &format!(
                         "the tool's {}; libvirt: {}",
-                        v.errors.join(", "),
+                        input_errors.join(", "),
                         lv.describe()
                     ),
                 );
