@@ -239,6 +239,45 @@ pub fn virsh_at(uri: &str, args: &[&str]) -> Virsh {
     }
 }
 
+/// Destroys and undefines every domain whose name starts with `prefix` on the libvirt at `uri`
+/// when dropped (also when the test panics), saying how many it found.
+pub struct Sweep {
+    pub uri: String,
+    pub prefix: String,
+}
+
+impl Sweep {
+    /// Destroy and undefine them now; how many were undefined.
+    pub fn sweep(&self) -> usize {
+        let list = virsh_at(&self.uri, &["list", "--all", "--name"]);
+        let mut n = 0;
+        for name in list
+            .stdout
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with(&self.prefix))
+        {
+            let _ = virsh_at(&self.uri, &["destroy", name]);
+            if virsh_at(&self.uri, &["undefine", name]).ok {
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        let n = self.sweep();
+        if n > 0 {
+            eprintln!(
+                "cleanup: undefined {n} leftover domain(s) named {}* at {}",
+                self.prefix, self.uri
+            );
+        }
+    }
+}
+
 /// Panic with a clear message when libvirtd does not answer.
 pub fn require_libvirtd() {
     let v = virsh(&["version"]);

@@ -27,6 +27,7 @@ mod libvirt;
 mod machines;
 mod modes;
 mod oracles;
+mod producers;
 mod props;
 mod tables;
 mod tcg;
