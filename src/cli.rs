@@ -12,9 +12,11 @@
 //! Output is built whole in memory and written once, so a failure never leaves partial output.
 
 mod audit;
+mod fleet;
 pub(crate) mod host;
 
 pub use audit::{AuditArgs, AuditFormat};
+pub use fleet::{FactsArgs, FleetArgs, FleetFormat};
 
 use crate::error::Error;
 use crate::host::{Host, HostOptions, Sourced};
@@ -73,6 +75,13 @@ pub enum Command {
     /// Whether a guest's CPU runs on a host: identical, superset, or incompatible with the
     /// missing features named (as `virsh hypervisor-cpu-compare`).
     Compare(cluster::CompareArgs),
+    /// Every guest × every host of a fleet, each host judged with its own facts: `runs` or
+    /// `cannot`, with every reason; `--drain HOST` (exit 1 when a guest cannot leave),
+    /// `--admit FACTS`, `--upgrade HOST --to FACTS`. Exit 0 all run, 1 some cannot, 2 bad input.
+    Fleet(FleetArgs),
+    /// Write this host's guest facts (`--guests`: from libvirt's stored definitions and status
+    /// files, never libvirt) for `fleet`.
+    Facts(FactsArgs),
 }
 
 impl Command {
@@ -87,7 +96,9 @@ impl Command {
             | Command::Host(_)
             | Command::Audit(_)
             | Command::Baseline(_)
-            | Command::Compare(_) => true,
+            | Command::Compare(_)
+            | Command::Fleet(_) => true,
+            Command::Facts(a) => a.out.is_none(),
         }
     }
 }
@@ -290,6 +301,8 @@ pub fn run(cli: Cli) -> i32 {
         Command::Hook(a) => Ok(cmd_hook(&a)),
         Command::Baseline(a) => cluster::cmd_baseline(&a),
         Command::Compare(a) => cluster::cmd_compare(&a),
+        Command::Fleet(a) => fleet::cmd_fleet(&a),
+        Command::Facts(a) => fleet::cmd_facts(&a),
     };
     match result {
         Ok(code) => code,

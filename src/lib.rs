@@ -58,6 +58,8 @@ pub mod edit;
 
 pub mod validate;
 
+pub mod destination;
+
 pub mod rewrite;
 
 pub mod report;
@@ -66,6 +68,8 @@ pub mod report;
 pub mod metrics;
 
 pub mod audit;
+
+pub mod fleet;
 pub mod log;
 
 pub mod hook;

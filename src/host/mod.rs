@@ -73,6 +73,7 @@ pub struct Host {
     /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
     pub cluster: Option<Sourced<Vec<PathBuf>>>,
     skip_machine_support: bool,
+    remote: bool,
     cluster_cpu: std::cell::OnceCell<std::result::Result<ClusterCpu, String>>,
 }
 
@@ -99,6 +100,9 @@ pub struct HostOptions {
     /// Leave the machine type's support to libvirt ([`Host::machine_unsupported`] says nothing):
     /// the hook's guest was defined, so libvirt has checked it, and checks it again at start.
     pub skip_machine_support: bool,
+    /// The facts are another host's (`virt-cpu-policy fleet`): never ask this machine's kernel
+    /// for KVM's vCPU limit or the CPU count; only the overrides and the files answer.
+    pub remote: bool,
 }
 
 impl HostOptions {
@@ -204,6 +208,7 @@ impl Host {
             facts_version: None,
             cluster: opts.cluster.clone(),
             skip_machine_support: opts.skip_machine_support,
+            remote: opts.remote,
             cluster_cpu: std::cell::OnceCell::new(),
         };
         for path in &opts.caps {
@@ -256,7 +261,10 @@ impl Host {
     /// (glibc reads sysfs for it, so only when a rule needs it).
     pub fn cpus(&self) -> Option<&Sourced<u32>> {
         self.cpus
-            .get_or_init(|| self.cpus_override.clone().or_else(sysconf_cpus))
+            .get_or_init(|| {
+                let local = || (!self.remote).then(sysconf_cpus).flatten();
+                self.cpus_override.clone().or_else(local)
+            })
             .as_ref()
     }
 
@@ -265,7 +273,8 @@ impl Host {
         self.kvm_limit
             .get_or_init(|| {
                 self.kvm_override.clone().or_else(|| {
-                    crate::machine::kvm_max_vcpus().map(|value| Sourced {
+                    let local = (!self.remote).then(crate::machine::kvm_max_vcpus).flatten();
+                    local.map(|value| Sourced {
                         value,
                         source: "KVM_CAP_MAX_VCPUS on /dev/kvm".into(),
                     })
@@ -399,7 +408,7 @@ mod tests {
     #[test]
     fn host_facts_file_gives_machines_domcaps_and_the_libvirt_version() {
         let dir = scratch("facts");
-        let doc = host_facts_document("node-1 'a&b'", v("11.3.0"), CAPS, Some(DOMCAPS));
+        let doc = host_facts_document("node-1 'a&b'", v("11.3.0"), CAPS, &[DOMCAPS]);
         assert!(
             doc.starts_with(
                 "<hostFacts name='node-1 &apos;a&amp;b&apos;' libvirt='11.3.0'>\n<capabilities>"
@@ -446,7 +455,7 @@ mod tests {
         assert_eq!(h.files, vec![f.display().to_string()]);
         // Either document alone is a host-facts file too.
         let caps_only = dir.join("caps-only.xml");
-        std::fs::write(&caps_only, host_facts_document("n", v("9.0.0"), CAPS, None)).unwrap();
+        std::fs::write(&caps_only, host_facts_document("n", v("9.0.0"), CAPS, &[])).unwrap();
         let mut h = Host::discover(&HostOptions::default()).unwrap();
         h.read_caps_file(&caps_only).unwrap();
         assert!(h.domcaps.is_empty() && !h.machines.is_empty());
@@ -464,9 +473,9 @@ mod tests {
         )
         .unwrap();
         let facts = dir.join("facts.xml");
-        std::fs::write(&facts, host_facts_document("n", v("11.3.0"), CAPS, None)).unwrap();
+        std::fs::write(&facts, host_facts_document("n", v("11.3.0"), CAPS, &[])).unwrap();
         let other = dir.join("other.xml");
-        std::fs::write(&other, host_facts_document("m", v("10.0.0"), CAPS, None)).unwrap();
+        std::fs::write(&other, host_facts_document("m", v("10.0.0"), CAPS, &[])).unwrap();
         let no_version = dir.join("no-version.xml");
         std::fs::write(
             &no_version,

@@ -16,6 +16,7 @@ mod corpus;
 mod daemon;
 mod differential;
 mod docs;
+mod fleet;
 mod generations;
 mod golden;
 mod harness;
