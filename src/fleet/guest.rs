@@ -17,7 +17,8 @@
 //! ```xml
 //! <guestFacts host='HOST'>
 //! <guest name='NAME' state='running|shutoff' persistent='yes|no'>
-//! <domain type='kvm'>...the reduced domain...</domain>
+//! <domain type='kvm'>...the reduced domain (running: the live XML)...</domain>
+//! <definition><domain>...a running guest's reduced definition...</domain></definition>
 //! </guest>
 //! </guestFacts>
 //! ```
@@ -84,8 +85,12 @@ pub struct GuestFacts {
     pub state: GuestState,
     /// Whether libvirt stores a definition of it.
     pub persistent: bool,
-    /// The reduced `<domain>` document (see the module docs), name and UUID included.
+    /// The reduced `<domain>` document (see the module docs), name and UUID included: the live
+    /// XML of a running guest, else its definition.
     pub domain: String,
+    /// A running persistent guest's reduced definition (what it restarts from, e.g.
+    /// `mode='host-model'` where the live CPU names the model it got); None otherwise.
+    pub definition: Option<String>,
     /// Where the facts came from: a file, or a file and the guest's name in it.
     pub source: String,
 }
@@ -150,6 +155,11 @@ pub fn document(host: &str, guests: &[GuestFacts]) -> String {
             if g.persistent { "yes" } else { "no" }
         );
         s.push_str(&g.domain);
+        if let Some(d) = &g.definition {
+            s.push_str("<definition>\n");
+            s.push_str(d);
+            s.push_str("</definition>\n");
+        }
         s.push_str("</guest>\n");
     }
     let _ = writeln!(s, "</{ROOT}>");
@@ -185,6 +195,14 @@ pub fn read(root: roxmltree::Node<'_, '_>, source: &str) -> Result<Vec<GuestFact
         let name = g
             .attribute("name")
             .map_or_else(|| dom.name(), str::to_string);
+        let definition = match child(g, "definition").map(|d| child(d, "domain")) {
+            None => None,
+            Some(None) => return Err("a <definition> without <domain>".into()),
+            Some(Some(d)) => {
+                let def = Domain::parse(&text[d.range()], source).map_err(|e| e.to_string())?;
+                Some(reduce(&def))
+            }
+        };
         out.push(GuestFacts {
             source: format!("{source} (guest '{name}')"),
             name,
@@ -192,6 +210,7 @@ pub fn read(root: roxmltree::Node<'_, '_>, source: &str) -> Result<Vec<GuestFact
             state,
             persistent: g.attribute("persistent") != Some("no"),
             domain: reduce(&dom),
+            definition,
         });
     }
     Ok(out)
@@ -221,6 +240,7 @@ pub fn from_domain_document(
         state,
         persistent: true,
         domain: reduce(&dom),
+        definition: None,
         source: source.to_string(),
     })
 }
@@ -268,7 +288,9 @@ pub fn gather(config_dir: &Path, state_dir: &Path, host: &str) -> (Vec<GuestFact
     }
     for mut g in read_dir(state_dir, true, &mut unread) {
         g.host = Some(host.to_string());
-        g.persistent = guests.contains_key(&g.name);
+        let stored = guests.remove(&g.name);
+        g.persistent = stored.is_some();
+        g.definition = stored.map(|s| s.domain);
         guests.insert(g.name.clone(), g);
     }
     (guests.into_values().collect(), unread)
@@ -410,6 +432,14 @@ mod tests {
         );
         assert!(back.iter().all(|g| g.host.as_deref() == Some("node-1")));
         assert_eq!(back[0].domain, guests[0].domain);
+        // The running persistent guest keeps its definition (Nehalem) beside its live CPU.
+        assert!(
+            back[0]
+                .definition
+                .as_deref()
+                .is_some_and(|d| d.contains("Nehalem"))
+        );
+        assert!(back[1].definition.is_none() && back[2].definition.is_none());
         std::fs::remove_dir_all(&dir).ok();
     }
 }

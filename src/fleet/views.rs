@@ -286,9 +286,10 @@ pub struct Fix {
     pub remaining: Vec<Reason>,
 }
 
-/// Host `h`'s guests judged on host `to` (the new generation's facts, read into the fleet),
-/// each that cannot run as it is with the policy's rewrite (`policy`, with `to`'s facts) and
-/// the verdict on the result.
+/// Host `h`'s guests judged on host `to` (the new generation's facts, read into the fleet) by
+/// define and start of their definitions, as the upgraded host restarts them (a running
+/// transient guest, which has none, by its live facts), each that cannot run as it is
+/// with the policy's rewrite (`policy`, with `to`'s facts) and the verdict on the result.
 #[must_use]
 pub fn upgrade(fleet: &Fleet, h: usize, to: usize, policy: &Policy) -> Vec<Upgraded> {
     let class = &fleet.classes[fleet.hosts[to].class];
@@ -296,10 +297,17 @@ pub fn upgrade(fleet: &Fleet, h: usize, to: usize, policy: &Policy) -> Vec<Upgra
         .guests_on(h)
         .into_iter()
         .map(|guest| {
-            let reasons = fleet.reasons(guest, to);
             let facts = &fleet.guests[guest].facts;
+            let definition = facts.definition.as_deref().unwrap_or(&facts.domain);
+            let reasons = Rc::new(super::judge_shape(
+                definition,
+                fleet.policy_none(),
+                &class.host,
+                &class.map,
+                crate::destination::Arrival::Start,
+            ));
             let fix = (!reasons.is_empty())
-                .then(|| fix(&facts.domain, policy, fleet, &class.host, &class.map))
+                .then(|| fix(definition, policy, fleet, &class.host, &class.map))
                 .flatten();
             Upgraded {
                 guest,
