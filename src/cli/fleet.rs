@@ -11,7 +11,7 @@
 use super::{EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED, Failure, write_stdout};
 use crate::fleet::format as fmt;
 use crate::fleet::guest::{CONFIG_DIR, STATE_DIR, document, gather, published_name};
-use crate::fleet::views::{admit, drain, matrix, undrainable, untakeable, upgrade};
+use crate::fleet::views::{admit, cannot_count, drain, matrix, undrainable, untakeable, upgrade};
 use crate::fleet::{CpuMaps, Fleet, FleetError};
 use crate::policy::Policy;
 use clap::{Args, ValueEnum};
@@ -157,10 +157,9 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
     let maps = cpu_maps(&a.cpu_map)?;
     let mut fleet = Fleet::read(&a.facts, policy, &maps)?;
     if let FleetFormat::Prometheus = a.format {
-        let pairs = matrix(&fleet);
+        let cannot = cannot_count(&fleet);
         let (stuck, refused) = (undrainable(&fleet), untakeable(&fleet));
-        let text = fmt::prometheus(&fleet, &pairs, &stuck, &refused);
-        let cannot = pairs.iter().filter(|p| !p.runs()).count();
+        let text = fmt::prometheus(&fleet, cannot, &stuck, &refused);
         return finish(&text, &cannot_pairs(cannot));
     }
     let json = matches!(a.format, FleetFormat::Json);

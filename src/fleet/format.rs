@@ -354,11 +354,11 @@ pub fn upgrade_text(fleet: &Fleet, h: usize, to: usize, list: &[Upgraded]) -> St
 
 /// The fleet's Prometheus series (text format 0.0.4): per host, the guests on it, the guests
 /// that cannot leave it and the guests of other hosts it cannot take; the fleet's pairs by
-/// verdict.
+/// verdict (`cannot` of them cannot run).
 #[must_use]
 pub fn prometheus(
     fleet: &Fleet,
-    pairs: &[Pair],
+    cannot: usize,
     undrainable: &[usize],
     untakeable: &[usize],
 ) -> String {
@@ -402,8 +402,8 @@ pub fn prometheus(
         "Guest x host pairs by verdict (runs, cannot)",
         by_verdict.clone(),
     );
-    let cannot = pairs.iter().filter(|p| !p.runs()).count();
-    for (v, n) in [("runs", pairs.len() - cannot), ("cannot", cannot)] {
+    let pairs = fleet.guests.len() * fleet.hosts.len();
+    for (v, n) in [("runs", pairs - cannot), ("cannot", cannot)] {
         by_verdict
             .get_or_create(&vec![("verdict".to_string(), v.to_string())])
             .set(clamp(n));

@@ -49,6 +49,18 @@ pub fn matrix(fleet: &Fleet) -> Vec<Pair> {
     out
 }
 
+/// How many guest × host pairs cannot run (the matrix, counted without keeping it).
+#[must_use]
+pub fn cannot_count(fleet: &Fleet) -> usize {
+    (0..fleet.guests.len())
+        .map(|g| {
+            (0..fleet.hosts.len())
+                .filter(|h| !fleet.reasons(g, *h).is_empty())
+                .count()
+        })
+        .sum()
+}
+
 /// One guest of a drained host.
 #[derive(Debug, Clone)]
 pub struct Leaving {
