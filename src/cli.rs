@@ -12,9 +12,11 @@
 //! Output is built whole in memory and written once, so a failure never leaves partial output.
 
 mod audit;
+mod fleet;
 pub(crate) mod host;
 
 pub use audit::{AuditArgs, AuditFormat};
+pub use fleet::{FactsArgs, FleetArgs, FleetFormat};
 
 use crate::error::Error;
 use crate::host::{Host, HostOptions, Sourced};
@@ -78,6 +80,13 @@ pub enum Command {
     /// cluster's CPU as Nova placement traits (a provider config document) or CloudStack host
     /// tags.
     Traits(traits::TraitsArgs),
+    /// Every guest × every host of a fleet, each host judged with its own facts: `runs` or
+    /// `cannot`, with every reason; `--drain HOST` (exit 1 when a guest cannot leave),
+    /// `--admit FACTS`, `--upgrade HOST --to FACTS`. Exit 0 all run, 1 some cannot, 2 bad input.
+    Fleet(FleetArgs),
+    /// Write this host's guest facts (`--guests`: from libvirt's stored definitions and status
+    /// files, never libvirt) for `fleet`.
+    Facts(FactsArgs),
 }
 
 impl Command {
@@ -93,7 +102,9 @@ impl Command {
             | Command::Audit(_)
             | Command::Baseline(_)
             | Command::Compare(_)
-            | Command::Traits(_) => true,
+            | Command::Traits(_)
+            | Command::Fleet(_) => true,
+            Command::Facts(a) => a.out.is_none(),
         }
     }
 }
@@ -302,6 +313,8 @@ pub fn run(cli: Cli) -> i32 {
         Command::Baseline(a) => cluster::cmd_baseline(&a),
         Command::Compare(a) => cluster::cmd_compare(&a),
         Command::Traits(a) => traits::cmd_traits(&a),
+        Command::Fleet(a) => fleet::cmd_fleet(&a),
+        Command::Facts(a) => fleet::cmd_facts(&a),
     };
     match result {
         Ok(code) => code,

@@ -16,7 +16,7 @@
 //! KVM's limit only for KVM guests above 240 vCPUs or with `vcpu.max`, the QEMU release and its
 //! TCG's CPU only for x86 TCG guests that can need them ([`TcgFacts::gather`]).
 
-use crate::cpu::{default_model, is_known_x86_feature};
+use crate::cpu::default_model;
 use crate::domain::{Domain, cpu_features};
 use crate::host::{DeprecatedMachine, Host, MachineLimit, Sourced};
 use crate::libvirt::cpu::CpuMode;
@@ -367,6 +367,7 @@ fn feature_names(dom: &Domain<'_>, plan: &Plan) -> BTreeSet<String> {
     for set in [&plan.require, &plan.disable].into_iter().flatten() {
         names.extend(set.value.iter().cloned());
     }
-    names.retain(|n| !is_known_x86_feature(n));
+    // Host::feature_known answers libvirt 9.0's names without a read (except for another
+    // host's facts, whose own cpu_map alone decides).
     names
 }

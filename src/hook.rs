@@ -18,12 +18,12 @@
 
 use crate::change::{BUILTIN_RULE, Change};
 use crate::cpu::Level;
+use crate::destination::{Arrival, CpuCompare, CpuMapCache, Judgement, judge};
 use crate::domain::{Domain, cpu_features};
-use crate::domain_facts::DomainFacts;
 use crate::error::Error;
 use crate::finding::{Code, Finding, Severity};
 use crate::host::{Host, HostOptions};
-use crate::libvirt::cpu::{CpuMode, FeaturePolicy, guaranteed_features};
+use crate::libvirt::cpu::{FeaturePolicy, guaranteed_features};
 use crate::log::{Decision, Fields};
 use crate::pipeline::Pipeline;
 use crate::policy::{Mode, OnError, OnViolation, Plan, Policy, on_error_hint};
@@ -329,15 +329,7 @@ fn log_warnings(guest: &str, phase: Phase, findings: &[Finding]) {
     }
 }
 
-/// Findings that come from the policy rather than from libvirt's rules.
-const POLICY_CODES: [Code; 6] = [
-    Code::CpuLevel,
-    Code::PolicyConflict,
-    Code::LevelArch,
-    Code::CpuMultiple,
-    Code::ClusterLevel,
-    Code::ClusterFeature,
-];
+use crate::destination::POLICY_CODES;
 
 /// `prepare begin`: libvirt's own rules on the XML as it will start (it would fail anyway: always
 /// refused), then the policy (a rewrite would change something: `on_violation`).
@@ -586,27 +578,17 @@ fn destination(
         return Ok(Answer::Allow);
     }
     let p = Pipeline::new(dom, policy, host)?;
-    let findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
-    let cpu = compare_cpu(&p.dom, text, &p.facts, host);
-    // Errors: libvirt or QEMU would refuse here. The model being unusable and the host not
-    // reaching the level are warnings elsewhere, but on the destination they mean this host
-    // cannot give the guest what it had. When the CPUs could be compared, the comparison
-    // (libvirt's own test) decides instead of `usable='no'`, which judges the bare model: a
-    // host-model guest arrives as this host's model with the features it lacks disabled.
-    // The policy's own verdict (cpu-level...) is not a question of this host: libvirt keeps the
-    // guest's CPU on migrate and restore anyway, so it is logged, not refused.
-    let compared = !matches!(cpu, CpuCompare::NotCompared(_));
-    let blocking = findings.iter().find(|f| {
-        (f.severity == Severity::Error && !POLICY_CODES.contains(&f.code))
-            || f.code == Code::HostLevel
-            || (f.code == Code::CpuModelUnusable && !compared)
-    });
-    if let Some(f) = blocking {
+    // One judge for a destination (crate::destination): libvirt's errors, the host not reaching
+    // the level, an unusable model when the CPUs could not be compared, the CPU comparison.
+    let map = CpuMapCache::new(host.cpu_map_dir.as_deref());
+    let judgement = judge(&p, text, host, &map, Arrival::Migration);
+    if let Some(f) = judgement.blocking().first() {
         return Ok(hard_refusal(guest, phase, policy, f));
     }
-    let cpu = match cpu {
-        CpuCompare::Incompatible(f) => return Ok(hard_refusal(guest, phase, policy, &f)),
-        CpuCompare::Runs(what) | CpuCompare::NotCompared(what) => what,
+    let Judgement { findings, cpu, .. } = judgement;
+    // Not incompatible: blocking() holds that finding.
+    let (CpuCompare::Runs(cpu) | CpuCompare::NotCompared(cpu)) = cpu else {
+        return Ok(allowed(guest, phase, "this host can run the guest"));
     };
     log_warnings(guest, phase, &findings);
     let unmet: Vec<&Finding> = findings
@@ -648,89 +630,6 @@ fn policy_not_met(guest: &str, phase: Phase, unmet: &[&Finding], runs: &str) -> 
         &one_line(&message.join("; ")),
     );
     Answer::Allow
-}
-
-/// What comparing the incoming guest's CPU with this host's found.
-enum CpuCompare {
-    /// It runs here: `identical` or `superset`, said in words for the log.
-    Runs(String),
-    /// It does not: the finding to refuse with.
-    Incompatible(Finding),
-    /// Nothing to compare, or no way to: why, for the log.
-    NotCompared(String),
-}
-
-/// The incoming guest's CPU against this host's host-model CPU (its domcapabilities, from the
-/// daemon's snapshot or `--caps`), as `virt-cpu-policy compare` judges it
-/// ([`crate::cluster::compare`], libvirt's `x86Compute`): libvirt compares a custom CPU with
-/// the host's when it starts the incoming guest (`check='partial'`) or checks what QEMU gave
-/// (`check='full'`), so an incompatible CPU fails later anyway, after the migration began.
-fn compare_cpu(dom: &Domain<'_>, text: &str, facts: &DomainFacts<'_>, host: &Host) -> CpuCompare {
-    use crate::cluster::compare::{Compatibility as Cmp, compare, guest_cpu};
-    let not = |why: String| CpuCompare::NotCompared(format!("CPU not compared: {why}"));
-    let Some(cpu) = dom.cpus().first().copied() else {
-        return not("the guest has no <cpu>".into());
-    };
-    if crate::domain::cpu_mode(cpu) != Some(CpuMode::Custom) {
-        let mode = cpu.attribute("mode").unwrap_or_default();
-        return not(format!("a {mode} CPU takes this host's own CPU"));
-    }
-    if child(cpu, "model").is_none() {
-        // libvirt compares nothing either ("only topology part of CPU def is used").
-        return not("the CPU names no model (QEMU's default one)".into());
-    }
-    if !crate::libvirt::arch::is_x86(dom.arch()) {
-        return not(format!(
-            "libvirt's CPU compare is for x86, the guest is {}",
-            dom.arch()
-        ));
-    }
-    let Some(d) = facts.domcaps.filter(|d| d.host_model.is_some()) else {
-        return not(format!(
-            "this host's host-model CPU is unknown (no domcapabilities for {} {} in the daemon's snapshot or --caps)",
-            dom.arch(),
-            dom.virt_type()
-        ));
-    };
-    let Some(dir) = &host.cpu_map_dir else {
-        return not("libvirt's cpu_map is absent (the compare needs its CPUID data)".into());
-    };
-    let guest_path = std::path::PathBuf::from("the incoming domain XML");
-    let this_host = crate::cluster::hosts::ClusterHost::from_domcaps("this host", d);
-    let result = crate::libvirt::cpu_map::x86::X86Map::load(dir)
-        .map_err(crate::cluster::ClusterError::from)
-        .and_then(|map| {
-            let g = guest_cpu(text, &guest_path)?;
-            compare(&map, &this_host, &g, &guest_path).map(|c| (g, c))
-        });
-    let (g, c) = match result {
-        Ok(r) => r,
-        Err(e) => return not(e.to_string()),
-    };
-    let model = g.cpu.model.as_deref().unwrap_or("?");
-    match c.verdict {
-        Cmp::Identical | Cmp::Superset => CpuCompare::Runs(format!(
-            "CPU {model}: this host's is {} (host-model CPU from {})",
-            c.verdict.as_str(),
-            d.source
-        )),
-        Cmp::Incompatible => {
-            let reason = c.message.unwrap_or_else(|| "incompatible".into());
-            let when = if cpu.attribute("check") == Some("none") {
-                "with check='none' libvirt does not check, and QEMU would drop what is missing from the running guest"
-            } else {
-                "libvirt's own CPU check would refuse the guest when it starts here"
-            };
-            CpuCompare::Incompatible(Finding::error(
-                Code::CpuIncompatible,
-                format!(
-                    "this host cannot run the guest's CPU (model {model}): {reason} (this host's host-model CPU from {}; {when})",
-                    d.source
-                ),
-                "migrate it to a host whose CPU has these features, or give the guest a CPU every host of the cluster can run (cpu.model = \"baseline\"; virt-cpu-policy baseline)",
-            ))
-        }
-    }
 }
 
 /// Most bytes drained from stdin after what is kept: libvirt writes a finite document and closes

@@ -62,6 +62,8 @@ pub mod edit;
 
 pub mod validate;
 
+pub mod destination;
+
 pub mod rewrite;
 
 pub mod report;
@@ -70,6 +72,8 @@ pub mod report;
 pub mod metrics;
 
 pub mod audit;
+
+pub mod fleet;
 pub mod log;
 
 pub mod hook;

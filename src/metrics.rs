@@ -365,7 +365,7 @@ pub fn render(gauges: &Gauges, counters: Option<&Counters>, rules: &[String]) ->
 /// The text with each metric's series in sorted order: a family keeps its series in a hash map,
 /// so the encoder's order changes from run to run (and a diff of two runs would show noise).
 /// Metrics stay in the order they were registered; `# HELP`/`# TYPE` lines stay in place.
-fn sorted_series(text: &str) -> String {
+pub(crate) fn sorted_series(text: &str) -> String {
     fn flush(series: &mut Vec<&str>, out: &mut String) {
         series.sort_unstable();
         for line in series.drain(..) {

@@ -90,6 +90,27 @@ fn keep_owner(f: &std::fs::File, old: &std::fs::Metadata) -> std::io::Result<()>
     }
 }
 
+/// `s` as a file name: ASCII letters, digits, `-`, `_` and `.` kept, anything else `_`, and no
+/// leading `.` (a hidden file, `..`).
+#[must_use]
+pub fn safe_file_name(s: &str) -> String {
+    let safe: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    match safe.strip_prefix('.') {
+        Some(rest) => format!("_{rest}"),
+        None if safe.is_empty() => "_".into(),
+        None => safe,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

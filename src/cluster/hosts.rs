@@ -230,8 +230,14 @@ pub fn read_host(path: &Path) -> Result<ClusterHost, ClusterError> {
                 host.name = n;
             }
             host.libvirt = f.libvirt;
-            // domcapabilities first: its host-model CPU is the one guests can get.
-            if let Some(d) = &f.domcaps {
+            // domcapabilities first: its host-model CPU is the one guests can get (KVM's when
+            // the host publishes one per virt type).
+            if let Some(d) = f
+                .domcaps
+                .iter()
+                .find(|d| d.virt_type == "kvm")
+                .or(f.domcaps.first())
+            {
                 host.add_domcaps(d);
             }
             if let Some(c) = &f.capabilities {
@@ -351,7 +357,7 @@ mod tests {
         // What the daemon publishes: the host's name and libvirt version.
         let caps = "<capabilities><host><cpu><arch>x86_64</arch><model>Nehalem</model></cpu></host></capabilities>";
         let doc =
-            crate::libvirt::host_facts::document("node-8", "11.3.0".parse().unwrap(), caps, None);
+            crate::libvirt::host_facts::document("node-8", "11.3.0".parse().unwrap(), caps, &[]);
         let g = dir.join("g.xml");
         std::fs::write(&g, doc).unwrap();
         let h = read_host(&g).unwrap();

@@ -239,25 +239,7 @@ fn write_backup(dir: &Path, name: &str, uuid: &str, xml: &str) -> std::io::Resul
     Ok(path)
 }
 
-/// `s` as a file name: ASCII letters, digits, `-`, `_` and `.` kept, anything else `_`, and no
-/// leading `.` (a hidden file, `..`).
-pub(super) fn safe_file_name(s: &str) -> String {
-    let safe: String = s
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    match safe.strip_prefix('.') {
-        Some(rest) => format!("_{rest}"),
-        None if safe.is_empty() => "_".into(),
-        None => safe,
-    }
-}
+pub(super) use crate::writefile::safe_file_name;
 
 /// This host's facts for judging guests: the snapshot just written, the policy's `[host]`
 /// files, and `libvirt` (from [`libvirt_version`]) over any version those files name, so the
@@ -345,7 +327,12 @@ pub(super) fn cmd_apply(cli: &Cli, a: &ApplyArgs) -> i32 {
     let snapshot = if a.dry_run {
         Vec::new()
     } else {
-        write_snapshot(&conn, &cli.snapshot_dir, publish_dir(cli, &policy))
+        write_snapshot(
+            &conn,
+            &cli.snapshot_dir,
+            publish_dir(cli, &policy),
+            cli.host_name.as_deref(),
+        )
     };
     let host = match host_for(&policy, &snapshot, libvirt_version(cli, &conn).as_ref()) {
         Ok(h) => h,
@@ -423,7 +410,7 @@ pub(super) mod tests {
         // A snapshot file that another libvirt wrote.
         let caps = "<capabilities><host><cpu><arch>x86_64</arch></cpu></host></capabilities>";
         let stale = dir.join(SNAPSHOT_FACTS);
-        let doc = crate::libvirt::host_facts::document("n", "99.9.0".parse().unwrap(), caps, None);
+        let doc = crate::libvirt::host_facts::document("n", "99.9.0".parse().unwrap(), caps, &[]);
         std::fs::write(&stale, doc).unwrap();
         let cli = |extra: &[&str]| {
             let mut args = vec!["virt-cpu-policyd", "--uri", TEST_URI];

@@ -28,12 +28,25 @@ pub struct Cli {
     /// Where the host-fact snapshot is written (and read).
     #[arg(long, global = true, value_name = "DIR", default_value = SNAPSHOT_DIR)]
     pub snapshot_dir: PathBuf,
-    /// Publish this host's facts (a `<hostFacts>` file: capabilities, domcapabilities, libvirt
-    /// version) as `DIR/<hostname>.xml`, atomically, at start and after each full reconciliation
-    /// when they changed (for `virt-cpu-policy baseline` and `[host] cluster` on every host).
-    /// Default: the policy's `[host] publish`, else not published.
+    /// Publish this host's facts (a `<hostFacts>` file: capabilities, domcapabilities per virt
+    /// type, libvirt version) as `DIR/<hostname>.xml` and its guests' facts as
+    /// `DIR/<hostname>.guests.xml`, atomically, at start and after each full reconciliation
+    /// when they changed (for `virt-cpu-policy baseline`, `fleet` and `[host] cluster` on every
+    /// host). Default: the policy's `[host] publish`, else not published.
     #[arg(long, global = true, value_name = "DIR")]
     pub publish: Option<PathBuf>,
+    /// The host's name in the published facts (`DIR/NAME.xml`, `DIR/NAME.guests.xml`), instead
+    /// of libvirt's (`virConnectGetHostname`): the name `virt-cpu-policy fleet` knows the host
+    /// by.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub host_name: Option<String>,
+    /// libvirt's stored definitions, read as files for the published guest facts.
+    #[arg(long, global = true, value_name = "DIR", default_value = crate::fleet::guest::CONFIG_DIR)]
+    pub guest_config_dir: PathBuf,
+    /// libvirt's status files of running guests (their live CPU), read as files for the
+    /// published guest facts.
+    #[arg(long, global = true, value_name = "DIR", default_value = crate::fleet::guest::STATE_DIR)]
+    pub guest_state_dir: PathBuf,
     /// `daemon`: write Prometheus metrics (text format 0.0.4) to this file after every
     /// reconciliation, atomically (for node_exporter's textfile collector, e.g.
     /// /var/lib/prometheus/node-exporter/virt_cpu_policy.prom). Default: none.
@@ -56,6 +69,9 @@ pub enum Command {
     Apply(ApplyArgs),
     /// Run until SIGTERM, keeping every persistent guest conforming.
     Daemon(DaemonArgs),
+    /// Publish this host's facts and its guests' facts to the `--publish` directory once, and
+    /// exit (for `virt-cpu-policy fleet`; no snapshot, no policy applied).
+    Publish,
 }
 
 /// `apply` options.

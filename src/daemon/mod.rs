@@ -38,7 +38,10 @@ mod snapshot;
 
 pub use apply::{Applied, Report, apply_judged, apply_one};
 pub use cli::{ApplyArgs, BACKUP_DIR, Cli, Command, DaemonArgs};
-pub use snapshot::{Published, SNAPSHOT_FACTS, host_facts, published_path, write_snapshot};
+pub use snapshot::{
+    PublishTo, Published, SNAPSHOT_FACTS, host_facts, publish_guests, published_path,
+    write_snapshot,
+};
 
 use clap::Parser;
 
@@ -49,5 +52,6 @@ pub fn main() -> i32 {
     match &cli.command {
         Command::Apply(a) => apply::cmd_apply(&cli, a),
         Command::Daemon(a) => serve::cmd_daemon(&cli, a),
+        Command::Publish => snapshot::cmd_publish(&cli),
     }
 }

@@ -202,7 +202,12 @@ impl Daemon<'_> {
         // Drop events of a previous connection.
         while rx.try_recv().is_ok() {}
         // This host's facts are published after the full reconciliation below.
-        let snapshot = write_snapshot(&session.conn, &self.cli.snapshot_dir, None);
+        let snapshot = write_snapshot(
+            &session.conn,
+            &self.cli.snapshot_dir,
+            None,
+            self.cli.host_name.as_deref(),
+        );
         tracing::info!(uri = %self.cli.uri, snapshot_files = snapshot.len(), policy = %self.policy.source, "connected; reconciling every guest");
         let mut host = match host_for(&self.policy, &snapshot, session.libvirt.as_ref()) {
             Ok(h) => h,
@@ -278,7 +283,7 @@ impl Daemon<'_> {
     /// After a full reconciliation: this host's facts into the snapshot and, with `--publish` or
     /// `[host] publish`, to `DIR/<hostname>.xml`, each written only when it changed.
     fn refresh_host_facts(&self, session: &Session) {
-        match host_facts(&session.conn) {
+        match host_facts(&session.conn, self.cli.host_name.as_deref()) {
             Ok(f) => {
                 store_host_facts(
                     &f,

@@ -33,10 +33,13 @@ impl Host {
     }
 
     /// Whether libvirt knows the x86 feature `name` (libvirt spelling): libvirt 9.0's list, else
-    /// the host's own `x86_features.xml` (a newer libvirt knows more), read only on a miss.
+    /// the host's own `x86_features.xml` (a newer libvirt knows more), read only on a miss. For
+    /// another host's facts (`fleet`, [`super::HostOptions::only_given_facts`]) with a cpu_map, that
+    /// cpu_map's list alone: libvirt 7.0's lacks names 9.0's has (`pks`, `tsx-ldtrk`...).
     #[must_use]
     pub fn feature_known(&self, name: &str) -> bool {
-        if crate::cpu::is_known_x86_feature(name) {
+        let own_list_only = self.only_given_facts && self.cpu_map_dir.is_some();
+        if !own_list_only && crate::cpu::is_known_x86_feature(name) {
             return true;
         }
         self.x86_feature_names

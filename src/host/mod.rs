@@ -554,7 +554,7 @@ mod tests {
     #[test]
     fn host_facts_file_gives_machines_domcaps_and_the_libvirt_version() {
         let dir = scratch("facts");
-        let doc = host_facts_document("node-1 'a&b'", v("11.3.0"), CAPS, Some(DOMCAPS));
+        let doc = host_facts_document("node-1 'a&b'", v("11.3.0"), CAPS, &[DOMCAPS]);
         assert!(
             doc.starts_with(
                 "<hostFacts name='node-1 &apos;a&amp;b&apos;' libvirt='11.3.0'>\n<capabilities>"
@@ -601,7 +601,7 @@ mod tests {
         assert_eq!(h.files, vec![f.display().to_string()]);
         // Either document alone is a host-facts file too.
         let caps_only = dir.join("caps-only.xml");
-        std::fs::write(&caps_only, host_facts_document("n", v("9.0.0"), CAPS, None)).unwrap();
+        std::fs::write(&caps_only, host_facts_document("n", v("9.0.0"), CAPS, &[])).unwrap();
         let mut h = Host::discover(&HostOptions::default()).unwrap();
         h.read_caps_file(&caps_only).unwrap();
         assert!(h.domcaps.is_empty() && !h.machines.is_empty());
@@ -619,9 +619,9 @@ mod tests {
         )
         .unwrap();
         let facts = dir.join("facts.xml");
-        std::fs::write(&facts, host_facts_document("n", v("11.3.0"), CAPS, None)).unwrap();
+        std::fs::write(&facts, host_facts_document("n", v("11.3.0"), CAPS, &[])).unwrap();
         let other = dir.join("other.xml");
-        std::fs::write(&other, host_facts_document("m", v("10.0.0"), CAPS, None)).unwrap();
+        std::fs::write(&other, host_facts_document("m", v("10.0.0"), CAPS, &[])).unwrap();
         let no_version = dir.join("no-version.xml");
         std::fs::write(
             &no_version,

@@ -9,7 +9,7 @@
 use super::capabilities::Capabilities;
 use super::domcaps::DomCaps;
 use super::version::LibvirtVersion;
-use crate::xml::child;
+use crate::xml::{child, is_libvirt_element};
 use roxmltree::Node;
 use std::fmt::Write as _;
 
@@ -25,8 +25,9 @@ pub struct HostFacts {
     pub libvirt: Option<LibvirtVersion>,
     /// Its `<capabilities>`.
     pub capabilities: Option<Capabilities>,
-    /// Its `<domainCapabilities>`.
-    pub domcaps: Option<DomCaps>,
+    /// Its `<domainCapabilities>`, in document order: one per virt type the host runs (`kvm`,
+    /// and `qemu` for TCG guests: each QEMU's TCG offers a different CPU).
+    pub domcaps: Vec<DomCaps>,
 }
 
 impl HostFacts {
@@ -45,8 +46,11 @@ impl HostFacts {
             })
             .transpose()?;
         let caps = child(root, "capabilities");
-        let domcaps = child(root, "domainCapabilities");
-        if caps.is_none() && domcaps.is_none() {
+        let domcaps: Vec<Node<'_, '_>> = root
+            .children()
+            .filter(|n| is_libvirt_element(*n, "domainCapabilities"))
+            .collect();
+        if caps.is_none() && domcaps.is_empty() {
             return Err(format!(
                 "<{ROOT}> holds neither <capabilities> nor <domainCapabilities>"
             ));
@@ -59,21 +63,24 @@ impl HostFacts {
                 .map(str::to_string),
             libvirt,
             capabilities: caps.map(|c| Capabilities::read(c, source)).transpose()?,
-            domcaps: domcaps.map(|d| DomCaps::read(d, source)).transpose()?,
+            domcaps: domcaps
+                .into_iter()
+                .map(|d| DomCaps::read(d, source))
+                .collect::<Result<_, _>>()?,
         })
     }
 }
 
 /// One host's facts document: `<hostFacts name='NAME' libvirt='X.Y.Z'>` holding
-/// `capabilities` (`virsh capabilities`) and `domcapabilities` (`virsh domcapabilities`, when
-/// known), each as libvirt wrote it (an XML declaration dropped), one after the other,
-/// newline-terminated.
+/// `capabilities` (`virsh capabilities`) and each of `domcapabilities` (`virsh domcapabilities`,
+/// one per virt type, when known), each as libvirt wrote it (an XML declaration dropped), one
+/// after the other, newline-terminated.
 #[must_use]
 pub fn document(
     name: &str,
     libvirt: LibvirtVersion,
     capabilities: &str,
-    domcapabilities: Option<&str>,
+    domcapabilities: &[&str],
 ) -> String {
     // A document inside another cannot keep its own declaration.
     let body = |doc: &str| {
@@ -89,7 +96,7 @@ pub fn document(
         quick_xml::escape::escape(name)
     );
     s.push_str(&body(capabilities));
-    if let Some(d) = domcapabilities {
+    for d in domcapabilities {
         s.push_str(&body(d));
     }
     let _ = writeln!(s, "</{ROOT}>");

@@ -338,6 +338,72 @@ fn json_keys_are_the_documented_ones() {
         &printed_keys(&out, &out.stdout, &[]),
         &first_column(&section(&doc, "`compare --format json`")),
     );
+    fleet_json_keys_are_the_documented_ones(&t, &doc);
+}
+
+/// The four views of `fleet --format json`, on libvirt 7.0's and 9.0's TCG
+/// domcapabilities (one file a host; the admitted one 9.0's again) and two guests of 9.0's: `maximum` (7.0 refuses it; a
+/// policy of `host-model` fixes it) and `host-passthrough` (TCG refuses it everywhere).
+fn fleet_json_keys_are_the_documented_ones(t: &Scratch, doc: &str) {
+    let tcg_caps = |g: &str| {
+        root()
+            .join("tests/data/generations")
+            .join(g)
+            .join("domcapabilities-x86_64-q35-qemu.xml")
+    };
+    std::fs::create_dir_all(t.path("fleet")).unwrap();
+    std::fs::copy(tcg_caps("bookworm"), t.path("fleet/old.xml")).unwrap();
+    std::fs::copy(tcg_caps("bullseye"), t.path("fleet/older.xml")).unwrap();
+    let (older, new) = (t.path("older.xml"), t.path("new.xml"));
+    std::fs::copy(tcg_caps("bullseye"), &older).unwrap();
+    // The new host: libvirt 9.0's again (the golden cpu_map knows its host-model's features).
+    std::fs::copy(tcg_caps("bookworm"), &new).unwrap();
+    let domain = |name: &str, cpu: &str| {
+        format!(
+            "<domain type='qemu'><name>{name}</name><vcpu>1</vcpu><os><type arch='x86_64' machine='pc-q35-5.2'>hvm</type></os>{cpu}</domain>"
+        )
+    };
+    t.write(
+        "fleet/old.guests.xml",
+        format!(
+            "<guestFacts host='old'><guest name='a' state='shutoff'>{}</guest><guest name='b' state='running'>{}</guest></guestFacts>",
+            domain("a", "<cpu mode='maximum'/>"),
+            domain("b", "<cpu mode='host-passthrough'/>")
+        ),
+    );
+    let policy = t.write(
+        "fleet-policy.toml",
+        "version = 1\n[[rule]]\nname = \"tcg\"\nmatch = { type = \"qemu\" }\ncpu.mode = \"host-model\"\n",
+    );
+    let dir = s(&t.path("fleet"));
+    let views: [(&str, Vec<String>); 4] = [
+        ("`fleet --format json`", vec![]),
+        (
+            "`fleet --drain HOST --format json`",
+            vec!["--drain".into(), "old".into()],
+        ),
+        (
+            "`fleet --admit FACTS --format json`",
+            vec!["--admit".into(), s(&new)],
+        ),
+        (
+            "`fleet --upgrade HOST --to FACTS --format json`",
+            vec!["--upgrade".into(), "old".into(), "--to".into(), s(&older)],
+        ),
+    ];
+    for (heading, args) in views {
+        let out = Cmd::new(&["fleet", "--format", "json", "--policy"])
+            .arg(s(&policy))
+            .args(&["--cpu-map", &s(&golden_cpu_map())])
+            .args(&args)
+            .arg(&dir)
+            .run();
+        same_keys(
+            heading,
+            &printed_keys(&out, &out.stdout, &[]),
+            &first_column(&section(doc, heading)),
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -417,6 +483,20 @@ fn every_documented_exit_code_happens() {
     };
     let (arm_a, arm_b) = (aarch64("arm-a"), aarch64("arm-b"));
     let p = |f: &str| s(&r.join(f));
+    // fleet: one host (libvirt 9.0's TCG domcapabilities), a guest it runs and one it cannot.
+    let tcg_host =
+        s(&r.join("tests/data/generations/bookworm/domcapabilities-x86_64-q35-qemu.xml"));
+    let tcg_guest = |name: &str, cpu: &str| {
+        t.write(
+            &format!("{name}.xml"),
+            format!("<domain type='qemu'><name>{name}</name><vcpu>1</vcpu><os><type arch='x86_64' machine='pc-q35-7.2'>hvm</type></os>{cpu}</domain>"),
+        )
+    };
+    let fleet_runs = s(&tcg_guest("runs", "<cpu mode='host-model'/>"));
+    let fleet_cannot = s(&tcg_guest("cannot", "<cpu mode='host-passthrough'/>"));
+    std::fs::create_dir_all(t.path("no-guests")).unwrap();
+    std::fs::create_dir_all(t.path("bad-guests")).unwrap();
+    std::fs::write(t.path("bad-guests/x.xml"), "<domain").unwrap();
     let hook = |policy: String, file: &str| -> Scenario {
         let xml = std::fs::read(r.join(file)).unwrap();
         let log = t.path("hook.log");
@@ -492,6 +572,41 @@ fn every_documented_exit_code_happens() {
         ("traits", 1, with_map(&["traits", &arm_a, &arm_b])),
         ("traits", 2, with_map(&["traits", "/nonexistent.xml"])),
         ("hook", 2, vec!["hook".into()]),
+        (
+            "fleet",
+            0,
+            vec!["fleet".into(), tcg_host.clone(), fleet_runs.clone()],
+        ),
+        (
+            "fleet",
+            1,
+            vec!["fleet".into(), tcg_host.clone(), fleet_cannot.clone()],
+        ),
+        ("fleet", 2, vec!["fleet".into(), "/nonexistent.xml".into()]),
+        (
+            "facts",
+            0,
+            vec![
+                "facts".into(),
+                "--guests".into(),
+                "--config-dir".into(),
+                s(&t.path("no-guests")),
+                "--state-dir".into(),
+                s(&t.path("no-guests")),
+            ],
+        ),
+        (
+            "facts",
+            2,
+            vec![
+                "facts".into(),
+                "--guests".into(),
+                "--config-dir".into(),
+                s(&t.path("bad-guests")),
+                "--state-dir".into(),
+                s(&t.path("no-guests")),
+            ],
+        ),
     ];
     for (cmd, code, args) in runs {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -525,6 +640,23 @@ fn every_documented_exit_code_happens() {
             .code
         }),
     );
+    #[cfg(feature = "daemon")]
+    add(
+        "virt-cpu-policyd publish",
+        2,
+        Box::new(|t| {
+            Cmd::new(&[
+                "--uri",
+                "qemu+unix:///system?socket=/nonexistent/libvirt-sock",
+                "--publish",
+            ])
+            .program(crate::harness::daemon_bin())
+            .arg(s(&t.path("published")))
+            .arg("publish")
+            .run()
+            .code
+        }),
+    );
     add("50_virt_cpu_policy", 0, vdsm(cloudstack, r.join(default)));
     add("50_virt_cpu_policy", 1, vdsm(cannot, r.join(cannot_policy)));
     // A domain that cannot conform, under on_violation = "deny".
@@ -536,7 +668,12 @@ fn every_documented_exit_code_happens() {
     add("50_virt_cpu_policy", 2, vdsm(cannot, cannot_deny));
     // Given by tests/e2e/daemon against a running libvirtd: apply's 0 (unchanged, changed) and 1
     // (a guest refused).
-    let elsewhere = [("virt-cpu-policyd apply", 0), ("virt-cpu-policyd apply", 1)];
+    // tests/fleet/migrate: publish's 0 against the generations' daemons.
+    let elsewhere = [
+        ("virt-cpu-policyd apply", 0),
+        ("virt-cpu-policyd apply", 1),
+        ("virt-cpu-policyd publish", 0),
+    ];
 
     let table = section(&page("exit-codes.md"), "Every command");
     let mut documented = BTreeSet::new();
@@ -859,9 +996,14 @@ fn exposition(text: &str) -> BTreeMap<String, String> {
 fn the_metrics_table_is_what_audit_and_the_daemon_write() {
     let doc = page("metrics.md");
     let mut documented = BTreeMap::new();
+    let mut fleet_doc = BTreeMap::new();
     for row in table_rows(&doc) {
         if let (Some(name), Some(ty)) = (ticked(&row[0]).first(), row.get(1)) {
             let ty = ty.split_whitespace().next().unwrap().to_string();
+            if row[1].contains("(fleet)") {
+                fleet_doc.insert(name.clone(), ty);
+                continue;
+            }
             let daemon_only = row[1].contains("(daemon)");
             documented.insert(name.clone(), (ty, daemon_only));
         }
@@ -909,6 +1051,21 @@ fn the_metrics_table_is_what_audit_and_the_daemon_write() {
     assert_eq!(
         daemon, doc_all,
         "the daemon's metrics against docs/metrics.md"
+    );
+    // fleet --format prometheus: one host (libvirt 9.0's TCG domcapabilities), one guest.
+    let host = root().join("tests/data/generations/bookworm/domcapabilities-x86_64-q35-qemu.xml");
+    let guest = t.write(
+        "fleet-guest.xml",
+        "<domain type='qemu'><name>g</name><vcpu>1</vcpu><os><type arch='x86_64' machine='pc-q35-7.2'>hvm</type></os></domain>",
+    );
+    let out = Cmd::new(&["fleet", "--format", "prometheus"])
+        .arg(s(&host))
+        .arg(s(&guest))
+        .run();
+    assert_eq!(
+        exposition(&out.stdout),
+        fleet_doc,
+        "fleet --format prometheus against docs/metrics.md"
     );
 }
 

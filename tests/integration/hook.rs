@@ -791,7 +791,7 @@ fn destination_compares_the_incoming_cpu_with_this_hosts() {
             "this-host",
             "9.0.0".parse().unwrap(),
             &caps_text,
-            Some(&dc_text),
+            &[dc_text.as_str()],
         ),
     )
     .unwrap();

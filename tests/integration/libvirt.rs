@@ -674,7 +674,7 @@ fn cluster_baseline_guest_is_defined_and_started_under_tcg() {
                 "this-host",
                 oracle.version.parse().unwrap(),
                 &caps.stdout,
-                Some(&domcaps.stdout),
+                &[domcaps.stdout.as_str()],
             ),
         )
         .unwrap();

@@ -17,6 +17,7 @@ mod corpus;
 mod daemon;
 mod differential;
 mod docs;
+mod fleet;
 mod generations;
 mod golden;
 mod harness;

@@ -1,0 +1,286 @@
+//! `virt-cpu-policy fleet` and `virt-cpu-policy facts --guests`: the glue from the command line
+//! to [`crate::fleet`] and the exit codes.
+//!
+//! Exit codes, as the other commands': 0 every guest runs where the view asks (every pair of the
+//! matrix, every guest of a drained host can leave, the new host runs every guest, every guest
+//! runs on the upgraded host as it is); 1 some cannot (the report still on stdout, one line on
+//! stderr); 2 bad usage or input (one line on stderr, nothing on stdout). `facts --guests`: 0
+//! written; 2 a definition or status file could not be read (the others are written, each
+//! unread file named on stderr) or the output could not be written.
+
+use super::{EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED, Failure, write_stdout};
+use crate::fleet::format as fmt;
+use crate::fleet::guest::{CONFIG_DIR, STATE_DIR, document, gather, published_name};
+use crate::fleet::views::{admit, cannot_count, drain, matrix, undrainable, untakeable, upgrade};
+use crate::fleet::{CpuMaps, Fleet, FleetError};
+use crate::policy::Policy;
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+/// `fleet` options.
+#[derive(Debug, Args)]
+pub struct FleetArgs {
+    /// Drain this host: for each of its guests the hosts it can go to; exit 1 when one cannot
+    /// leave.
+    #[arg(long, value_name = "HOST", conflicts_with_all = ["admit", "upgrade"])]
+    pub drain: Option<String>,
+    /// Admit the host of this facts file: which guests it runs, whether it runs the cluster's
+    /// CPU (the baseline of the fleet's hosts, the models the policy pins) and how the baseline
+    /// changes with it; exit 1 when it cannot run a guest or the cluster's CPU.
+    #[arg(long, value_name = "FACTS", conflicts_with = "upgrade")]
+    pub admit: Option<PathBuf>,
+    /// Upgrade this host: its guests judged with the facts of `--to`, each that cannot run
+    /// there with the policy's rewrite; exit 1 when one cannot run there as it is.
+    #[arg(long, value_name = "HOST", requires = "to")]
+    pub upgrade: Option<String>,
+    /// The facts of the upgraded host (its next generation's `<hostFacts>`).
+    #[arg(long, value_name = "FACTS", requires = "upgrade")]
+    pub to: Option<PathBuf>,
+    /// Output: text for people, one JSON object, or Prometheus series (text format 0.0.4) for
+    /// node_exporter's textfile collector.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: FleetFormat,
+    /// The policy whose rewrite `--upgrade` proposes and whose pinned models `--admit` judges
+    /// (default: /etc/virt-cpu-policy/policy.toml if it exists, else the built-in policy).
+    /// Guests are judged as they are, never as the policy would make them.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// libvirt's cpu_map of the hosts (DIR), or of one host (HOST=DIR); repeatable. It decides
+    /// which model and feature names a host's libvirt knows, and gives the CPUID data of the CPU
+    /// comparison. Default: /usr/share/libvirt/cpu_map.
+    #[arg(long, value_name = "[HOST=]DIR")]
+    pub cpu_map: Vec<String>,
+    /// Host facts (`<hostFacts>`, capabilities or domcapabilities: one file per host) and guest
+    /// facts (`<guestFacts>`, a `<domain>`, a `<domstatus>`), or directories of such `*.xml`
+    /// files.
+    #[arg(value_name = "FACTS", required = true)]
+    pub facts: Vec<PathBuf>,
+}
+
+/// The `--format` values of `fleet`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FleetFormat {
+    /// A report for people.
+    Text,
+    /// One JSON object (docs/json.md).
+    Json,
+    /// Prometheus text format 0.0.4 (docs/metrics.md).
+    Prometheus,
+}
+
+/// `facts` options.
+#[derive(Debug, Args)]
+pub struct FactsArgs {
+    /// This host's guests' facts, from libvirt's files (never from libvirt): stored
+    /// definitions, and the status files of running guests (their live CPU). Host facts come
+    /// from libvirt: `virt-cpu-policyd publish` writes both.
+    #[arg(long, required = true)]
+    pub guests: bool,
+    /// The host's name, as its published host facts name it (default: this machine's host
+    /// name).
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
+    /// libvirt's stored definitions.
+    #[arg(long, value_name = "DIR", default_value = CONFIG_DIR)]
+    pub config_dir: PathBuf,
+    /// libvirt's status files of running guests.
+    #[arg(long, value_name = "DIR", default_value = STATE_DIR)]
+    pub state_dir: PathBuf,
+    /// Write `DIR/HOST.guests.xml` (atomically, only when it changed) instead of stdout.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+impl From<FleetError> for Failure {
+    fn from(e: FleetError) -> Self {
+        Failure {
+            code: EXIT_BAD_INPUT,
+            message: Some(e.to_string()),
+        }
+    }
+}
+
+/// `--cpu-map` values as [`CpuMaps`].
+fn cpu_maps(values: &[String]) -> Result<CpuMaps, Failure> {
+    let mut maps = CpuMaps::default();
+    for v in values {
+        match v.split_once('=') {
+            Some((host, dir)) if !host.is_empty() => {
+                maps.by_host.push((host.to_string(), PathBuf::from(dir)));
+            }
+            _ if maps.default.is_some() => {
+                return Err(Failure {
+                    code: EXIT_BAD_INPUT,
+                    message: Some(format!(
+                        "--cpu-map {v}: a second cpu_map for every host; name the host (HOST=DIR)"
+                    )),
+                });
+            }
+            _ => maps.default = Some(PathBuf::from(v)),
+        }
+    }
+    for dir in maps
+        .default
+        .iter()
+        .chain(maps.by_host.iter().map(|(_, d)| d))
+    {
+        if !dir.join("index.xml").is_file() {
+            return Err(Failure {
+                code: EXIT_BAD_INPUT,
+                message: Some(format!(
+                    "--cpu-map {}: not a libvirt cpu_map directory (no index.xml)",
+                    dir.display()
+                )),
+            });
+        }
+    }
+    Ok(maps)
+}
+
+/// Writes `text` and says on stderr, when `cannot` is not empty, what cannot run.
+fn finish(text: &str, cannot: &str) -> Result<i32, Failure> {
+    write_stdout(text.as_bytes())?;
+    if cannot.is_empty() {
+        return Ok(EXIT_OK);
+    }
+    crate::stdio::message_line(&format!("virt-cpu-policy: {cannot}"));
+    Ok(EXIT_REFUSED)
+}
+
+fn json_text(v: &serde_json::Value) -> String {
+    format!("{v:#}\n")
+}
+
+/// Runs `fleet`.
+pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
+    let policy = Policy::load(a.policy.as_deref())?;
+    let maps = cpu_maps(&a.cpu_map)?;
+    let mut fleet = Fleet::read(&a.facts, policy, &maps)?;
+    if let FleetFormat::Prometheus = a.format {
+        let cannot = cannot_count(&fleet);
+        let (stuck, refused) = (undrainable(&fleet), untakeable(&fleet));
+        let text = fmt::prometheus(&fleet, cannot, &stuck, &refused);
+        return finish(&text, &cannot_pairs(cannot));
+    }
+    let json = matches!(a.format, FleetFormat::Json);
+    if let Some(h) = &a.drain {
+        let h = fleet.host_index(h)?;
+        let leaving = drain(&fleet, h);
+        let text = if json {
+            json_text(&fmt::drain_json(&fleet, h, &leaving))
+        } else {
+            fmt::drain_text(&fleet, h, &leaving)
+        };
+        let stuck: Vec<&str> = leaving
+            .iter()
+            .filter(|l| l.stuck())
+            .map(|l| fleet.guests[l.guest].facts.name.as_str())
+            .collect();
+        let cannot = if stuck.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "{} guest(s) cannot leave {}: {}",
+                stuck.len(),
+                fleet.hosts[h].name,
+                stuck.join(", ")
+            )
+        };
+        return finish(&text, &cannot);
+    }
+    if let Some(file) = &a.admit {
+        let new = fleet.add_host(file, None)?;
+        let cluster_map = maps.for_host(&fleet.hosts[new].name);
+        let adm = admit(
+            &fleet,
+            new,
+            std::slice::from_ref(file),
+            cluster_map.as_deref(),
+        );
+        let text = if json {
+            json_text(&fmt::admit_json(&fleet, &adm))
+        } else {
+            fmt::admit_text(&fleet, &adm)
+        };
+        let guests = adm.pairs.iter().filter(|p| !p.runs()).count();
+        let models = adm.models.iter().filter(|m| !m.reasons.is_empty()).count();
+        let cannot = if guests + models == 0 {
+            String::new()
+        } else {
+            format!(
+                "host {} cannot run {guests} guest(s) and {models} of the cluster's CPU(s)",
+                fleet.hosts[new].name
+            )
+        };
+        return finish(&text, &cannot);
+    }
+    if let (Some(h), Some(to)) = (&a.upgrade, &a.to) {
+        let h = fleet.host_index(h)?;
+        let name = format!("{} (upgraded)", fleet.hosts[h].name);
+        let to = fleet.add_host(to, Some(&name))?;
+        let list = upgrade(&fleet, h, to, &fleet.policy);
+        let text = if json {
+            json_text(&fmt::upgrade_json(&fleet, h, to, &list))
+        } else {
+            fmt::upgrade_text(&fleet, h, to, &list)
+        };
+        let cannot = list.iter().filter(|u| !u.reasons.is_empty()).count();
+        let cannot = if cannot == 0 {
+            String::new()
+        } else {
+            format!("{cannot} guest(s) cannot run on {name} as they are")
+        };
+        return finish(&text, &cannot);
+    }
+    let pairs = matrix(&fleet);
+    let text = if json {
+        json_text(&fmt::matrix_json(&fleet, &pairs))
+    } else {
+        fmt::matrix_text(&fleet, &pairs, &undrainable(&fleet))
+    };
+    let cannot = pairs.iter().filter(|p| !p.runs()).count();
+    finish(&text, &cannot_pairs(cannot))
+}
+
+fn cannot_pairs(n: usize) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!("{n} guest × host pair(s) cannot run")
+    }
+}
+
+/// Runs `facts --guests`.
+pub(super) fn cmd_facts(a: &FactsArgs) -> Result<i32, Failure> {
+    let host = a
+        .host
+        .clone()
+        .or_else(crate::fleet::guest::this_host_name)
+        .unwrap_or_else(|| "localhost".into());
+    let (guests, unread) = gather(&a.config_dir, &a.state_dir, &host);
+    let doc = document(&host, &guests);
+    match &a.out {
+        Some(dir) => {
+            let path = dir.join(published_name(&host));
+            crate::writefile::write_if_changed(&path, doc.as_bytes()).map_err(|source| {
+                Failure {
+                    code: EXIT_BAD_INPUT,
+                    message: Some(format!("cannot write {}: {source}", path.display())),
+                }
+            })?;
+        }
+        None => write_stdout(doc.as_bytes())?,
+    }
+    for u in &unread {
+        crate::stdio::message_line(&format!(
+            "virt-cpu-policy: {}: not read: {}",
+            u.path.display(),
+            u.message
+        ));
+    }
+    Ok(if unread.is_empty() {
+        EXIT_OK
+    } else {
+        EXIT_BAD_INPUT
+    })
+}

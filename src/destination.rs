@@ -1,0 +1,269 @@
+//! Can this host run that guest as it is: the one judge of a destination, used by the hook on
+//! `migrate begin` and `restore begin` (this host's facts) and by `virt-cpu-policy fleet` (each
+//! host's own facts, for every guest of the fleet).
+//!
+//! A guest runs on a host when libvirt there defines and starts it (for a running guest: takes
+//! it by live migration, which keeps its CPU: libvirt refuses any ABI change). The judge is the
+//! guest's [`Pipeline`] with the host's facts: [`crate::validate::validate`] (what libvirt or
+//! QEMU there would refuse: a mode that host does not offer, a model or feature its libvirt does
+//! not know, a machine type its QEMU lacks, a vCPU maximum above its limits), the machine type
+//! against the host's capabilities, and the guest's custom CPU compared with the host's
+//! host-model CPU for the guest's virt type ([`crate::cluster::compare`], libvirt's
+//! `x86Compute`: what libvirt checks when it starts a `check='partial'` guest). Findings that
+//! come from the policy ([`POLICY_CODES`]) are not a question of the host: libvirt keeps the
+//! guest's CPU on migrate and restore anyway.
+
+use crate::cluster::compare::{Compatibility, compare, guest_cpu};
+use crate::cluster::hosts::ClusterHost;
+use crate::domain::Domain;
+use crate::domain_facts::DomainFacts;
+use crate::finding::{Code, Finding, Severity};
+use crate::host::Host;
+use crate::libvirt::cpu::CpuMode;
+use crate::libvirt::cpu_map::x86::X86Map;
+use crate::pipeline::Pipeline;
+use crate::xml::child;
+use std::cell::OnceCell;
+use std::path::{Path, PathBuf};
+
+/// Findings that come from the policy rather than from libvirt's rules: never a reason a host
+/// cannot run a guest.
+pub const POLICY_CODES: [Code; 6] = [
+    Code::CpuLevel,
+    Code::PolicyConflict,
+    Code::LevelArch,
+    Code::CpuMultiple,
+    Code::ClusterLevel,
+    Code::ClusterFeature,
+];
+
+/// libvirt's x86 cpu_map as CPUID data ([`X86Map`]), loaded from a directory on first use and
+/// kept: the hook loads it at most once per run, `fleet` once per cpu_map for every host that
+/// uses it.
+#[derive(Debug)]
+pub struct CpuMapCache {
+    dir: Option<PathBuf>,
+    map: OnceCell<Result<X86Map, String>>,
+}
+
+impl CpuMapCache {
+    /// The cpu_map in `dir` (None: there is none, and nothing can be compared).
+    #[must_use]
+    pub fn new(dir: Option<&Path>) -> CpuMapCache {
+        CpuMapCache {
+            dir: dir.map(Path::to_path_buf),
+            map: OnceCell::new(),
+        }
+    }
+
+    /// The map, loaded now if it was not.
+    ///
+    /// # Errors
+    /// Why there is none: no directory, or the loader's sentence (the same each time).
+    pub fn get(&self) -> Result<&X86Map, String> {
+        let Some(dir) = &self.dir else {
+            return Err("libvirt's cpu_map is absent (the compare needs its CPUID data)".into());
+        };
+        self.map
+            .get_or_init(|| X86Map::load(dir).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
+/// How the guest arrives on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// Live migration or restore: the guest keeps the CPU it runs with, so a feature the host
+    /// cannot give would be taken from a running guest, whatever `check` says.
+    Migration,
+    /// Define and start (a stopped guest): with `check='none'` (written, or libvirt's default
+    /// for a TCG custom CPU) libvirt does not compare, and QEMU starts the guest without what
+    /// the host cannot give (seen on libvirt 7.0 to 12.8: the live XML lists those features
+    /// `policy='disable'`).
+    Start,
+}
+
+/// What comparing the guest's CPU with the host's found.
+#[derive(Debug, Clone)]
+pub enum CpuCompare {
+    /// It runs there: `identical` or `superset`, said in words for the log.
+    Runs(String),
+    /// It does not: the finding that says why.
+    Incompatible(Finding),
+    /// Nothing to compare, or no way to: why, for the log.
+    NotCompared(String),
+}
+
+/// The judge's answer for one guest on one host.
+#[derive(Debug, Clone)]
+pub struct Judgement {
+    /// Everything [`crate::validate::validate`] found, in its order.
+    pub findings: Vec<Finding>,
+    /// A machine type the host's capabilities do not list for the guest's arch and virt type
+    /// ([`machine_missing`]), when [`crate::validate::validate`] had nothing to say about it.
+    pub machine: Option<Finding>,
+    /// The CPU comparison.
+    pub cpu: CpuCompare,
+}
+
+impl Judgement {
+    /// The reasons the host cannot run the guest, in order: the machine type, then the errors
+    /// of libvirt's own rules, the host not reaching the guest's level, an unusable model when
+    /// the CPUs could not be compared (when they could, the comparison, libvirt's own test,
+    /// decides: a host-model guest arrives as a model with the features it lacked disabled),
+    /// then the CPU comparison. Empty: the guest runs there.
+    #[must_use]
+    pub fn blocking(&self) -> Vec<&Finding> {
+        let compared = !matches!(self.cpu, CpuCompare::NotCompared(_));
+        let mut out: Vec<&Finding> = self.machine.iter().collect();
+        out.extend(self.findings.iter().filter(|f| {
+            (f.severity == Severity::Error && !POLICY_CODES.contains(&f.code))
+                || f.code == Code::HostLevel
+                || (f.code == Code::CpuModelUnusable && !compared)
+        }));
+        if let CpuCompare::Incompatible(f) = &self.cpu {
+            out.push(f);
+        }
+        out
+    }
+}
+
+/// Judges the guest of `p` (its document `text`) arriving on `host` by `arrival`, comparing
+/// CPUs with `map`.
+#[must_use]
+pub fn judge(
+    p: &Pipeline<'_, '_>,
+    text: &str,
+    host: &Host,
+    map: &CpuMapCache,
+    arrival: Arrival,
+) -> Judgement {
+    let findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
+    let already = findings.iter().any(|f| f.code == Code::MachineUnsupported);
+    let machine = (!already).then(|| machine_missing(&p.dom, host)).flatten();
+    Judgement {
+        findings,
+        machine,
+        cpu: compare_cpu(&p.dom, text, &p.facts, map, arrival),
+    }
+}
+
+/// The guest's machine type when the host's capabilities list machine types for its arch and
+/// virt type and none of them is it (nor an alias of it): libvirt refuses the guest at define,
+/// "Emulator '...' does not support machine type '...'" (seen on libvirt 12.8 / QEMU 11.1 for
+/// every machine type before 5.2, which QEMU 11.1 removed). Nothing is said when the
+/// capabilities list no machine type of that arch (no capabilities among the host's facts).
+#[must_use]
+pub fn machine_missing(dom: &Domain<'_>, host: &Host) -> Option<Finding> {
+    let (arch, vt, machine) = (dom.arch(), dom.virt_type(), dom.machine());
+    if machine.is_empty() {
+        return None;
+    }
+    let listed: Vec<_> = host
+        .machines
+        .iter()
+        .filter(|m| m.arch == arch && m.virt_type.as_deref().is_none_or(|v| v == vt))
+        .collect();
+    // Only capabilities list a machine type for every virt type or under <domain type>.
+    let source = listed.first()?.source.clone();
+    if listed
+        .iter()
+        .any(|m| m.name == machine || m.canonical.as_deref() == Some(machine))
+    {
+        return None;
+    }
+    Some(Finding::error(
+        Code::MachineUnsupported,
+        format!(
+            "the host's QEMU does not offer machine type '{machine}' for {arch} {vt} guests (its capabilities, {source}, do not list it): libvirt refuses the guest (\"does not support machine type '{machine}'\")"
+        ),
+        "give the guest a machine type both hosts offer (the oldest common one keeps the device model)",
+    ))
+}
+
+/// The guest's CPU against the host's host-model CPU for the guest's arch, virt type and
+/// machine type (its domcapabilities), as `virt-cpu-policy compare` judges it
+/// ([`crate::cluster::compare`], libvirt's `x86Compute`): libvirt compares a custom CPU with
+/// the host's when it starts the incoming guest (`check='partial'`) or checks what QEMU gave
+/// (`check='full'`), so an incompatible CPU fails later anyway, after the migration began.
+#[must_use]
+pub fn compare_cpu(
+    dom: &Domain<'_>,
+    text: &str,
+    facts: &DomainFacts<'_>,
+    map: &CpuMapCache,
+    arrival: Arrival,
+) -> CpuCompare {
+    let not = |why: String| CpuCompare::NotCompared(format!("CPU not compared: {why}"));
+    let Some(cpu) = dom.cpus().first().copied() else {
+        return not("the guest has no <cpu>".into());
+    };
+    if crate::domain::cpu_mode(cpu) != Some(CpuMode::Custom) {
+        let mode = cpu.attribute("mode").unwrap_or_default();
+        return not(format!("a {mode} CPU takes this host's own CPU"));
+    }
+    if child(cpu, "model").is_none() {
+        // libvirt compares nothing either ("only topology part of CPU def is used").
+        return not("the CPU names no model (QEMU's default one)".into());
+    }
+    if !crate::libvirt::arch::is_x86(dom.arch()) {
+        return not(format!(
+            "libvirt's CPU compare is for x86, the guest is {}",
+            dom.arch()
+        ));
+    }
+    let Some(d) = facts.domcaps.filter(|d| d.host_model.is_some()) else {
+        return not(format!(
+            "this host's host-model CPU is unknown (no domcapabilities for {} {} in the daemon's snapshot or --caps)",
+            dom.arch(),
+            dom.virt_type()
+        ));
+    };
+    let map = match map.get() {
+        Ok(m) => m,
+        Err(e) => return not(e),
+    };
+    let guest_path = PathBuf::from("the incoming domain XML");
+    let host = ClusterHost::from_domcaps("this host", d);
+    let result = guest_cpu(text, &guest_path)
+        .and_then(|g| compare(map, &host, &g, &guest_path).map(|c| (g, c)));
+    let (g, c) = match result {
+        Ok(r) => r,
+        Err(e) => return not(e.to_string()),
+    };
+    let model = g.cpu.model.as_deref().unwrap_or("?");
+    match c.verdict {
+        Compatibility::Identical | Compatibility::Superset => CpuCompare::Runs(format!(
+            "CPU {model}: this host's is {} (host-model CPU from {})",
+            c.verdict.as_str(),
+            d.source
+        )),
+        Compatibility::Incompatible => {
+            let reason = c.message.unwrap_or_else(|| "incompatible".into());
+            // libvirt's default check for a custom CPU: 'none' under TCG, 'partial' under KVM.
+            let unchecked = cpu
+                .attribute("check")
+                .map_or(dom.virt_type() == "qemu", |c| c == "none");
+            if unchecked && arrival == Arrival::Start {
+                return CpuCompare::Runs(format!(
+                    "CPU {model}: {reason}; with check='none' libvirt does not compare and QEMU starts the guest without them (this host's host-model CPU from {})",
+                    d.source
+                ));
+            }
+            let when = if cpu.attribute("check") == Some("none") {
+                "with check='none' libvirt does not check, and QEMU would drop what is missing from the running guest"
+            } else {
+                "libvirt's own CPU check would refuse the guest when it starts here"
+            };
+            CpuCompare::Incompatible(Finding::error(
+                Code::CpuIncompatible,
+                format!(
+                    "this host cannot run the guest's CPU (model {model}): {reason} (this host's host-model CPU from {}; {when})",
+                    d.source
+                ),
+                "migrate it to a host whose CPU has these features, or give the guest a CPU every host of the cluster can run (cpu.model = \"baseline\"; virt-cpu-policy baseline)",
+            ))
+        }
+    }
+}

@@ -1,0 +1,415 @@
+//! The fleet's views as text for people, JSON (docs/json.md, "fleet") and Prometheus series
+//! (docs/metrics.md, "The fleet").
+
+use super::views::{Admission, Leaving, Pair, Upgraded};
+use super::{Fleet, Reason, running};
+use crate::cluster::cpu::ClusterCpu;
+use crate::report::JSON_SCHEMA_VERSION;
+use serde_json::{Value, json};
+use std::fmt::Write as _;
+
+/// `runs` or `cannot`.
+fn verdict(reasons: &[Reason]) -> &'static str {
+    if reasons.is_empty() { "runs" } else { "cannot" }
+}
+
+fn reasons_json(reasons: &[Reason]) -> Value {
+    Value::Array(
+        reasons
+            .iter()
+            .map(|r| json!({"code": r.code.as_str(), "message": r.message}))
+            .collect(),
+    )
+}
+
+fn pair_json(fleet: &Fleet, p: &Pair) -> Value {
+    json!({
+        "guest": fleet.guests[p.guest].facts.name,
+        "host": fleet.hosts[p.host].name,
+        "verdict": verdict(&p.reasons),
+        "reasons": reasons_json(&p.reasons),
+    })
+}
+
+/// The matrix as JSON: `{"schema_version", "pairs": [{"guest", "host", "verdict", "reasons":
+/// [{"code", "message"}]}]}`.
+#[must_use]
+pub fn matrix_json(fleet: &Fleet, pairs: &[Pair]) -> Value {
+    json!({
+        "schema_version": JSON_SCHEMA_VERSION,
+        "pairs": pairs.iter().map(|p| pair_json(fleet, p)).collect::<Vec<_>>(),
+    })
+}
+
+/// `N guest(s)`.
+fn guests(n: usize) -> String {
+    format!("{n} guest{}", if n == 1 { "" } else { "s" })
+}
+
+/// The matrix for people: a line per host (its libvirt, its guests, the guests of the fleet it
+/// runs and those it cannot, the guests that cannot leave it), then every pair that cannot,
+/// with its reasons.
+#[must_use]
+pub fn matrix_text(fleet: &Fleet, pairs: &[Pair], undrainable: &[usize]) -> String {
+    let width = fleet
+        .hosts
+        .iter()
+        .map(|h| h.name.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let mut s = format!(
+        "{:width$}  {:8}  {:>6}  {:>6}  {:>6}  {:>6}\n",
+        "host", "libvirt", "guests", "runs", "cannot", "stuck"
+    );
+    for (h, host) in fleet.hosts.iter().enumerate() {
+        let here = pairs.iter().filter(|p| p.host == h);
+        let (runs, cannot) = here.fold(
+            (0, 0),
+            |(r, c), p| {
+                if p.runs() { (r + 1, c) } else { (r, c + 1) }
+            },
+        );
+        let _ = writeln!(
+            s,
+            "{:width$}  {:8}  {:>6}  {:>6}  {:>6}  {:>6}",
+            host.name,
+            host.libvirt
+                .map_or_else(|| "?".to_string(), |v| v.to_string()),
+            fleet.guests_on(h).len(),
+            runs,
+            cannot,
+            undrainable[h]
+        );
+    }
+    let total = pairs.len();
+    let cannot: Vec<&Pair> = pairs.iter().filter(|p| !p.runs()).collect();
+    let _ = writeln!(
+        s,
+        "\n{} × {} host{}: {} pair{} run, {} cannot",
+        guests(fleet.guests.len()),
+        fleet.hosts.len(),
+        if fleet.hosts.len() == 1 { "" } else { "s" },
+        total - cannot.len(),
+        if total - cannot.len() == 1 { "" } else { "s" },
+        cannot.len()
+    );
+    for p in cannot {
+        let _ = writeln!(
+            s,
+            "  {} on {}: cannot",
+            fleet.guests[p.guest].facts.name, fleet.hosts[p.host].name
+        );
+        for r in p.reasons.iter() {
+            let _ = writeln!(s, "    [{}] {}", r.code.as_str(), r.message);
+        }
+    }
+    s
+}
+
+/// A drain as JSON: `{"schema_version", "host", "guests": [{"guest", "state", "stuck",
+/// "destinations": [HOST], "refused": [{"host", "reasons"}]}]}`.
+#[must_use]
+pub fn drain_json(fleet: &Fleet, h: usize, leaving: &[Leaving]) -> Value {
+    let guests: Vec<Value> = leaving
+        .iter()
+        .map(|l| {
+            let g = &fleet.guests[l.guest];
+            json!({
+                "guest": g.facts.name,
+                "state": g.facts.state.as_str(),
+                "stuck": l.stuck(),
+                "destinations": l.to.iter().map(|t| fleet.hosts[*t].name.clone()).collect::<Vec<_>>(),
+                "refused": l.refused.iter().map(|p| json!({
+                    "host": fleet.hosts[p.host].name,
+                    "reasons": reasons_json(&p.reasons),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "schema_version": JSON_SCHEMA_VERSION,
+        "host": fleet.hosts[h].name,
+        "guests": guests,
+    })
+}
+
+/// A drain for people: each guest with where it can go, or why it cannot leave.
+#[must_use]
+pub fn drain_text(fleet: &Fleet, h: usize, leaving: &[Leaving]) -> String {
+    let host = &fleet.hosts[h].name;
+    let stuck = leaving.iter().filter(|l| l.stuck()).count();
+    let mut s = format!(
+        "drain {host}: {}, {} can leave, {} cannot\n",
+        guests(leaving.len()),
+        leaving.len() - stuck,
+        stuck
+    );
+    for l in leaving {
+        let g = &fleet.guests[l.guest];
+        let how = if running(g) {
+            "live migration"
+        } else {
+            "define and start"
+        };
+        if l.stuck() {
+            let _ = writeln!(s, "  {} ({how}): CANNOT LEAVE", g.facts.name);
+        } else {
+            let to: Vec<&str> = l.to.iter().map(|t| fleet.hosts[*t].name.as_str()).collect();
+            let _ = writeln!(s, "  {} ({how}): to {}", g.facts.name, to.join(", "));
+        }
+        for p in &l.refused {
+            for r in p.reasons.iter() {
+                let _ = writeln!(
+                    s,
+                    "    not {}: [{}] {}",
+                    fleet.hosts[p.host].name,
+                    r.code.as_str(),
+                    r.message
+                );
+            }
+        }
+    }
+    if leaving.is_empty() {
+        let _ = writeln!(s, "  (no guest facts name {host})");
+    }
+    s
+}
+
+fn cluster_json(c: &Result<ClusterCpu, String>) -> Value {
+    match c {
+        Ok(c) => json!({
+            "model": c.model,
+            "require": c.require,
+            "disable": c.disable,
+            "level": c.level.map(crate::cpu::Level::as_str),
+            "hosts": c.hosts,
+        }),
+        Err(e) => json!({"error": e}),
+    }
+}
+
+fn cluster_text(c: &Result<ClusterCpu, String>) -> String {
+    match c {
+        Ok(c) => {
+            let mut s = c.model.clone();
+            for f in &c.require {
+                let _ = write!(s, " +{f}");
+            }
+            for f in &c.disable {
+                let _ = write!(s, " -{f}");
+            }
+            let _ = write!(
+                s,
+                " ({}, {})",
+                c.level.map_or("below x86-64-v1", crate::cpu::Level::as_str),
+                c.hosts_text()
+            );
+            s
+        }
+        Err(e) => format!("none: {e}"),
+    }
+}
+
+/// An admission as JSON: `{"schema_version", "host", "pairs": [...as the matrix's],
+/// "cluster_models": [{"what", "cpu", "verdict", "reasons"}], "cluster": {"before", "after",
+/// "changes"}}`, each of `before` and `after` `{"model", "require", "disable", "level",
+/// "hosts"}` or `{"error"}`.
+#[must_use]
+pub fn admit_json(fleet: &Fleet, a: &Admission) -> Value {
+    json!({
+        "schema_version": JSON_SCHEMA_VERSION,
+        "host": fleet.hosts[a.host].name,
+        "pairs": a.pairs.iter().map(|p| pair_json(fleet, p)).collect::<Vec<_>>(),
+        "cluster_models": a.models.iter().map(|m| json!({
+            "what": m.what,
+            "cpu": m.cpu,
+            "verdict": verdict(&m.reasons),
+            "reasons": reasons_json(&m.reasons),
+        })).collect::<Vec<_>>(),
+        "cluster": {
+            "before": cluster_json(&a.cluster.before),
+            "after": cluster_json(&a.cluster.after),
+            "changes": a.cluster.changes(),
+        },
+    })
+}
+
+/// An admission for people.
+#[must_use]
+pub fn admit_text(fleet: &Fleet, a: &Admission) -> String {
+    let host = &fleet.hosts[a.host].name;
+    let cannot: Vec<&Pair> = a.pairs.iter().filter(|p| !p.runs()).collect();
+    let mut s = format!(
+        "admit {host}: runs {} of {}\n",
+        guests(a.pairs.len() - cannot.len()),
+        a.pairs.len()
+    );
+    for p in &cannot {
+        let _ = writeln!(s, "  cannot run {}:", fleet.guests[p.guest].facts.name);
+        for r in p.reasons.iter() {
+            let _ = writeln!(s, "    [{}] {}", r.code.as_str(), r.message);
+        }
+    }
+    for m in &a.models {
+        if m.reasons.is_empty() {
+            let _ = writeln!(s, "runs {}", m.what);
+        } else {
+            let _ = writeln!(s, "CANNOT run {}:", m.what);
+            for r in &m.reasons {
+                let _ = writeln!(s, "    [{}] {}", r.code.as_str(), r.message);
+            }
+        }
+    }
+    let _ = writeln!(
+        s,
+        "cluster CPU now:       {}",
+        cluster_text(&a.cluster.before)
+    );
+    let _ = writeln!(
+        s,
+        "cluster CPU with {host}: {}",
+        cluster_text(&a.cluster.after)
+    );
+    if a.cluster.changes() {
+        let _ = writeln!(
+            s,
+            "the cluster's CPU CHANGES with {host}: guests given cpu.model = \"baseline\" get the new CPU at their next start"
+        );
+    } else {
+        let _ = writeln!(s, "the cluster's CPU stays the same");
+    }
+    s
+}
+
+/// An upgrade as JSON: `{"schema_version", "host", "to", "guests": [{"guest", "verdict",
+/// "reasons", "fix": null | {"changes", "verdict", "reasons"}}]}`.
+#[must_use]
+pub fn upgrade_json(fleet: &Fleet, h: usize, to: usize, list: &[Upgraded]) -> Value {
+    json!({
+        "schema_version": JSON_SCHEMA_VERSION,
+        "host": fleet.hosts[h].name,
+        "to": fleet.hosts[to].name,
+        "guests": list.iter().map(|u| json!({
+            "guest": fleet.guests[u.guest].facts.name,
+            "verdict": verdict(&u.reasons),
+            "reasons": reasons_json(&u.reasons),
+            "fix": u.fix.as_ref().map(|f| json!({
+                "changes": f.changes,
+                "verdict": verdict(&f.remaining),
+                "reasons": reasons_json(&f.remaining),
+            })),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// An upgrade for people.
+#[must_use]
+pub fn upgrade_text(fleet: &Fleet, h: usize, to: usize, list: &[Upgraded]) -> String {
+    let cannot = list.iter().filter(|u| !u.reasons.is_empty()).count();
+    let version = |i: usize| {
+        fleet.hosts[i]
+            .libvirt
+            .map_or_else(|| "libvirt ?".to_string(), |v| format!("libvirt {v}"))
+    };
+    let mut s = format!(
+        "upgrade {} ({}) to {} ({}): {} of {} run there as they are\n",
+        fleet.hosts[h].name,
+        version(h),
+        version(to),
+        fleet.hosts[to].path.display(),
+        list.len() - cannot,
+        guests(list.len())
+    );
+    for u in list.iter().filter(|u| !u.reasons.is_empty()) {
+        let _ = writeln!(s, "  {}: cannot", fleet.guests[u.guest].facts.name);
+        for r in u.reasons.iter() {
+            let _ = writeln!(s, "    [{}] {}", r.code.as_str(), r.message);
+        }
+        match &u.fix {
+            Some(f) => {
+                let _ = writeln!(
+                    s,
+                    "    the policy's rewrite there{}:",
+                    if f.remaining.is_empty() {
+                        " fixes it"
+                    } else {
+                        " does not fix it"
+                    }
+                );
+                for c in &f.changes {
+                    let _ = writeln!(s, "      {c}");
+                }
+                for r in &f.remaining {
+                    let _ = writeln!(s, "      still [{}] {}", r.code.as_str(), r.message);
+                }
+            }
+            None => {
+                let _ = writeln!(s, "    the policy changes nothing here: fix it by hand");
+            }
+        }
+    }
+    s
+}
+
+/// The fleet's Prometheus series (text format 0.0.4): per host, the guests on it, the guests
+/// that cannot leave it and the guests of other hosts it cannot take; the fleet's pairs by
+/// verdict (`cannot` of them cannot run).
+#[must_use]
+pub fn prometheus(
+    fleet: &Fleet,
+    cannot: usize,
+    undrainable: &[usize],
+    untakeable: &[usize],
+) -> String {
+    use prometheus_client::encoding::prometheus_text;
+    use prometheus_client::metrics::family::Family;
+    use prometheus_client::metrics::gauge::Gauge;
+    use prometheus_client::registry::Registry;
+    type Labels = Vec<(String, String)>;
+    let clamp = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    let mut reg = Registry::default();
+    let per_host = |reg: &mut Registry, name: &str, help: &str, values: &dyn Fn(usize) -> usize| {
+        let family = Family::<Labels, Gauge>::default();
+        reg.register(name, help, family.clone());
+        for (h, host) in fleet.hosts.iter().enumerate() {
+            family
+                .get_or_create(&vec![("host".to_string(), host.name.clone())])
+                .set(clamp(values(h)));
+        }
+    };
+    per_host(
+        &mut reg,
+        "virt_cpu_policy_fleet_guests",
+        "Guests whose facts name the host",
+        &|h| fleet.guests_on(h).len(),
+    );
+    per_host(
+        &mut reg,
+        "virt_cpu_policy_fleet_undrainable_guests",
+        "Guests on the host that no other host of the fleet can run: they cannot leave it",
+        &|h| undrainable[h],
+    );
+    per_host(
+        &mut reg,
+        "virt_cpu_policy_fleet_untakeable_guests",
+        "Guests of other hosts (or of no known host) that this host cannot run",
+        &|h| untakeable[h],
+    );
+    let by_verdict = Family::<Labels, Gauge>::default();
+    reg.register(
+        "virt_cpu_policy_fleet_pairs",
+        "Guest x host pairs by verdict (runs, cannot)",
+        by_verdict.clone(),
+    );
+    let pairs = fleet.guests.len() * fleet.hosts.len();
+    for (v, n) in [("runs", pairs - cannot), ("cannot", cannot)] {
+        by_verdict
+            .get_or_create(&vec![("verdict".to_string(), v.to_string())])
+            .set(clamp(n));
+    }
+    let mut out = String::new();
+    // Writing into a String cannot fail; the encoder's only error is the writer's.
+    let _ = prometheus_text::encode(&mut out, &reg);
+    crate::metrics::sorted_series(&out)
+}

@@ -1,0 +1,489 @@
+//! The fleet: every guest judged on every host, each host with its own facts only, by the one
+//! judge of a destination ([`crate::destination`], which the hook runs on `migrate begin`).
+//!
+//! Inputs are files (or directories standing for their `*.xml` files), told apart by their root
+//! element: a host is a `<hostFacts>` (what `virt-cpu-policyd --publish` writes: capabilities,
+//! one domcapabilities per virt type, the libvirt version), a `<capabilities>` or a
+//! `<domainCapabilities>` document (one file per host; its name is the file name without
+//! `.xml`); a guest is a `<guestFacts>` entry ([`guest`], its host named), a `<domain>` (a
+//! stored definition, `virsh dumpxml`) or a `<domstatus>` (libvirt's status file of a running
+//! guest) of unknown host.
+//!
+//! Hosts with the same facts (apart from their name) and cpu_map share one [`Host`] and one
+//! verdict per guest shape (the guest's facts apart from its name and UUID): a fleet of
+//! identical hosts costs one judgement per distinct guest, and no host is read twice.
+//!
+//! The views ([`views`]) answer the three questions: drain (can every guest of a host leave,
+//! and where to), admit (what a new host runs, and what it does to the cluster's CPU), upgrade
+//! (a host's guests on its next generation, with the rewrite that fixes each when the policy
+//! can); [`mod@format`] writes them as text, JSON and Prometheus series.
+
+pub mod format;
+pub mod guest;
+pub mod views;
+
+use crate::destination::{Arrival, CpuMapCache, judge};
+use crate::domain::Domain;
+use crate::finding::Code;
+use crate::host::{Host, HostOptions};
+use crate::libvirt::version::LibvirtVersion;
+use crate::pipeline::Pipeline;
+use crate::policy::Policy;
+use guest::{GuestFacts, GuestState};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+/// Bad input to the fleet: exit 2.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// A file or directory that cannot be read, or is not UTF-8 XML.
+    #[error(transparent)]
+    Input(#[from] crate::Error),
+    /// A file that is XML but neither host nor guest facts, or facts libvirt would refuse.
+    #[error("{}: {message}", .path.display())]
+    Facts {
+        /// The file.
+        path: PathBuf,
+        /// Why, one sentence.
+        message: String,
+    },
+    /// The command names a host the facts do not hold.
+    #[error("no host named '{0}' among the facts given")]
+    UnknownHost(String),
+    /// Two files name the same host.
+    #[error("{}: names host '{name}' as {} does already; one file per host", .path.display(), .other.display())]
+    DuplicateHost {
+        /// The host.
+        name: String,
+        /// The second file.
+        path: PathBuf,
+        /// The first.
+        other: PathBuf,
+    },
+    /// No host among the facts.
+    #[error(
+        "no host facts among the files given (a <hostFacts>, capabilities or domcapabilities file is a host)"
+    )]
+    NoHosts,
+}
+
+/// One reason a host cannot run a guest: a finding's code and sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reason {
+    /// The finding's code.
+    pub code: Code,
+    /// Its sentence (the fact and its source).
+    pub message: String,
+}
+
+/// One host of the fleet.
+#[derive(Debug)]
+pub struct FleetHost {
+    /// Its name: `<hostFacts name>`, else the file name without `.xml`.
+    pub name: String,
+    /// Its facts file.
+    pub path: PathBuf,
+    /// The libvirt it runs, when its facts say.
+    pub libvirt: Option<LibvirtVersion>,
+    /// Its class: hosts of one class have the same facts.
+    class: usize,
+}
+
+/// One guest of the fleet.
+#[derive(Debug, Clone)]
+pub struct FleetGuest {
+    /// Its facts.
+    pub facts: GuestFacts,
+    /// Its shape: index of its facts without name and UUID (guests of one shape are judged
+    /// once per host class).
+    shape: usize,
+}
+
+/// The verdicts judged so far, by (guest shape, host class).
+type Verdicts = HashMap<(usize, usize), Rc<Vec<Reason>>>;
+
+/// Hosts of the same facts: one [`Host`], one cpu_map.
+struct HostClass {
+    host: Host,
+    map: Rc<CpuMapCache>,
+}
+
+/// The fleet: hosts, guests, and what is needed to judge a pair.
+pub struct Fleet {
+    /// The hosts, in the order given.
+    pub hosts: Vec<FleetHost>,
+    /// The guests, in the order given.
+    pub guests: Vec<FleetGuest>,
+    classes: Vec<HostClass>,
+    shapes: Vec<String>,
+    /// The operator's policy: the models it pins (`admit`), its rewrite (`upgrade`).
+    pub policy: Policy,
+    /// No rule at all: guests are judged as they are.
+    none: Policy,
+    verdicts: std::cell::RefCell<Verdicts>,
+    maps: CpuMaps,
+    class_of: HashMap<(String, Option<PathBuf>), usize>,
+    shape_of: HashMap<String, usize>,
+    maps_by_dir: HashMap<Option<PathBuf>, Rc<CpuMapCache>>,
+}
+
+/// Where each host's cpu_map is: one for all (`--cpu-map DIR`) and one per host
+/// (`--cpu-map HOST=DIR`); the default is libvirt's on this machine.
+#[derive(Debug, Clone, Default)]
+pub struct CpuMaps {
+    /// For hosts not named in `by_host`.
+    pub default: Option<PathBuf>,
+    /// Per host name.
+    pub by_host: Vec<(String, PathBuf)>,
+}
+
+impl CpuMaps {
+    /// The cpu_map directory of `host`: its own, else the default, else libvirt's on this machine
+    /// when there is one.
+    #[must_use]
+    pub fn for_host(&self, host: &str) -> Option<PathBuf> {
+        self.by_host
+            .iter()
+            .find(|(h, _)| h == host)
+            .map(|(_, d)| d.clone())
+            .or_else(|| self.default.clone())
+            .or_else(|| {
+                let d = Path::new(crate::libvirt::cpu_map::DEFAULT_CPU_MAP);
+                d.join("index.xml").is_file().then(|| d.to_path_buf())
+            })
+    }
+}
+
+/// What one facts file holds.
+enum Input {
+    Host {
+        name: String,
+        libvirt: Option<LibvirtVersion>,
+        /// The facts without the host's name: hosts with the same are one class.
+        key: String,
+    },
+    Guests(Vec<GuestFacts>),
+}
+
+/// Every file of `paths`: files as given, directories as their `*.xml` entries, sorted.
+fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, FleetError> {
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let list = crate::readfile::xml_entries(p).map_err(|e| FleetError::Facts {
+                path: p.clone(),
+                message: format!("cannot list the directory: {e}"),
+            })?;
+            files.extend(list);
+        } else {
+            files.push(p.clone());
+        }
+    }
+    Ok(files)
+}
+
+/// Reads one facts file.
+fn read_input(path: &Path) -> Result<Input, FleetError> {
+    let bytes = crate::readfile::read_regular(path, crate::readfile::MAX_FACT_BYTES)
+        .map_err(crate::Error::from)?;
+    let what = path.display().to_string();
+    let text = crate::xml::decode(&bytes, &what)?;
+    let doc = crate::xml::parse_xml(text, &what)?;
+    let root = doc.root_element();
+    let facts = |message: String| FleetError::Facts {
+        path: path.to_owned(),
+        message,
+    };
+    let stem = || {
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .map(|n| n.strip_suffix(".xml").unwrap_or(&n).to_string())
+            .unwrap_or_default()
+    };
+    match root.tag_name().name() {
+        guest::ROOT => guest::read(root, &what).map(Input::Guests).map_err(facts),
+        "domain" | "domstatus" => guest::from_domain_document(root, &what)
+            .map(|g| Input::Guests(vec![g]))
+            .map_err(facts),
+        crate::libvirt::host_facts::ROOT => {
+            let f = crate::libvirt::host_facts::HostFacts::read(root, &what).map_err(facts)?;
+            // The facts after the root's start tag: the same for hosts that differ by name only.
+            let body = root
+                .first_child()
+                .map_or("", |c| &text[c.range().start..root.range().end]);
+            Ok(Input::Host {
+                name: f.name.unwrap_or_else(stem),
+                libvirt: f.libvirt,
+                key: body.to_string(),
+            })
+        }
+        "capabilities" | "domainCapabilities" => Ok(Input::Host {
+            name: stem(),
+            libvirt: None,
+            key: text.to_string(),
+        }),
+        other => Err(facts(format!(
+            "<{other}> is neither host facts (<hostFacts>, <capabilities>, <domainCapabilities>) nor guest facts (<guestFacts>, <domain>, <domstatus>)"
+        ))),
+    }
+}
+
+impl Fleet {
+    /// The fleet of the facts in `paths`, judged under `policy` with each host's cpu_map from
+    /// `maps`. A host's facts are its own: nothing is asked of this machine (its kernel, its
+    /// libvirt caches).
+    ///
+    /// # Errors
+    /// [`FleetError`]: a file that cannot be read or is not facts, two files naming one host,
+    /// a cpu_map that cannot be read, no host at all.
+    pub fn read(paths: &[PathBuf], policy: Policy, maps: &CpuMaps) -> Result<Fleet, FleetError> {
+        let mut fleet = Fleet {
+            hosts: Vec::new(),
+            guests: Vec::new(),
+            classes: Vec::new(),
+            shapes: Vec::new(),
+            policy,
+            none: Policy {
+                rules: Vec::new(),
+                ..Policy::builtin()
+            },
+            verdicts: std::cell::RefCell::default(),
+            maps: maps.clone(),
+            class_of: HashMap::new(),
+            shape_of: HashMap::new(),
+            maps_by_dir: HashMap::new(),
+        };
+        for path in expand(paths)? {
+            match read_input(&path)? {
+                Input::Host { name, libvirt, key } => {
+                    let map_dir = fleet.maps.for_host(&name);
+                    fleet.push_host(name, path, libvirt, key, map_dir.as_deref())?;
+                }
+                Input::Guests(list) => {
+                    for facts in list {
+                        fleet.push_guest(facts);
+                    }
+                }
+            }
+        }
+        if fleet.hosts.is_empty() {
+            return Err(FleetError::NoHosts);
+        }
+        Ok(fleet)
+    }
+
+    /// Adds the host of facts file `path` (`admit`'s new host, `upgrade`'s next generation),
+    /// named `name` when given (else as its facts say; its cpu_map is the one of the name its
+    /// facts give); returns its index.
+    ///
+    /// # Errors
+    /// As [`Fleet::read`]; a file that holds no host facts.
+    pub fn add_host(&mut self, path: &Path, name: Option<&str>) -> Result<usize, FleetError> {
+        match read_input(path)? {
+            Input::Host {
+                name: own,
+                libvirt,
+                key,
+            } => {
+                let map_dir = self.maps.for_host(&own);
+                let name = name.map_or(own, str::to_string);
+                self.push_host(name, path.to_path_buf(), libvirt, key, map_dir.as_deref())?;
+                Ok(self.hosts.len() - 1)
+            }
+            Input::Guests(_) => Err(FleetError::Facts {
+                path: path.to_path_buf(),
+                message: "guest facts, where host facts were expected".into(),
+            }),
+        }
+    }
+
+    fn push_host(
+        &mut self,
+        name: String,
+        path: PathBuf,
+        libvirt: Option<LibvirtVersion>,
+        key: String,
+        map_dir: Option<&Path>,
+    ) -> Result<(), FleetError> {
+        if let Some(other) = self.hosts.iter().find(|h| h.name == name) {
+            return Err(FleetError::DuplicateHost {
+                name,
+                path,
+                other: other.path.clone(),
+            });
+        }
+        let k = (key, map_dir.map(Path::to_path_buf));
+        let class = if let Some(c) = self.class_of.get(&k) {
+            *c
+        } else {
+            let host = remote_host(&path, map_dir)?;
+            let map = self
+                .maps_by_dir
+                .entry(map_dir.map(Path::to_path_buf))
+                .or_insert_with(|| Rc::new(CpuMapCache::new(map_dir)))
+                .clone();
+            self.classes.push(HostClass { host, map });
+            self.class_of.insert(k, self.classes.len() - 1);
+            self.classes.len() - 1
+        };
+        self.hosts.push(FleetHost {
+            name,
+            path,
+            libvirt,
+            class,
+        });
+        Ok(())
+    }
+
+    fn push_guest(&mut self, facts: GuestFacts) {
+        let key = format!("{}\n{}", facts.state.as_str(), shape_key(&facts.domain));
+        let next = self.shape_of.len();
+        let shape = *self.shape_of.entry(key).or_insert_with_key(|k| {
+            self.shapes.push(k.clone());
+            next
+        });
+        self.guests.push(FleetGuest { facts, shape });
+    }
+
+    /// The index of the host named `name`.
+    ///
+    /// # Errors
+    /// [`FleetError::UnknownHost`].
+    pub fn host_index(&self, name: &str) -> Result<usize, FleetError> {
+        self.hosts
+            .iter()
+            .position(|h| h.name == name)
+            .ok_or_else(|| FleetError::UnknownHost(name.to_string()))
+    }
+
+    /// Why host `h` cannot run guest `g` (empty: it runs there). Judged once per (guest
+    /// shape, host class) and kept.
+    #[must_use]
+    pub fn reasons(&self, g: usize, h: usize) -> Rc<Vec<Reason>> {
+        let key = (self.guests[g].shape, self.hosts[h].class);
+        if let Some(r) = self.verdicts.borrow().get(&key) {
+            return r.clone();
+        }
+        let class = &self.classes[key.1];
+        let guest = &self.guests[g].facts;
+        let r = Rc::new(judge_shape(
+            &guest.domain,
+            &self.none,
+            &class.host,
+            &class.map,
+            arrival(guest.state),
+        ));
+        self.verdicts.borrow_mut().insert(key, r.clone());
+        r
+    }
+
+    /// The policy of no rule: what the judge uses (guests as they are).
+    #[must_use]
+    pub fn policy_none(&self) -> &Policy {
+        &self.none
+    }
+
+    /// Host `h`'s arch, from its facts (its domcapabilities, else its capabilities' machine
+    /// types).
+    #[must_use]
+    pub fn host_arch(&self, h: usize) -> Option<&str> {
+        let host = &self.classes[self.hosts[h].class].host;
+        host.domcaps
+            .first()
+            .map(|d| d.arch.as_str())
+            .or_else(|| host.machines.first().map(|m| m.arch.as_str()))
+    }
+
+    /// The guests on host `h` (their facts name it).
+    #[must_use]
+    pub fn guests_on(&self, h: usize) -> Vec<usize> {
+        let name = &self.hosts[h].name;
+        (0..self.guests.len())
+            .filter(|g| self.guests[*g].facts.host.as_deref() == Some(name.as_str()))
+            .collect()
+    }
+}
+
+/// A guest's shape: its reduced domain without `<name>` and `<uuid>` lines.
+fn shape_key(domain: &str) -> String {
+    domain
+        .lines()
+        .filter(|l| {
+            let t = l.trim_start();
+            !(t.starts_with("<name>") || t.starts_with("<uuid>"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A [`Host`] of another machine's facts file: its cpu_map `map_dir` (else the built-in table),
+/// never this machine's kernel or QEMU capability cache.
+fn remote_host(path: &Path, map_dir: Option<&Path>) -> Result<Host, FleetError> {
+    Host::discover(&HostOptions::of_facts(
+        vec![path.to_path_buf()],
+        map_dir.map(Path::to_path_buf),
+        None,
+    ))
+    .map_err(|e| FleetError::Facts {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// The judge ([`crate::destination::judge`]) on one guest shape and one host: the reasons it
+/// cannot run there. A shape that cannot be judged (the policy asks for a cluster CPU there is
+/// none of) is one reason.
+fn judge_shape(
+    shape: &str,
+    policy: &Policy,
+    host: &Host,
+    map: &CpuMapCache,
+    arrival: Arrival,
+) -> Vec<Reason> {
+    let dom = match Domain::parse(shape, "guest facts") {
+        Ok(d) => d,
+        Err(e) => {
+            return vec![Reason {
+                code: Code::Internal,
+                message: e.to_string(),
+            }];
+        }
+    };
+    if !dom.in_scope() {
+        return Vec::new();
+    }
+    let p = match Pipeline::new(dom, policy, host) {
+        Ok(p) => p,
+        Err(e) => {
+            return vec![Reason {
+                code: Code::Internal,
+                message: e.to_string(),
+            }];
+        }
+    };
+    judge(&p, shape, host, map, arrival)
+        .blocking()
+        .into_iter()
+        .map(|f| Reason {
+            code: f.code,
+            message: f.message.clone(),
+        })
+        .collect()
+}
+
+/// How a guest in `state` arrives on another host: a running one by live migration, a stopped
+/// one by define and start.
+#[must_use]
+pub fn arrival(state: GuestState) -> Arrival {
+    match state {
+        GuestState::Running => Arrival::Migration,
+        GuestState::Shutoff => Arrival::Start,
+    }
+}
+
+/// Whether guest `g` is running.
+#[must_use]
+pub fn running(g: &FleetGuest) -> bool {
+    g.facts.state == GuestState::Running
+}

@@ -1,0 +1,361 @@
+//! The fleet's questions, each answered from the pairs' verdicts ([`Fleet::reasons`]):
+//!
+//! * [`matrix`]: every guest on every host;
+//! * [`drain`]: where each guest of a host can go, and which cannot leave;
+//! * [`admit`]: what a new host runs, whether it runs the cluster's CPU, and how the cluster's
+//!   baseline changes with it;
+//! * [`upgrade`]: a host's guests on the facts of its next generation, each with the rewrite
+//!   that fixes it when the policy can.
+
+use super::{Fleet, Reason};
+use crate::cluster::cpu::ClusterCpu;
+use crate::host::Host;
+use crate::policy::{BASELINE_MODEL, Policy};
+use std::path::PathBuf;
+use std::rc::Rc;
+
+/// One guest on one host.
+#[derive(Debug, Clone)]
+pub struct Pair {
+    /// The guest's index in [`Fleet::guests`].
+    pub guest: usize,
+    /// The host's index in [`Fleet::hosts`].
+    pub host: usize,
+    /// Why the host cannot run it; empty: it runs.
+    pub reasons: Rc<Vec<Reason>>,
+}
+
+impl Pair {
+    /// Whether the guest runs on the host.
+    #[must_use]
+    pub fn runs(&self) -> bool {
+        self.reasons.is_empty()
+    }
+}
+
+/// Every guest × every host, guests in order, then hosts in order.
+#[must_use]
+pub fn matrix(fleet: &Fleet) -> Vec<Pair> {
+    let mut out = Vec::with_capacity(fleet.guests.len() * fleet.hosts.len());
+    for guest in 0..fleet.guests.len() {
+        for host in 0..fleet.hosts.len() {
+            out.push(Pair {
+                guest,
+                host,
+                reasons: fleet.reasons(guest, host),
+            });
+        }
+    }
+    out
+}
+
+/// How many guest × host pairs cannot run (the matrix, counted without keeping it).
+#[must_use]
+pub fn cannot_count(fleet: &Fleet) -> usize {
+    (0..fleet.guests.len())
+        .map(|g| {
+            (0..fleet.hosts.len())
+                .filter(|h| !fleet.reasons(g, *h).is_empty())
+                .count()
+        })
+        .sum()
+}
+
+/// One guest of a drained host.
+#[derive(Debug, Clone)]
+pub struct Leaving {
+    /// The guest's index.
+    pub guest: usize,
+    /// The hosts that run it (indexes), in order.
+    pub to: Vec<usize>,
+    /// The other hosts, each with why it cannot.
+    pub refused: Vec<Pair>,
+}
+
+impl Leaving {
+    /// Whether the guest cannot leave (no other host runs it).
+    #[must_use]
+    pub fn stuck(&self) -> bool {
+        self.to.is_empty()
+    }
+}
+
+/// Each guest on host `h` with the other hosts that run it and those that cannot.
+#[must_use]
+pub fn drain(fleet: &Fleet, h: usize) -> Vec<Leaving> {
+    fleet
+        .guests_on(h)
+        .into_iter()
+        .map(|guest| {
+            let mut leaving = Leaving {
+                guest,
+                to: Vec::new(),
+                refused: Vec::new(),
+            };
+            for host in (0..fleet.hosts.len()).filter(|o| *o != h) {
+                let reasons = fleet.reasons(guest, host);
+                if reasons.is_empty() {
+                    leaving.to.push(host);
+                } else {
+                    leaving.refused.push(Pair {
+                        guest,
+                        host,
+                        reasons,
+                    });
+                }
+            }
+            leaving
+        })
+        .collect()
+}
+
+/// The guests each host cannot take: guests on another host (or of unknown host) that it
+/// cannot run. Indexed like [`Fleet::hosts`].
+#[must_use]
+pub fn untakeable(fleet: &Fleet) -> Vec<usize> {
+    (0..fleet.hosts.len())
+        .map(|h| {
+            let name = fleet.hosts[h].name.as_str();
+            (0..fleet.guests.len())
+                .filter(|g| fleet.guests[*g].facts.host.as_deref() != Some(name))
+                .filter(|g| !fleet.reasons(*g, h).is_empty())
+                .count()
+        })
+        .collect()
+}
+
+/// The guests that cannot leave each host. Indexed like [`Fleet::hosts`].
+#[must_use]
+pub fn undrainable(fleet: &Fleet) -> Vec<usize> {
+    (0..fleet.hosts.len())
+        .map(|h| drain(fleet, h).iter().filter(|l| l.stuck()).count())
+        .collect()
+}
+
+/// The cluster's CPU as it is and as it would be with a new host.
+#[derive(Debug, Clone)]
+pub struct ClusterChange {
+    /// The baseline of the fleet's hosts; Err: why there is none.
+    pub before: Result<ClusterCpu, String>,
+    /// The baseline with the new host; Err: why there is none.
+    pub after: Result<ClusterCpu, String>,
+}
+
+impl ClusterChange {
+    /// Whether the cluster's CPU changes (model, features or level).
+    #[must_use]
+    pub fn changes(&self) -> bool {
+        match (&self.before, &self.after) {
+            (Ok(b), Ok(a)) => b.model != a.model || b.features != a.features || b.level != a.level,
+            (Ok(_), Err(_)) | (Err(_), Ok(_)) => true,
+            (Err(_), Err(_)) => false,
+        }
+    }
+}
+
+/// A CPU the cluster's guests are given, and whether the new host runs it.
+#[derive(Debug, Clone)]
+pub struct ClusterModel {
+    /// Where it comes from: the cluster's baseline, or the rule pinning a model.
+    pub what: String,
+    /// The `<cpu>` element.
+    pub cpu: String,
+    /// Why the new host cannot run it; empty: it runs.
+    pub reasons: Vec<Reason>,
+}
+
+/// What a new host does to the fleet.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    /// The new host's index.
+    pub host: usize,
+    /// Every guest on it.
+    pub pairs: Vec<Pair>,
+    /// The cluster's CPUs (its baseline as it is, models the policy pins) on the new host.
+    pub models: Vec<ClusterModel>,
+    /// The baseline before and after.
+    pub cluster: ClusterChange,
+}
+
+/// Host `new` admitted to the fleet: every guest judged on it, the cluster's CPU (the baseline
+/// of the other hosts' facts `files`, with `cpu_map`) and the models `policy` pins judged on
+/// it, and the baseline with it.
+#[must_use]
+pub fn admit(
+    fleet: &Fleet,
+    new: usize,
+    files: &[PathBuf],
+    cpu_map: Option<&std::path::Path>,
+) -> Admission {
+    let pairs = (0..fleet.guests.len())
+        .map(|guest| Pair {
+            guest,
+            host: new,
+            reasons: fleet.reasons(guest, new),
+        })
+        .collect();
+    let others: Vec<PathBuf> = fleet
+        .hosts
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != new)
+        .map(|(_, h)| h.path.clone())
+        .collect();
+    let mut all = others.clone();
+    all.extend(files.iter().cloned());
+    let source = "the fleet's hosts";
+    let before = ClusterCpu::of(Some(&others), source, cpu_map);
+    let after = ClusterCpu::of(Some(&all), "the fleet's hosts with the new one", cpu_map);
+    let mut models = Vec::new();
+    if let Ok(b) = &before {
+        models.push(cluster_model(
+            fleet,
+            new,
+            format!("the cluster's CPU (baseline of {})", b.hosts_text()),
+            &b.model,
+            &b.require,
+            &b.disable,
+        ));
+    }
+    for rule in &fleet.policy.rules {
+        let Some(model) = rule.cpu.model.as_deref().filter(|m| *m != BASELINE_MODEL) else {
+            continue;
+        };
+        let require = rule.cpu.require.clone().unwrap_or_default();
+        let disable = rule.cpu.disable.clone().unwrap_or_default();
+        models.push(cluster_model(
+            fleet,
+            new,
+            format!("the model rule '{}' pins", rule.name),
+            model,
+            &require,
+            &disable,
+        ));
+    }
+    Admission {
+        host: new,
+        pairs,
+        models,
+        cluster: ClusterChange { before, after },
+    }
+}
+
+/// A KVM guest of the CPU `model` + `require` − `disable` judged on host `h`.
+fn cluster_model(
+    fleet: &Fleet,
+    h: usize,
+    what: String,
+    model: &str,
+    require: &[String],
+    disable: &[String],
+) -> ClusterModel {
+    use std::fmt::Write as _;
+    let esc = |v: &str| quick_xml::escape::escape(v).into_owned();
+    let mut cpu = format!(
+        "<cpu mode='custom' match='exact' check='partial'><model fallback='forbid'>{}</model>",
+        esc(model)
+    );
+    for (list, policy) in [(require, "require"), (disable, "disable")] {
+        for f in list {
+            let _ = write!(cpu, "<feature policy='{policy}' name='{}'/>", esc(f));
+        }
+    }
+    cpu.push_str("</cpu>");
+    let arch = fleet.host_arch(h).unwrap_or("x86_64");
+    let shape = format!(
+        "<domain type='kvm'>\n  <vcpu>1</vcpu>\n  <os><type arch='{}'>hvm</type></os>\n  {cpu}\n</domain>\n",
+        esc(arch)
+    );
+    let class = &fleet.classes[fleet.hosts[h].class];
+    let reasons = super::judge_shape(
+        &shape,
+        fleet.policy_none(),
+        &class.host,
+        &class.map,
+        crate::destination::Arrival::Start,
+    );
+    ClusterModel { what, cpu, reasons }
+}
+
+/// One guest of an upgraded host.
+#[derive(Debug, Clone)]
+pub struct Upgraded {
+    /// The guest's index.
+    pub guest: usize,
+    /// Why the new generation cannot run it as it is; empty: it runs.
+    pub reasons: Rc<Vec<Reason>>,
+    /// The rewrite the policy makes on the new generation, when the guest cannot run as it is:
+    /// each change in words, and whether the result runs there.
+    pub fix: Option<Fix>,
+}
+
+/// The policy's rewrite of a guest with the new generation's facts.
+#[derive(Debug, Clone)]
+pub struct Fix {
+    /// Each change, one sentence (`element: what (rule)`).
+    pub changes: Vec<String>,
+    /// Why the rewritten guest still cannot run there; empty: the rewrite fixes it.
+    pub remaining: Vec<Reason>,
+}
+
+/// Host `h`'s guests judged on host `to` (the new generation's facts, read into the fleet) by
+/// define and start of their definitions, as the upgraded host restarts them (a running
+/// transient guest, which has none, by its live facts), each that cannot run as it is
+/// with the policy's rewrite (`policy`, with `to`'s facts) and the verdict on the result.
+#[must_use]
+pub fn upgrade(fleet: &Fleet, h: usize, to: usize, policy: &Policy) -> Vec<Upgraded> {
+    let class = &fleet.classes[fleet.hosts[to].class];
+    fleet
+        .guests_on(h)
+        .into_iter()
+        .map(|guest| {
+            let facts = &fleet.guests[guest].facts;
+            let definition = facts.definition.as_deref().unwrap_or(&facts.domain);
+            let reasons = Rc::new(super::judge_shape(
+                definition,
+                fleet.policy_none(),
+                &class.host,
+                &class.map,
+                crate::destination::Arrival::Start,
+            ));
+            let fix = (!reasons.is_empty())
+                .then(|| fix(definition, policy, fleet, &class.host, &class.map))
+                .flatten();
+            Upgraded {
+                guest,
+                reasons,
+                fix,
+            }
+        })
+        .collect()
+}
+
+/// The policy's rewrite of `domain` with `host`'s facts, when it changes something, and the
+/// judge's verdict on the result.
+fn fix(
+    domain: &str,
+    policy: &Policy,
+    fleet: &Fleet,
+    host: &Host,
+    map: &crate::destination::CpuMapCache,
+) -> Option<Fix> {
+    let outcome = crate::rewrite::rewrite(domain, "guest facts", policy, host).ok()?;
+    if !outcome.changed {
+        return None;
+    }
+    let changes = outcome
+        .changes
+        .iter()
+        .map(|c| format!("{}: {} (rule '{}')", c.element, c.what, c.rule))
+        .collect();
+    // An upgrade stops the guest (or it migrates to an upgraded host): judged by define and
+    // start, as libvirt there will.
+    let remaining = super::judge_shape(
+        &outcome.output,
+        fleet.policy_none(),
+        host,
+        map,
+        crate::destination::Arrival::Start,
+    );
+    Some(Fix { changes, remaining })
+}

@@ -1,0 +1,579 @@
+//! `virt-cpu-policy fleet` on the four generations' captured facts (`tests/data/generations/`):
+//! each host judged with its own capabilities, domcapabilities (kvm and qemu) and cpu_map, the
+//! verdicts those of the real `virsh define`/`start` of each generation (notes in
+//! docs/generations.md; the live proof is `tests/fleet/migrate`); the views' exit codes and
+//! shapes; `facts --guests`.
+
+use crate::harness::{Cmd, Scratch, generation_facts, s};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// The generations, oldest first.
+const GENERATIONS: [&str; 4] = ["bullseye", "bookworm", "trixie", "forky"];
+
+/// A `<hostFacts>` of generation `g` as `virt-cpu-policyd publish` writes it: capabilities,
+/// and the q35 domcapabilities for kvm and qemu, from the captured facts.
+fn host_facts(t: &Scratch, dir: &str, g: &str) -> PathBuf {
+    let d = generation_facts(g);
+    let version = std::fs::read_to_string(d.join("version")).unwrap();
+    let libvirt = version
+        .lines()
+        .find_map(|l| l.strip_prefix("libvirt "))
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut doc = format!("<hostFacts name='{g}' libvirt='{libvirt}'>\n");
+    for f in [
+        "capabilities.xml",
+        "domcapabilities-x86_64-q35-kvm.xml",
+        "domcapabilities-x86_64-q35-qemu.xml",
+    ] {
+        let text = std::fs::read_to_string(d.join(f)).unwrap();
+        let body = match text.trim_start().strip_prefix("<?xml") {
+            Some(rest) => rest.split_once("?>").unwrap().1.to_string(),
+            None => text,
+        };
+        doc.push_str(body.trim());
+        doc.push('\n');
+    }
+    doc.push_str("</hostFacts>\n");
+    std::fs::create_dir_all(t.path(dir)).unwrap();
+    t.write(&format!("{dir}/{g}.xml"), doc)
+}
+
+/// `--cpu-map HOST=DIR` for every generation (each host's own libvirt's cpu_map).
+fn cpu_maps() -> Vec<String> {
+    GENERATIONS
+        .iter()
+        .flat_map(|g| {
+            [
+                "--cpu-map".to_string(),
+                format!("{g}={}", s(&generation_facts(g).join("cpu_map"))),
+            ]
+        })
+        .collect()
+}
+
+/// A small diskless TCG guest: `machine`, `cpu` (a whole `<cpu>` element or "").
+fn guest(name: &str, machine: &str, cpu: &str) -> String {
+    format!(
+        "<domain type='qemu'><name>{name}</name><memory unit='KiB'>65536</memory><vcpu>1</vcpu>\
+         <os><type arch='x86_64' machine='{machine}'>hvm</type></os>{cpu}\
+         <devices><emulator>/usr/bin/qemu-system-x86_64</emulator><memballoon model='none'/></devices></domain>"
+    )
+}
+
+fn custom(model: &str, extra: &str) -> String {
+    format!(
+        "<cpu mode='custom' match='exact'><model fallback='forbid'>{model}</model>{extra}</cpu>"
+    )
+}
+
+fn run_fleet(args: &[String]) -> crate::harness::Output {
+    Cmd::new(&["fleet"])
+        .args(&cpu_maps())
+        .args(args)
+        .arg("--policy")
+        .arg(s(&crate::harness::root().join("packaging/policy.toml")))
+        .run()
+}
+
+fn json(out: &crate::harness::Output) -> Value {
+    serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}\n{}", out.stdout, out.stderr))
+}
+
+/// A guest (name, machine type, `<cpu>`) and the generations that refuse it, each with the code.
+type Case = (
+    &'static str,
+    &'static str,
+    String,
+    &'static [(&'static str, &'static str)],
+);
+
+/// Every stopped guest × generation: `runs` exactly where the generation's libvirt defined and
+/// started it (docs/generations.md, "What define refuses vs what only start refuses"), and
+/// each `cannot` with the code of libvirt's refusal.
+#[test]
+fn each_generation_is_judged_with_its_own_facts() {
+    let t = Scratch::new("fleet-gens");
+    for g in GENERATIONS {
+        host_facts(&t, "hosts", g);
+    }
+    // (guest, machine, cpu, the generations that refuse it and the code).
+    let cases: [Case; 12] = [
+        (
+            "maximum",
+            "pc-q35-5.2",
+            "<cpu mode='maximum'/>".into(),
+            &[("bullseye", "cpu-mode-unsupported")],
+        ),
+        (
+            "host-model",
+            "pc-q35-5.2",
+            "<cpu mode='host-model'/>".into(),
+            &[],
+        ),
+        (
+            "passthrough",
+            "pc-q35-5.2",
+            "<cpu mode='host-passthrough'/>".into(),
+            &[
+                ("bullseye", "cpu-mode-unsupported"),
+                ("bookworm", "cpu-mode-unsupported"),
+                ("trixie", "cpu-mode-unsupported"),
+                ("forky", "cpu-mode-unsupported"),
+            ],
+        ),
+        (
+            "old-i440fx",
+            "pc-i440fx-2.11",
+            custom("Nehalem", ""),
+            &[("forky", "machine-unsupported")],
+        ),
+        (
+            "q35-5.1",
+            "pc-q35-5.1",
+            String::new(),
+            &[("forky", "machine-unsupported")],
+        ),
+        ("q35-5.2", "pc-q35-5.2", String::new(), &[]),
+        (
+            "newest-q35",
+            "pc-q35-11.1",
+            String::new(),
+            &[
+                ("bullseye", "machine-unsupported"),
+                ("bookworm", "machine-unsupported"),
+                ("trixie", "machine-unsupported"),
+            ],
+        ),
+        (
+            "haswell-v2",
+            "pc-q35-5.2",
+            custom("Haswell-v2", ""),
+            &[
+                ("bullseye", "cpu-model-unknown"),
+                ("bookworm", "cpu-model-unknown"),
+            ],
+        ),
+        (
+            "epyc-genoa",
+            "pc-q35-5.2",
+            custom("EPYC-Genoa", ""),
+            &[
+                ("bullseye", "cpu-model-unknown"),
+                ("bookworm", "cpu-model-unknown"),
+            ],
+        ),
+        (
+            "epyc-turin",
+            "pc-q35-5.2",
+            custom("EPYC-Turin", ""),
+            &[
+                ("bullseye", "cpu-model-unknown"),
+                ("bookworm", "cpu-model-unknown"),
+                ("trixie", "cpu-model-unknown"),
+            ],
+        ),
+        (
+            "avx10",
+            "pc-q35-5.2",
+            custom("qemu64", "<feature policy='require' name='avx10'/>"),
+            &[
+                ("bullseye", "cpu-feature-unknown"),
+                ("bookworm", "cpu-feature-unknown"),
+            ],
+        ),
+        (
+            "haswell-notsx",
+            "pc-q35-5.2",
+            custom("Haswell-noTSX", ""),
+            &[],
+        ),
+    ];
+    std::fs::create_dir_all(t.path("guests")).unwrap();
+    for (name, machine, cpu, _) in &cases {
+        t.write(&format!("guests/{name}.xml"), guest(name, machine, cpu));
+    }
+    let out = run_fleet(&[
+        "--format".into(),
+        "json".into(),
+        s(&t.path("hosts")),
+        s(&t.path("guests")),
+    ]);
+    out.status(1);
+    let v = json(&out);
+    assert_eq!(v["schema_version"], 1);
+    let mut got: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for p in v["pairs"].as_array().unwrap() {
+        let codes: Vec<String> = p["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["code"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            p["verdict"].as_str().unwrap(),
+            if codes.is_empty() { "runs" } else { "cannot" }
+        );
+        got.insert(
+            (
+                p["guest"].as_str().unwrap().to_string(),
+                p["host"].as_str().unwrap().to_string(),
+            ),
+            codes,
+        );
+    }
+    assert_eq!(got.len(), cases.len() * GENERATIONS.len());
+    for (name, _, _, refused) in &cases {
+        for g in GENERATIONS {
+            let codes = &got[&(name.to_string(), g.to_string())];
+            match refused.iter().find(|(h, _)| *h == g) {
+                Some((_, code)) => assert!(
+                    codes.iter().any(|c| c == code),
+                    "{name} on {g}: wanted {code}, got {codes:?}"
+                ),
+                None => assert!(codes.is_empty(), "{name} on {g}: runs there, got {codes:?}"),
+            }
+        }
+    }
+    // The text matrix: a line per host with its counts.
+    let out = run_fleet(&[s(&t.path("hosts")), s(&t.path("guests"))]);
+    out.status(1);
+    let forky = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("forky "))
+        .unwrap();
+    let cells: Vec<&str> = forky.split_whitespace().collect();
+    assert_eq!(
+        cells,
+        ["forky", "12.8.0", "0", "9", "3", "0"],
+        "{}",
+        out.stdout
+    );
+    assert!(out.stderr.contains("pair(s) cannot run"), "{}", out.stderr);
+}
+
+/// A running guest's facts (its live CPU, as `facts --guests` publishes it) on bookworm: TCG
+/// 7.2's host-model features, which QEMU 5.2's TCG lacks (avx2) and 10.0's and 11.1's lack
+/// (pcommit): it cannot leave. A stopped guest of the same CPU can (QEMU drops what TCG lacks).
+#[test]
+fn drain_says_where_each_guest_can_go_and_exits_1_when_one_cannot_leave() {
+    let t = Scratch::new("fleet-drain");
+    for g in GENERATIONS {
+        host_facts(&t, "hosts", g);
+    }
+    let live = "<cpu mode='custom' match='exact' check='partial'><model fallback='forbid'>EPYC</model><vendor>AMD</vendor>\
+                <feature policy='require' name='pcommit'/><feature policy='require' name='avx2'/></cpu>";
+    let domain = |name: &str, cpu: &str| {
+        let d = guest(name, "pc-q35-5.2", cpu);
+        d.replace("<name>", "\n<name>")
+    };
+    // Stored, not running: libvirt's default check for a TCG custom CPU is 'none'.
+    let stored = live.replace(" check='partial'", "");
+    let doc = format!(
+        "<guestFacts host='bookworm'>\n<guest name='live' state='running' persistent='yes'>\n{}\n</guest>\n\
+         <guest name='stopped' state='shutoff' persistent='yes'>\n{}\n</guest>\n\
+         <guest name='plain' state='running' persistent='no'>\n{}\n</guest>\n</guestFacts>\n",
+        domain("live", live),
+        domain("stopped", &stored),
+        guest("plain", "pc-q35-5.2", "")
+    );
+    t.write("bookworm.guests.xml", doc);
+    let facts = [s(&t.path("hosts")), s(&t.path("bookworm.guests.xml"))];
+    let mut args = vec![
+        "--drain".to_string(),
+        "bookworm".into(),
+        "--format".into(),
+        "json".into(),
+    ];
+    args.extend(facts.iter().cloned());
+    let out = run_fleet(&args);
+    out.status(1);
+    assert!(
+        out.stderr
+            .contains("1 guest(s) cannot leave bookworm: live"),
+        "{}",
+        out.stderr
+    );
+    let v = json(&out);
+    assert_eq!(v["host"], "bookworm");
+    let by_name: BTreeMap<&str, &Value> = v["guests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["guest"].as_str().unwrap(), g))
+        .collect();
+    assert_eq!(by_name["live"]["stuck"], true);
+    assert_eq!(by_name["live"]["state"], "running");
+    let refused: BTreeMap<&str, Vec<&str>> = by_name["live"]["refused"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let codes = r["reasons"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["code"].as_str().unwrap())
+                .collect();
+            (r["host"].as_str().unwrap(), codes)
+        })
+        .collect();
+    for g in ["bullseye", "trixie", "forky"] {
+        assert_eq!(refused[g], ["cpu-incompatible"], "{g}: {refused:?}");
+    }
+    let missing = |host: &str| -> String {
+        by_name["live"]["refused"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["host"] == host)
+            .unwrap()["reasons"][0]["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        missing("bullseye").contains("avx2"),
+        "{}",
+        missing("bullseye")
+    );
+    assert!(missing("forky").contains("pcommit"), "{}", missing("forky"));
+    assert_eq!(by_name["stopped"]["stuck"], false);
+    assert_eq!(
+        by_name["plain"]["destinations"],
+        serde_json::json!(["bullseye", "forky", "trixie"])
+    );
+    // Text: the same, for people; a host without guests drains at once (exit 0).
+    let mut args = vec!["--drain".to_string(), "bookworm".into()];
+    args.extend(facts.iter().cloned());
+    let out = run_fleet(&args);
+    out.status(1);
+    assert!(
+        out.stdout
+            .starts_with("drain bookworm: 3 guests, 2 can leave, 1 cannot\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("  live (live migration): CANNOT LEAVE\n"),
+        "{}",
+        out.stdout
+    );
+    let mut args = vec!["--drain".to_string(), "forky".into()];
+    args.extend(facts.iter().cloned());
+    run_fleet(&args).status(0);
+    // Prometheus: the guests that cannot leave each host, the guests each cannot take.
+    let mut args = vec!["--format".to_string(), "prometheus".into()];
+    args.extend(facts.iter().cloned());
+    let out = run_fleet(&args);
+    let series: BTreeMap<&str, &str> = out
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .collect();
+    assert_eq!(
+        series["virt_cpu_policy_fleet_undrainable_guests{host=\"bookworm\"}"], "1",
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        series["virt_cpu_policy_fleet_undrainable_guests{host=\"forky\"}"],
+        "0"
+    );
+    assert_eq!(
+        series["virt_cpu_policy_fleet_guests{host=\"bookworm\"}"],
+        "3"
+    );
+    assert_eq!(
+        series["virt_cpu_policy_fleet_untakeable_guests{host=\"forky\"}"],
+        "1"
+    );
+    assert_eq!(
+        series["virt_cpu_policy_fleet_untakeable_guests{host=\"bookworm\"}"],
+        "0"
+    );
+    // An unknown host is bad input.
+    let mut args = vec!["--drain".to_string(), "nohost".into()];
+    args.extend(facts.iter().cloned());
+    let out = run_fleet(&args);
+    out.status(2);
+    assert!(out.stdout.is_empty());
+    assert!(
+        out.stderr.contains("no host named 'nohost'"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// Admitting forky to bullseye, bookworm and trixie: every guest judged on it, the cluster's
+/// CPU judged on it, the baseline before and after.
+#[test]
+fn admit_judges_the_new_host_and_the_clusters_cpu() {
+    let t = Scratch::new("fleet-admit");
+    for g in ["bullseye", "bookworm", "trixie"] {
+        host_facts(&t, "hosts", g);
+    }
+    let new = host_facts(&t, "new", "forky");
+    std::fs::create_dir_all(t.path("guests")).unwrap();
+    t.write("guests/old.xml", guest("old", "pc-i440fx-2.11", ""));
+    t.write("guests/ok.xml", guest("ok", "pc-q35-5.2", ""));
+    let out = run_fleet(&[
+        "--admit".into(),
+        s(&new),
+        "--format".into(),
+        "json".into(),
+        s(&t.path("hosts")),
+        s(&t.path("guests")),
+    ]);
+    out.status(1);
+    let v = json(&out);
+    assert_eq!(v["host"], "forky");
+    let verdicts: BTreeMap<&str, &str> = v["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["guest"].as_str().unwrap(), p["verdict"].as_str().unwrap()))
+        .collect();
+    assert_eq!(verdicts["old"], "cannot");
+    assert_eq!(verdicts["ok"], "runs");
+    let before = &v["cluster"]["before"];
+    assert!(before["model"].is_string(), "{v:#}");
+    // A directory's files are read in name order.
+    assert_eq!(
+        before["hosts"],
+        serde_json::json!(["bookworm", "bullseye", "trixie"])
+    );
+    assert_eq!(
+        v["cluster"]["after"]["hosts"],
+        serde_json::json!(["bookworm", "bullseye", "trixie", "forky"])
+    );
+    let model = &v["cluster_models"][0];
+    assert!(
+        model["what"]
+            .as_str()
+            .unwrap()
+            .starts_with("the cluster's CPU")
+    );
+    assert_eq!(model["verdict"], "runs", "{model:#}");
+}
+
+/// Upgrading bookworm to forky: a machine type QEMU 11.1 removed cannot run there, and the
+/// policy cannot change a machine type.
+#[test]
+fn upgrade_judges_a_hosts_guests_on_the_next_generation() {
+    let t = Scratch::new("fleet-upgrade");
+    host_facts(&t, "hosts", "bookworm");
+    let next = host_facts(&t, "next", "forky");
+    let doc = format!(
+        "<guestFacts host='bookworm'>\n<guest name='old' state='shutoff' persistent='yes'>\n{}\n</guest>\n\
+         <guest name='ok' state='shutoff' persistent='yes'>\n{}\n</guest>\n</guestFacts>\n",
+        guest("old", "pc-i440fx-2.11", ""),
+        guest("ok", "pc-q35-7.2", "")
+    );
+    t.write("g.xml", doc);
+    let out = run_fleet(&[
+        "--upgrade".into(),
+        "bookworm".into(),
+        "--to".into(),
+        s(&next),
+        "--format".into(),
+        "json".into(),
+        s(&t.path("hosts")),
+        s(&t.path("g.xml")),
+    ]);
+    out.status(1);
+    let v = json(&out);
+    assert_eq!(v["to"], "bookworm (upgraded)");
+    let g = v["guests"].as_array().unwrap();
+    assert_eq!(g[0]["guest"], "old");
+    assert_eq!(g[0]["verdict"], "cannot");
+    assert_eq!(g[0]["reasons"][0]["code"], "machine-unsupported");
+    assert_eq!(g[1]["verdict"], "runs");
+    assert!(g[1]["fix"].is_null());
+}
+
+/// `facts --guests` reads libvirt's files: the live XML wins, and nothing secret is written.
+#[test]
+fn facts_guests_publishes_what_the_judge_needs_only() {
+    let t = Scratch::new("fleet-facts");
+    std::fs::create_dir_all(t.path("etc")).unwrap();
+    std::fs::create_dir_all(t.path("run")).unwrap();
+    let def = guest("web", "pc-q35-7.2", &custom("Nehalem", ""))
+        .replace("<devices>", "<devices><graphics type='spice' passwd='t0psecret'/><disk type='file'><source file='/srv/secret.img'/></disk>");
+    t.write("etc/web.xml", &def);
+    t.write(
+        "run/web.xml",
+        format!(
+            "<domstatus state='running' pid='1'>{}</domstatus>",
+            def.replace("Nehalem", "Westmere")
+        ),
+    );
+    let out = Cmd::new(&["facts", "--guests", "--host", "node-a", "--config-dir"])
+        .arg(s(&t.path("etc")))
+        .arg("--state-dir")
+        .arg(s(&t.path("run")))
+        .run();
+    out.status(0);
+    assert!(
+        out.stdout.starts_with(
+            "<guestFacts host='node-a'>\n<guest name='web' state='running' persistent='yes'>\n"
+        ),
+        "{}",
+        out.stdout
+    );
+    // The live CPU (Westmere) is the guest's domain; its definition (Nehalem) follows.
+    let (live, definition) = out.stdout.split_once("<definition>").unwrap();
+    assert!(
+        live.contains("Westmere") && !live.contains("Nehalem"),
+        "{}",
+        out.stdout
+    );
+    assert!(definition.contains("Nehalem"), "{}", out.stdout);
+    assert!(!out.stdout.contains("t0psecret") && !out.stdout.contains("secret.img"));
+    // --out: written as DIR/HOST.guests.xml; an unreadable definition is named, exit 2.
+    t.write("etc/broken.xml", "<domain");
+    let out = Cmd::new(&["facts", "--guests", "--host", "node-a", "--config-dir"])
+        .arg(s(&t.path("etc")))
+        .arg("--state-dir")
+        .arg(s(&t.path("run")))
+        .arg("--out")
+        .arg(s(&t.path("pub")))
+        .run();
+    out.status(2);
+    assert!(
+        out.stderr.contains("broken.xml: not read"),
+        "{}",
+        out.stderr
+    );
+    let written = std::fs::read_to_string(t.path("pub/node-a.guests.xml")).unwrap();
+    assert!(written.contains("<guest name='web'"));
+}
+
+/// Bad input: a file that is no facts, a directory without hosts, a bad --cpu-map.
+#[test]
+fn bad_fleet_input_is_exit_2_with_one_message() {
+    let t = Scratch::new("fleet-bad");
+    let not_facts = t.write("x.xml", "<network/>");
+    let guest_only = t.write("g.xml", guest("g", "pc-q35-7.2", ""));
+    for (args, needle) in [
+        (vec![s(&not_facts)], "<network> is neither host facts"),
+        (vec![s(&guest_only)], "no host facts among the files given"),
+        (
+            vec!["--cpu-map".into(), s(&t.0), s(&guest_only)],
+            "not a libvirt cpu_map directory",
+        ),
+        (vec![s(&t.path("missing.xml"))], "missing.xml"),
+    ] {
+        let out = Cmd::new(&["fleet"]).args(&args).run();
+        out.status(2);
+        assert!(out.stdout.is_empty(), "{}", out.stdout);
+        assert!(out.stderr.contains(needle), "{needle}: {}", out.stderr);
+    }
+}
