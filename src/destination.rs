@@ -110,17 +110,23 @@ pub struct Judgement {
 impl Judgement {
     /// The reasons the host cannot run the guest, in order: the machine type, then the errors
     /// of libvirt's own rules, the host not reaching the guest's level, an unusable model when
-    /// the CPUs could not be compared (when they could, the comparison, libvirt's own test,
-    /// decides: a host-model guest arrives as a model with the features it lacked disabled),
-    /// then the CPU comparison. Empty: the guest runs there.
+    /// the CPUs could not be compared, and what TCG lacks for it likewise (when they could, the
+    /// comparison, libvirt's own test, decides: a host-model guest arrives as a model with the
+    /// features it lacked disabled), then the CPU comparison. Empty: the guest runs there.
     #[must_use]
     pub fn blocking(&self) -> Vec<&Finding> {
         let compared = !matches!(self.cpu, CpuCompare::NotCompared(_));
         let mut out: Vec<&Finding> = self.machine.iter().collect();
+        // What the emulator's TCG lacks for the guest's CPU (`tcg-cpu-missing`) is the CPU
+        // comparison's question too: when the CPUs were compared, the comparison alone answers,
+        // so one missing feature is never two reasons.
+        let cpu_question = |c: Code| matches!(c, Code::CpuModelUnusable | Code::TcgCpuMissing);
         out.extend(self.findings.iter().filter(|f| {
+            if cpu_question(f.code) {
+                return !compared;
+            }
             (f.severity == Severity::Error && !POLICY_CODES.contains(&f.code))
                 || f.code == Code::HostLevel
-                || (f.code == Code::CpuModelUnusable && !compared)
         }));
         if let CpuCompare::Incompatible(f) = &self.cpu {
             out.push(f);
