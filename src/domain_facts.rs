@@ -150,12 +150,7 @@ impl<'h> DomainFacts<'h> {
     pub fn mode_supported(&self, mode: CpuMode) -> Option<bool> {
         match self.domcaps {
             Some(d) => Some(d.supports(mode)),
-            None if mode == CpuMode::Maximum
-                && self.libvirt.is_some()
-                && !self.applies(VersionRule::MaximumMode) =>
-            {
-                Some(false)
-            }
+            None if mode == CpuMode::Maximum && self.lacks(VersionRule::MaximumMode) => Some(false),
             None => {
                 crate::modes::builtin_supported(mode, &self.arch, &self.virt_type, self.host_arch)
             }
@@ -176,10 +171,7 @@ impl<'h> DomainFacts<'h> {
     /// on x86_64 host is not supported by hypervisor", `src/qemu/qemu_validate.c`).
     #[must_use]
     pub fn mode_refusal(&self, mode: CpuMode) -> String {
-        if mode == CpuMode::Maximum
-            && self.libvirt.is_some()
-            && !self.applies(VersionRule::MaximumMode)
-        {
+        if mode == CpuMode::Maximum && self.lacks(VersionRule::MaximumMode) {
             // libvirt 7.0's virCPUDefParseXML does not know the mode (seen: Debian 11's 7.0.0).
             return "Invalid mode attribute 'maximum'".to_string();
         }
@@ -197,6 +189,14 @@ impl<'h> DomainFacts<'h> {
         self.libvirt
             .as_ref()
             .is_some_and(|v| v.value >= rule.since())
+    }
+
+    /// Whether the host's libvirt is known to predate `rule` (its version is known and below the
+    /// release that brought it). Rules about what an old libvirt lacks use this, so that an
+    /// unknown version (libvirt 9.0's rules) is not judged as older than 9.0.
+    #[must_use]
+    pub fn lacks(&self, rule: VersionRule) -> bool {
+        self.libvirt.is_some() && !self.applies(rule)
     }
 
     /// Which libvirt's rules are used, for messages: `libvirt 11.3.0 (from SOURCE)`, or
@@ -249,7 +249,9 @@ pub enum VersionRule {
     /// than 255 vCPUs gets an Intel IOMMU with `intremap` and `eim` on (or an existing one its
     /// `eim`), and a split I/O APIC where interrupt remapping needs one, at define; libvirt 9.0
     /// refuses the domain instead ("more than 255 vCPUs require extended interrupt mode enabled on
-    /// the iommu device").
+    /// the iommu device"). The IOMMU it adds is validated as a written one: an explicit `<ioapic
+    /// driver='kvm'/>` is refused ("IOMMU interrupt remapping requires split I/O APIC (ioapic
+    /// driver='qemu')", seen with 11.3 and 12.8).
     AutoIommu,
     /// libvirt 9.6.0 (NEWS: "qemu: Add NUMA node automatically for memory hotplug"): `<maxMemory>`
     /// without a NUMA cell gets one at define; before, "At least one numa node has to be
@@ -264,11 +266,21 @@ pub enum VersionRule {
     /// libvirt 12.2.0 (NEWS: "conf: support more than 255 vCPUs with amd-iommu": "it is
     /// automatically enabled if needed"): above 255 x86 vCPUs an Intel IOMMU's `eim` and
     /// `intremap` are switched on at define even when written `off` (11.3 refuses `eim='off'`:
-    /// "more than 255 vCPUs require extended interrupt mode enabled on the iommu device"), and the
-    /// IOMMU libvirt adds is checked as a written one: an explicit `<ioapic driver='kvm'/>` is
-    /// refused ("IOMMU interrupt remapping requires split I/O APIC (ioapic driver='qemu')"; seen
+    /// "more than 255 vCPUs require extended interrupt mode enabled on the iommu device"; seen
     /// with libvirt 12.8, the 400-domain differential).
     EimForced,
+    /// libvirt 8.3.0 (NEWS: "qemu: Introduce support for virtio-iommu"): `<iommu
+    /// model='virtio'>`. libvirt 7.0's parser refuses the model at define ("XML error: unknown
+    /// IOMMU model: virtio", seen on Debian 11's 7.0.0). Judged only when the host's libvirt
+    /// version is known ([`DomainFacts::lacks`]).
+    VirtioIommu,
+    /// libvirt 12.1.0 (NEWS: "Introduce granule attribute for virtio-iommu"; the series that
+    /// validates it with `QEMU_CAPS_VIRTIO_IOMMU_AW_BITS`): a virtio IOMMU's `<driver aw_bits>`
+    /// is accepted. Before, `virDomainIOMMUDefValidate` (`src/conf/domain_validate.c`) refuses
+    /// every driver attribute of a virtio IOMMU ("iommu model 'virtio' doesn't support
+    /// additional attributes", seen with 9.0 and 11.3); 12.8 defines `aw_bits` and refuses the
+    /// others ("... doesn't support some additional attributes").
+    VirtioIommuAwBits,
 }
 
 impl VersionRule {
@@ -281,6 +293,8 @@ impl VersionRule {
             VersionRule::AutoNumaForMemoryHotplug => (9, 6),
             VersionRule::MaximumMode => (7, 1),
             VersionRule::EimForced => (12, 2),
+            VersionRule::VirtioIommu => (8, 3),
+            VersionRule::VirtioIommuAwBits => (12, 1),
         };
         LibvirtVersion {
             major,
@@ -302,6 +316,8 @@ impl VersionRule {
             VersionRule::EimForced => {
                 "libvirt >= 12.2: IOMMU eim and intremap switched on above 255 vCPUs"
             }
+            VersionRule::VirtioIommu => "libvirt >= 8.3: <iommu model='virtio'>",
+            VersionRule::VirtioIommuAwBits => "libvirt >= 12.1: <driver aw_bits> on a virtio IOMMU",
         }
     }
 }

@@ -88,13 +88,17 @@ pub enum Code {
     Internal,
     /// `ioapic-split`: Interrupt remapping without a split I/O APIC.
     IoapicSplit,
+    /// `iommu-driver`: `<driver>` attributes the IOMMU's model does not take (Intel's on a virtio
+    /// IOMMU).
+    IommuDriver,
     /// `iommu-eim`: More than 255 x86 vCPUs without an IOMMU in extended interrupt mode.
     IommuEim,
     /// `iommu-intremap`: `eim` without interrupt remapping.
     IommuIntremap,
     /// `iommu-machine`: An Intel IOMMU on a machine type other than q35.
     IommuMachine,
-    /// `iommu-model`: More than 255 vCPUs need eim, and the domain's IOMMU model cannot do it.
+    /// `iommu-model`: An IOMMU model the host's libvirt does not know (virtio before 8.3), or
+    /// more than 255 vCPUs need eim and the domain's IOMMU model cannot do it.
     IommuModel,
     /// `iommu-no-devices`: More than 255 vCPUs need an IOMMU, and the domain has no `<devices>`.
     IommuNoDevices,
@@ -168,7 +172,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 60] = [
+    pub const ALL: [Code; 61] = [
         Code::ClusterFeature,
         Code::ClusterLevel,
         Code::CpuAttributeInvalid,
@@ -196,6 +200,7 @@ impl Code {
         Code::HostLevel,
         Code::Internal,
         Code::IoapicSplit,
+        Code::IommuDriver,
         Code::IommuEim,
         Code::IommuIntremap,
         Code::IommuMachine,
@@ -262,6 +267,7 @@ impl Code {
             Code::HostLevel => "host-level",
             Code::Internal => "internal",
             Code::IoapicSplit => "ioapic-split",
+            Code::IommuDriver => "iommu-driver",
             Code::IommuEim => "iommu-eim",
             Code::IommuIntremap => "iommu-intremap",
             Code::IommuMachine => "iommu-machine",

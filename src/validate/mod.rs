@@ -5,11 +5,13 @@
 //! where a later libvirt changed the rule, the host's version decides
 //! ([`crate::domain_facts::VersionRule`]: checked against libvirt 11.3 / QEMU 10.0 too).
 //! `cpu` judges the `<cpu>` element and the psABI level, `vcpu` the vCPU counts, topology,
-//! machine and KVM limits, IOMMU, `<vcpus>` and NUMA cells, `tcg` what QEMU's TCG refuses at
+//! machine and KVM limits, what more than 255 vCPUs need of the IOMMU, `<vcpus>` and NUMA cells,
+//! `iommu` the IOMMU's model and driver attributes, `tcg` what QEMU's TCG refuses at
 //! start (APIC IDs that need x2APIC, the guest CPU against what TCG emulates). Checks never change the document and
 //! read host facts from [`DomainFacts`] only.
 
 mod cpu;
+mod iommu;
 pub(crate) mod tcg;
 mod vcpu;
 
@@ -66,6 +68,7 @@ pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> Vec<F
         ));
     }
     vcpu::check(dom, facts, &mut out);
+    iommu::check(dom, facts, &mut out);
     cpu::check(dom, cpus.first().copied(), plan, facts, &mut out);
     out
 }

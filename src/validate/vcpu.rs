@@ -232,9 +232,11 @@ impl Iommu {
 /// An Intel IOMMU needs q35; `eim` needs `intremap`; `intremap` needs the split I/O APIC.
 fn check_iommu(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     let written = Iommu::as_written(dom);
-    // From 12.2 the IOMMU libvirt adds above 255 vCPUs is checked like a written one: a
-    // written `<ioapic driver='kvm'/>` is then refused (seen with libvirt 12.8; 11.3 accepts).
-    let added = facts.applies(VersionRule::EimForced)
+    // From 10.10 the IOMMU libvirt adds above 255 vCPUs is checked like a written one: a
+    // written `<ioapic driver='kvm'/>` is then refused ("IOMMU interrupt remapping requires
+    // split I/O APIC", seen with libvirt 11.3 and 12.8 on virt-install's `--features
+    // ioapic.driver=kvm` with 300 vCPUs).
+    let added = facts.applies(VersionRule::AutoIommu)
         && !written.present
         && is_x86(dom.arch())
         && max > X86_XAPIC_LIMIT;
