@@ -1453,6 +1453,59 @@ fn a_cluster_cpu_change_is_logged_once_by_the_hook() {
     log_has_no_xml(&log);
 }
 
+/// The cluster CPU in the metrics: `audit --format prometheus` with a `cpu.model = "baseline"`
+/// policy writes `virt_cpu_policy_cluster_cpu_info` (model, fingerprint, level) and
+/// `virt_cpu_policy_cluster_level`, and they follow the cluster: x86-64-v3 for the v3 host
+/// alone, 1 once the v1 host joins, under another fingerprint.
+#[test]
+fn the_cluster_cpu_is_in_the_metrics() {
+    let t = Scratch::new("metrics-cluster-cpu");
+    let (good, bookworm) = dropping_cluster(&t);
+    let guest = t.write("g.xml", cloudstack("g1"));
+    // The `virt_cpu_policy_cluster*` lines of `audit --format prometheus` under `policy`.
+    let audit = |policy: String| -> Vec<String> {
+        let p = t.write("p.toml", policy);
+        let out = Cmd::new(&["audit", "--format", "prometheus", "--no-qemu-caps-cache"])
+            .arg("--policy")
+            .arg(s(&p))
+            .arg(s(&guest))
+            .run();
+        assert!(
+            out.stdout.contains("virt_cpu_policy_guests{"),
+            "{}{}",
+            out.stdout,
+            out.stderr
+        );
+        out.stdout
+            .lines()
+            .filter(|l| l.starts_with("virt_cpu_policy_cluster"))
+            .map(str::to_string)
+            .collect()
+    };
+    let fp = |lines: &[String]| -> String {
+        let l = &lines[0];
+        let i = l.find("fingerprint=\"").unwrap() + "fingerprint=\"".len();
+        l[i..i + 8].to_string()
+    };
+    let v3 = audit(baseline_policy("warn", "deny", std::slice::from_ref(&good)));
+    assert_eq!(v3.len(), 2, "{v3:?}");
+    assert!(
+        v3[0].starts_with("virt_cpu_policy_cluster_cpu_info{model=\""),
+        "{v3:?}"
+    );
+    assert!(v3[0].ends_with(",level=\"x86-64-v3\"} 1"), "{v3:?}");
+    assert_eq!(v3[1], "virt_cpu_policy_cluster_level 3");
+    let v1 = audit(baseline_policy("warn", "deny", &[good, bookworm]));
+    assert!(v1[0].ends_with(",level=\"x86-64-v1\"} 1"), "{v1:?}");
+    assert_eq!(v1[1], "virt_cpu_policy_cluster_level 1");
+    assert_ne!(fp(&v3), fp(&v1));
+    // No baseline rule, no cluster series.
+    assert_eq!(
+        audit(policy("enforce", "warn", "deny")),
+        Vec::<String>::new()
+    );
+}
+
 #[test]
 fn policy_that_is_not_toml_but_says_deny_refuses() {
     let t = Scratch::with_snap("not-toml");
