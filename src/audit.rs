@@ -339,7 +339,8 @@ pub fn run(
 }
 
 /// The gauges of an audit (for `audit --format prometheus`): guests by verdict, unreadable files,
-/// rules involved, the host's level and libvirt version; `started`: when the audit began, in
+/// rules involved, the host's level and libvirt version, the cluster CPU when the policy used one;
+/// `started`: when the audit began, in
 /// seconds since the Unix epoch.
 #[must_use]
 pub fn gauges(entries: &[Entry], host: &Host, started: f64) -> crate::metrics::Gauges {
@@ -347,6 +348,10 @@ pub fn gauges(entries: &[Entry], host: &Host, started: f64) -> crate::metrics::G
         host_level: crate::metrics::host_level(host),
         libvirt_version: host.libvirt_version().map(|v| v.value.to_string()),
         timestamp_seconds: started,
+        // The cluster CPU when the policy used one (no changes: those the daemon counts).
+        cluster: host
+            .cluster_cpu_computed()
+            .map(crate::cluster::watch::Seen::of),
         ..crate::metrics::Gauges::default()
     };
     for e in entries {

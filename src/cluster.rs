@@ -21,6 +21,8 @@
 //!   takes it in [`crate::pipeline`]).
 //! * [`traits`] names what schedulers place guests by: each host's psABI levels and the
 //!   cluster's CPU as Nova placement traits and CloudStack host tags.
+//! * [`watch`] remembers the last cluster CPU seen on this host, so a change (a host joined, left
+//!   or changed) is logged once, with the host responsible, and counted for the metrics.
 //!
 //! Nothing here calls libvirt: like the rest of the tool, host facts come from files.
 
@@ -31,6 +33,7 @@ pub mod format;
 pub mod hosts;
 pub mod report;
 pub mod traits;
+pub mod watch;
 
 use crate::libvirt::cpu_map::CpuMapError;
 use std::path::{Path, PathBuf};

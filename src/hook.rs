@@ -173,6 +173,13 @@ pub fn run(guest: &str, phase: Phase, xml: &[u8], opts: &HookOptions) -> Answer 
         Phase::Started => started(guest, text, &policy, &host),
         Phase::Migrate | Phase::Restore => destination(guest, phase, text, &policy, &host),
     };
+    if let Some(cpu) = host.cluster_cpu_computed() {
+        let state = opts
+            .snapshot_dir
+            .as_deref()
+            .unwrap_or(Path::new(SNAPSHOT_DIR));
+        crate::cluster::watch::tell(state, cpu);
+    }
     match verdict {
         Err(e @ Error::Cluster(_)) => fail(
             &e,

@@ -97,6 +97,9 @@ pub struct Gauges {
     pub host_level: HostLevel,
     /// The host's libvirt version (`MAJOR.MINOR.MICRO`), when known.
     pub libvirt_version: Option<String>,
+    /// The cluster CPU (`[host] cluster`) and its changes seen on this host, when the policy
+    /// uses one ([`crate::cluster::watch`]).
+    pub cluster: Option<crate::cluster::watch::Seen>,
     /// When the figures were taken: seconds since the Unix epoch.
     pub timestamp_seconds: f64,
     /// How long taking them took, in seconds.
@@ -282,6 +285,9 @@ fn register_gauges(reg: &mut Registry, g: &Gauges) {
         "The version of virt-cpu-policy that wrote these metrics",
         Info::new(labels(&[("version", env!("CARGO_PKG_VERSION"))])),
     );
+    if let Some(c) = &g.cluster {
+        register_cluster(reg, c);
+    }
     let stamp = Gauge::<f64, AtomicU64>::default();
     stamp.set(g.timestamp_seconds);
     reg.register_with_unit(
@@ -298,6 +304,45 @@ fn register_gauges(reg: &mut Registry, g: &Gauges) {
         Unit::Seconds,
         duration,
     );
+}
+
+/// The cluster CPU's series: its name and level.
+fn register_cluster(reg: &mut Registry, c: &crate::cluster::watch::Seen) {
+    use crate::cluster::watch::level_number;
+    reg.register(
+        "virt_cpu_policy_cluster_cpu",
+        "The cluster CPU this host computes from [host] cluster: libvirt model, fingerprint (as virt-cpu-policy traits names it) and x86-64 psABI level",
+        Info::new(labels(&[
+            ("model", &c.model),
+            ("fingerprint", &c.fingerprint),
+            ("level", c.level.map_or("none", Level::as_str)),
+        ])),
+    );
+    let level = Gauge::<i64>::default();
+    level.set(level_number(c.level));
+    reg.register(
+        "virt_cpu_policy_cluster_level",
+        "The x86-64 psABI level of the cluster CPU as a number: 0 (below x86-64-v1) to 4",
+        level,
+    );
+}
+
+/// The daemon's counter of the cluster CPU's changes: kept in the state file, so it counts
+/// across restarts and the hook's sightings too.
+fn register_cluster_changes(reg: &mut Registry, c: &crate::cluster::watch::Seen) {
+    use crate::cluster::watch::Direction;
+    let family = Family::<Labels, Counter>::default();
+    reg.register(
+        "virt_cpu_policy_cluster_cpu_changes",
+        "Changes of the cluster CPU seen on this host (hook or daemon), by direction (drop, rise, change)",
+        family.clone(),
+    );
+    for d in Direction::ALL {
+        let n = c.changes.get(&d).copied().unwrap_or(0);
+        family
+            .get_or_create(&labels(&[("direction", d.as_str())]))
+            .inc_by(n);
+    }
 }
 
 /// The daemon's counters; `rules` are the policy's rule names, each given a series from the start
@@ -355,6 +400,9 @@ pub fn render(gauges: &Gauges, counters: Option<&Counters>, rules: &[String]) ->
     register_gauges(&mut reg, gauges);
     if let Some(c) = counters {
         register_counters(&mut reg, c, rules);
+        if let Some(cluster) = &gauges.cluster {
+            register_cluster_changes(&mut reg, cluster);
+        }
     }
     let mut out = String::new();
     // Writing into a String cannot fail; the encoder's only error is the writer's.

@@ -35,11 +35,31 @@ pub struct ClusterCpu {
     pub blocked: Vec<(Level, Vec<String>)>,
     /// The hosts' names, in the order read.
     pub hosts: Vec<String>,
+    /// Each host's own psABI level, in the order of [`ClusterCpu::hosts`] (None: below
+    /// x86-64-v1).
+    pub host_levels: Vec<Option<Level>>,
+    /// The hosts' arch (`x86_64`, `i686`), as the facts name it.
+    pub arch: String,
     /// Where the cluster is named: `[host] cluster of policy FILE`.
     pub source: String,
 }
 
 impl ClusterCpu {
+    /// Its name for schedulers and metrics ([`super::traits::ClusterCpu`]), whose
+    /// [`fingerprint`](super::traits::ClusterCpu::fingerprint) tells two cluster CPUs apart.
+    #[must_use]
+    pub fn named(&self) -> super::traits::ClusterCpu {
+        let mut features = self.features.clone();
+        features.sort_unstable();
+        features.dedup();
+        super::traits::ClusterCpu {
+            arch: self.arch.clone(),
+            model: self.model.clone(),
+            vendor: self.vendor.clone(),
+            features,
+        }
+    }
+
     /// `N host(s): a, b, c` for messages.
     #[must_use]
     pub fn hosts_text(&self) -> String {
@@ -104,6 +124,8 @@ impl ClusterCpu {
             level: report.level,
             blocked,
             hosts: report.hosts.iter().map(|h| h.name.clone()).collect(),
+            host_levels: report.hosts.iter().map(|h| h.level).collect(),
+            arch: report.arch.clone(),
             source: source.to_string(),
         })
     }

@@ -193,6 +193,8 @@ struct Daemon<'c> {
     policy: Policy,
     recent: Recent,
     fleet: Fleet,
+    /// The cluster CPU last seen ([`crate::cluster::watch`]), for the metrics.
+    cluster: Option<crate::cluster::watch::Seen>,
 }
 
 impl Daemon<'_> {
@@ -274,10 +276,27 @@ impl Daemon<'_> {
             &mut self.recent,
             &mut self.fleet,
         );
+        if names.is_none() {
+            self.watch_cluster(host);
+        }
         self.write_metrics(session, host, started.elapsed());
         if names.is_none() {
             self.refresh_host_facts(session);
         }
+    }
+
+    /// After a full reconciliation: a change of the cluster CPU told once
+    /// ([`crate::cluster::watch::tell`], in the snapshot directory the hook shares), and the CPU
+    /// kept for the metrics. Nothing is read when no rule asks for `cpu.model = "baseline"`.
+    fn watch_cluster(&mut self, host: &Host) {
+        if let Err(e) = crate::pipeline::check_cluster(&self.policy, host) {
+            tracing::error!(error = %e, "cannot compute the cluster CPU");
+        }
+        // A state directory that cannot be used still leaves the CPU in the metrics.
+        self.cluster = host.cluster_cpu_computed().map(|cpu| {
+            crate::cluster::watch::tell(&self.cli.snapshot_dir, cpu)
+                .unwrap_or_else(|| crate::cluster::watch::Seen::of(cpu))
+        });
     }
 
     /// After a full reconciliation: this host's facts into the snapshot and, with `--publish` or
@@ -308,6 +327,7 @@ impl Daemon<'_> {
             .map(|n| LibvirtVersion::from_number(u64::from(n)).to_string());
         let mut gauges = self.fleet.gauges(host, libvirt);
         gauges.duration_seconds = took.as_secs_f64();
+        gauges.cluster.clone_from(&self.cluster);
         let rules: Vec<String> = self.policy.rules.iter().map(|r| r.name.clone()).collect();
         let text = crate::metrics::render(&gauges, Some(&self.fleet.counters), &rules);
         if let Err(e) = crate::writefile::write_atomic(path, text.as_bytes()) {
@@ -376,6 +396,7 @@ pub(super) fn cmd_daemon(cli: &Cli, a: &DaemonArgs) -> i32 {
         policy,
         recent: Recent::default(),
         fleet: Fleet::default(),
+        cluster: None,
     };
     loop {
         let Some(session) = connect_with_backoff(cli, &tx, &signals) else {

@@ -470,6 +470,13 @@ impl Host {
             .map_err(|e| Error::Cluster(e.clone()))
     }
 
+    /// The cluster's CPU when this run has computed it ([`Host::cluster_cpu`] was asked and
+    /// succeeded); None otherwise, and nothing is read.
+    #[must_use]
+    pub fn cluster_cpu_computed(&self) -> Option<&ClusterCpu> {
+        self.cluster_cpu.get().and_then(|r| r.as_ref().ok())
+    }
+
     /// The host-model CPU of `d` (its model's name) and the psABI level it reaches, by its model's
     /// features (cpu_map) and the ones listed; None when `d` has no host-model CPU.
     pub fn host_model_level(&self, d: &DomCaps) -> Option<(String, Option<crate::cpu::Level>)> {

@@ -136,3 +136,78 @@ fn daemon_interval_beyond_a_year_is_bad_usage_not_a_panic() {
         );
     }
 }
+
+/// The daemon tells a drop of the cluster CPU once and shows it in its metrics: run against the
+/// test driver with a `cpu.model = "baseline"` policy (audit mode) over the x86-64-v3 host alone,
+/// then again over it and the x86-64-v1 host; the second run logs `cluster-cpu-changed` once
+/// (WARN, the host responsible named) and its metrics file has the new CPU and
+/// `virt_cpu_policy_cluster_cpu_changes_total{direction="drop"} 1`, counted in the state file the
+/// hook shares.
+#[test]
+fn the_daemon_tells_a_cluster_cpu_drop_once_with_metrics() {
+    use std::time::{Duration, Instant};
+    use virt_cpu_policy::cluster::watch::CLUSTER_CPU_CHANGED_ID;
+    let t = Scratch::new("daemon-cluster-cpu");
+    let (good, bookworm) = crate::hook::dropping_cluster(&t);
+    let metrics = t.path("m.prom");
+    let run = |cluster: &[&str]| -> (String, String) {
+        let list: Vec<String> = cluster.iter().map(|c| format!("{c:?}")).collect();
+        let p = t.write(
+            "p.toml",
+            format!(
+                "version = 1\nmode = \"audit\"\n\n[[rule]]\nname = \"cluster cpu\"\nmatch = {{ arch = \"x86_64\" }}\ncpu.model = \"baseline\"\n\n[host]\ncpu_map = {:?}\ncluster = [{}]\n",
+                s(&crate::golden::golden_cpu_map()),
+                list.join(", ")
+            ),
+        );
+        let _ = std::fs::remove_file(&metrics);
+        let mut child = std::process::Command::new(daemon_bin())
+            .args(["--uri", TEST_URI, "--policy", &s(&p)])
+            .args(["--snapshot-dir", &s(&t.path("snap"))])
+            .args(["--backup-dir", &s(&t.path("backups"))])
+            .args(["--metrics-file", &s(&metrics), "daemon"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the daemon starts");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let text = loop {
+            let text = std::fs::read_to_string(&metrics).unwrap_or_default();
+            if text.contains("virt_cpu_policy_cluster_level") || Instant::now() > deadline {
+                break text;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        child.kill().expect("stop the daemon");
+        let out = child.wait_with_output().expect("the daemon's stderr");
+        (text, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (m, log) = run(&[&good]);
+    assert!(
+        m.contains("virt_cpu_policy_cluster_level 3\n"),
+        "{m}\n{log}"
+    );
+    assert!(!log.contains(CLUSTER_CPU_CHANGED_ID), "{log}");
+    let (m, log) = run(&[&good, &bookworm]);
+    assert!(
+        m.contains("virt_cpu_policy_cluster_level 1\n"),
+        "{m}\n{log}"
+    );
+    assert!(m.contains("level=\"x86-64-v1\"} 1\n"), "{m}");
+    assert!(
+        m.contains("virt_cpu_policy_cluster_cpu_changes_total{direction=\"drop\"} 1\n"),
+        "{m}"
+    );
+    assert_eq!(log.matches(CLUSTER_CPU_CHANGED_ID).count(), 1, "{log}");
+    assert!(
+        log.contains("the cluster CPU dropped")
+            && log.contains("hosts responsible: bookworm (missing"),
+        "{log}"
+    );
+    // Seen again (a restart): not told again, still counted once.
+    let (m, log) = run(&[&good, &bookworm]);
+    assert!(!log.contains(CLUSTER_CPU_CHANGED_ID), "{log}");
+    assert!(
+        m.contains("virt_cpu_policy_cluster_cpu_changes_total{direction=\"drop\"} 1\n"),
+        "{m}"
+    );
+}

@@ -997,11 +997,16 @@ fn the_metrics_table_is_what_audit_and_the_daemon_write() {
     let doc = page("metrics.md");
     let mut documented = BTreeMap::new();
     let mut fleet_doc = BTreeMap::new();
+    let mut cluster_doc = BTreeMap::new();
     for row in table_rows(&doc) {
         if let (Some(name), Some(ty)) = (ticked(&row[0]).first(), row.get(1)) {
             let ty = ty.split_whitespace().next().unwrap().to_string();
             if row[1].contains("(fleet)") {
                 fleet_doc.insert(name.clone(), ty);
+                continue;
+            }
+            if row[1].contains("(cluster)") {
+                cluster_doc.insert(name.clone(), ty);
                 continue;
             }
             let daemon_only = row[1].contains("(daemon)");
@@ -1052,6 +1057,18 @@ fn the_metrics_table_is_what_audit_and_the_daemon_write() {
         daemon, doc_all,
         "the daemon's metrics against docs/metrics.md"
     );
+    // With a cluster CPU: the daemon adds its series and its changes' counter.
+    gauges.cluster = Some(virt_cpu_policy::cluster::watch::Seen::default());
+    let mut with_cluster = exposition(&virt_cpu_policy::metrics::render(
+        &gauges,
+        Some(&virt_cpu_policy::metrics::Counters::default()),
+        &["r".to_string()],
+    ));
+    with_cluster.retain(|n, _| !daemon.contains_key(n));
+    assert_eq!(
+        with_cluster, cluster_doc,
+        "the daemon's cluster CPU metrics against docs/metrics.md"
+    );
     // fleet --format prometheus: one host (libvirt 9.0's TCG domcapabilities), one guest.
     let host = root().join("tests/data/generations/bookworm/domcapabilities-x86_64-q35-qemu.xml");
     let guest = t.write(
@@ -1071,6 +1088,7 @@ fn the_metrics_table_is_what_audit_and_the_daemon_write() {
 
 #[test]
 fn the_journal_message_ids_are_the_codes() {
+    use virt_cpu_policy::cluster::watch::CLUSTER_CPU_CHANGED_ID;
     use virt_cpu_policy::log::{Decision, HOOK_WARNING_ID};
     let doc = page("journal.md");
     let documented: BTreeSet<(String, String)> = table_rows(&doc)
@@ -1081,7 +1099,13 @@ fn the_journal_message_ids_are_the_codes() {
     let code: BTreeSet<(String, String)> = Decision::ALL
         .iter()
         .map(|d| (d.message_id().to_string(), d.name().to_string()))
-        .chain([(HOOK_WARNING_ID.to_string(), "hook-warning".to_string())])
+        .chain([
+            (HOOK_WARNING_ID.to_string(), "hook-warning".to_string()),
+            (
+                CLUSTER_CPU_CHANGED_ID.to_string(),
+                "cluster-cpu-changed".to_string(),
+            ),
+        ])
         .collect();
     assert_eq!(documented, code, "docs/journal.md's MESSAGE_ID table");
 }

@@ -1347,6 +1347,165 @@ fn baseline_policy_in_the_hook_follows_on_violation_and_on_error() {
     log_has_no_xml(&log);
 }
 
+/// Two hosts' facts for a cluster whose CPU drops when the second joins: `tests/data/facts/
+/// bookworm.xml` as it is (this machine: its KVM host-model CPU lacks `pni` and `popcnt`,
+/// x86-64-v1) and the same facts as host `goodhost` whose host-model CPU is Skylake-Client-IBRS
+/// with `pni` (x86-64-v3), as tests/monitoring/run makes them.
+pub(crate) fn dropping_cluster(t: &Scratch) -> (String, String) {
+    let facts =
+        std::fs::read_to_string(crate::harness::root().join("tests/data/facts/bookworm.xml"))
+            .expect("tests/data/facts/bookworm.xml");
+    let good = facts
+        .replacen("name='bookworm'", "name='goodhost'", 1)
+        .replacen(
+            "<model fallback='forbid'>kvm64</model>",
+            "<model fallback='forbid'>Skylake-Client-IBRS</model>",
+            1,
+        )
+        .replacen("<feature policy='disable' name='pni'/>", "", 1);
+    assert_ne!(good, facts);
+    (
+        s(&t.write("goodhost.xml", good)),
+        s(&crate::harness::root().join("tests/data/facts/bookworm.xml")),
+    )
+}
+
+/// A drop of the cluster CPU (a host joins with a lower CPU) is said once: the first hook run
+/// that computes the new CPU logs `cluster-cpu-changed` at WARN with the old and new CPU and the
+/// host responsible, and remembers it in the snapshot directory; the next runs say nothing. The
+/// first CPU ever seen is remembered without a message; a host leaving is a rise, said once.
+#[test]
+fn a_cluster_cpu_change_is_logged_once_by_the_hook() {
+    use virt_cpu_policy::cluster::watch::CLUSTER_CPU_CHANGED_ID;
+    let t = Scratch::with_snap("hook-cluster-change");
+    let (good, bookworm) = dropping_cluster(&t);
+    let changes = |t: &Scratch| t.log().matches(CLUSTER_CPU_CHANGED_ID).count();
+    let run = |p: &Path| {
+        let out = t
+            .hook(p, &["g1", "prepare", "begin", "-"])
+            .stdin(cloudstack("g1"))
+            .run();
+        assert!(out.stdout.is_empty(), "{}", out.stdout);
+    };
+    let one = t.write(
+        "one.toml",
+        baseline_policy("warn", "deny", std::slice::from_ref(&good)),
+    );
+    run(&one);
+    let state = std::fs::read_to_string(t.path("snap/cluster-cpu")).expect("the state file");
+    assert!(state.contains("level x86-64-v3\n"), "{state}");
+    assert_eq!(
+        changes(&t),
+        0,
+        "the first CPU seen is no change: {}",
+        t.log()
+    );
+    run(&one);
+    assert_eq!(changes(&t), 0, "{}", t.log());
+
+    let two = t.write(
+        "two.toml",
+        baseline_policy("warn", "deny", &[good.clone(), bookworm.clone()]),
+    );
+    run(&two);
+    let log = t.log();
+    assert_eq!(changes(&t), 1, "{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains(CLUSTER_CPU_CHANGED_ID))
+        .unwrap();
+    for needle in [
+        " WARN ",
+        "the cluster CPU dropped: ",
+        "x86-64-v3",
+        "-> ",
+        "x86-64-v1",
+        "hosts responsible: bookworm (missing popcnt, pni, sse4.1, sse4.2, ssse3, avx",
+        "direction=\"drop\"",
+        "old_level=\"x86-64-v3\"",
+        "new_level=\"x86-64-v1\"",
+    ] {
+        assert!(line.contains(needle), "{needle:?} not in {line}");
+    }
+    run(&two);
+    run(&two);
+    assert_eq!(changes(&t), 1, "said once: {}", t.log());
+    let state = std::fs::read_to_string(t.path("snap/cluster-cpu")).unwrap();
+    assert!(
+        state.contains("changes drop 1\n") && state.contains("host bookworm x86-64-v1\n"),
+        "{state}"
+    );
+
+    run(&one);
+    let log = t.log();
+    assert_eq!(changes(&t), 2, "{log}");
+    let rise = log
+        .lines()
+        .filter(|l| l.contains(CLUSTER_CPU_CHANGED_ID))
+        .nth(1)
+        .unwrap();
+    assert!(
+        rise.contains(" INFO ")
+            && rise.contains("the cluster CPU rose")
+            && rise.contains("bookworm (left)"),
+        "{rise}"
+    );
+    log_has_no_xml(&log);
+}
+
+/// The cluster CPU in the metrics: `audit --format prometheus` with a `cpu.model = "baseline"`
+/// policy writes `virt_cpu_policy_cluster_cpu_info` (model, fingerprint, level) and
+/// `virt_cpu_policy_cluster_level`, and they follow the cluster: x86-64-v3 for the v3 host
+/// alone, 1 once the v1 host joins, under another fingerprint.
+#[test]
+fn the_cluster_cpu_is_in_the_metrics() {
+    let t = Scratch::new("metrics-cluster-cpu");
+    let (good, bookworm) = dropping_cluster(&t);
+    let guest = t.write("g.xml", cloudstack("g1"));
+    // The `virt_cpu_policy_cluster*` lines of `audit --format prometheus` under `policy`.
+    let audit = |policy: String| -> Vec<String> {
+        let p = t.write("p.toml", policy);
+        let out = Cmd::new(&["audit", "--format", "prometheus", "--no-qemu-caps-cache"])
+            .arg("--policy")
+            .arg(s(&p))
+            .arg(s(&guest))
+            .run();
+        assert!(
+            out.stdout.contains("virt_cpu_policy_guests{"),
+            "{}{}",
+            out.stdout,
+            out.stderr
+        );
+        out.stdout
+            .lines()
+            .filter(|l| l.starts_with("virt_cpu_policy_cluster"))
+            .map(str::to_string)
+            .collect()
+    };
+    let fp = |lines: &[String]| -> String {
+        let l = &lines[0];
+        let i = l.find("fingerprint=\"").unwrap() + "fingerprint=\"".len();
+        l[i..i + 8].to_string()
+    };
+    let v3 = audit(baseline_policy("warn", "deny", std::slice::from_ref(&good)));
+    assert_eq!(v3.len(), 2, "{v3:?}");
+    assert!(
+        v3[0].starts_with("virt_cpu_policy_cluster_cpu_info{model=\""),
+        "{v3:?}"
+    );
+    assert!(v3[0].ends_with(",level=\"x86-64-v3\"} 1"), "{v3:?}");
+    assert_eq!(v3[1], "virt_cpu_policy_cluster_level 3");
+    let v1 = audit(baseline_policy("warn", "deny", &[good, bookworm]));
+    assert!(v1[0].ends_with(",level=\"x86-64-v1\"} 1"), "{v1:?}");
+    assert_eq!(v1[1], "virt_cpu_policy_cluster_level 1");
+    assert_ne!(fp(&v3), fp(&v1));
+    // No baseline rule, no cluster series.
+    assert_eq!(
+        audit(policy("enforce", "warn", "deny")),
+        Vec::<String>::new()
+    );
+}
+
 #[test]
 fn policy_that_is_not_toml_but_says_deny_refuses() {
     let t = Scratch::with_snap("not-toml");
