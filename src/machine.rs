@@ -7,6 +7,13 @@
 
 use crate::libvirt::arch::is_x86;
 
+/// The most vCPUs any QEMU machine type takes: 4096 (QEMU's largest `MachineClass::max_cpus`:
+/// `pc-q35-9.0` and later in `hw/i386/pc_q35.c`, `pseries`' `SPAPR_IRQ_NR_IPIS` of 0x1000 in
+/// `include/hw/ppc/spapr_irq.h`; libvirt's own `QEMU_GUEST_VCPU_MAX_ID` is 4096 too). A limit or
+/// a maximum above it cannot be a QEMU guest's, so the rewrite refuses it rather than writing a
+/// `<vcpus>` entry per vCPU of a number a file made up.
+pub const QEMU_MAX_VCPUS: u32 = 4096;
+
 /// A limit from the built-in table, with the rule it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuiltinLimit {
