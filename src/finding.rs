@@ -130,6 +130,9 @@ pub enum Code {
     /// `tcg-check-full`: `check='full'` under TCG with a CPU QEMU's TCG builds otherwise (QEMU
     /// adds `hypervisor`, TCG drops what it lacks): "guest CPU doesn't match specification".
     TcgCheckFull,
+    /// `tcg-eim`: an Intel IOMMU with `eim='on'` under TCG on a QEMU before 9.0: "eim=on
+    /// requires accel=kvm,kernel-irqchip=split".
+    TcgEim,
     /// `tcg-cpu-missing`: `check='partial'` under TCG with features this QEMU's TCG lacks (or
     /// has, for `forbid`): "the CPU is incompatible with host CPU".
     TcgCpuMissing,
@@ -168,7 +171,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 60] = [
+    pub const ALL: [Code; 61] = [
         Code::ClusterFeature,
         Code::ClusterLevel,
         Code::CpuAttributeInvalid,
@@ -215,6 +218,7 @@ impl Code {
         Code::NumaVcpus,
         Code::PolicyConflict,
         Code::TcgCheckFull,
+        Code::TcgEim,
         Code::TcgCpuMissing,
         Code::TcgVcpuLimit,
         Code::TcgX2apic,
@@ -281,6 +285,7 @@ impl Code {
             Code::NumaVcpus => "numa-vcpus",
             Code::PolicyConflict => "policy-conflict",
             Code::TcgCheckFull => "tcg-check-full",
+            Code::TcgEim => "tcg-eim",
             Code::TcgCpuMissing => "tcg-cpu-missing",
             Code::TcgVcpuLimit => "tcg-vcpu-limit",
             Code::TcgX2apic => "tcg-x2apic",
