@@ -130,12 +130,12 @@ pub enum Code {
     /// `tcg-check-full`: `check='full'` under TCG with a CPU QEMU's TCG builds otherwise (QEMU
     /// adds `hypervisor`, TCG drops what it lacks): "guest CPU doesn't match specification".
     TcgCheckFull,
-    /// `tcg-eim`: an Intel IOMMU with `eim='on'` under TCG on a QEMU before 9.0: "eim=on
-    /// requires accel=kvm,kernel-irqchip=split".
-    TcgEim,
     /// `tcg-cpu-missing`: `check='partial'` under TCG with features this QEMU's TCG lacks (or
     /// has, for `forbid`): "the CPU is incompatible with host CPU".
     TcgCpuMissing,
+    /// `tcg-eim`: an Intel IOMMU with `eim='on'` under TCG on a QEMU before 9.0: "eim=on
+    /// requires accel=kvm,kernel-irqchip=split".
+    TcgEim,
     /// `tcg-vcpu-limit`: x86 TCG vCPUs reaching APIC ID 255 on a QEMU before 9.0 (or of an
     /// unknown release): "current -smp configuration requires kernel irqchip and X2APIC API
     /// support".
@@ -218,8 +218,8 @@ impl Code {
         Code::NumaVcpus,
         Code::PolicyConflict,
         Code::TcgCheckFull,
-        Code::TcgEim,
         Code::TcgCpuMissing,
+        Code::TcgEim,
         Code::TcgVcpuLimit,
         Code::TcgX2apic,
         Code::TopologyClusters,
