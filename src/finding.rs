@@ -79,6 +79,10 @@ pub enum Code {
     /// `cpu-vendor-without-model`: A `<vendor>` without a model ("CPU vendor specified without CPU
     /// model").
     CpuVendorWithoutModel,
+    /// `gic-vcpu-limit`: more vCPUs than an aarch64 TCG `virt` guest's GICv2 serves (8), at
+    /// start: "Number of SMP CPUs requested (N) exceeds max CPUs supported by machine 'mach-virt'
+    /// (8)".
+    GicVcpuLimit,
     /// `host-cpus-unknown`: `vcpu.max = "host"` while the host's CPU count is unknown.
     HostCpusUnknown,
     /// `host-level`: This host's host-model CPU does not reach the policy's level (KVM will not
@@ -171,7 +175,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 61] = [
+    pub const ALL: [Code; 62] = [
         Code::ClusterFeature,
         Code::ClusterLevel,
         Code::CpuAttributeInvalid,
@@ -195,6 +199,7 @@ impl Code {
         Code::CpuMultiple,
         Code::CpuNumaConflict,
         Code::CpuVendorWithoutModel,
+        Code::GicVcpuLimit,
         Code::HostCpusUnknown,
         Code::HostLevel,
         Code::Internal,
@@ -262,6 +267,7 @@ impl Code {
             Code::CpuMultiple => "cpu-multiple",
             Code::CpuNumaConflict => "cpu-numa-conflict",
             Code::CpuVendorWithoutModel => "cpu-vendor-without-model",
+            Code::GicVcpuLimit => "gic-vcpu-limit",
             Code::HostCpusUnknown => "host-cpus-unknown",
             Code::HostLevel => "host-level",
             Code::Internal => "internal",

@@ -135,15 +135,22 @@ fn check_limits(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut V
     let limit = facts.machine_limit.as_ref().filter(|_| !below_floor);
     if let Some(l) = limit {
         if max > l.max_cpus {
-            out.push(Finding::error(
-                Code::MachineVcpuLimit,
-                format!("Maximum CPUs greater than specified machine type limit {} (machine type {}, from {}; maximum {max})", l.max_cpus, l.machine, l.source),
-                if crate::domain_facts::gic_limit_of(dom).is_some() {
-                    format!("lower the maximum to {} or give the guest GICv3 (<features><gic version='3'/></features>)", l.max_cpus)
-                } else {
-                    format!("lower the maximum to {} or use a machine type with a higher limit", l.max_cpus)
-                },
-            ));
+            let gic =
+                crate::domain_facts::gic_limit_of(dom).is_some_and(|g| g.max_cpus == l.max_cpus);
+            out.push(if gic {
+                // QEMU's refusal at start, not libvirt's at define.
+                Finding::error(
+                    Code::GicVcpuLimit,
+                    format!("Number of SMP CPUs requested ({max}) exceeds max CPUs supported by machine 'mach-virt' ({}) (from {})", l.max_cpus, l.source),
+                    format!("lower the maximum to {} or give the guest GICv3 (<features><gic version='3'/></features>)", l.max_cpus),
+                )
+            } else {
+                Finding::error(
+                    Code::MachineVcpuLimit,
+                    format!("Maximum CPUs greater than specified machine type limit {} (machine type {}, from {}; maximum {max})", l.max_cpus, l.machine, l.source),
+                    format!("lower the maximum to {} or use a machine type with a higher limit", l.max_cpus),
+                )
+            });
         }
     }
     if let (Some(k), "kvm", true) = (&facts.kvm_limit, dom.virt_type(), max > KVM_FLOOR) {
