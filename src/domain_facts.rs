@@ -100,6 +100,7 @@ impl<'h> DomainFacts<'h> {
         let machine_limit = (planned_max || family_floor(arch, machine).is_none_or(|f| max > f))
             .then(|| host.machine_limit(arch, vt, machine, dom.emulator().as_deref()))
             .flatten();
+        let machine_limit = with_gic_limit(dom, machine_limit);
         let kvm_limit = (vt == "kvm" && (planned_max || max > KVM_FLOOR))
             .then(|| host.kvm_limit().cloned())
             .flatten();
@@ -386,4 +387,28 @@ fn feature_names(dom: &Domain<'_>, plan: &Plan) -> BTreeSet<String> {
     // Host::feature_known answers libvirt 9.0's names without a read (except for another
     // host's facts, whose own cpu_map alone decides).
     names
+}
+
+/// `limit`, or the GIC's when that is lower ([`crate::machine::gic_limit`]: an aarch64 TCG
+/// `virt` guest on GICv2 takes 8 vCPUs whatever its machine type allows).
+fn with_gic_limit(dom: &Domain<'_>, limit: Option<MachineLimit>) -> Option<MachineLimit> {
+    let Some(gic) = gic_limit_of(dom) else {
+        return limit;
+    };
+    if limit.as_ref().is_some_and(|l| l.max_cpus <= gic.max_cpus) {
+        return limit;
+    }
+    Some(MachineLimit {
+        machine: limit.map_or_else(|| dom.machine().to_string(), |l| l.machine),
+        max_cpus: gic.max_cpus,
+        source: format!("built-in rule ({})", gic.rule),
+    })
+}
+
+/// [`crate::machine::gic_limit`] of `dom`, by its `<features><gic version>`.
+pub(crate) fn gic_limit_of(dom: &Domain<'_>) -> Option<crate::machine::BuiltinLimit> {
+    let version = child(dom.root(), "features")
+        .and_then(|f| child(f, "gic"))
+        .and_then(|g| g.attribute("version"));
+    crate::machine::gic_limit(dom.arch(), dom.virt_type(), dom.machine(), version)
 }

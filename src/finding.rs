@@ -79,6 +79,10 @@ pub enum Code {
     /// `cpu-vendor-without-model`: A `<vendor>` without a model ("CPU vendor specified without CPU
     /// model").
     CpuVendorWithoutModel,
+    /// `gic-vcpu-limit`: more vCPUs than an aarch64 TCG `virt` guest's GICv2 serves (8), at
+    /// start: "Number of SMP CPUs requested (N) exceeds max CPUs supported by machine 'mach-virt'
+    /// (8)".
+    GicVcpuLimit,
     /// `host-cpus-unknown`: `vcpu.max = "host"` while the host's CPU count is unknown.
     HostCpusUnknown,
     /// `host-level`: This host's host-model CPU does not reach the policy's level (KVM will not
@@ -137,6 +141,9 @@ pub enum Code {
     /// `tcg-cpu-missing`: `check='partial'` under TCG with features this QEMU's TCG lacks (or
     /// has, for `forbid`): "the CPU is incompatible with host CPU".
     TcgCpuMissing,
+    /// `tcg-eim`: an Intel IOMMU with `eim='on'` under TCG on a QEMU before 9.0: "eim=on
+    /// requires accel=kvm,kernel-irqchip=split".
+    TcgEim,
     /// `tcg-vcpu-limit`: x86 TCG vCPUs reaching APIC ID 255 on a QEMU before 9.0 (or of an
     /// unknown release): "current -smp configuration requires kernel irqchip and X2APIC API
     /// support".
@@ -172,7 +179,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 61] = [
+    pub const ALL: [Code; 63] = [
         Code::ClusterFeature,
         Code::ClusterLevel,
         Code::CpuAttributeInvalid,
@@ -196,6 +203,7 @@ impl Code {
         Code::CpuMultiple,
         Code::CpuNumaConflict,
         Code::CpuVendorWithoutModel,
+        Code::GicVcpuLimit,
         Code::HostCpusUnknown,
         Code::HostLevel,
         Code::Internal,
@@ -221,6 +229,7 @@ impl Code {
         Code::PolicyConflict,
         Code::TcgCheckFull,
         Code::TcgCpuMissing,
+        Code::TcgEim,
         Code::TcgVcpuLimit,
         Code::TcgX2apic,
         Code::TopologyClusters,
@@ -263,6 +272,7 @@ impl Code {
             Code::CpuMultiple => "cpu-multiple",
             Code::CpuNumaConflict => "cpu-numa-conflict",
             Code::CpuVendorWithoutModel => "cpu-vendor-without-model",
+            Code::GicVcpuLimit => "gic-vcpu-limit",
             Code::HostCpusUnknown => "host-cpus-unknown",
             Code::HostLevel => "host-level",
             Code::Internal => "internal",
@@ -287,6 +297,7 @@ impl Code {
             Code::NumaVcpus => "numa-vcpus",
             Code::PolicyConflict => "policy-conflict",
             Code::TcgCheckFull => "tcg-check-full",
+            Code::TcgEim => "tcg-eim",
             Code::TcgCpuMissing => "tcg-cpu-missing",
             Code::TcgVcpuLimit => "tcg-vcpu-limit",
             Code::TcgX2apic => "tcg-x2apic",

@@ -7,6 +7,39 @@
 
 use crate::libvirt::arch::is_x86;
 
+/// The most vCPUs any QEMU machine type takes: 4096 (QEMU's largest `MachineClass::max_cpus`:
+/// `pc-q35-9.0` and later in `hw/i386/pc_q35.c`, `pseries`' `SPAPR_IRQ_NR_IPIS` of 0x1000 in
+/// `include/hw/ppc/spapr_irq.h`; libvirt's own `QEMU_GUEST_VCPU_MAX_ID` is 4096 too). A limit or
+/// a maximum above it cannot be a QEMU guest's, so the rewrite refuses it rather than writing a
+/// `<vcpus>` entry per vCPU of a number a file made up.
+pub const QEMU_MAX_VCPUS: u32 = 4096;
+
+/// The CPUs a GICv2 serves: QEMU's `GIC_NCPU`, 8 (`include/hw/intc/arm_gic_common.h`); its
+/// `virt` machine refuses more with that GIC at start (`hw/arm/virt.c`, `machvirt_init`:
+/// "Number of SMP CPUs requested (9) exceeds max CPUs supported by machine 'mach-virt' (8)").
+pub const GICV2_MAX_CPUS: u32 = 8;
+
+/// The vCPU limit the interrupt controller sets below the machine type's: an aarch64 `virt`
+/// guest under TCG (`type='qemu'`) whose `<features><gic>` names no version, or `2`, runs on
+/// GICv2, so [`GICV2_MAX_CPUS`]. libvirt gives such a guest GICv2 at define (its stored form says
+/// `<gic version='2'/>`: seen on libvirt 7.0, 9.0, 11.3 and 12.8, each refusing 9 vCPUs at start
+/// with QEMU's sentence above and starting them with `<gic version='3'/>`). None otherwise (KVM
+/// takes the host's GIC; GICv3 takes the machine type's limit).
+#[must_use]
+pub fn gic_limit(
+    arch: &str,
+    virt_type: &str,
+    machine: &str,
+    gic_version: Option<&str>,
+) -> Option<BuiltinLimit> {
+    let virt = machine == "virt" || machine.starts_with("virt-");
+    (arch == "aarch64" && virt_type == "qemu" && virt && matches!(gic_version, None | Some("2")))
+        .then_some(BuiltinLimit {
+            max_cpus: GICV2_MAX_CPUS,
+            rule: "GICv2, which libvirt gives a TCG virt guest without <gic version='3'/>: QEMU's GIC_NCPU, \"exceeds max CPUs supported by machine 'mach-virt' (8)\"",
+        })
+}
+
 /// A limit from the built-in table, with the rule it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuiltinLimit {

@@ -30,7 +30,27 @@ pub const TCG_X2APIC_SINCE: QemuVersion = QemuVersion(LibvirtVersion {
     micro: 0,
 });
 
+/// The first QEMU whose TCG builds a vCPU with `ht` and `cmp_legacy` (CPUID leaf 1 EDX bit 28,
+/// leaf 0x80000001 ECX bit 1) when the CPU asks for them: 10.0.1 (the series "i386/cpu: Set up
+/// CPUID_HT in x86_cpu_expand_features()", made supported under TCG, KVM and HVF, merged for
+/// 10.1 and taken into the stable 10.0.1). Before it TCG filters both, so libvirt's
+/// `check='full'` refuses a CPU requiring them: "guest CPU doesn't match specification: missing
+/// features: ht,cmp_legacy" (seen with QEMU 5.2 and 7.2 under libvirt 7.0 and 9.0, with and
+/// without a `<topology>`); QEMU 10.0.13 and 11.1 start it (libvirt 11.3 and 12.8). Neither is
+/// in the TCG host-model CPU of domcapabilities, which is why the release decides.
+pub const TCG_HT_SINCE: QemuVersion = QemuVersion(LibvirtVersion {
+    major: 10,
+    minor: 0,
+    micro: 1,
+});
+
 impl QemuVersion {
+    /// Whether this QEMU's TCG builds vCPUs with `ht` and `cmp_legacy` ([`TCG_HT_SINCE`]).
+    #[must_use]
+    pub fn tcg_has_ht(self) -> bool {
+        self >= TCG_HT_SINCE
+    }
+
     /// Whether this QEMU's TCG runs vCPUs with APIC IDs of 255 and more ([`TCG_X2APIC_SINCE`]).
     #[must_use]
     pub fn tcg_has_x2apic(self) -> bool {
@@ -58,8 +78,9 @@ pub struct TcgFacts {
     /// gathered otherwise.
     pub x86_tcg: bool,
     /// The QEMU release ([`Host::qemu_version`]), looked up when the guest's vCPUs can reach an
-    /// APIC ID of 255 ([`crate::apic`]) or a `vcpu.*` rule can change them; None: not needed, or
-    /// unknown (then judged as a QEMU before 9.0, the safe choice).
+    /// APIC ID of 255 ([`crate::apic`]), a `vcpu.*` rule can change them, libvirt compares
+    /// the guest CPU ([`TCG_HT_SINCE`]) or an Intel IOMMU has `eim='on'`; None: not needed, or unknown (then judged as a QEMU
+    /// before 9.0, the safe choice).
     pub version: Option<Sourced<QemuVersion>>,
     /// The TCG's verdict on each custom model the result can name, looked up when a `check` of
     /// `partial` or `full` makes libvirt compare the guest CPU with what TCG gives.
@@ -86,7 +107,9 @@ impl TcgFacts {
         }
         let (arch, emulator) = (dom.arch(), dom.emulator());
         let vcpu_rule = plan.vcpu_max.is_some() || plan.topology.is_some() || plan.iommu.is_some();
-        let version = (vcpu_rule || reaches_x2apic(dom))
+        let compare = compares(dom, plan);
+        let eim = crate::validate::tcg::writes_eim_on(dom);
+        let version = (vcpu_rule || compare || eim || reaches_x2apic(dom))
             .then(|| host.qemu_version(arch, emulator.as_deref()))
             .flatten();
         let mut facts = TcgFacts {
@@ -94,7 +117,7 @@ impl TcgFacts {
             version,
             ..TcgFacts::default()
         };
-        if !compares(dom, plan) {
+        if !compare {
             return facts;
         }
         let names: BTreeSet<String> = dom

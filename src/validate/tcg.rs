@@ -191,6 +191,42 @@ pub(super) fn check_apic_ids(
     out.push(finding);
 }
 
+/// Whether the domain writes an Intel IOMMU with `<driver eim='on'/>` (QEMU's `eim=on`; libvirt
+/// passes nothing for an absent `eim`, which QEMU's `auto` decides).
+#[must_use]
+pub(crate) fn writes_eim_on(dom: &Domain<'_>) -> bool {
+    child(dom.root(), "devices")
+        .and_then(|d| child(d, "iommu"))
+        .filter(|i| i.attribute("model") == Some("intel"))
+        .and_then(|i| child(i, "driver"))
+        .and_then(|d| d.attribute("eim"))
+        == Some("on")
+}
+
+/// `tcg-eim`: an Intel IOMMU with `eim='on'` under TCG on a QEMU before 9.0 (or of an unknown
+/// release): QEMU's `vtd_decide_config` (`hw/i386/intel_iommu.c`) refuses extended interrupt
+/// mode without KVM's split irqchip, "eim=on requires accel=kvm,kernel-irqchip=split", so the
+/// start fails (seen with QEMU 5.2 and 7.2 under libvirt 7.0 and 9.0). QEMU 9.0's TCG x2APIC
+/// series ([`crate::qemu::TCG_X2APIC_SINCE`]) asks for the split irqchip only under KVM: QEMU
+/// 10.0 and 11.1 start it (libvirt 11.3 and 12.8).
+pub(super) fn check_eim(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
+    if !facts.tcg.x86_tcg || !writes_eim_on(dom) {
+        return;
+    }
+    let version = facts.tcg.version.as_ref();
+    if version.is_some_and(|v| v.value.tcg_has_x2apic()) {
+        return;
+    }
+    out.push(Finding::error(
+        Code::TcgEim,
+        format!(
+            "{} refuses an Intel IOMMU with eim='on' under TCG: \"eim=on requires accel=kvm,kernel-irqchip=split\" (the start fails; QEMU emulates extended interrupt mode under TCG from 9.0 on)",
+            qemu_words(version)
+        ),
+        "remove eim='on' (QEMU then decides it: off under TCG), or run the guest under KVM or a QEMU 9.0 or later",
+    ));
+}
+
 /// The check libvirt makes of `cpu` against what TCG gives: its `check`, else libvirt's default
 /// (`partial` for host-model, `none` for a TCG custom CPU; seen with libvirt 9.0 and 11.3). An
 /// unknown word is `none` here: libvirt refuses the domain for it at define.
@@ -223,6 +259,17 @@ pub(super) fn check_cpu(
         return;
     }
     let gives = facts.tcg.host_cpu.as_ref();
+    // What the vCPUs QEMU built may have beyond the TCG host-model CPU of domcapabilities:
+    // `ht` and `cmp_legacy` from QEMU 10.0.1 on ([`crate::qemu::TCG_HT_SINCE`]).
+    let tcg_ht = check == CpuCheck::Full
+        && facts
+            .tcg
+            .version
+            .as_ref()
+            .is_some_and(|v| v.value.tcg_has_ht());
+    let built_has = |g: &BTreeSet<String>, f: &str| {
+        g.contains(f) || (tcg_ht && matches!(f, "ht" | "cmp_legacy"))
+    };
     // The policies whose feature the guest must have: `require`, and under `full` `force` too.
     let needed = |p: &Option<FeaturePolicy>| {
         *p == Some(FeaturePolicy::Require)
@@ -256,7 +303,7 @@ pub(super) fn check_cpu(
                     let before = missing.len();
                     let lacking = own
                         .iter()
-                        .filter(|f| !g.contains(*f) && !dropped.contains(f.as_str()));
+                        .filter(|f| !built_has(g, f) && !dropped.contains(f.as_str()));
                     missing.extend(lacking.cloned());
                     if missing.len() > before {
                         basis.push(format!("{m} in libvirt's cpu_map against {source}"));
@@ -269,7 +316,7 @@ pub(super) fn check_cpu(
     if let Some((g, source)) = gives {
         let lacking: Vec<String> = listed
             .iter()
-            .filter(|(f, p)| needed(p) && !g.contains(f) && f != "hypervisor")
+            .filter(|(f, p)| needed(p) && !built_has(g, f) && f != "hypervisor")
             .map(|(f, _)| f.clone())
             .collect();
         if !lacking.is_empty() {

@@ -21,6 +21,7 @@ pub(super) fn check(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Fin
     check_topology(dom, max, facts, out);
     check_limits(dom, max, facts, out);
     super::tcg::check_apic_ids(dom, max, count.current, facts, out);
+    super::tcg::check_eim(dom, facts, out);
     check_iommu(dom, max, facts, out);
     if let Some(list) = child(dom.root(), "vcpus") {
         check_vcpus_list(list, max, out);
@@ -128,15 +129,28 @@ fn check_topology(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut
 /// The machine type's limit (not looked up when every type of the family allows the maximum),
 /// KVM's limit, and above 255 x86 vCPUs q35 and an IOMMU in extended interrupt mode.
 fn check_limits(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
-    let below_floor = family_floor(dom.arch(), dom.machine()).is_some_and(|floor| max <= floor);
+    // The family's floor says nothing of a GIC that takes fewer vCPUs than the machine type.
+    let below_floor = crate::domain_facts::gic_limit_of(dom).is_none()
+        && family_floor(dom.arch(), dom.machine()).is_some_and(|floor| max <= floor);
     let limit = facts.machine_limit.as_ref().filter(|_| !below_floor);
     if let Some(l) = limit {
         if max > l.max_cpus {
-            out.push(Finding::error(
-                Code::MachineVcpuLimit,
-                format!("Maximum CPUs greater than specified machine type limit {} (machine type {}, from {}; maximum {max})", l.max_cpus, l.machine, l.source),
-                format!("lower the maximum to {} or use a machine type with a higher limit", l.max_cpus),
-            ));
+            let gic =
+                crate::domain_facts::gic_limit_of(dom).is_some_and(|g| g.max_cpus == l.max_cpus);
+            out.push(if gic {
+                // QEMU's refusal at start, not libvirt's at define.
+                Finding::error(
+                    Code::GicVcpuLimit,
+                    format!("Number of SMP CPUs requested ({max}) exceeds max CPUs supported by machine 'mach-virt' ({}) (from {})", l.max_cpus, l.source),
+                    format!("lower the maximum to {} or give the guest GICv3 (<features><gic version='3'/></features>)", l.max_cpus),
+                )
+            } else {
+                Finding::error(
+                    Code::MachineVcpuLimit,
+                    format!("Maximum CPUs greater than specified machine type limit {} (machine type {}, from {}; maximum {max})", l.max_cpus, l.machine, l.source),
+                    format!("lower the maximum to {} or use a machine type with a higher limit", l.max_cpus),
+                )
+            });
         }
     }
     if let (Some(k), "kvm", true) = (&facts.kvm_limit, dom.virt_type(), max > KVM_FLOOR) {

@@ -1786,3 +1786,51 @@ fn many_features_and_cpu_elements_stay_linear() {
         );
     }
 }
+
+/// A `--caps` file claiming a machine type takes 4294967295 vCPUs, with `vcpu.max` far above
+/// any QEMU's and a TCG guest with `<vcpus>` (one entry per vCPU): the rewrite once wrote an
+/// entry per vCPU without bound (10^8 did not finish). No QEMU machine type takes more than
+/// 4096 (`pc-q35-9.0` and later, `pseries`), so the rewrite refuses at once, naming the file,
+/// and writes nothing; `vcpu.max = "machine"` takes the same limit and the same refusal.
+#[test]
+fn a_machine_limit_of_four_billion_is_refused_fast() {
+    let dir = Scratch::new("huge-max");
+    let caps = dir.write(
+        "caps.xml",
+        "<capabilities><host><cpu><arch>x86_64</arch></cpu></host><guest><os_type>hvm</os_type><arch name='x86_64'><machine maxCpus='4294967295'>pc-q35-10.0</machine><machine canonical='pc-q35-10.0' maxCpus='4294967295'>q35</machine><domain type='qemu'/></arch></guest></capabilities>",
+    );
+    let doc = "<domain type='qemu'><name>huge</name><memory unit='MiB'>64</memory><vcpu current='2'>4</vcpu><vcpus><vcpu id='0' enabled='yes' hotpluggable='no'/><vcpu id='1' enabled='yes' hotpluggable='yes'/><vcpu id='2' enabled='no' hotpluggable='yes'/><vcpu id='3' enabled='no' hotpluggable='yes'/></vcpus><os><type arch='x86_64' machine='q35'>hvm</type></os></domain>";
+    for max in ["100000000", "\"machine\""] {
+        let pol = dir.write(
+            "p.toml",
+            format!(
+                "[[rule]]\nname = \"big\"\nmatch = {{ arch = \"x86_64\" }}\nvcpu.max = {max}\n"
+            ),
+        );
+        let r = run_bounded(
+            &[
+                "rewrite",
+                "--policy",
+                &s(&pol),
+                "--caps",
+                &s(&caps),
+                "--qemu-version",
+                "10.0",
+                "--no-qemu-caps-cache",
+                "-",
+            ],
+            Some(doc.as_bytes().to_vec()),
+            Duration::from_secs(10),
+        );
+        refused(
+            &r,
+            1,
+            &["machine-vcpu-limit", "above 4096", "4294967295", "caps.xml"],
+        );
+        assert!(
+            r.elapsed < Duration::from_secs(2),
+            "vcpu.max = {max}: {:?}",
+            r.elapsed
+        );
+    }
+}

@@ -21,7 +21,7 @@ use crate::domain_facts::{DomainFacts, VersionRule};
 use crate::edit::{Edits, document_quote, with_attrs};
 use crate::finding::{Code, Finding};
 use crate::libvirt::arch::is_x86;
-use crate::machine::is_q35;
+use crate::machine::{QEMU_MAX_VCPUS, is_q35};
 use crate::policy::{IommuStrategy, Plan, Ruled, TopologyStrategy, VcpuMax};
 use crate::topology::{Topology, VcpuCount, X86_XAPIC_LIMIT, read_vcpu};
 use crate::xml::{child, is_libvirt_element, written_attributes};
@@ -106,6 +106,14 @@ pub(crate) fn apply(
         },
         None => count.max,
     };
+    if max > QEMU_MAX_VCPUS {
+        r.notes.finding(Finding::error(
+            Code::MachineVcpuLimit,
+            format!("vCPU maximum {max} is above {QEMU_MAX_VCPUS}, the most any QEMU machine type takes (QEMU's largest MachineClass::max_cpus); {}", maximum_origin(plan, facts)),
+            format!("give a vcpu.max of {QEMU_MAX_VCPUS} or less, and the host's real capabilities (virsh capabilities > FILE)"),
+        ).rule(rule));
+        return r;
+    }
     let (max, need_iommu) = x86_xapic_rule(dom, plan, facts, max, &mut r.notes);
     let clusters = facts.applies(VersionRule::Clusters);
     let Some((max, x2apic)) = super::apic::tcg_maximum(
@@ -160,6 +168,19 @@ pub(crate) fn apply(
         }
     }
     r
+}
+
+/// Where a maximum above [`QEMU_MAX_VCPUS`] came from, for the refusal: the machine limit's
+/// source when the policy took it (that file cannot be right), else the policy or the document.
+fn maximum_origin(plan: &Plan, facts: &DomainFacts<'_>) -> String {
+    match (&plan.vcpu_max, &facts.machine_limit) {
+        (Some(_), Some(l)) if l.max_cpus > QEMU_MAX_VCPUS => format!(
+            "the limit {} of machine type {} (from {}) cannot be a QEMU machine type's",
+            l.max_cpus, l.machine, l.source
+        ),
+        (Some(_), _) => "it comes from the policy's vcpu.max".to_string(),
+        (None, _) => "it is the document's own <vcpu> maximum".to_string(),
+    }
 }
 
 /// The rule named in messages about the vCPU counts: `vcpu.max`'s, else `vcpu.topology`'s, else
