@@ -31,6 +31,11 @@ use crate::libvirt::{Document, DocumentError, read_document};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+/// How a host's published guest facts end (`HOST.guests.xml`, written beside its `HOST.xml`
+/// host facts by `virt-cpu-policyd --publish` and `virt-cpu-policy facts --guests`): in a facts
+/// directory such a file is a host's guests, not a host, and [`read_hosts`] passes over it.
+pub const GUEST_FACTS_SUFFIX: &str = ".guests.xml";
+
 /// Which element a host's CPU came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CpuOrigin {
@@ -166,10 +171,15 @@ pub fn read_hosts(paths: &[PathBuf]) -> Result<Vec<ClusterHost>, ClusterError> {
     let mut hosts: Vec<ClusterHost> = Vec::new();
     for path in paths {
         let files = if path.is_dir() {
-            // Every *.xml entry is a host: one that cannot be read (a dangling link, a FIFO) is an
+            // Every *.xml entry but guest facts is a host: one that cannot be read (a dangling link, a FIFO) is an
             // error below, never a host silently left out of the baseline.
-            let files = crate::readfile::xml_entries(path)
+            let mut files = crate::readfile::xml_entries(path)
                 .map_err(|e| facts_error(path, &format!("cannot list the directory: {e}")))?;
+            // A published directory holds each host's guests beside it: those are no host.
+            files.retain(|f| {
+                !f.file_name()
+                    .is_some_and(|n| n.to_string_lossy().ends_with(GUEST_FACTS_SUFFIX))
+            });
             if files.is_empty() {
                 return Err(facts_error(
                     path,

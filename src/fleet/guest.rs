@@ -41,7 +41,11 @@ pub const STATE_DIR: &str = "/run/libvirt/qemu";
 /// beside its `HOST.xml` host facts.
 #[must_use]
 pub fn published_name(host: &str) -> String {
-    format!("{}.guests.xml", crate::writefile::safe_file_name(host))
+    format!(
+        "{}{}",
+        crate::writefile::safe_file_name(host),
+        crate::cluster::hosts::GUEST_FACTS_SUFFIX
+    )
 }
 
 /// This machine's host name (`uname(2)`'s node name, which `gethostname(2)` returns), when it

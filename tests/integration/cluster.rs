@@ -561,3 +561,41 @@ fn baseline_without_a_cluster_is_a_policy_error() {
         out.stderr
     );
 }
+
+/// A published directory holds each host's guest facts (`HOST.guests.xml`) beside its host facts:
+/// `baseline` and `traits` over it read the hosts and pass over the guests, where a `<guestFacts>`
+/// was "not a facts file" (exit 2) and `[host] cluster` on such a directory could not compute.
+#[test]
+fn a_published_directory_with_guest_facts_is_read_as_its_hosts() {
+    let dir = Scratch::new("baseline-published");
+    let published = dir.path("published");
+    std::fs::create_dir_all(&published).unwrap();
+    // This machine's libvirt (bookworm's) reads both hosts' CPU models.
+    let caps = std::fs::read_to_string(
+        crate::harness::generation_facts("bookworm").join("capabilities.xml"),
+    )
+    .unwrap();
+    for g in ["node-a", "node-b"] {
+        std::fs::write(
+            published.join(format!("{g}.xml")),
+            format!(
+                "<hostFacts name='{g}'>{}</hostFacts>",
+                caps.trim_start_matches(|c| c != '<')
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            published.join(format!("{g}.guests.xml")),
+            format!("<guestFacts host='{g}'>\n</guestFacts>\n"),
+        )
+        .unwrap();
+    }
+    for cmd in ["baseline", "traits"] {
+        let out = Cmd::new(&[cmd, &s(&published)]).run();
+        assert_eq!(out.code, 0, "{cmd}: {}", out.stderr);
+        assert!(!out.stdout.is_empty(), "{cmd}: no report");
+    }
+    // A guest facts file named on the command line is still no host.
+    let out = Cmd::new(&["baseline", &s(&published.join("node-b.guests.xml"))]).run();
+    assert_eq!(out.code, 2, "{}", out.stdout);
+}

@@ -57,6 +57,13 @@ content:
   description: The facts document.
   returned: success
   type: str
+guests:
+  description:
+    - This host's guest facts (C(<guestFacts>), what C(virt-cpu-policy fleet) judges), or null
+      from a virt-cpu-policyd that publishes none. Returned, not written to O(publish_dir): the
+      daemon keeps that file current itself, and a guest's state changes from run to run.
+  returned: success
+  type: str
 libvirt:
   description: The libvirt version the facts name (C(<hostFacts libvirt=...>)), or null.
   returned: success
@@ -71,12 +78,15 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+# The guest facts the daemon publishes beside the host's (NAME.guests.xml).
+GUESTS_SUFFIX = ".guests.xml"
+
 # Audit mode: `apply` judges the guests and defines nothing.
 AUDIT_POLICY = 'version = 1\nmode = "audit"\n'
 
 
 def one_shot(module, tmp):
-    """Run the daemon's publisher into tmp/published; returns (name, content)."""
+    """Run the daemon's publisher into tmp/published; returns (name, content, guests)."""
     policy = os.path.join(tmp, "policy.toml")
     with open(policy, "w") as f:
         f.write(AUDIT_POLICY)
@@ -96,12 +106,20 @@ def one_shot(module, tmp):
     if rc not in (0, 1):
         module.fail_json(msg=f"virt-cpu-policyd could not publish this host's facts: {err.strip()}",
                          rc=rc, stderr=err, stdout=out, cmd=argv)
-    files = sorted(f for f in os.listdir(out_dir) if f.endswith(".xml"))
+    # NAME.xml is the host's facts; NAME.guests.xml beside it, its guests' (for `fleet`).
+    files = sorted(f for f in os.listdir(out_dir)
+                   if f.endswith(".xml") and not f.endswith(GUESTS_SUFFIX))
     if len(files) != 1:
-        module.fail_json(msg=f"virt-cpu-policyd published {len(files)} files, expected one: {files}",
+        module.fail_json(msg=f"virt-cpu-policyd published {len(files)} host facts files, expected one: {files}",
                          stderr=err)
+    name = files[0][: -len(".xml")]
     with open(os.path.join(out_dir, files[0])) as f:
-        return files[0][: -len(".xml")], f.read()
+        content = f.read()
+    guests = None
+    if os.path.exists(os.path.join(out_dir, name + GUESTS_SUFFIX)):
+        with open(os.path.join(out_dir, name + GUESTS_SUFFIX)) as f:
+            guests = f.read()
+    return name, content, guests
 
 
 def main():
@@ -115,7 +133,7 @@ def main():
     )
     tmp = tempfile.mkdtemp(prefix="vcp-publish-")
     try:
-        name, content = one_shot(module, tmp)
+        name, content, guests = one_shot(module, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     dest = os.path.join(module.params["publish_dir"], name + ".xml")
@@ -135,7 +153,7 @@ def main():
         os.chmod(part, 0o644)
         os.replace(part, dest)
     m = re.search(r"<hostFacts[^>]*\blibvirt='([^']*)'", content)
-    result = dict(changed=changed, name=name, path=dest, content=content,
+    result = dict(changed=changed, name=name, path=dest, content=content, guests=guests,
                   libvirt=m.group(1) if m else None)
     if changed and module._diff:
         if before is None:
