@@ -52,6 +52,14 @@ const NOT_CHECKED_AT_DEFINE: &[(&str, &str)] = &[
         "tcg-check-full",
         "libvirt compares a check='full' guest CPU with what QEMU built once it runs (\"guest CPU doesn't match specification\"), not at define: tests/integration/tcg.rs starts them",
     ),
+    (
+        "tcg-eim",
+        "QEMU before 9.0 (or an unknown QEMU, judged as one) refuses an Intel IOMMU with eim='on' under TCG when the guest starts (\"eim=on requires accel=kvm,kernel-irqchip=split\"), libvirt does not at define: the golden tcg-iommu-eim-* cases start them",
+    ),
+    (
+        "gic-vcpu-limit",
+        "QEMU refuses more than 8 vCPUs on an aarch64 virt machine with GICv2 under TCG when the guest starts (\"exceeds max CPUs supported by machine 'mach-virt' (8)\"), libvirt does not at define: the golden aarch64-tcg-gicv2-* cases start them",
+    ),
 ];
 
 /// Substrings of libvirt define errors for rules the tool deliberately leaves to libvirt (none:
