@@ -166,23 +166,11 @@ pub fn machine_missing(dom: &Domain<'_>, host: &Host) -> Option<Finding> {
     if machine.is_empty() {
         return None;
     }
-    let listed: Vec<_> = host
-        .machines
-        .iter()
-        .filter(|m| m.arch == arch && m.virt_type.as_deref().is_none_or(|v| v == vt))
-        .collect();
-    // Only capabilities list a machine type for every virt type or under <domain type>.
-    let source = listed.first()?.source.clone();
-    if listed
-        .iter()
-        .any(|m| m.name == machine || m.canonical.as_deref() == Some(machine))
-    {
-        return None;
-    }
+    let emulator = host.caps_lack_machine(arch, vt, machine, dom.emulator().as_deref())?;
     Some(Finding::error(
         Code::MachineUnsupported,
         format!(
-            "the host's QEMU does not offer machine type '{machine}' for {arch} {vt} guests (its capabilities, {source}, do not list it): libvirt refuses the guest (\"does not support machine type '{machine}'\")"
+            "the host's QEMU does not offer machine type '{machine}' for {arch} {vt} guests (its capabilities do not list it): libvirt refuses the guest (\"Emulator '{emulator}' does not support machine type '{machine}'\")"
         ),
         "give the guest a machine type both hosts offer (the oldest common one keeps the device model)",
     ))

@@ -139,8 +139,11 @@ impl Host {
     /// [`Host::machine_unsupported`] from the judged host's capabilities: the emulator they name
     /// when they list machine types for the guest's arch and virt type and `machine` is none of
     /// them (by name or alias). None when they list none for the arch (libvirt then refuses the
-    /// arch itself, which is not this check's).
-    fn caps_lack_machine(
+    /// arch itself, which is not this check's). Asked whatever
+    /// [`super::HostOptions::skip_machine_support`] says by the destination judge
+    /// ([`crate::destination::machine_missing`]): an incoming guest was checked by the source's
+    /// libvirt, not this host's.
+    pub fn caps_lack_machine(
         &self,
         arch: &str,
         virt_type: &str,
