@@ -86,7 +86,8 @@ pub enum Code {
     /// `host-cpus-unknown`: `vcpu.max = "host"` while the host's CPU count is unknown.
     HostCpusUnknown,
     /// `host-level`: This host's host-model CPU does not reach the policy's level (KVM will not
-    /// provide it).
+    /// provide it), or this QEMU's TCG does not emulate what the level needs of a custom CPU
+    /// (QEMU drops it at start under `check='none'`).
     HostLevel,
     /// `internal`: The rewritten document does not parse: a bug of the tool.
     Internal,

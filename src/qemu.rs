@@ -87,7 +87,8 @@ pub struct TcgFacts {
     pub models: BTreeMap<String, TcgModel>,
     /// The features of the CPU TCG gives (libvirt spellings) and where they came from: the
     /// host-model CPU of the `type='qemu'` domcapabilities, else `<hostCPU type='tcg'>` of
-    /// libvirt's QEMU capability cache; looked up with [`TcgFacts::models`].
+    /// libvirt's QEMU capability cache; looked up with [`TcgFacts::models`], or for a
+    /// `cpu.min_level` rule.
     pub host_cpu: Option<(BTreeSet<String>, String)>,
     /// Whether libvirt takes QEMU's word on a model (`usable`, blockers) in its partial check, as
     /// libvirt 11.3 does for the models its cpu_map marks `<check partial='compat'/>` (a usable
@@ -109,15 +110,19 @@ impl TcgFacts {
         let vcpu_rule = plan.vcpu_max.is_some() || plan.topology.is_some() || plan.iommu.is_some();
         let compare = compares(dom, plan);
         let eim = crate::validate::tcg::writes_eim_on(dom);
-        let version = (vcpu_rule || compare || eim || reaches_x2apic(dom))
-            .then(|| host.qemu_version(arch, emulator.as_deref()))
-            .flatten();
+        let version =
+            (vcpu_rule || compare || eim || plan.min_level.is_some() || reaches_x2apic(dom))
+                .then(|| host.qemu_version(arch, emulator.as_deref()))
+                .flatten();
         let mut facts = TcgFacts {
             x86_tcg: true,
             version,
             ..TcgFacts::default()
         };
-        if !compare {
+        // A `cpu.min_level` rule asks what TCG gives too: QEMU drops, with a warning on its
+        // stderr only, a required feature its TCG lacks when libvirt compares nothing
+        // (`check='none'`), and the guest starts below the level (`host-level`).
+        if !compare && plan.min_level.is_none() {
             return facts;
         }
         let names: BTreeSet<String> = dom
@@ -125,6 +130,7 @@ impl TcgFacts {
             .iter()
             .filter_map(|c| child(*c, "model").and_then(model_name))
             .chain(plan.model.as_ref().map(|m| m.value.clone()))
+            .filter(|_| compare)
             .collect();
         // The cache is read only when domcapabilities leave a question open.
         let from_domcaps: BTreeMap<&str, TcgModel> = names

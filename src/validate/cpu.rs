@@ -307,7 +307,9 @@ fn check_level(
                 )
                 .rule(&level.rule),
             );
+            return;
         }
+        check_tcg_level(cpu, level, facts, out);
         return;
     }
     // Under TCG, `maximum` emulates every psABI feature; host-model is the TCG host-model CPU
@@ -336,6 +338,50 @@ fn check_level(
             .rule(&level.rule),
         );
     }
+}
+
+/// A custom CPU that reaches `cpu.min_level` as written, under TCG with libvirt's `check='none'`
+/// (its default for a custom CPU): QEMU drops each required feature its TCG does not emulate,
+/// with a warning on its own stderr only ("TCG doesn't support requested feature"), and the
+/// guest starts below the level. The TCG CPU is the host-model CPU of the `type='qemu'`
+/// domcapabilities, or `<hostCPU type='tcg'>` of libvirt's QEMU capability cache
+/// ([`crate::qemu::TcgFacts::host_cpu`]): QEMU 5.2's lacks avx, avx2, fma and f16c (QEMU 7.2's
+/// changelog: TCG emulates AVX, AVX2, F16C and FMA3 from 7.2 on). With `partial` or `full`
+/// libvirt refuses the start instead (`tcg-cpu-missing`).
+fn check_tcg_level(
+    cpu: Option<Node<'_, '_>>,
+    level: &crate::policy::Ruled<Level>,
+    facts: &DomainFacts<'_>,
+    out: &mut Vec<Finding>,
+) {
+    let Some((gives, source)) = facts.tcg.host_cpu.as_ref() else {
+        return;
+    };
+    let check = cpu.map_or(CpuCheck::None, |c| super::tcg::check_of(c, CpuMode::Custom));
+    if !facts.tcg.x86_tcg || check != CpuCheck::None {
+        return;
+    }
+    let dropped = missing_features(level.value, gives);
+    if dropped.is_empty() {
+        return;
+    }
+    out.push(
+        Finding::warning(
+            Code::HostLevel,
+            format!(
+                "this host's TCG CPU ({}per {source}) does not emulate {}: QEMU drops them at start (libvirt compares nothing under check='none'), and the guest will not reach {}",
+                facts
+                    .tcg
+                    .version
+                    .as_ref()
+                    .map_or(String::new(), |v| format!("QEMU {}, ", v.value)),
+                dropped.join(", "),
+                level.value
+            ),
+            "run the guest under KVM on a host whose CPU has them, or on a QEMU whose TCG emulates them (AVX, AVX2, F16C and FMA3 from QEMU 7.2)",
+        )
+        .rule(&level.rule),
+    );
 }
 
 /// The features the host's host-model CPU (domcapabilities) gives, minus those the domain

@@ -230,7 +230,7 @@ pub(super) fn check_eim(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec
 /// The check libvirt makes of `cpu` against what TCG gives: its `check`, else libvirt's default
 /// (`partial` for host-model, `none` for a TCG custom CPU; seen with libvirt 9.0 and 11.3). An
 /// unknown word is `none` here: libvirt refuses the domain for it at define.
-fn check_of(cpu: Node<'_, '_>, mode: CpuMode) -> CpuCheck {
+pub(super) fn check_of(cpu: Node<'_, '_>, mode: CpuMode) -> CpuCheck {
     match cpu.attribute("check") {
         Some(c) => CpuCheck::parse(c).unwrap_or(CpuCheck::None),
         None => CpuCheck::default_for(mode),

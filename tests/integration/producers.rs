@@ -135,7 +135,7 @@ fn in_scope(msg: &str) -> bool {
 }
 
 /// How many TCG documents of one generation are started (`VCP_PRODUCERS_STARTS`, a number or
-/// `all`; default [`STARTS`]): the first ones in a fixed order (a hash of their file name). The
+/// `all`; default [`STARTS`]): the first ones in an order given by [`start_seed`]. The
 /// others are judged at define only, as KVM documents are.
 fn start_budget() -> usize {
     match std::env::var("VCP_PRODUCERS_STARTS").as_deref() {
@@ -145,6 +145,27 @@ fn start_budget() -> usize {
             .unwrap_or_else(|_| panic!("VCP_PRODUCERS_STARTS={n}: a number or `all`")),
         Err(_) => STARTS,
     }
+}
+
+/// The seed of the start sample's order (`VCP_PRODUCERS_SEED`; default the checkout's commit,
+/// `git rev-parse HEAD`, or `fixed` outside a git checkout): each commit starts another sample,
+/// so that CI runs cover the whole corpus over time, and a failing run is repeated exactly with
+/// the seed it prints.
+fn start_seed() -> String {
+    if let Ok(seed) = std::env::var("VCP_PRODUCERS_SEED") {
+        return seed;
+    }
+    Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(root())
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "fixed".to_string())
 }
 
 /// FNV-1a of a file name: a fixed, well-mixed order for the start sample.
@@ -1286,14 +1307,15 @@ fn run_generation(
     let gdir = tmp.join(&oracle.version);
     std::fs::create_dir_all(&gdir).unwrap();
     let facts = Facts::of(g, qemu);
-    // A fixed order that mixes producers and forms (a hash of the file name): the start sample
-    // is its first TCG documents, spread over the corpus, the same every run whatever the tool
-    // answers.
+    // An order that mixes producers and forms (a hash of the seed and the file name): the start
+    // sample is its first TCG documents, spread over the corpus, the same for a seed whatever
+    // the tool answers.
+    let seed = start_seed();
     let mut mine: Vec<&Doc> = docs
         .iter()
         .filter(|d| d.versions.contains(&oracle.version))
         .collect();
-    mine.sort_by_key(|d| (fnv1a(&d.file), d.file.clone()));
+    mine.sort_by_key(|d| (fnv1a(&format!("{seed}/{}", d.file)), d.file.clone()));
     let budget = start_budget();
     let mut sampled = 0;
     let mut define_only = 0;
@@ -1329,7 +1351,7 @@ fn run_generation(
     let label = &oracle.label;
     writeln!(
         report,
-        "producers: {label}: {} documents, {sampled} TCG documents started, {define_only} more judged at define only (start sample {budget}); libvirt: {} defines [{:.1?}], {} distinct starts [{:.1?}], {workers} workers [{:.1?} in all]",
+        "producers: {label}: {} documents, {sampled} TCG documents started, {define_only} more judged at define only (start sample {budget}, VCP_PRODUCERS_SEED={seed}); libvirt: {} defines [{:.1?}], {} distinct starts [{:.1?}], {workers} workers [{:.1?} in all]",
         mine.len(),
         all.defines,
         all.define_time,

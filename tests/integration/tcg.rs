@@ -626,3 +626,83 @@ fn domcapabilities_are_told_apart_by_virt_type() {
         }
     }
 }
+
+/// A `cpu.min_level` the CPU as written reaches, but this QEMU's TCG does not emulate
+/// (libvirt's default `check='none'` for a custom CPU: QEMU drops what its TCG lacks and the
+/// guest starts below the level): a `host-level` warning naming exactly what TCG lacks, from
+/// each generation's own captured facts (its TCG domcapabilities, cpu_map and versions). QEMU
+/// 5.2 (bullseye) has no AVX, AVX2, F16C or FMA under TCG; 7.2 and later emulate all of
+/// x86-64-v3. The guest proof (tests/guest/run in the bullseye root) boots the result and
+/// finds exactly those missing from /proc/cpuinfo.
+#[test]
+fn min_level_beyond_what_tcg_emulates_is_a_host_level_warning() {
+    let dir = Scratch::new("tcg-level");
+    let policy = dir.write(
+        "v3.toml",
+        "version = 1\n\n[[rule]]\nname = \"v3\"\nmatch = { arch = \"x86_64\" }\ncpu.min_level = \"x86-64-v3\"\n",
+    );
+    let file = dir.write(
+        "g.xml",
+        guest(
+            "vcp-test-level",
+            "pc",
+            "<vcpu>1</vcpu>",
+            "<cpu><topology sockets='1' cores='1' threads='1'/></cpu>",
+            false,
+        ),
+    );
+    for (g, lacks) in [
+        ("bullseye", Some("avx, avx2, f16c, fma")),
+        ("bookworm", None),
+        ("trixie", None),
+        ("forky", None),
+    ] {
+        let facts = generation_facts(g);
+        let version = std::fs::read_to_string(facts.join("version")).unwrap();
+        let field = |k: &str| {
+            version
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{k} ")))
+                .unwrap_or_else(|| panic!("{g}: no {k} in its version file"))
+                .to_string()
+        };
+        let out = Cmd::new(&["rewrite", "--no-qemu-caps-cache"])
+            .args(&["--libvirt-version", &field("libvirt")])
+            .args(&["--qemu-version", &field("qemu")])
+            .args(&["--cpu-map", &s(&facts.join("cpu_map"))])
+            .args(&["--caps", &s(&facts.join("capabilities.xml"))])
+            .args(&[
+                "--caps",
+                &s(&facts.join("domcapabilities-x86_64-pc-qemu.xml")),
+            ])
+            .args(&["--policy", &s(&policy)])
+            .arg(s(&file))
+            .run();
+        assert_eq!(out.code, 0, "{g}: {}", out.stderr);
+        for f in ["avx", "avx2", "f16c", "fma"] {
+            assert!(
+                out.stdout.contains(&format!("name='{f}'/>")),
+                "{g}: the rewrite requires {f}:\n{}",
+                out.stdout
+            );
+        }
+        let warning = out
+            .stderr
+            .lines()
+            .find(|l| l.contains("warning[host-level]"));
+        match lacks {
+            Some(list) => {
+                let w =
+                    warning.unwrap_or_else(|| panic!("{g}: no host-level warning: {}", out.stderr));
+                assert!(
+                    w.contains(&format!(
+                        "does not emulate {list}: QEMU drops them at start"
+                    )) && w.contains(&format!("QEMU {}", field("qemu")))
+                        && w.contains("will not reach x86-64-v3"),
+                    "{g}: {w}"
+                );
+            }
+            None => assert!(warning.is_none(), "{g}: {}", out.stderr),
+        }
+    }
+}
