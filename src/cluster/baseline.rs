@@ -97,9 +97,10 @@ fn drop_qemu_unknown(mut cpu: Decoded) -> Decoded {
 /// the one libvirt's `cpu-baseline` names. Returns the features the guest loses, in map order:
 /// those the baseline had.
 ///
-/// For hosts known only by their physical CPU (`virsh capabilities`): a guest CPU requiring one
-/// of them is refused at start under KVM (libvirt: "Host CPU does not provide required
-/// features"), while libvirt's `cpu-baseline` of the physical CPUs keeps them.
+/// For hosts known only by their physical CPU (`virsh capabilities`): libvirt calls a guest CPU
+/// requiring one of them incompatible under KVM ("Host CPU does not provide required features")
+/// and refuses to start it (but for `ht`, see [`crate::cpu::KVM_NEVER_GIVES`]), while libvirt's
+/// `cpu-baseline` of the physical CPUs keeps them.
 pub fn leave_out_kvm_never(map: &X86Map, b: &mut Baseline) -> Vec<String> {
     let had: Vec<String> = b
         .effective_features(map)

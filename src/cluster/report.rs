@@ -112,7 +112,7 @@ impl KvmLeftOut {
     #[must_use]
     pub fn sentence(&self) -> String {
         format!(
-            "left out of the baseline: {}: KVM never gives a guest these (Linux's KVM_GET_SUPPORTED_CPUID has none of them; libvirt refuses to start a guest requiring one: \"Host CPU does not provide required features\"), and host(s) {} are known only by their physical CPU (virsh capabilities), which lists them; give each host's virsh domcapabilities (a <hostFacts>) for a baseline of exactly what KVM gives",
+            "left out of the baseline: {}: KVM never gives a guest these (Linux's KVM_GET_SUPPORTED_CPUID has none of them; libvirt calls a guest CPU requiring one incompatible: \"Host CPU does not provide required features\"), and host(s) {} are known only by their physical CPU (virsh capabilities), which lists them; give each host's virsh domcapabilities (a <hostFacts>) for a baseline of exactly what KVM gives",
             self.features.join(", "),
             self.hosts.join(", ")
         )

@@ -16,16 +16,18 @@
 /// * EDX: `0 /* PSN */` (`pn`, bit 18), `0 /* Reserved, DS, ACPI */` (`ds` bit 21, `acpi`
 ///   bit 22), `0 /* HTT, TM, Reserved, PBE */` (`ht` bit 28, `tm` bit 29, `pbe` bit 31).
 ///
-/// A guest CPU requiring one of them is refused at start under KVM: libvirt compares it with the
-/// CPU QEMU can give (`virsh hypervisor-cpu-compare` says "incompatible", "Host CPU does not
-/// provide required features"; tried on libvirt 9.0 / QEMU 7.2 for every name here), while
+/// libvirt calls a guest CPU requiring one of them incompatible with the CPU QEMU can give under
+/// KVM (`virsh hypervisor-cpu-compare`: "Host CPU does not provide required features"; tried on
+/// libvirt 9.0 / QEMU 7.2 and 11.3 / 10.0 for every name here) and refuses to start it ("the CPU
+/// is incompatible with host CPU", tried with `ds`; `ht` is the exception, below), while
 /// `virsh cpu-baseline` of physical CPUs keeps them.
 pub const KVM_NEVER_GIVES: [&str; 15] = [
     "dtes64", "monitor", "ds_cpl", "smx", "est", "tm2", "cid", "xtpr", "dca", "pn", "ds", "acpi",
     // HTT: QEMU sets it itself in the guest's CPUID from the topology (more than one logical
     // CPU per package, `cpu_x86_cpuid` leaf 1), whatever the CPU model says, so leaving it out
-    // of a guest CPU costs the guest nothing; requiring it is refused like the others (libvirt
-    // 9.0: hypervisor-cpu-compare "incompatible" for `ht` on a host-model CPU).
+    // of a guest CPU costs the guest nothing. libvirt 9.0 starts a KVM guest requiring it
+    // (tried, 1 and 2 vCPUs), but `hypervisor-cpu-compare` calls it incompatible, and so would
+    // the tool's own `compare` and the hook's check on migrate against a host's domcapabilities.
     "ht", "tm", "pbe",
 ];
 // Not here: `vmx` (ECX bit 5, also a zero in that list) because nested KVM gives it (`nested=1`,

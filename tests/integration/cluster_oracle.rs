@@ -968,4 +968,65 @@ fn kvm_never_features_against(o: &Oracle) {
         "{label}: each of the {refused} features put back: incompatible ({})",
         KVM_NEVER_GIVES.join(", ")
     );
+    if o.is_host() {
+        starts_under_kvm(
+            o,
+            &dir,
+            &guest(tool_model, tool_vendor, &features(None)),
+            None,
+        );
+        let with_ds = guest(tool_model, tool_vendor, &features(Some("ds")));
+        starts_under_kvm(o, &dir, &with_ds, Some("ds"));
+    }
+}
+
+/// `virsh create` of `guest` (a `guest()` document) as a small diskless KVM guest on the host's
+/// libvirt: it starts, or, when `refused` names a feature, libvirt refuses it at start naming
+/// that feature. The guest is destroyed at once (a transient domain is then gone).
+fn starts_under_kvm(o: &Oracle, dir: &Scratch, guest: &str, refused: Option<&str>) {
+    let tag = refused.unwrap_or("baseline");
+    let name = format!("vcp-phys-{}-{tag}", std::process::id());
+    let _sweep = crate::harness::Sweep {
+        uri: o.uri.clone(),
+        prefix: name.clone(),
+    };
+    let xml = guest
+        .replacen("<name>g</name>", &format!("<name>{name}</name>"), 1)
+        .replacen(
+            "<memory>1048576</memory>",
+            "<memory unit='MiB'>64</memory><vcpu>1</vcpu>",
+            1,
+        );
+    let file = dir.write(&format!("{name}.xml"), xml);
+    let v = o.virsh(&["create", &s(&file)]);
+    let _ = o.virsh(&["destroy", &name]);
+    match refused {
+        None => assert!(
+            v.ok,
+            "{}: the tool's baseline does not start under KVM: {}",
+            o.label, v.stderr
+        ),
+        Some(f) => {
+            assert!(
+                !v.ok,
+                "{}: the baseline with {f} started under KVM",
+                o.label
+            );
+            assert!(
+                v.stderr.contains("does not provide required features") && v.stderr.contains(f),
+                "{}: {}",
+                o.label,
+                v.stderr
+            );
+        }
+    }
+    eprintln!(
+        "{}: virsh create under KVM, {tag}: {}",
+        o.label,
+        if v.ok {
+            "started".to_string()
+        } else {
+            error_text(&v.stderr)
+        }
+    );
 }
