@@ -92,6 +92,38 @@ fn drop_qemu_unknown(mut cpu: Decoded) -> Decoded {
     cpu
 }
 
+/// `b` without the features KVM never gives a guest ([`crate::cpu::KVM_NEVER_GIVES`]): taken
+/// out of `require`, and those its model has are added to `disable` (map order). The model stays
+/// the one libvirt's `cpu-baseline` names. Returns the features the guest loses, in map order:
+/// those the baseline had.
+///
+/// For hosts known only by their physical CPU (`virsh capabilities`): libvirt calls a guest CPU
+/// requiring one of them incompatible under KVM ("Host CPU does not provide required features")
+/// and refuses to start it (but for `ht`, see [`crate::cpu::KVM_NEVER_GIVES`]), while libvirt's
+/// `cpu-baseline` of the physical CPUs keeps them.
+pub fn leave_out_kvm_never(map: &X86Map, b: &mut Baseline) -> Vec<String> {
+    let had: Vec<String> = b
+        .effective_features(map)
+        .into_iter()
+        .filter(|f| crate::cpu::kvm_never_gives(f))
+        .map(str::to_owned)
+        .collect();
+    b.cpu.require.retain(|f| !crate::cpu::kvm_never_gives(f));
+    let in_model = map
+        .model(&b.cpu.model)
+        .map(|m| map.decode_features(&m.data))
+        .unwrap_or_default();
+    for f in in_model
+        .into_iter()
+        .filter(|f| crate::cpu::kvm_never_gives(f))
+    {
+        if !b.cpu.disable.iter().any(|d| d == f) {
+            b.cpu.disable.push(f.to_owned());
+        }
+    }
+    had
+}
+
 /// One CPU going into a baseline: what libvirt reads of each `<cpu>` given to `cpu-baseline`.
 #[derive(Debug, Clone)]
 pub struct InputCpu<'a> {
@@ -140,7 +172,7 @@ pub struct Baseline {
     /// `<model fallback='forbid'>`: libvirt writes it when every host has this very model.
     pub fallback_forbid: bool,
     /// The hosts' common data (what the decoded CPU describes, before `migratable` pruning and
-    /// before [`QEMU_DROPPED_FEATURES`] are dropped).
+    /// before [`QEMU_DROPPED_FEATURES`] and [`leave_out_kvm_never`]'s features are dropped).
     pub data: CpuData,
     /// libvirt's refusal that the vendor-neutral result stands in for ("CPU vendors do not
     /// match", "CPU vendor X of model Y differs from vendor Z"); None when libvirt agrees.

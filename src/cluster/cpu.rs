@@ -42,6 +42,9 @@ pub struct ClusterCpu {
     pub arch: String,
     /// Where the cluster is named: `[host] cluster of policy FILE`.
     pub source: String,
+    /// The features KVM never gives a guest left out of the baseline, and the hosts known only
+    /// by their physical CPU that listed them ([`super::report::ClusterReport::kvm_left_out`]).
+    pub kvm_left_out: Option<super::report::KvmLeftOut>,
 }
 
 impl ClusterCpu {
@@ -127,6 +130,7 @@ impl ClusterCpu {
             host_levels: report.hosts.iter().map(|h| h.level).collect(),
             arch: report.arch.clone(),
             source: source.to_string(),
+            kvm_left_out: report.kvm_left_out.clone(),
         })
     }
 }

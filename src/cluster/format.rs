@@ -41,8 +41,10 @@ pub fn render(report: &ClusterReport, format: BaselineFormat) -> String {
 
 /// The JSON object of a report: `arch`, `model`, `vendor`, `require`, `disable`, `level`,
 /// `hosts` (each `name`, `source`, `level`, `lacks`: level name → missing features) and
-/// `groups` (lists of host names). `model`, `vendor` and `level` are null when there is none
-/// (off x86; `vendor` also when the hosts' vendors differ or one names none).
+/// `groups` (lists of host names); `kvm_left_out` (`features`, `hosts`) only when features KVM
+/// never gives a guest were left out ([`ClusterReport::kvm_left_out`]). `model`, `vendor` and
+/// `level` are null when there is none (off x86; `vendor` also when the hosts' vendors differ or
+/// one names none).
 #[must_use]
 pub fn json(report: &ClusterReport) -> serde_json::Value {
     let b = report.baseline.as_ref();
@@ -64,7 +66,7 @@ pub fn json(report: &ClusterReport) -> serde_json::Value {
             })
         })
         .collect();
-    serde_json::json!({
+    let mut v = serde_json::json!({
         "arch": report.arch,
         "model": b.map(|b| &b.cpu.model),
         "vendor": b.and_then(|b| b.cpu.vendor.as_ref()),
@@ -73,7 +75,13 @@ pub fn json(report: &ClusterReport) -> serde_json::Value {
         "level": level(report.level),
         "hosts": hosts,
         "groups": report.groups,
-    })
+    });
+    // Only when something was left out: the object of hosts that all have domcapabilities is
+    // what it was.
+    if let Some(k) = &report.kvm_left_out {
+        v["kvm_left_out"] = serde_json::json!({"features": k.features, "hosts": k.hosts});
+    }
+    v
 }
 
 /// One comment line naming the hosts and the level, for the config formats.
@@ -101,6 +109,9 @@ fn header(report: &ClusterReport, comment: &str) -> String {
             s,
             "{comment} {f} is migratable='no' in libvirt: guests with it cannot be live-migrated (virt-cpu-policy baseline --migratable leaves it out)"
         );
+    }
+    if let Some(k) = &report.kvm_left_out {
+        let _ = writeln!(s, "{comment} {}", k.sentence());
     }
     s
 }
@@ -297,6 +308,9 @@ fn notes(report: &ClusterReport) -> Vec<String> {
             "left out of {host}'s CPU: {} (not in {map}, an older libvirt's cpu_map: a host whose libvirt has it cannot give a guest these features, so the baseline holds none of them; libvirt's own cpu-baseline stops: \"Unknown CPU feature\")",
             features.join(", ")
         ));
+    }
+    if let Some(k) = &report.kvm_left_out {
+        notes.push(k.sentence());
     }
     for (host, n, some) in &report.model_limits {
         notes.push(format!(

@@ -14,7 +14,9 @@
 //! guest can move as well.
 
 use super::ClusterError;
-use super::baseline::{Baseline, BaselineOptions, InputCpu, Select, baseline, cpu_data};
+use super::baseline::{
+    Baseline, BaselineOptions, InputCpu, Select, baseline, cpu_data, leave_out_kvm_never,
+};
 use super::hosts::{ClusterHost, CpuOrigin};
 use crate::cpu::Level;
 use crate::libvirt::arch::is_x86;
@@ -88,6 +90,33 @@ pub struct ClusterReport {
     /// the other hosts' libvirts know that it does not, a few of them): from the models each
     /// host's domcapabilities list, usable or not.
     pub model_limits: Vec<(String, usize, Vec<String>)>,
+    /// The features KVM never gives a guest ([`crate::cpu::KVM_NEVER_GIVES`]) the hosts' common
+    /// CPU has, left out of the baseline because a host is known only by its physical CPU; None
+    /// when nothing was left out (always when every host has domcapabilities, whose
+    /// `host-model` never lists them).
+    pub kvm_left_out: Option<KvmLeftOut>,
+}
+
+/// What [`ClusterReport::kvm_left_out`] took out of a baseline, and because of which hosts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KvmLeftOut {
+    /// The features (libvirt names, map order): the baseline had them, a guest gets none.
+    pub features: Vec<String>,
+    /// The hosts known only by their physical CPU (`virsh capabilities` or a bare host `<cpu>`,
+    /// no domcapabilities `host-model`), in the order given.
+    pub hosts: Vec<String>,
+}
+
+impl KvmLeftOut {
+    /// One sentence for reports and explanations: the features, why, and the hosts.
+    #[must_use]
+    pub fn sentence(&self) -> String {
+        format!(
+            "left out of the baseline: {}: KVM never gives a guest these (Linux's KVM_GET_SUPPORTED_CPUID has none of them; libvirt calls a guest CPU requiring one incompatible: \"Host CPU does not provide required features\"), and host(s) {} are known only by their physical CPU (virsh capabilities), which lists them; give each host's virsh domcapabilities (a <hostFacts>) for a baseline of exactly what KVM gives",
+            self.features.join(", "),
+            self.hosts.join(", ")
+        )
+    }
 }
 
 impl ClusterReport {
@@ -152,6 +181,7 @@ pub fn analyze(
         cpu_map: None,
         left_out: Vec::new(),
         model_limits: model_limits(hosts),
+        kvm_left_out: None,
     };
     match (is_x86(&arch), map) {
         (true, Some(map)) => x86(&mut report, hosts, map, *opts)?,
@@ -204,7 +234,7 @@ fn x86(
             }
         })
         .collect();
-    let b = baseline(
+    let mut b = baseline(
         map,
         &inputs,
         &BaselineOptions {
@@ -229,6 +259,20 @@ fn x86(
         }
         e => e,
     })?;
+    let physical: Vec<String> = hosts
+        .iter()
+        .filter(|h| h.origin != Some(CpuOrigin::HostModel))
+        .map(|h| h.name.clone())
+        .collect();
+    if !physical.is_empty() {
+        let features = leave_out_kvm_never(map, &mut b);
+        if !features.is_empty() {
+            report.kvm_left_out = Some(KvmLeftOut {
+                features,
+                hosts: physical,
+            });
+        }
+    }
     report.features = b
         .effective_features(map)
         .into_iter()
@@ -480,5 +524,89 @@ mod tests {
         };
         let m = analyze(&xeon(), Some(&map), &opts).unwrap();
         assert!(m.non_migratable.is_empty() && !m.features.contains(&"invtsc".into()));
+    }
+
+    /// Hosts known only by their physical CPU: the features KVM never gives a guest go from the
+    /// baseline (required ones dropped, the model's own disabled), named with the hosts; with
+    /// domcapabilities nothing changes (their host-model lists none of them).
+    #[test]
+    #[cfg_attr(
+        not(vcp_shared_corpus),
+        ignore = "needs ../shared/corpus beside the checkout"
+    )]
+    fn kvm_never_features_are_left_out_for_physical_cpus_only() {
+        use crate::cpu::kvm_never_gives;
+        let root = corpus("");
+        let map = X86Map::load(&crate::testdata::cpu_map()).unwrap();
+        let data = root.join("libvirt-cputestdata");
+        let read = |files: &[&str]| {
+            let paths: Vec<PathBuf> = files.iter().map(|f| root.join(f)).collect();
+            let hosts = read_hosts(&paths).unwrap();
+            analyze(&hosts, Some(&map), &ClusterOptions::default()).unwrap()
+        };
+        // Two Core 2: libvirt's cpu-baseline says core2duo, whose own `monitor` KVM never gives.
+        let core2 = read(&[
+            "libvirt-cputestdata/x86_64-cpuid-Core2-Q9500-host.xml",
+            "libvirt-cputestdata/x86_64-cpuid-Core2-E6850-host.xml",
+        ]);
+        let base = core2.baseline.as_ref().unwrap();
+        assert_eq!(base.cpu.model, "core2duo");
+        assert_eq!(base.cpu.disable, ["monitor"]);
+        assert_eq!(base.cpu.require, ["ss", "vmx", "cx16", "pdcm", "lahf_lm"]);
+        let left = core2.kvm_left_out.as_ref().unwrap();
+        assert_eq!(
+            left.features,
+            [
+                "ds", "acpi", "ht", "tm", "pbe", "dtes64", "monitor", "ds_cpl", "est", "tm2",
+                "xtpr"
+            ]
+        );
+        assert_eq!(
+            left.hosts,
+            [
+                "x86_64-cpuid-Core2-Q9500-host",
+                "x86_64-cpuid-Core2-E6850-host"
+            ]
+        );
+        assert!(core2.features.iter().all(|f| !kvm_never_gives(f)));
+        assert!(core2.features.contains(&"vmx".to_string()));
+        // Every real CPU alone: nothing KVM never gives is left in its baseline.
+        let mut dropped = 0;
+        for e in std::fs::read_dir(&data).unwrap() {
+            let p = e.unwrap().path();
+            if !p.to_string_lossy().ends_with("-host.xml") {
+                continue;
+            }
+            let hosts = read_hosts(&[p]).unwrap();
+            // Some name models or features of a newer libvirt than this cpu_map's.
+            let Ok(r) = analyze(&hosts, Some(&map), &ClusterOptions::default()) else {
+                continue;
+            };
+            assert!(
+                r.features.iter().all(|f| !kvm_never_gives(f)),
+                "{:?}",
+                r.hosts[0].name
+            );
+            dropped += usize::from(r.kvm_left_out.is_some());
+        }
+        assert!(dropped >= 15, "{dropped}");
+        // Domcapabilities only, and a physical CPU beside one: nothing to leave out.
+        for files in [
+            &[
+                "libvirt-domaincapsdata/qemu_7.2.0-q35.x86_64.xml",
+                "libvirt-domaincapsdata/qemu_8.0.0.x86_64.xml",
+            ][..],
+            &[
+                "libvirt-cputestdata/x86_64-cpuid-Core2-E6850-host.xml",
+                "host-libvirt-9.0-qemu-7.2/domcapabilities-x86_64-q35-kvm.xml",
+            ][..],
+        ] {
+            let report = read(files);
+            assert!(report.kvm_left_out.is_none(), "{files:?}");
+            assert!(
+                report.features.iter().all(|f| !kvm_never_gives(f)),
+                "{files:?}"
+            );
+        }
     }
 }

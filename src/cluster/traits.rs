@@ -178,6 +178,9 @@ pub struct ClusterTraits {
     pub level: Option<Level>,
     /// Each host.
     pub hosts: Vec<HostTraits>,
+    /// What the cluster's CPU leaves out because hosts are known only by their physical CPU
+    /// ([`super::report::ClusterReport::kvm_left_out`]): said in a comment line.
+    pub kvm_left_out: Option<super::report::KvmLeftOut>,
 }
 
 /// Why a cluster has no traits to give.
@@ -240,6 +243,7 @@ pub fn cluster_traits(report: &ClusterReport) -> Result<ClusterTraits, TraitsErr
         cpu,
         level: report.level,
         hosts,
+        kvm_left_out: report.kvm_left_out.clone(),
     })
 }
 
@@ -249,13 +253,14 @@ fn yaml_string(s: &str) -> String {
 }
 
 /// The comment line that opens every document: the hosts it holds, then the cluster (all the
-/// hosts given) and its CPU.
+/// hosts given) and its CPU; a second one when the CPU leaves out features KVM never gives a
+/// guest (hosts known only by their physical CPU).
 fn header(t: &ClusterTraits, hosts: &[&HostTraits]) -> String {
     let names: Vec<&str> = hosts.iter().map(|h| h.name.as_str()).collect();
     let level = t
         .level
         .map_or_else(|| "no psABI level".to_string(), |l| l.to_string());
-    format!(
+    let mut s = format!(
         "# virt-cpu-policy traits of {}; cluster of {} {} host(s), CPU {} ({} features, fingerprint {}), {level}\n",
         names.join(", "),
         t.hosts.len(),
@@ -263,7 +268,13 @@ fn header(t: &ClusterTraits, hosts: &[&HostTraits]) -> String {
         t.cpu.model,
         t.cpu.features.len(),
         t.cpu.fingerprint(),
-    )
+    );
+    if let Some(k) = &t.kvm_left_out {
+        s.push_str("# ");
+        s.push_str(&k.sentence());
+        s.push('\n');
+    }
+    s
 }
 
 /// One Nova provider config document (schema 1.0; `[compute] provider_config_location`), a

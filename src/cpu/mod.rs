@@ -1,11 +1,14 @@
 //! What the tool knows of x86 guest CPUs besides libvirt's documents: the x86-64 psABI levels
 //! ([`Level`]), libvirt's spelling of feature names ([`normalize_feature`]) and QEMU's default
-//! model. The CPU models' contents are libvirt's cpu_map ([`crate::libvirt::cpu_map`]).
+//! model; the features KVM never gives a guest ([`KVM_NEVER_GIVES`]). The CPU models' contents
+//! are libvirt's cpu_map ([`crate::libvirt::cpu_map`]).
 
 mod features;
+mod kvm;
 mod level;
 
 pub use features::{is_known_x86_feature, normalize_feature};
+pub use kvm::{KVM_NEVER_GIVES, kvm_never_gives};
 pub use level::Level;
 
 /// The QEMU default CPU model libvirt uses when a domain names none, by guest arch (QEMU

@@ -304,7 +304,7 @@ fn baseline_policy_gives_guests_the_clusters_cpu() {
     assert!(!out.stdout.contains("avx2"), "{}", out.stdout);
     for needle in [
         format!(
-            "rule 'cluster cpu': <model>: (none) -> {model} (the cluster's baseline model, for 3 host(s): x86_64-cpuid-Xeon-E5-2650-v4-host, x86_64-cpuid-Core-i7-3770-host, x86_64-cpuid-Xeon-W3520-host from [host] cluster of policy {})",
+            "rule 'cluster cpu': <model>: (none) -> {model} (the cluster's baseline model, for 3 host(s): x86_64-cpuid-Xeon-E5-2650-v4-host, x86_64-cpuid-Core-i7-3770-host, x86_64-cpuid-Xeon-W3520-host from [host] cluster of policy {}; left out of the baseline: ds, acpi, ht, tm, pbe, dtes64, monitor, ds_cpl, est, tm2, xtpr: KVM never gives a guest these",
             s(&policy)
         ),
         format!(
@@ -345,6 +345,68 @@ fn baseline_policy_gives_guests_the_clusters_cpu() {
     let out2 = rewrite(&by_dir, &[]);
     out2.status(0);
     assert_eq!(out2.stdout, out.stdout);
+}
+
+/// Hosts known only by their physical CPU (libvirt's test CPUs are `virsh capabilities` CPUs):
+/// the cluster's CPU a guest gets holds none of the features KVM never gives a guest, the
+/// explanation says once which were left out and for which hosts, and a `ds` the domain itself
+/// requires goes too (libvirt would refuse to start it under KVM: "Host CPU does not provide
+/// required features: ds").
+#[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
+fn baseline_policy_leaves_out_what_kvm_never_gives() {
+    use virt_cpu_policy::cpu::KVM_NEVER_GIVES;
+    let (hosts, map) = three_hosts();
+    let t = Scratch::new("policy-baseline-kvm");
+    let policy = t.write("p.toml", baseline_policy(&hosts, ""));
+    let with_ds = KVM_GUEST.replace(
+        "<cpu>\n",
+        "<cpu mode='custom'>\n    <model>Nehalem</model>\n    <feature policy='require' name='ds'/>\n",
+    );
+    for (label, xml) in [("no CPU", KVM_GUEST.to_string()), ("ds required", with_ds)] {
+        let out = judge(
+            "rewrite",
+            &map,
+            &policy,
+            &["--explain"],
+            &t.write("g.xml", &xml),
+        );
+        out.status(0);
+        let (model, require, disable) = cpu_of(&out.stdout);
+        for f in KVM_NEVER_GIVES {
+            assert!(
+                !require.iter().any(|r| r == f),
+                "{label}: {f}\n{}",
+                out.stdout
+            );
+        }
+        assert_eq!(model, "Nehalem", "{label}");
+        assert!(disable.is_empty(), "{label}: {disable:?}");
+        assert_eq!(
+            require,
+            ["vme", "ss", "vmx", "pdcm", "rdtscp"],
+            "{label}: {}",
+            out.stdout
+        );
+        let said = "left out of the baseline: ds, acpi, ht, tm, pbe, dtes64, monitor, ds_cpl, est, tm2, xtpr: KVM never gives a guest these";
+        let hosts_said = "host(s) x86_64-cpuid-Xeon-E5-2650-v4-host, x86_64-cpuid-Core-i7-3770-host, x86_64-cpuid-Xeon-W3520-host are known only by their physical CPU";
+        // Said with the model the baseline gives; the guest that has it already is told why its
+        // ds goes.
+        if label == "no CPU" {
+            assert_eq!(out.stderr.matches(said).count(), 1, "{}", out.stderr);
+            assert!(out.stderr.contains(hosts_said), "{}", out.stderr);
+        } else {
+            assert!(
+                out.stderr.contains("'ds'")
+                    && out.stderr.contains("the cluster's baseline CPU lacks it"),
+                "{}",
+                out.stderr
+            );
+        }
+    }
 }
 
 #[test]

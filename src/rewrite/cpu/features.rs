@@ -97,11 +97,17 @@ pub(super) fn report_require_disable_conflicts(plan: &Plan, n: &mut Notes) {
 }
 
 /// ` (the cluster's baseline model, for N host(s): a, b from SOURCE)` when the plan's CPU is a
-/// cluster's baseline, else "".
+/// cluster's baseline, else ""; with `; left out of the baseline: ...` when features KVM never
+/// gives a guest were left out of it (hosts known only by their physical CPU).
 pub(super) fn cluster_why(plan: &Plan) -> String {
     plan.cluster.as_ref().map_or_else(String::new, |c| {
+        let left_out = c
+            .value
+            .kvm_left_out
+            .as_ref()
+            .map_or_else(String::new, |k| format!("; {}", k.sentence()));
         format!(
-            " (the cluster's baseline model, for {} from {})",
+            " (the cluster's baseline model, for {} from {}{left_out})",
             c.value.hosts_text(),
             c.value.source
         )
