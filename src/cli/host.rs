@@ -6,7 +6,7 @@ use crate::cpu::Level;
 use crate::host::{Host, Sourced};
 use crate::libvirt::capabilities::MachineType;
 use crate::libvirt::cpu::{CpuDef, FeaturePolicy};
-use crate::libvirt::domcaps::DomCaps;
+use crate::libvirt::domcaps::{DomCaps, Usable};
 use crate::policy::Policy;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -353,7 +353,7 @@ fn domcaps_text(host: &Host, d: &DomCaps) -> String {
             host_model_features(hm, FeaturePolicy::takes_away).len()
         );
     }
-    let usable = d.models.iter().filter(|(_, u)| *u).count();
+    let usable = d.models.iter().filter(|(_, u)| *u == Usable::Yes).count();
     let _ = writeln!(s, "  custom models: {usable} of {} usable", d.models.len());
     s
 }
@@ -404,7 +404,7 @@ pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
             json!({"arch": d.arch, "virt_type": d.virt_type, "machine": machine,
                    "vcpu_max": d.vcpu_max, "modes": d.modes, "host_model": hm,
                    "models": d.models.len(),
-                   "models_usable": d.models.iter().filter(|(_, u)| *u).count(),
+                   "models_usable": d.models.iter().filter(|(_, u)| *u == Usable::Yes).count(),
                    "source": d.source})
         })
         .collect();

@@ -28,15 +28,40 @@ pub struct DomCaps {
     /// ([`CpuType::Guest`], as `virsh hypervisor-cpu-compare` reads it), so a policy libvirt does
     /// not know refuses the document.
     pub host_model: Option<CpuDef>,
-    /// Custom models and whether each is `usable='yes'`, in document order; empty when the
-    /// `custom` mode is not supported.
-    pub models: Vec<(String, bool)>,
+    /// Custom models and their `usable` attribute, in document order; empty when the `custom`
+    /// mode is not supported.
+    pub models: Vec<(String, Usable)>,
     /// Per custom model, the features that block it (`<blockers model='M'><feature
     /// name='F'/>...`, libvirt 11.x; libvirt 9.0 writes none): the features of QEMU's model the
     /// accelerator lacks, libvirt's spellings.
     pub blockers: BTreeMap<String, Vec<String>>,
     /// The file it was read from.
     pub source: String,
+}
+
+/// A custom model's `usable` attribute in domcapabilities (libvirt's `virDomainCapsCPUUsable`:
+/// `unknown`, `yes`, `no`). libvirt says `unknown` where it cannot ask (every Arm model, QEMU
+/// without `query-cpu-definitions` usability); a missing or misspelt attribute reads as unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usable {
+    /// `usable='yes'`: the accelerator gives every feature of the model.
+    Yes,
+    /// `usable='no'`: it lacks some (the `<blockers>`, where libvirt lists them).
+    No,
+    /// `usable='unknown'`.
+    Unknown,
+}
+
+impl Usable {
+    /// The attribute's value as libvirt writes it.
+    #[must_use]
+    pub fn parse(v: Option<&str>) -> Usable {
+        match v {
+            Some("yes") => Usable::Yes,
+            Some("no") => Usable::No,
+            _ => Usable::Unknown,
+        }
+    }
 }
 
 impl DomCaps {
@@ -74,7 +99,7 @@ impl DomCaps {
                 CpuMode::Custom => {
                     for m in mode.children().filter(|n| is_libvirt_element(*n, "model")) {
                         if let Some(name) = text_of(m) {
-                            dc.models.push((name, m.attribute("usable") == Some("yes")));
+                            dc.models.push((name, Usable::parse(m.attribute("usable"))));
                         }
                     }
                     let blockers = mode
@@ -100,13 +125,22 @@ impl DomCaps {
         Ok(dc)
     }
 
-    /// `Some(usable)` when the custom model is listed.
+    /// `Some(usable)` when the custom model is listed `usable='yes'` or `'no'`; None when it is
+    /// not listed or libvirt does not know (`usable='unknown'`, every Arm model).
     #[must_use]
     pub fn model_usable(&self, model: &str) -> Option<bool> {
-        self.models
-            .iter()
-            .find(|(m, _)| m == model)
-            .map(|(_, u)| *u)
+        match self.models.iter().find(|(m, _)| m == model)?.1 {
+            Usable::Yes => Some(true),
+            Usable::No => Some(false),
+            Usable::Unknown => None,
+        }
+    }
+
+    /// Whether the custom model is listed at all, whatever its `usable`: a model QEMU offers
+    /// for this arch and virt type.
+    #[must_use]
+    pub fn lists_model(&self, model: &str) -> bool {
+        self.models.iter().any(|(m, _)| m == model)
     }
 
     /// The custom models `usable='yes'`, when the `custom` mode is supported (None: libvirt said
@@ -116,7 +150,7 @@ impl DomCaps {
         self.modes.contains(&CpuMode::Custom).then(|| {
             self.models
                 .iter()
-                .filter(|(_, usable)| *usable)
+                .filter(|(_, usable)| *usable == Usable::Yes)
                 .map(|(m, _)| m.clone())
                 .collect()
         })

@@ -231,8 +231,27 @@ fn unknown_name(facts: &DomainFacts<'_>, code: Code, what: String, fix: &str) ->
 }
 
 /// A custom model libvirt's cpu_map does not define: libvirt defines the domain and refuses to
-/// start it ("Unknown CPU model X", libvirt 9.0).
+/// start it ("Unknown CPU model X", libvirt 9.0). On ARM, libvirt's CPU driver has no models of
+/// its own to translate a name through (`virCPUTranslate` without a driver `translate`): a model
+/// the emulator does not offer (domcapabilities' custom models of the guest's arch and virt type)
+/// is refused at start: "this function is not supported by the connection driver: cannot
+/// translate CPU model maximum to a supported model" (virt-install 4.1's `--cpu maximum` on
+/// aarch64, seen on libvirt 7.0, 9.0, 11.3 and 12.8).
 fn check_model_known(model: &str, arch: &str, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
+    if crate::libvirt::arch::Arch::of(arch).is_arm() {
+        let Some(dc) = facts.domcaps else { return };
+        if dc.modes.contains(&CpuMode::Custom) && !dc.models.is_empty() && !dc.lists_model(model) {
+            out.push(Finding::error(
+                Code::CpuModelUnknown,
+                format!(
+                    "CPU model '{model}' is not one this emulator offers for {arch} ({}): libvirt refuses to start the guest (\"cannot translate CPU model {model} to a supported model\")",
+                    dc.source
+                ),
+                "use a model `virsh domcapabilities --arch ARCH --virttype TYPE` lists under <mode name='custom'>, or mode='host-passthrough' (KVM) / mode='maximum' (TCG)",
+            ));
+        }
+        return;
+    }
     if is_x86(arch) && facts.model_features(model).is_none() {
         out.push(unknown_name(
             facts,
