@@ -13,6 +13,8 @@
 //! come from the policy ([`POLICY_CODES`]) are not a question of the host: libvirt keeps the
 //! guest's CPU on migrate and restore anyway.
 
+pub mod group;
+
 use crate::cluster::compare::{Compatibility, compare, guest_cpu};
 use crate::cluster::hosts::ClusterHost;
 use crate::domain::Domain;

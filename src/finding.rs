@@ -132,6 +132,10 @@ pub enum Code {
     NumaOverlap,
     /// `numa-vcpus`: A NUMA cell names a vCPU past the maximum.
     NumaVcpus,
+    /// `passthrough-group`: The fleet: a running `host-passthrough` guest would leave its
+    /// migration group (the hosts of the same CPU as its source host), or its source host or a
+    /// host's CPU is not known ([`crate::destination::group`]).
+    PassthroughGroup,
     /// `policy-conflict`: The policy requires and disables the same feature, or disables one its
     /// level needs.
     PolicyConflict,
@@ -179,7 +183,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 63] = [
+    pub const ALL: [Code; 64] = [
         Code::ClusterFeature,
         Code::ClusterLevel,
         Code::CpuAttributeInvalid,
@@ -226,6 +230,7 @@ impl Code {
         Code::NumaInvalid,
         Code::NumaOverlap,
         Code::NumaVcpus,
+        Code::PassthroughGroup,
         Code::PolicyConflict,
         Code::TcgCheckFull,
         Code::TcgCpuMissing,
@@ -295,6 +300,7 @@ impl Code {
             Code::NumaInvalid => "numa-invalid",
             Code::NumaOverlap => "numa-overlap",
             Code::NumaVcpus => "numa-vcpus",
+            Code::PassthroughGroup => "passthrough-group",
             Code::PolicyConflict => "policy-conflict",
             Code::TcgCheckFull => "tcg-check-full",
             Code::TcgEim => "tcg-eim",

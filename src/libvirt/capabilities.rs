@@ -36,6 +36,11 @@ pub struct MachineType {
 pub struct Capabilities {
     /// `<host><cpu>`, read as a host CPU ([`CpuType::Host`]); None when the document has none.
     pub host_cpu: Option<CpuDef>,
+    /// The host CPU's `<signature family model stepping>` as "family F model M stepping S"
+    /// (libvirt 7.x and later write it for x86; 7.0 on Debian 11 does not); None when absent.
+    pub host_signature: Option<String>,
+    /// The host CPU's `<microcode version>`; None when absent (libvirt writes it for x86).
+    pub host_microcode: Option<String>,
     /// The machine types of every `<guest><arch>`: `<machine maxCpus='N' [canonical='...']>NAME`,
     /// listed for every virt type, or under a `<domain type=...>` for that one.
     pub machines: Vec<MachineType>,
@@ -47,8 +52,21 @@ impl Capabilities {
     /// # Errors
     /// A host CPU libvirt refuses ([`CpuDef::read_as`]), the reason prefixed with `<host><cpu>`.
     pub fn read(root: Node<'_, '_>, source: &str) -> Result<Capabilities, String> {
-        let host_cpu = child(root, "host")
-            .and_then(|h| child(h, "cpu"))
+        let cpu_node = child(root, "host").and_then(|h| child(h, "cpu"));
+        let host_signature = cpu_node.and_then(|c| child(c, "signature")).map(|s| {
+            let a = |n: &str| s.attribute(n).unwrap_or("?").to_string();
+            format!(
+                "family {} model {} stepping {}",
+                a("family"),
+                a("model"),
+                a("stepping")
+            )
+        });
+        let host_microcode = cpu_node
+            .and_then(|c| child(c, "microcode"))
+            .and_then(|m| m.attribute("version"))
+            .map(str::to_string);
+        let host_cpu = cpu_node
             .map(|c| CpuDef::read_as(c, CpuType::Host))
             .transpose()
             .map_err(|e| format!("<host><cpu>: {e}"))?;
@@ -86,7 +104,12 @@ impl Capabilities {
                 }
             }
         }
-        Ok(Capabilities { host_cpu, machines })
+        Ok(Capabilities {
+            host_cpu,
+            host_signature,
+            host_microcode,
+            machines,
+        })
     }
 
     /// The host CPU's arch (`<host><cpu><arch>`), when the document has a host CPU.

@@ -577,3 +577,171 @@ fn bad_fleet_input_is_exit_2_with_one_message() {
         assert!(out.stderr.contains(needle), "{needle}: {}", out.stderr);
     }
 }
+
+/// The `<guestFacts>` of `host`: each guest (name, state, its `<domain>`), persistent.
+fn guest_facts(host: &str, guests: &[(&str, &str, String)]) -> String {
+    let mut doc = format!("<guestFacts host='{host}'>\n");
+    for (name, state, domain) in guests {
+        doc.push_str(&format!(
+            "<guest name='{name}' state='{state}' persistent='yes'>\n{domain}\n</guest>\n"
+        ));
+    }
+    doc.push_str("</guestFacts>\n");
+    doc
+}
+
+/// A small diskless KVM guest of `arch` with `cpu` (a whole `<cpu>` element).
+fn kvm_guest(name: &str, arch: &str, machine: &str, cpu: &str) -> String {
+    guest(name, machine, cpu)
+        .replace("type='qemu'", "type='kvm'")
+        .replace("arch='x86_64'", &format!("arch='{arch}'"))
+        .replace("qemu-system-x86_64", &format!("qemu-system-{arch}"))
+}
+
+/// Every pair's reasons from `fleet --format json`: (guest, host) → [(code, message)].
+fn pair_reasons(out: &crate::harness::Output) -> BTreeMap<(String, String), Vec<(String, String)>> {
+    json(out)["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let reasons = p["reasons"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    (
+                        r["code"].as_str().unwrap().to_string(),
+                        r["message"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect();
+            let name = |k: &str| p[k].as_str().unwrap().to_string();
+            ((name("guest"), name("host")), reasons)
+        })
+        .collect()
+}
+
+/// A host-passthrough guest migrates only inside its group of identical CPUs, judged on real
+/// host CPUs (libvirt's CPU test data, each as `virsh capabilities` gives it, with libvirt
+/// 12.8's cpu_map): it may go to a second host of the same CPU, not to another Haswell-EP
+/// (one feature apart), a Skylake-SP or an AMD EPYC, each sentence naming both hosts and what
+/// differs; a stopped one starts anywhere (it takes that host's CPU); a running one of unknown
+/// source runs nowhere on a guess.
+#[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
+fn host_passthrough_guests_migrate_only_inside_their_group() {
+    let t = Scratch::new("fleet-passthrough");
+    let data = crate::harness::shared_corpus().join("libvirt-cputestdata");
+    std::fs::create_dir_all(t.path("hosts")).unwrap();
+    for (host, cpu) in [
+        ("e5-2650-v3", "Xeon-E5-2650-v3"),
+        ("e5-2650-v3-twin", "Xeon-E5-2650-v3"),
+        ("e5-2630-v3", "Xeon-E5-2630-v3"),
+        ("gold-6148", "Xeon-Gold-6148"),
+        ("epyc-7601", "EPYC-7601-32-Core-ibpb"),
+    ] {
+        let text =
+            std::fs::read_to_string(data.join(format!("x86_64-cpuid-{cpu}-host.xml"))).unwrap();
+        let body = text
+            .trim_start()
+            .strip_prefix("<?xml")
+            .map_or(text.as_str(), |r| r.split_once("?>").unwrap().1);
+        t.write(
+            &format!("hosts/{host}.xml"),
+            format!("<capabilities><host>{body}</host></capabilities>\n"),
+        );
+    }
+    let pt = "<cpu mode='host-passthrough' check='none' migratable='on'/>";
+    t.write(
+        "e5.guests.xml",
+        guest_facts(
+            "e5-2650-v3",
+            &[
+                ("pt", "running", kvm_guest("pt", "x86_64", "pc-q35-7.2", pt)),
+                (
+                    "pt-stopped",
+                    "shutoff",
+                    kvm_guest("pt-stopped", "x86_64", "pc-q35-7.2", pt),
+                ),
+            ],
+        ),
+    );
+    // A running guest's status file alone: its host is unknown.
+    t.write(
+        "lone.xml",
+        format!(
+            "<domstatus state='running' pid='1'>{}</domstatus>",
+            kvm_guest("lone", "x86_64", "pc-q35-7.2", pt)
+        ),
+    );
+    let forky_map = s(&generation_facts("forky").join("cpu_map"));
+    let out = Cmd::new(&["fleet", "--format", "json", "--cpu-map", &forky_map])
+        .arg(s(&t.path("hosts")))
+        .arg(s(&t.path("e5.guests.xml")))
+        .arg(s(&t.path("lone.xml")))
+        .run();
+    out.status(1);
+    let got = pair_reasons(&out);
+    let group = |g: &str, h: &str| -> Option<String> {
+        got[&(g.to_string(), h.to_string())]
+            .iter()
+            .find(|(c, _)| c == "passthrough-group")
+            .map(|(_, m)| m.clone())
+    };
+    assert_eq!(group("pt", "e5-2650-v3"), None);
+    assert_eq!(group("pt", "e5-2650-v3-twin"), None);
+    assert!(got[&("pt".into(), "e5-2650-v3-twin".into())].is_empty());
+    let m = group("pt", "e5-2630-v3").unwrap();
+    assert!(
+        m.contains("e5-2650-v3 and e5-2630-v3 differ: features only on e5-2650-v3: zero-fcs-fds"),
+        "{m}"
+    );
+    let m = group("pt", "gold-6148").unwrap();
+    assert!(
+        m.contains("signature family 6 model 63 stepping 2 vs family 6 model 85 stepping 4")
+            && m.contains("features only on gold-6148: ")
+            && m.contains("avx512f"),
+        "{m}"
+    );
+    let m = group("pt", "epyc-7601").unwrap();
+    assert!(m.contains("vendor Intel vs AMD"), "{m}");
+    for h in ["e5-2650-v3", "e5-2630-v3", "gold-6148", "epyc-7601"] {
+        assert_eq!(group("pt-stopped", h), None, "a stopped guest on {h}");
+        let m = group("lone", h).unwrap();
+        assert!(m.contains("its source host is unknown"), "{m}");
+    }
+}
+
+/// The four generations share one physical CPU, which their libvirts name differently
+/// (`Broadwell-noTSX-IBRS` on 7.0 and 9.0, `Icelake-Server-v2` on 11.3 and 12.8, each listing
+/// the features its cpu_map knows): one migration group, so a running host-passthrough KVM guest
+/// may go to each of them.
+#[test]
+fn one_cpu_named_by_four_libvirts_is_one_group() {
+    let t = Scratch::new("fleet-passthrough-gens");
+    for g in GENERATIONS {
+        host_facts(&t, "hosts", g);
+    }
+    let pt = "<cpu mode='host-passthrough' check='none' migratable='on'/>";
+    t.write(
+        "trixie.guests.xml",
+        guest_facts(
+            "trixie",
+            &[("pt", "running", kvm_guest("pt", "x86_64", "pc-q35-5.2", pt))],
+        ),
+    );
+    let out = run_fleet(&[
+        "--format".into(),
+        "json".into(),
+        s(&t.path("hosts")),
+        s(&t.path("trixie.guests.xml")),
+    ]);
+    out.status(0);
+    for ((g, h), reasons) in pair_reasons(&out) {
+        assert!(reasons.is_empty(), "{g} on {h}: {reasons:?}");
+    }
+}
