@@ -22,6 +22,7 @@ pub mod format;
 pub mod guest;
 pub mod views;
 
+use crate::cluster::ClusterError;
 use crate::destination::group::{HostCpu, Source, passthrough_group};
 use crate::destination::{Arrival, CpuMapCache, judge};
 use crate::domain::Domain;
@@ -39,17 +40,11 @@ use std::rc::Rc;
 /// Bad input to the fleet: exit 2.
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
-    /// A file or directory that cannot be read, or is not UTF-8 XML.
+    /// A file or directory that cannot be read, or is not UTF-8 XML
+    /// ([`ClusterError::Input`]); a file that is XML but neither host nor guest facts, or facts
+    /// libvirt would refuse ([`ClusterError::Facts`]): the cluster's words for the same input.
     #[error(transparent)]
-    Input(#[from] crate::Error),
-    /// A file that is XML but neither host nor guest facts, or facts libvirt would refuse.
-    #[error("{}: {message}", .path.display())]
-    Facts {
-        /// The file.
-        path: PathBuf,
-        /// Why, one sentence.
-        message: String,
-    },
+    Cluster(#[from] ClusterError),
     /// The command names a host the facts do not hold.
     #[error("no host named '{0}' among the facts given")]
     UnknownHost(String),
@@ -68,6 +63,12 @@ pub enum FleetError {
         "no host facts among the files given (a <hostFacts>, capabilities or domcapabilities file is a host)"
     )]
     NoHosts,
+}
+
+impl From<crate::Error> for FleetError {
+    fn from(e: crate::Error) -> Self {
+        FleetError::Cluster(ClusterError::Input(e))
+    }
 }
 
 /// One reason a host cannot run a guest: a finding's code and sentence.
@@ -226,10 +227,8 @@ fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, FleetError> {
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
-            let list = crate::readfile::xml_entries(p).map_err(|e| FleetError::Facts {
-                path: p.clone(),
-                message: format!("cannot list the directory: {e}"),
-            })?;
+            let list = crate::readfile::xml_entries(p)
+                .map_err(|e| ClusterError::facts(p, &format!("cannot list the directory: {e}")))?;
             files.extend(list);
         } else {
             files.push(p.clone());
@@ -246,10 +245,7 @@ fn read_input(path: &Path) -> Result<Input, FleetError> {
     let text = crate::xml::decode(&bytes, &what)?;
     let doc = crate::xml::parse_xml(text, &what)?;
     let root = doc.root_element();
-    let facts = |message: String| FleetError::Facts {
-        path: path.to_owned(),
-        message,
-    };
+    let facts = |message: String| FleetError::from(ClusterError::facts(path, &message));
     let stem = || {
         path.file_name()
             .map(|n| n.to_string_lossy())
@@ -365,10 +361,9 @@ impl Fleet {
                 self.push_host(name, path.to_path_buf(), libvirt, facts, map_dir.as_deref())?;
                 Ok(self.hosts.len() - 1)
             }
-            Input::Guests(_) => Err(FleetError::Facts {
-                path: path.to_path_buf(),
-                message: "guest facts, where host facts were expected".into(),
-            }),
+            Input::Guests(_) => {
+                Err(ClusterError::facts(path, "guest facts, where host facts were expected").into())
+            }
         }
     }
 
@@ -577,10 +572,7 @@ fn remote_host(path: &Path, map_dir: Option<&Path>) -> Result<Host, FleetError> 
         map_dir.map(Path::to_path_buf),
         None,
     ))
-    .map_err(|e| FleetError::Facts {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })
+    .map_err(|e| ClusterError::facts(path, &e.to_string()).into())
 }
 
 /// The judge ([`crate::destination::judge`]) on one guest shape and one host: the reasons it

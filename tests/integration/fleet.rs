@@ -84,6 +84,26 @@ fn json(out: &crate::harness::Output) -> Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}\n{}", out.stdout, out.stderr))
 }
 
+/// The facts directory `dir` of `t` with the host facts of generations `gens`.
+fn hosts_dir(t: &Scratch, dir: &str, gens: &[&str]) -> PathBuf {
+    for g in gens {
+        host_facts(t, dir, g);
+    }
+    t.path(dir)
+}
+
+/// `fleet VIEW... --format json FACTS...` (with every generation's cpu_map and the packaged
+/// policy): its exit status checked, its JSON.
+#[track_caller]
+fn fleet_json(view: &[&str], facts: &[PathBuf], status: i32) -> Value {
+    let mut args: Vec<String> = view.iter().map(|a| a.to_string()).collect();
+    args.extend(["--format".to_string(), "json".to_string()]);
+    args.extend(facts.iter().map(|f| s(f)));
+    let out = run_fleet(&args);
+    out.status(status);
+    json(&out)
+}
+
 /// A guest (name, machine type, `<cpu>`) and the generations that refuse it, each with the code.
 type Case = (
     &'static str,
@@ -98,9 +118,7 @@ type Case = (
 #[test]
 fn each_generation_is_judged_with_its_own_facts() {
     let t = Scratch::new("fleet-gens");
-    for g in GENERATIONS {
-        host_facts(&t, "hosts", g);
-    }
+    let hosts = hosts_dir(&t, "hosts", &GENERATIONS);
     // (guest, machine, cpu, the generations that refuse it and the code).
     let cases: [Case; 12] = [
         (
@@ -197,14 +215,7 @@ fn each_generation_is_judged_with_its_own_facts() {
     for (name, machine, cpu, _) in &cases {
         t.write(&format!("guests/{name}.xml"), guest(name, machine, cpu));
     }
-    let out = run_fleet(&[
-        "--format".into(),
-        "json".into(),
-        s(&t.path("hosts")),
-        s(&t.path("guests")),
-    ]);
-    out.status(1);
-    let v = json(&out);
+    let v = fleet_json(&[], &[hosts.clone(), t.path("guests")], 1);
     assert_eq!(v["schema_version"], 1);
     let mut got: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for p in v["pairs"].as_array().unwrap() {
@@ -240,7 +251,7 @@ fn each_generation_is_judged_with_its_own_facts() {
         }
     }
     // The text matrix: a line per host with its counts.
-    let out = run_fleet(&[s(&t.path("hosts")), s(&t.path("guests"))]);
+    let out = run_fleet(&[s(&hosts), s(&t.path("guests"))]);
     out.status(1);
     let forky = out
         .stdout
@@ -263,9 +274,7 @@ fn each_generation_is_judged_with_its_own_facts() {
 #[test]
 fn drain_says_where_each_guest_can_go_and_exits_1_when_one_cannot_leave() {
     let t = Scratch::new("fleet-drain");
-    for g in GENERATIONS {
-        host_facts(&t, "hosts", g);
-    }
+    let hosts = hosts_dir(&t, "hosts", &GENERATIONS);
     let live = "<cpu mode='custom' match='exact' check='partial'><model fallback='forbid'>EPYC</model><vendor>AMD</vendor>\
                 <feature policy='require' name='pcommit'/><feature policy='require' name='avx2'/></cpu>";
     let domain = |name: &str, cpu: &str| {
@@ -283,7 +292,7 @@ fn drain_says_where_each_guest_can_go_and_exits_1_when_one_cannot_leave() {
         guest("plain", "pc-q35-5.2", "")
     );
     t.write("bookworm.guests.xml", doc);
-    let facts = [s(&t.path("hosts")), s(&t.path("bookworm.guests.xml"))];
+    let facts = [s(&hosts), s(&t.path("bookworm.guests.xml"))];
     let mut args = vec![
         "--drain".to_string(),
         "bookworm".into(),
@@ -417,23 +426,12 @@ fn drain_says_where_each_guest_can_go_and_exits_1_when_one_cannot_leave() {
 #[test]
 fn admit_judges_the_new_host_and_the_clusters_cpu() {
     let t = Scratch::new("fleet-admit");
-    for g in ["bullseye", "bookworm", "trixie"] {
-        host_facts(&t, "hosts", g);
-    }
+    let hosts = hosts_dir(&t, "hosts", &["bullseye", "bookworm", "trixie"]);
     let new = host_facts(&t, "new", "forky");
     std::fs::create_dir_all(t.path("guests")).unwrap();
     t.write("guests/old.xml", guest("old", "pc-i440fx-2.11", ""));
     t.write("guests/ok.xml", guest("ok", "pc-q35-5.2", ""));
-    let out = run_fleet(&[
-        "--admit".into(),
-        s(&new),
-        "--format".into(),
-        "json".into(),
-        s(&t.path("hosts")),
-        s(&t.path("guests")),
-    ]);
-    out.status(1);
-    let v = json(&out);
+    let v = fleet_json(&["--admit", &s(&new)], &[hosts, t.path("guests")], 1);
     assert_eq!(v["host"], "forky");
     let verdicts: BTreeMap<&str, &str> = v["pairs"]
         .as_array()
@@ -469,27 +467,20 @@ fn admit_judges_the_new_host_and_the_clusters_cpu() {
 #[test]
 fn upgrade_judges_a_hosts_guests_on_the_next_generation() {
     let t = Scratch::new("fleet-upgrade");
-    host_facts(&t, "hosts", "bookworm");
+    let hosts = hosts_dir(&t, "hosts", &["bookworm"]);
     let next = host_facts(&t, "next", "forky");
-    let doc = format!(
-        "<guestFacts host='bookworm'>\n<guest name='old' state='shutoff' persistent='yes'>\n{}\n</guest>\n\
-         <guest name='ok' state='shutoff' persistent='yes'>\n{}\n</guest>\n</guestFacts>\n",
-        guest("old", "pc-i440fx-2.11", ""),
-        guest("ok", "pc-q35-7.2", "")
+    let g = t.write(
+        "g.xml",
+        guest_facts(
+            "bookworm",
+            &[
+                ("old", "shutoff", guest("old", "pc-i440fx-2.11", "")),
+                ("ok", "shutoff", guest("ok", "pc-q35-7.2", "")),
+            ],
+        ),
     );
-    t.write("g.xml", doc);
-    let out = run_fleet(&[
-        "--upgrade".into(),
-        "bookworm".into(),
-        "--to".into(),
-        s(&next),
-        "--format".into(),
-        "json".into(),
-        s(&t.path("hosts")),
-        s(&t.path("g.xml")),
-    ]);
-    out.status(1);
-    let v = json(&out);
+    let to = ["--upgrade", "bookworm", "--to", &s(&next)];
+    let v = fleet_json(&to, &[hosts, g], 1);
     assert_eq!(v["to"], "bookworm (upgraded)");
     let g = v["guests"].as_array().unwrap();
     assert_eq!(g[0]["guest"], "old");
@@ -599,8 +590,8 @@ fn kvm_guest(name: &str, arch: &str, machine: &str, cpu: &str) -> String {
 }
 
 /// Every pair's reasons from `fleet --format json`: (guest, host) → [(code, message)].
-fn pair_reasons(out: &crate::harness::Output) -> BTreeMap<(String, String), Vec<(String, String)>> {
-    json(out)["pairs"]
+fn pair_reasons(v: &Value) -> BTreeMap<(String, String), Vec<(String, String)>> {
+    v["pairs"]
         .as_array()
         .unwrap()
         .iter()
@@ -685,7 +676,7 @@ fn host_passthrough_guests_migrate_only_inside_their_group() {
         .arg(s(&t.path("lone.xml")))
         .run();
     out.status(1);
-    let got = pair_reasons(&out);
+    let got = pair_reasons(&json(&out));
     let group = |g: &str, h: &str| -> Option<String> {
         got[&(g.to_string(), h.to_string())]
             .iter()
@@ -723,9 +714,7 @@ fn host_passthrough_guests_migrate_only_inside_their_group() {
 #[test]
 fn one_cpu_named_by_four_libvirts_is_one_group() {
     let t = Scratch::new("fleet-passthrough-gens");
-    for g in GENERATIONS {
-        host_facts(&t, "hosts", g);
-    }
+    let hosts = hosts_dir(&t, "hosts", &GENERATIONS);
     let pt = "<cpu mode='host-passthrough' check='none' migratable='on'/>";
     t.write(
         "trixie.guests.xml",
@@ -734,14 +723,8 @@ fn one_cpu_named_by_four_libvirts_is_one_group() {
             &[("pt", "running", kvm_guest("pt", "x86_64", "pc-q35-5.2", pt))],
         ),
     );
-    let out = run_fleet(&[
-        "--format".into(),
-        "json".into(),
-        s(&t.path("hosts")),
-        s(&t.path("trixie.guests.xml")),
-    ]);
-    out.status(0);
-    for ((g, h), reasons) in pair_reasons(&out) {
+    let v = fleet_json(&[], &[hosts, t.path("trixie.guests.xml")], 0);
+    for ((g, h), reasons) in pair_reasons(&v) {
         assert!(reasons.is_empty(), "{g} on {h}: {reasons:?}");
     }
 }
