@@ -23,6 +23,9 @@ pub enum Severity {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Code {
+    /// `arch-unsupported`: The destination's capabilities offer no guest of this arch and virt
+    /// type ("could not find capabilities for arch=... domaintype=...").
+    ArchUnsupported,
     /// `cluster-feature`: A feature the policy requires that not every host of the cluster has
     /// (`cpu.model = "baseline"`).
     ClusterFeature,
@@ -183,7 +186,8 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 64] = [
+    pub const ALL: [Code; 65] = [
+        Code::ArchUnsupported,
         Code::ClusterFeature,
         Code::ClusterLevel,
         Code::CpuAttributeInvalid,
@@ -301,6 +305,7 @@ impl Code {
             Code::NumaOverlap => "numa-overlap",
             Code::NumaVcpus => "numa-vcpus",
             Code::PassthroughGroup => "passthrough-group",
+            Code::ArchUnsupported => "arch-unsupported",
             Code::PolicyConflict => "policy-conflict",
             Code::TcgCheckFull => "tcg-check-full",
             Code::TcgEim => "tcg-eim",

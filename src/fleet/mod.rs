@@ -456,7 +456,9 @@ impl Fleet {
             self.verdicts.borrow_mut().insert(key, r.clone());
             r
         });
-        match self.group_reason(g, h) {
+        // A guest of an arch the host does not run has that one reason.
+        let other_arch = r.iter().any(|x| x.code == Code::ArchUnsupported);
+        match self.group_reason(g, h).filter(|_| !other_arch) {
             Some(reason) => {
                 let mut all = (*r).clone();
                 all.push(reason);

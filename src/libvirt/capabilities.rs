@@ -44,6 +44,9 @@ pub struct Capabilities {
     /// The machine types of every `<guest><arch>`: `<machine maxCpus='N' [canonical='...']>NAME`,
     /// listed for every virt type, or under a `<domain type=...>` for that one.
     pub machines: Vec<MachineType>,
+    /// The guests the host runs, (arch, virt type), one per `<guest><arch name><domain type>`:
+    /// libvirt refuses any other ("could not find capabilities for arch=... domaintype=...").
+    pub guest_types: Vec<(String, String)>,
 }
 
 impl Capabilities {
@@ -71,6 +74,7 @@ impl Capabilities {
             .transpose()
             .map_err(|e| format!("<host><cpu>: {e}"))?;
         let mut machines = Vec::new();
+        let mut guest_types = Vec::new();
         for guest in root.children().filter(|n| is_libvirt_element(*n, "guest")) {
             let Some(arch) = child(guest, "arch") else {
                 continue;
@@ -99,6 +103,9 @@ impl Capabilities {
             }
             for d in arch.children().filter(|n| is_libvirt_element(*n, "domain")) {
                 let vt = d.attribute("type");
+                if let Some(t) = vt {
+                    guest_types.push((arch_name.to_string(), t.to_string()));
+                }
                 for m in d.children().filter(|n| is_libvirt_element(*n, "machine")) {
                     push(m, vt);
                 }
@@ -109,6 +116,7 @@ impl Capabilities {
             host_signature,
             host_microcode,
             machines,
+            guest_types,
         })
     }
 

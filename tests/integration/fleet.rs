@@ -29,12 +29,7 @@ fn host_facts(t: &Scratch, dir: &str, g: &str) -> PathBuf {
         "domcapabilities-x86_64-q35-kvm.xml",
         "domcapabilities-x86_64-q35-qemu.xml",
     ] {
-        let text = std::fs::read_to_string(d.join(f)).unwrap();
-        let body = match text.trim_start().strip_prefix("<?xml") {
-            Some(rest) => rest.split_once("?>").unwrap().1.to_string(),
-            None => text,
-        };
-        doc.push_str(body.trim());
+        doc.push_str(&body(&d.join(f)));
         doc.push('\n');
     }
     doc.push_str("</hostFacts>\n");
@@ -635,12 +630,7 @@ fn host_passthrough_guests_migrate_only_inside_their_group() {
         ("gold-6148", "Xeon-Gold-6148"),
         ("epyc-7601", "EPYC-7601-32-Core-ibpb"),
     ] {
-        let text =
-            std::fs::read_to_string(data.join(format!("x86_64-cpuid-{cpu}-host.xml"))).unwrap();
-        let body = text
-            .trim_start()
-            .strip_prefix("<?xml")
-            .map_or(text.as_str(), |r| r.split_once("?>").unwrap().1);
+        let body = body(&data.join(format!("x86_64-cpuid-{cpu}-host.xml")));
         t.write(
             &format!("hosts/{host}.xml"),
             format!("<capabilities><host>{body}</host></capabilities>\n"),
@@ -727,4 +717,153 @@ fn one_cpu_named_by_four_libvirts_is_one_group() {
     for ((g, h), reasons) in pair_reasons(&v) {
         assert!(reasons.is_empty(), "{g} on {h}: {reasons:?}");
     }
+}
+
+/// The XML of file `path` without its `<?xml ...?>` declaration.
+fn body(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    match text.trim_start().strip_prefix("<?xml") {
+        Some(rest) => rest.split_once("?>").unwrap().1.trim().to_string(),
+        None => text.trim().to_string(),
+    }
+}
+
+/// aarch64 hosts and guests in one fleet with an x86 host, on real facts: two hosts of the
+/// Neoverse-N1 KVM host of virt-manager's test data (its capabilities and domcapabilities),
+/// one of libvirt's QEMU 11.0 `virt` domcapabilities only (no host CPU), and bookworm (libvirt
+/// 9.0, x86). `host-model` is not offered to aarch64 KVM guests (libvirt: "CPU mode
+/// 'host-model' for aarch64 kvm domain on aarch64 host is not supported by hypervisor"); a
+/// running host-passthrough guest goes only to the host of the same CPU, never on a guess to a
+/// host whose CPU its facts do not give; no guest runs on a host of another arch, for that one
+/// reason.
+#[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
+fn aarch64_hosts_and_guests_in_the_fleet() {
+    let t = Scratch::new("fleet-aarch64");
+    let c = crate::harness::shared_corpus();
+    let caps = body(&c.join("virt-manager/capabilities/kvm-aarch64.xml"));
+    let domcaps = body(&c.join("virt-manager/capabilities/kvm-aarch64-domcaps.xml"));
+    std::fs::create_dir_all(t.path("hosts")).unwrap();
+    for n in ["arm-1", "arm-2"] {
+        t.write(
+            &format!("hosts/{n}.xml"),
+            format!("<hostFacts name='{n}' libvirt='10.0.0'>\n{caps}\n{domcaps}\n</hostFacts>\n"),
+        );
+    }
+    let virt = body(&c.join("libvirt-domaincapsdata/qemu_11.0.0-virt.aarch64.xml"));
+    t.write(
+        "hosts/arm-3.xml",
+        format!("<hostFacts name='arm-3' libvirt='11.0.0'>\n{virt}\n</hostFacts>\n"),
+    );
+    let hosts = hosts_dir(&t, "hosts", &["bookworm"]);
+    let arm = |name: &str, cpu: &str| kvm_guest(name, "aarch64", "virt-8.2", cpu);
+    t.write(
+        "arm-1.guests.xml",
+        guest_facts(
+            "arm-1",
+            &[
+                (
+                    "a-pt",
+                    "running",
+                    arm("a-pt", "<cpu mode='host-passthrough' check='none'/>"),
+                ),
+                (
+                    "a-hm",
+                    "shutoff",
+                    arm("a-hm", "<cpu mode='host-model' check='partial'/>"),
+                ),
+                (
+                    "a-max",
+                    "running",
+                    arm("a-max", "<cpu mode='maximum' check='none'/>"),
+                ),
+            ],
+        ),
+    );
+    let x86 = |name: &str, cpu: &str| kvm_guest(name, "x86_64", "pc-q35-7.2", cpu);
+    t.write(
+        "bookworm.guests.xml",
+        guest_facts(
+            "bookworm",
+            &[
+                (
+                    "x-pt",
+                    "running",
+                    x86("x-pt", "<cpu mode='host-passthrough' check='none'/>"),
+                ),
+                (
+                    "x-hm",
+                    "running",
+                    x86("x-hm", "<cpu mode='host-model' check='partial'/>"),
+                ),
+            ],
+        ),
+    );
+    let facts = [
+        hosts,
+        t.path("arm-1.guests.xml"),
+        t.path("bookworm.guests.xml"),
+    ];
+    let got = pair_reasons(&fleet_json(&[], &facts, 1));
+    let codes = |g: &str, h: &str| -> Vec<String> {
+        got[&(g.to_string(), h.to_string())]
+            .iter()
+            .map(|(c, _)| c.clone())
+            .collect()
+    };
+    let message = |g: &str, h: &str| got[&(g.to_string(), h.to_string())][0].1.clone();
+    for h in ["arm-1", "arm-2", "arm-3"] {
+        assert_eq!(codes("a-hm", h), ["cpu-mode-unsupported"], "a-hm on {h}");
+        assert!(message("a-hm", h).contains("CPU mode 'host-model' for aarch64 kvm domain"));
+        assert!(
+            codes("a-max", h).is_empty(),
+            "a-max on {h}: {:?}",
+            codes("a-max", h)
+        );
+        for g in ["x-pt", "x-hm"] {
+            assert_eq!(codes(g, h), ["arch-unsupported"], "{g} on {h}");
+        }
+    }
+    assert!(
+        message("x-hm", "arm-1")
+            .contains("could not find capabilities for arch=x86_64 domaintype=kvm"),
+        "{}",
+        message("x-hm", "arm-1")
+    );
+    assert!(message("x-hm", "arm-3").contains("its domcapabilities offer aarch64 kvm"));
+    for g in ["a-pt", "a-hm", "a-max"] {
+        assert_eq!(
+            codes(g, "bookworm"),
+            ["arch-unsupported"],
+            "{g} on bookworm"
+        );
+    }
+    // host-passthrough on Arm: the same Neoverse-N1 is one group; a host whose CPU the facts
+    // do not give is not joined on a guess.
+    assert!(
+        codes("a-pt", "arm-2").is_empty(),
+        "{:?}",
+        codes("a-pt", "arm-2")
+    );
+    assert_eq!(codes("a-pt", "arm-3"), ["passthrough-group"]);
+    assert!(
+        message("a-pt", "arm-3").contains("the CPU of arm-3 is not known"),
+        "{}",
+        message("a-pt", "arm-3")
+    );
+    // Drain arm-1: the host-passthrough guest to arm-2 only, the maximum one to both others;
+    // the host-model one runs nowhere (exit 1).
+    let v = fleet_json(&["--drain", "arm-1"], &facts, 1);
+    let dest: BTreeMap<&str, &Value> = v["guests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["guest"].as_str().unwrap(), &g["destinations"]))
+        .collect();
+    assert_eq!(dest["a-pt"], &serde_json::json!(["arm-2"]));
+    assert_eq!(dest["a-max"], &serde_json::json!(["arm-2", "arm-3"]));
+    assert_eq!(dest["a-hm"], &serde_json::json!([]));
 }
