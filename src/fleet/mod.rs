@@ -415,10 +415,13 @@ impl Fleet {
         let next = self.shape_of.len();
         let shape = *self.shape_of.entry(key).or_insert_with_key(|k| {
             self.shapes.push(k.clone());
-            let passthrough = Domain::parse(&facts.domain, "guest facts").is_ok_and(|d| {
-                d.cpus().first().copied().and_then(crate::domain::cpu_mode)
-                    == Some(CpuMode::HostPassthrough)
-            });
+            // Parsed only when the text can be one: a fleet of thousands of shapes.
+            let maybe = facts.domain.contains("host-passthrough");
+            let passthrough = maybe
+                && Domain::parse(&facts.domain, "guest facts").is_ok_and(|d| {
+                    d.cpus().first().copied().and_then(crate::domain::cpu_mode)
+                        == Some(CpuMode::HostPassthrough)
+                });
             self.passthrough_shapes.push(passthrough);
             next
         });
