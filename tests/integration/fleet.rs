@@ -700,7 +700,7 @@ fn host_passthrough_guests_migrate_only_inside_their_group() {
 /// The four generations share one physical CPU, which their libvirts name differently
 /// (`Broadwell-noTSX-IBRS` on 7.0 and 9.0, `Icelake-Server-v2` on 11.3 and 12.8, each listing
 /// the features its cpu_map knows): one migration group, so a running host-passthrough KVM guest
-/// may go to each of them.
+/// may go to each of them (as real live migrations between them do: tests/fleet/migrate).
 #[test]
 fn one_cpu_named_by_four_libvirts_is_one_group() {
     let t = Scratch::new("fleet-passthrough-gens");
