@@ -116,6 +116,15 @@ impl ClusterError {
     pub fn is_incompatible(&self) -> bool {
         matches!(self, ClusterError::Incompatible(_))
     }
+
+    /// [`ClusterError::Facts`]: `path` is not the facts expected, `message` says why.
+    #[must_use]
+    pub fn facts(path: &std::path::Path, message: &str) -> ClusterError {
+        ClusterError::Facts {
+            path: path.to_owned(),
+            message: message.to_string(),
+        }
+    }
 }
 
 /// The cluster report of the hosts described by `paths` (files or directories of facts files),

@@ -13,6 +13,8 @@
 //! come from the policy ([`POLICY_CODES`]) are not a question of the host: libvirt keeps the
 //! guest's CPU on migrate and restore anyway.
 
+pub mod group;
+
 use crate::cluster::compare::{Compatibility, compare, guest_cpu};
 use crate::cluster::hosts::ClusterHost;
 use crate::domain::Domain;
@@ -100,6 +102,9 @@ pub enum CpuCompare {
 pub struct Judgement {
     /// Everything [`crate::validate::validate`] found, in its order.
     pub findings: Vec<Finding>,
+    /// An arch and virt type the host's capabilities do not offer at all ([`arch_missing`]):
+    /// then nothing else is said.
+    pub arch: Option<Finding>,
     /// A machine type the host's capabilities do not list for the guest's arch and virt type
     /// ([`machine_missing`]), when [`crate::validate::validate`] had nothing to say about it.
     pub machine: Option<Finding>,
@@ -112,9 +117,15 @@ impl Judgement {
     /// of libvirt's own rules, the host not reaching the guest's level, an unusable model when
     /// the CPUs could not be compared, and what TCG lacks for it likewise (when they could, the
     /// comparison, libvirt's own test, decides: a host-model guest arrives as a model with the
-    /// features it lacked disabled), then the CPU comparison. Empty: the guest runs there.
+    /// features it lacked disabled), then the CPU comparison. Empty: the guest runs there. An arch
+    /// the host does not offer is then the only reason.
     #[must_use]
     pub fn blocking(&self) -> Vec<&Finding> {
+        // A guest of an arch the host does not run: its machine type, modes and CPU were
+        // judged against facts of another arch, and say nothing more.
+        if let Some(a) = &self.arch {
+            return vec![a];
+        }
         let compared = !matches!(self.cpu, CpuCompare::NotCompared(_));
         let mut out: Vec<&Finding> = self.machine.iter().collect();
         // What the emulator's TCG lacks for the guest's CPU (`tcg-cpu-missing`) is the CPU
@@ -150,9 +161,45 @@ pub fn judge(
     let machine = (!already).then(|| machine_missing(&p.dom, host)).flatten();
     Judgement {
         findings,
+        arch: arch_missing(&p.dom, host),
         machine,
         cpu: compare_cpu(&p.dom, text, &p.facts, map, arrival),
     }
+}
+
+/// The guest's arch and virt type when the host's capabilities list guests and none of that
+/// arch and type (an x86_64 guest on an aarch64 host, a `kvm` guest of an arch the host only
+/// emulates): libvirt refuses the guest at define, "could not find capabilities for
+/// arch=x86_64 domaintype=kvm" (`virCapabilitiesDomainDataLookup`). Without capabilities, the
+/// host's domcapabilities: none of the guest's arch (the facts of an aarch64 host for an x86_64
+/// guest) is the same refusal. Nothing is said when the facts hold neither.
+#[must_use]
+pub fn arch_missing(dom: &Domain<'_>, host: &Host) -> Option<Finding> {
+    let (arch, vt) = (dom.arch(), dom.virt_type());
+    let (offered, from): (Vec<String>, &str) = if host.guest_types.is_empty() {
+        if host.domcaps.is_empty() || host.domcaps.iter().any(|d| d.arch == arch) {
+            return None;
+        }
+        let list = host
+            .domcaps
+            .iter()
+            .map(|d| format!("{} {}", d.arch, d.virt_type));
+        (list.collect(), "domcapabilities")
+    } else {
+        if host.guest_types.iter().any(|(a, t)| a == arch && t == vt) {
+            return None;
+        }
+        let list = host.guest_types.iter().map(|(a, t)| format!("{a} {t}"));
+        (list.collect(), "capabilities")
+    };
+    Some(Finding::error(
+        Code::ArchUnsupported,
+        format!(
+            "the host runs no {arch} {vt} guests (its {from} offer {}): libvirt refuses the guest (\"could not find capabilities for arch={arch} domaintype={vt}\")",
+            offered.join(", ")
+        ),
+        "run the guest on a host of its arch (a guest's arch never changes; under TCG, type='qemu', an emulated arch may be offered)",
+    ))
 }
 
 /// The guest's machine type when the host's capabilities list machine types for its arch and

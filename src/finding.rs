@@ -23,6 +23,9 @@ pub enum Severity {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Code {
+    /// `arch-unsupported`: The destination's capabilities offer no guest of this arch and virt
+    /// type ("could not find capabilities for arch=... domaintype=...").
+    ArchUnsupported,
     /// `cluster-feature`: A feature the policy requires that not every host of the cluster has
     /// (`cpu.model = "baseline"`).
     ClusterFeature,
@@ -133,6 +136,10 @@ pub enum Code {
     NumaOverlap,
     /// `numa-vcpus`: A NUMA cell names a vCPU past the maximum.
     NumaVcpus,
+    /// `passthrough-group`: The fleet: a running `host-passthrough` guest would leave its
+    /// migration group (the hosts of the same CPU as its source host), or its source host or a
+    /// host's CPU is not known ([`crate::destination::group`]).
+    PassthroughGroup,
     /// `policy-conflict`: The policy requires and disables the same feature, or disables one its
     /// level needs.
     PolicyConflict,
@@ -180,7 +187,8 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 63] = [
+    pub const ALL: [Code; 65] = [
+        Code::ArchUnsupported,
         Code::ClusterFeature,
         Code::ClusterLevel,
         Code::CpuAttributeInvalid,
@@ -227,6 +235,7 @@ impl Code {
         Code::NumaInvalid,
         Code::NumaOverlap,
         Code::NumaVcpus,
+        Code::PassthroughGroup,
         Code::PolicyConflict,
         Code::TcgCheckFull,
         Code::TcgCpuMissing,
@@ -296,6 +305,8 @@ impl Code {
             Code::NumaInvalid => "numa-invalid",
             Code::NumaOverlap => "numa-overlap",
             Code::NumaVcpus => "numa-vcpus",
+            Code::PassthroughGroup => "passthrough-group",
+            Code::ArchUnsupported => "arch-unsupported",
             Code::PolicyConflict => "policy-conflict",
             Code::TcgCheckFull => "tcg-check-full",
             Code::TcgEim => "tcg-eim",

@@ -173,15 +173,16 @@ pub fn read_hosts(paths: &[PathBuf]) -> Result<Vec<ClusterHost>, ClusterError> {
         let files = if path.is_dir() {
             // Every *.xml entry but guest facts is a host: one that cannot be read (a dangling link, a FIFO) is an
             // error below, never a host silently left out of the baseline.
-            let mut files = crate::readfile::xml_entries(path)
-                .map_err(|e| facts_error(path, &format!("cannot list the directory: {e}")))?;
+            let mut files = crate::readfile::xml_entries(path).map_err(|e| {
+                ClusterError::facts(path, &format!("cannot list the directory: {e}"))
+            })?;
             // A published directory holds each host's guests beside it: those are no host.
             files.retain(|f| {
                 !f.file_name()
                     .is_some_and(|n| n.to_string_lossy().ends_with(GUEST_FACTS_SUFFIX))
             });
             if files.is_empty() {
-                return Err(facts_error(
+                return Err(ClusterError::facts(
                     path,
                     "the directory holds no *.xml facts files",
                 ));
@@ -193,7 +194,7 @@ pub fn read_hosts(paths: &[PathBuf]) -> Result<Vec<ClusterHost>, ClusterError> {
         for file in files {
             let host = read_host(&file)?;
             if let Some(other) = hosts.iter().find(|h| h.name == host.name) {
-                return Err(facts_error(
+                return Err(ClusterError::facts(
                     &file,
                     &format!(
                         "names host '{}' as {} does already; one file per host",
@@ -233,7 +234,7 @@ pub fn read_host(path: &Path) -> Result<ClusterHost, ClusterError> {
         .unwrap_or_default();
     let mut host = ClusterHost::unnamed(path.to_owned());
     host.name = stem;
-    let fail = |message: String| facts_error(path, &message);
+    let fail = |message: String| ClusterError::facts(path, &message);
     match doc {
         Document::HostFacts(f) => {
             if let Some(n) = f.name {
@@ -270,12 +271,12 @@ pub fn read_host(path: &Path) -> Result<ClusterHost, ClusterError> {
         Document::QemuCaps(_) => {}
     }
     if host.arch.is_empty() {
-        return Err(facts_error(path, "names no arch"));
+        return Err(ClusterError::facts(path, "names no arch"));
     }
     // The name goes into comment lines of the toml, nova and cloudstack output: a newline there
     // would start a line of configuration taken from a file on shared storage.
     if host.name.chars().any(char::is_control) {
-        return Err(facts_error(
+        return Err(ClusterError::facts(
             path,
             &format!(
                 "the host name {:?} has a control character (a hostname has none)",
@@ -284,13 +285,6 @@ pub fn read_host(path: &Path) -> Result<ClusterHost, ClusterError> {
         ));
     }
     Ok(host)
-}
-
-fn facts_error(path: &Path, message: &str) -> ClusterError {
-    ClusterError::Facts {
-        path: path.to_owned(),
-        message: message.to_string(),
-    }
 }
 
 #[cfg(test)]

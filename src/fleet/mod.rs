@@ -22,10 +22,13 @@ pub mod format;
 pub mod guest;
 pub mod views;
 
+use crate::cluster::ClusterError;
+use crate::destination::group::{HostCpu, Source, passthrough_group};
 use crate::destination::{Arrival, CpuMapCache, judge};
 use crate::domain::Domain;
 use crate::finding::Code;
 use crate::host::{Host, HostOptions};
+use crate::libvirt::cpu::{CpuDef, CpuMode};
 use crate::libvirt::version::LibvirtVersion;
 use crate::pipeline::Pipeline;
 use crate::policy::Policy;
@@ -37,17 +40,11 @@ use std::rc::Rc;
 /// Bad input to the fleet: exit 2.
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
-    /// A file or directory that cannot be read, or is not UTF-8 XML.
+    /// A file or directory that cannot be read, or is not UTF-8 XML
+    /// ([`ClusterError::Input`]); a file that is XML but neither host nor guest facts, or facts
+    /// libvirt would refuse ([`ClusterError::Facts`]): the cluster's words for the same input.
     #[error(transparent)]
-    Input(#[from] crate::Error),
-    /// A file that is XML but neither host nor guest facts, or facts libvirt would refuse.
-    #[error("{}: {message}", .path.display())]
-    Facts {
-        /// The file.
-        path: PathBuf,
-        /// Why, one sentence.
-        message: String,
-    },
+    Cluster(#[from] ClusterError),
     /// The command names a host the facts do not hold.
     #[error("no host named '{0}' among the facts given")]
     UnknownHost(String),
@@ -66,6 +63,12 @@ pub enum FleetError {
         "no host facts among the files given (a <hostFacts>, capabilities or domcapabilities file is a host)"
     )]
     NoHosts,
+}
+
+impl From<crate::Error> for FleetError {
+    fn from(e: crate::Error) -> Self {
+        FleetError::Cluster(ClusterError::Input(e))
+    }
 }
 
 /// One reason a host cannot run a guest: a finding's code and sentence.
@@ -100,6 +103,10 @@ pub struct FleetGuest {
     shape: usize,
 }
 
+/// A `passthrough-group` question: the guest's shape, its source (None: unknown; `Err`: a host
+/// without facts, by name; `Ok`: a host class), the destination's class.
+type GroupKey = (usize, Option<Result<usize, String>>, usize);
+
 /// The verdicts judged so far, by (guest shape, host class).
 type Verdicts = HashMap<(usize, usize), Rc<Vec<Reason>>>;
 
@@ -107,6 +114,48 @@ type Verdicts = HashMap<(usize, usize), Rc<Vec<Reason>>>;
 struct HostClass {
     host: Host,
     map: Rc<CpuMapCache>,
+    /// Its capabilities' host CPU, as read.
+    caps_cpu: Option<CapsCpu>,
+    /// That CPU as a host-passthrough guest sees it, made on first use.
+    passthrough: std::cell::OnceCell<Result<HostCpu, String>>,
+}
+
+impl HostClass {
+    /// The host CPU a host-passthrough guest sees ([`HostCpu`]), or why it is not known.
+    fn passthrough_cpu(&self) -> Result<&HostCpu, &str> {
+        self.passthrough
+            .get_or_init(|| {
+                let c = self.caps_cpu.as_ref().ok_or(
+                    "its facts hold no capabilities host CPU (virsh capabilities' <host><cpu>)",
+                )?;
+                HostCpu::new(
+                    &c.cpu,
+                    c.signature.as_deref(),
+                    c.microcode.as_deref(),
+                    self.map.get().ok(),
+                )
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
+}
+
+/// A capabilities' `<host><cpu>` with its signature and microcode.
+#[derive(Debug, Clone)]
+struct CapsCpu {
+    cpu: CpuDef,
+    signature: Option<String>,
+    microcode: Option<String>,
+}
+
+impl CapsCpu {
+    fn of(c: &crate::libvirt::capabilities::Capabilities) -> Option<CapsCpu> {
+        Some(CapsCpu {
+            cpu: c.host_cpu.clone()?,
+            signature: c.host_signature.clone(),
+            microcode: c.host_microcode.clone(),
+        })
+    }
 }
 
 /// The fleet: hosts, guests, and what is needed to judge a pair.
@@ -117,6 +166,11 @@ pub struct Fleet {
     pub guests: Vec<FleetGuest>,
     classes: Vec<HostClass>,
     shapes: Vec<String>,
+    /// Per shape: whether its CPU is `host-passthrough` (its migration group matters).
+    passthrough_shapes: Vec<bool>,
+    /// The `passthrough-group` reason by (shape, source, destination class), its host names
+    /// as the markers [`SOURCE`] and [`DEST`].
+    groups: std::cell::RefCell<HashMap<GroupKey, Option<Reason>>>,
     /// The operator's policy: the models it pins (`admit`), its rewrite (`upgrade`).
     pub policy: Policy,
     /// No rule at all: guests are judged as they are.
@@ -162,6 +216,8 @@ enum Input {
         libvirt: Option<LibvirtVersion>,
         /// The facts without the host's name: hosts with the same are one class.
         key: String,
+        /// Its capabilities' host CPU.
+        cpu: Option<CapsCpu>,
     },
     Guests(Vec<GuestFacts>),
 }
@@ -171,10 +227,8 @@ fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, FleetError> {
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
-            let list = crate::readfile::xml_entries(p).map_err(|e| FleetError::Facts {
-                path: p.clone(),
-                message: format!("cannot list the directory: {e}"),
-            })?;
+            let list = crate::readfile::xml_entries(p)
+                .map_err(|e| ClusterError::facts(p, &format!("cannot list the directory: {e}")))?;
             files.extend(list);
         } else {
             files.push(p.clone());
@@ -191,10 +245,7 @@ fn read_input(path: &Path) -> Result<Input, FleetError> {
     let text = crate::xml::decode(&bytes, &what)?;
     let doc = crate::xml::parse_xml(text, &what)?;
     let root = doc.root_element();
-    let facts = |message: String| FleetError::Facts {
-        path: path.to_owned(),
-        message,
-    };
+    let facts = |message: String| FleetError::from(ClusterError::facts(path, &message));
     let stem = || {
         path.file_name()
             .map(|n| n.to_string_lossy())
@@ -216,13 +267,23 @@ fn read_input(path: &Path) -> Result<Input, FleetError> {
                 name: f.name.unwrap_or_else(stem),
                 libvirt: f.libvirt,
                 key: body.to_string(),
+                cpu: f.capabilities.as_ref().and_then(CapsCpu::of),
             })
         }
-        "capabilities" | "domainCapabilities" => Ok(Input::Host {
-            name: stem(),
-            libvirt: None,
-            key: text.to_string(),
-        }),
+        "capabilities" | "domainCapabilities" => {
+            let caps = if root.tag_name().name() == "capabilities" {
+                let c = crate::libvirt::capabilities::Capabilities::read(root, &what);
+                Some(c.map_err(facts)?)
+            } else {
+                None
+            };
+            Ok(Input::Host {
+                name: stem(),
+                libvirt: None,
+                key: text.to_string(),
+                cpu: caps.as_ref().and_then(CapsCpu::of),
+            })
+        }
         other => Err(facts(format!(
             "<{other}> is neither host facts (<hostFacts>, <capabilities>, <domainCapabilities>) nor guest facts (<guestFacts>, <domain>, <domstatus>)"
         ))),
@@ -243,6 +304,8 @@ impl Fleet {
             guests: Vec::new(),
             classes: Vec::new(),
             shapes: Vec::new(),
+            passthrough_shapes: Vec::new(),
+            groups: std::cell::RefCell::default(),
             policy,
             none: Policy {
                 rules: Vec::new(),
@@ -256,9 +319,14 @@ impl Fleet {
         };
         for path in expand(paths)? {
             match read_input(&path)? {
-                Input::Host { name, libvirt, key } => {
+                Input::Host {
+                    name,
+                    libvirt,
+                    key,
+                    cpu,
+                } => {
                     let map_dir = fleet.maps.for_host(&name);
-                    fleet.push_host(name, path, libvirt, key, map_dir.as_deref())?;
+                    fleet.push_host(name, path, libvirt, (key, cpu), map_dir.as_deref())?;
                 }
                 Input::Guests(list) => {
                     for facts in list {
@@ -285,16 +353,17 @@ impl Fleet {
                 name: own,
                 libvirt,
                 key,
+                cpu,
             } => {
                 let map_dir = self.maps.for_host(&own);
                 let name = name.map_or(own, str::to_string);
-                self.push_host(name, path.to_path_buf(), libvirt, key, map_dir.as_deref())?;
+                let facts = (key, cpu);
+                self.push_host(name, path.to_path_buf(), libvirt, facts, map_dir.as_deref())?;
                 Ok(self.hosts.len() - 1)
             }
-            Input::Guests(_) => Err(FleetError::Facts {
-                path: path.to_path_buf(),
-                message: "guest facts, where host facts were expected".into(),
-            }),
+            Input::Guests(_) => {
+                Err(ClusterError::facts(path, "guest facts, where host facts were expected").into())
+            }
         }
     }
 
@@ -303,7 +372,7 @@ impl Fleet {
         name: String,
         path: PathBuf,
         libvirt: Option<LibvirtVersion>,
-        key: String,
+        (key, caps_cpu): (String, Option<CapsCpu>),
         map_dir: Option<&Path>,
     ) -> Result<(), FleetError> {
         if let Some(other) = self.hosts.iter().find(|h| h.name == name) {
@@ -323,7 +392,12 @@ impl Fleet {
                 .entry(map_dir.map(Path::to_path_buf))
                 .or_insert_with(|| Rc::new(CpuMapCache::new(map_dir)))
                 .clone();
-            self.classes.push(HostClass { host, map });
+            self.classes.push(HostClass {
+                host,
+                map,
+                caps_cpu,
+                passthrough: std::cell::OnceCell::new(),
+            });
             self.class_of.insert(k, self.classes.len() - 1);
             self.classes.len() - 1
         };
@@ -341,6 +415,14 @@ impl Fleet {
         let next = self.shape_of.len();
         let shape = *self.shape_of.entry(key).or_insert_with_key(|k| {
             self.shapes.push(k.clone());
+            // Parsed only when the text can be one: a fleet of thousands of shapes.
+            let maybe = facts.domain.contains("host-passthrough");
+            let passthrough = maybe
+                && Domain::parse(&facts.domain, "guest facts").is_ok_and(|d| {
+                    d.cpus().first().copied().and_then(crate::domain::cpu_mode)
+                        == Some(CpuMode::HostPassthrough)
+                });
+            self.passthrough_shapes.push(passthrough);
             next
         });
         self.guests.push(FleetGuest { facts, shape });
@@ -358,24 +440,87 @@ impl Fleet {
     }
 
     /// Why host `h` cannot run guest `g` (empty: it runs there). Judged once per (guest
-    /// shape, host class) and kept.
+    /// shape, host class) and kept; a running host-passthrough guest's migration group
+    /// ([`passthrough_group`]) depends on its source host too, and is added after.
     #[must_use]
     pub fn reasons(&self, g: usize, h: usize) -> Rc<Vec<Reason>> {
         let key = (self.guests[g].shape, self.hosts[h].class);
-        if let Some(r) = self.verdicts.borrow().get(&key) {
-            return r.clone();
+        let cached = self.verdicts.borrow().get(&key).cloned();
+        let r = cached.unwrap_or_else(|| {
+            let class = &self.classes[key.1];
+            let guest = &self.guests[g].facts;
+            let r = Rc::new(judge_shape(
+                &guest.domain,
+                &self.none,
+                &class.host,
+                &class.map,
+                arrival(guest.state),
+            ));
+            self.verdicts.borrow_mut().insert(key, r.clone());
+            r
+        });
+        // A guest of an arch the host does not run has that one reason.
+        let other_arch = r.iter().any(|x| x.code == Code::ArchUnsupported);
+        match self.group_reason(g, h).filter(|_| !other_arch) {
+            Some(reason) => {
+                let mut all = (*r).clone();
+                all.push(reason);
+                Rc::new(all)
+            }
+            None => r,
         }
-        let class = &self.classes[key.1];
-        let guest = &self.guests[g].facts;
-        let r = Rc::new(judge_shape(
-            &guest.domain,
-            &self.none,
-            &class.host,
-            &class.map,
-            arrival(guest.state),
-        ));
-        self.verdicts.borrow_mut().insert(key, r.clone());
-        r
+    }
+
+    /// The `passthrough-group` reason of running guest `g` migrating to host `h`
+    /// ([`passthrough_group`]), judged once per (guest shape, source class, host class): hosts
+    /// of one class have the same CPU, and the names are put in after.
+    fn group_reason(&self, g: usize, h: usize) -> Option<Reason> {
+        let guest = &self.guests[g];
+        if !self.passthrough_shapes[guest.shape] || !running(guest) {
+            return None;
+        }
+        let src = guest.facts.host.as_deref();
+        let src_index = src.and_then(|n| self.hosts.iter().position(|x| x.name == n));
+        let dest = &self.hosts[h];
+        // The host itself: nothing moves.
+        if src_index == Some(h) {
+            return None;
+        }
+        let src_key = match (src, src_index) {
+            (None, _) => None,
+            (Some(n), None) => Some(Err(n.to_string())),
+            (Some(_), Some(i)) => Some(Ok(self.hosts[i].class)),
+        };
+        let key = (guest.shape, src_key, dest.class);
+        let named = |r: Option<Reason>| {
+            r.map(|r| Reason {
+                code: r.code,
+                message: r
+                    .message
+                    .replace(SOURCE, src.unwrap_or_default())
+                    .replace(DEST, &dest.name),
+            })
+        };
+        if let Some(r) = self.groups.borrow().get(&key) {
+            return named(r.clone());
+        }
+        let source = match (src, src_index) {
+            (None, _) => Source::Unknown,
+            (Some(n), None) => Source::Missing(n),
+            (Some(_), Some(i)) => {
+                Source::Host(SOURCE, self.classes[self.hosts[i].class].passthrough_cpu())
+            }
+        };
+        let dest_cpu = self.classes[dest.class].passthrough_cpu();
+        let r = Domain::parse(&guest.facts.domain, "guest facts")
+            .ok()
+            .and_then(|dom| passthrough_group(&dom, source, DEST, dest_cpu))
+            .map(|f| Reason {
+                code: f.code,
+                message: f.message,
+            });
+        self.groups.borrow_mut().insert(key, r.clone());
+        named(r)
     }
 
     /// The policy of no rule: what the judge uses (guests as they are).
@@ -405,6 +550,13 @@ impl Fleet {
     }
 }
 
+/// Stands for the source host's name in a kept `passthrough-group` reason (no host name has a
+/// control character).
+const SOURCE: &str = "\u{1}source\u{1}";
+
+/// Stands for the destination's name likewise.
+const DEST: &str = "\u{1}destination\u{1}";
+
 /// A guest's shape: its reduced domain without `<name>` and `<uuid>` lines.
 fn shape_key(domain: &str) -> String {
     domain
@@ -425,10 +577,7 @@ fn remote_host(path: &Path, map_dir: Option<&Path>) -> Result<Host, FleetError> 
         map_dir.map(Path::to_path_buf),
         None,
     ))
-    .map_err(|e| FleetError::Facts {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })
+    .map_err(|e| ClusterError::facts(path, &e.to_string()).into())
 }
 
 /// The judge ([`crate::destination::judge`]) on one guest shape and one host: the reasons it

@@ -57,6 +57,9 @@ pub struct Host {
     pub machines: Vec<MachineType>,
     /// domcapabilities documents.
     pub domcaps: Vec<DomCaps>,
+    /// The (arch, virt type) pairs of guests the capabilities given list
+    /// ([`crate::libvirt::capabilities::Capabilities::guest_types`]); empty without capabilities.
+    pub guest_types: Vec<(String, String)>,
     /// Files read, in order.
     pub files: Vec<String>,
     /// libvirt's QEMU capability cache, read lazily when a machine limit is needed.
@@ -244,6 +247,7 @@ impl Host {
             cpus: std::cell::OnceCell::new(),
             machines: Vec::new(),
             domcaps: Vec::new(),
+            guest_types: Vec::new(),
             files: Vec::new(),
             qemu_cache: QemuCache::new(match &opts.qemu_cache {
                 Some(p) if p.as_os_str().is_empty() => None,
@@ -373,6 +377,7 @@ impl Host {
                     self.caps_machine_files.push(file);
                 }
                 self.machines.extend(c.machines);
+                self.guest_types.extend(c.guest_types);
             }
             Document::QemuCaps(q) => self.machines.extend(q.machines),
             Document::DomCaps(d) => self.domcaps.push(*d),
@@ -383,8 +388,10 @@ impl Host {
                 {
                     self.caps_machine_files.push(file);
                 }
-                self.machines
-                    .extend(f.capabilities.into_iter().flat_map(|c| c.machines));
+                if let Some(c) = f.capabilities {
+                    self.machines.extend(c.machines);
+                    self.guest_types.extend(c.guest_types);
+                }
                 self.domcaps.extend(f.domcaps);
                 // The first file wins, as for machine types: `--caps` files come first.
                 if self.facts_version.is_none() {

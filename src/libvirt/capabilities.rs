@@ -36,9 +36,17 @@ pub struct MachineType {
 pub struct Capabilities {
     /// `<host><cpu>`, read as a host CPU ([`CpuType::Host`]); None when the document has none.
     pub host_cpu: Option<CpuDef>,
+    /// The host CPU's `<signature family model stepping>` as "family F model M stepping S"
+    /// (libvirt 7.x and later write it for x86; 7.0 on Debian 11 does not); None when absent.
+    pub host_signature: Option<String>,
+    /// The host CPU's `<microcode version>`; None when absent (libvirt writes it for x86).
+    pub host_microcode: Option<String>,
     /// The machine types of every `<guest><arch>`: `<machine maxCpus='N' [canonical='...']>NAME`,
     /// listed for every virt type, or under a `<domain type=...>` for that one.
     pub machines: Vec<MachineType>,
+    /// The guests the host runs, (arch, virt type), one per `<guest><arch name><domain type>`:
+    /// libvirt refuses any other ("could not find capabilities for arch=... domaintype=...").
+    pub guest_types: Vec<(String, String)>,
 }
 
 impl Capabilities {
@@ -47,12 +55,26 @@ impl Capabilities {
     /// # Errors
     /// A host CPU libvirt refuses ([`CpuDef::read_as`]), the reason prefixed with `<host><cpu>`.
     pub fn read(root: Node<'_, '_>, source: &str) -> Result<Capabilities, String> {
-        let host_cpu = child(root, "host")
-            .and_then(|h| child(h, "cpu"))
+        let cpu_node = child(root, "host").and_then(|h| child(h, "cpu"));
+        let host_signature = cpu_node.and_then(|c| child(c, "signature")).map(|s| {
+            let a = |n: &str| s.attribute(n).unwrap_or("?").to_string();
+            format!(
+                "family {} model {} stepping {}",
+                a("family"),
+                a("model"),
+                a("stepping")
+            )
+        });
+        let host_microcode = cpu_node
+            .and_then(|c| child(c, "microcode"))
+            .and_then(|m| m.attribute("version"))
+            .map(str::to_string);
+        let host_cpu = cpu_node
             .map(|c| CpuDef::read_as(c, CpuType::Host))
             .transpose()
             .map_err(|e| format!("<host><cpu>: {e}"))?;
         let mut machines = Vec::new();
+        let mut guest_types = Vec::new();
         for guest in root.children().filter(|n| is_libvirt_element(*n, "guest")) {
             let Some(arch) = child(guest, "arch") else {
                 continue;
@@ -81,12 +103,21 @@ impl Capabilities {
             }
             for d in arch.children().filter(|n| is_libvirt_element(*n, "domain")) {
                 let vt = d.attribute("type");
+                if let Some(t) = vt {
+                    guest_types.push((arch_name.to_string(), t.to_string()));
+                }
                 for m in d.children().filter(|n| is_libvirt_element(*n, "machine")) {
                     push(m, vt);
                 }
             }
         }
-        Ok(Capabilities { host_cpu, machines })
+        Ok(Capabilities {
+            host_cpu,
+            host_signature,
+            host_microcode,
+            machines,
+            guest_types,
+        })
     }
 
     /// The host CPU's arch (`<host><cpu><arch>`), when the document has a host CPU.

@@ -11,6 +11,7 @@
 //!   every code listed is one the source gives;
 //! * `docs/metrics.md` — the metrics `audit --format prometheus` and the daemon write;
 //! * `docs/journal.md` — the `MESSAGE_ID` of every kind of decision;
+//! * README.md's fleet examples (drain, admit, upgrade): each command run, its output compared;
 //! * every relative link of the Markdown files, and the heading its anchor names.
 
 use crate::golden::golden_cpu_map;
@@ -1204,4 +1205,74 @@ fn every_relative_link_resolves() {
     }
     assert!(checked > 50, "{checked} links");
     assert!(broken.is_empty(), "{broken:#?}");
+}
+
+/// The worked examples of README.md's fleet section (drain, admit, upgrade): each `$ virt-cpu-policy
+/// ...` command of a `console` block (`\` continues a line) is run in `tests/data`, as the
+/// section says, and what it writes (stdout, then stderr) must be the lines under it, and
+/// `$ echo $?` its exit code: an example that no longer matches the binary fails here.
+#[test]
+fn readme_fleet_examples_are_the_binarys_output() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let sec = section(&readme, "Before acting: drain, admit, upgrade");
+    let data = root().join("tests/data");
+    let mut commands = 0;
+    let mut block: Option<Vec<&str>> = None;
+    for line in sec.lines() {
+        match (&mut block, line) {
+            (None, "```console") => block = Some(Vec::new()),
+            (Some(lines), "```") => {
+                commands += check_console(&data, lines);
+                block = None;
+            }
+            (Some(lines), l) => lines.push(l),
+            (None, _) => {}
+        }
+    }
+    assert_eq!(commands, 3, "the section shows drain, admit and upgrade");
+}
+
+/// Runs the commands of one `console` block's `lines` in `dir` and compares; returns how many.
+#[track_caller]
+fn check_console(dir: &Path, lines: &[&str]) -> usize {
+    let mut runs = 0;
+    let mut i = 0;
+    let mut last: Option<Output> = None;
+    while i < lines.len() {
+        let Some(mut command) = lines[i].strip_prefix("$ ").map(str::to_string) else {
+            panic!("output without a command: {}", lines[i]);
+        };
+        i += 1;
+        while let Some(head) = command.strip_suffix('\\') {
+            command = format!("{head} {}", lines[i].trim());
+            i += 1;
+        }
+        let mut expected = String::new();
+        while i < lines.len() && !lines[i].starts_with("$ ") {
+            expected.push_str(lines[i]);
+            expected.push('\n');
+            i += 1;
+        }
+        if command == "echo $?" {
+            let out = last.as_ref().expect("echo $? after a command");
+            assert_eq!(
+                out.code.to_string(),
+                expected.trim(),
+                "exit code of the example"
+            );
+            continue;
+        }
+        let words: Vec<&str> = command.split_whitespace().collect();
+        assert_eq!(words[0], "virt-cpu-policy", "{command}");
+        let out = run_in(dir, &words[1..]);
+        assert_eq!(
+            format!("{}{}", out.stdout, out.stderr),
+            expected,
+            "README example `{command}` (run in {})",
+            dir.display()
+        );
+        last = Some(out);
+        runs += 1;
+    }
+    runs
 }

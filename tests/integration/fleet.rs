@@ -29,12 +29,7 @@ fn host_facts(t: &Scratch, dir: &str, g: &str) -> PathBuf {
         "domcapabilities-x86_64-q35-kvm.xml",
         "domcapabilities-x86_64-q35-qemu.xml",
     ] {
-        let text = std::fs::read_to_string(d.join(f)).unwrap();
-        let body = match text.trim_start().strip_prefix("<?xml") {
-            Some(rest) => rest.split_once("?>").unwrap().1.to_string(),
-            None => text,
-        };
-        doc.push_str(body.trim());
+        doc.push_str(&body(&d.join(f)));
         doc.push('\n');
     }
     doc.push_str("</hostFacts>\n");
@@ -84,6 +79,26 @@ fn json(out: &crate::harness::Output) -> Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}\n{}", out.stdout, out.stderr))
 }
 
+/// The facts directory `dir` of `t` with the host facts of generations `gens`.
+fn hosts_dir(t: &Scratch, dir: &str, gens: &[&str]) -> PathBuf {
+    for g in gens {
+        host_facts(t, dir, g);
+    }
+    t.path(dir)
+}
+
+/// `fleet VIEW... --format json FACTS...` (with every generation's cpu_map and the packaged
+/// policy): its exit status checked, its JSON.
+#[track_caller]
+fn fleet_json(view: &[&str], facts: &[PathBuf], status: i32) -> Value {
+    let mut args: Vec<String> = view.iter().map(|a| a.to_string()).collect();
+    args.extend(["--format".to_string(), "json".to_string()]);
+    args.extend(facts.iter().map(|f| s(f)));
+    let out = run_fleet(&args);
+    out.status(status);
+    json(&out)
+}
+
 /// A guest (name, machine type, `<cpu>`) and the generations that refuse it, each with the code.
 type Case = (
     &'static str,
@@ -98,9 +113,7 @@ type Case = (
 #[test]
 fn each_generation_is_judged_with_its_own_facts() {
     let t = Scratch::new("fleet-gens");
-    for g in GENERATIONS {
-        host_facts(&t, "hosts", g);
-    }
+    let hosts = hosts_dir(&t, "hosts", &GENERATIONS);
     // (guest, machine, cpu, the generations that refuse it and the code).
     let cases: [Case; 12] = [
         (
@@ -197,14 +210,7 @@ fn each_generation_is_judged_with_its_own_facts() {
     for (name, machine, cpu, _) in &cases {
         t.write(&format!("guests/{name}.xml"), guest(name, machine, cpu));
     }
-    let out = run_fleet(&[
-        "--format".into(),
-        "json".into(),
-        s(&t.path("hosts")),
-        s(&t.path("guests")),
-    ]);
-    out.status(1);
-    let v = json(&out);
+    let v = fleet_json(&[], &[hosts.clone(), t.path("guests")], 1);
     assert_eq!(v["schema_version"], 1);
     let mut got: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for p in v["pairs"].as_array().unwrap() {
@@ -240,7 +246,7 @@ fn each_generation_is_judged_with_its_own_facts() {
         }
     }
     // The text matrix: a line per host with its counts.
-    let out = run_fleet(&[s(&t.path("hosts")), s(&t.path("guests"))]);
+    let out = run_fleet(&[s(&hosts), s(&t.path("guests"))]);
     out.status(1);
     let forky = out
         .stdout
@@ -263,9 +269,7 @@ fn each_generation_is_judged_with_its_own_facts() {
 #[test]
 fn drain_says_where_each_guest_can_go_and_exits_1_when_one_cannot_leave() {
     let t = Scratch::new("fleet-drain");
-    for g in GENERATIONS {
-        host_facts(&t, "hosts", g);
-    }
+    let hosts = hosts_dir(&t, "hosts", &GENERATIONS);
     let live = "<cpu mode='custom' match='exact' check='partial'><model fallback='forbid'>EPYC</model><vendor>AMD</vendor>\
                 <feature policy='require' name='pcommit'/><feature policy='require' name='avx2'/></cpu>";
     let domain = |name: &str, cpu: &str| {
@@ -283,7 +287,7 @@ fn drain_says_where_each_guest_can_go_and_exits_1_when_one_cannot_leave() {
         guest("plain", "pc-q35-5.2", "")
     );
     t.write("bookworm.guests.xml", doc);
-    let facts = [s(&t.path("hosts")), s(&t.path("bookworm.guests.xml"))];
+    let facts = [s(&hosts), s(&t.path("bookworm.guests.xml"))];
     let mut args = vec![
         "--drain".to_string(),
         "bookworm".into(),
@@ -417,23 +421,12 @@ fn drain_says_where_each_guest_can_go_and_exits_1_when_one_cannot_leave() {
 #[test]
 fn admit_judges_the_new_host_and_the_clusters_cpu() {
     let t = Scratch::new("fleet-admit");
-    for g in ["bullseye", "bookworm", "trixie"] {
-        host_facts(&t, "hosts", g);
-    }
+    let hosts = hosts_dir(&t, "hosts", &["bullseye", "bookworm", "trixie"]);
     let new = host_facts(&t, "new", "forky");
     std::fs::create_dir_all(t.path("guests")).unwrap();
     t.write("guests/old.xml", guest("old", "pc-i440fx-2.11", ""));
     t.write("guests/ok.xml", guest("ok", "pc-q35-5.2", ""));
-    let out = run_fleet(&[
-        "--admit".into(),
-        s(&new),
-        "--format".into(),
-        "json".into(),
-        s(&t.path("hosts")),
-        s(&t.path("guests")),
-    ]);
-    out.status(1);
-    let v = json(&out);
+    let v = fleet_json(&["--admit", &s(&new)], &[hosts, t.path("guests")], 1);
     assert_eq!(v["host"], "forky");
     let verdicts: BTreeMap<&str, &str> = v["pairs"]
         .as_array()
@@ -469,27 +462,20 @@ fn admit_judges_the_new_host_and_the_clusters_cpu() {
 #[test]
 fn upgrade_judges_a_hosts_guests_on_the_next_generation() {
     let t = Scratch::new("fleet-upgrade");
-    host_facts(&t, "hosts", "bookworm");
+    let hosts = hosts_dir(&t, "hosts", &["bookworm"]);
     let next = host_facts(&t, "next", "forky");
-    let doc = format!(
-        "<guestFacts host='bookworm'>\n<guest name='old' state='shutoff' persistent='yes'>\n{}\n</guest>\n\
-         <guest name='ok' state='shutoff' persistent='yes'>\n{}\n</guest>\n</guestFacts>\n",
-        guest("old", "pc-i440fx-2.11", ""),
-        guest("ok", "pc-q35-7.2", "")
+    let g = t.write(
+        "g.xml",
+        guest_facts(
+            "bookworm",
+            &[
+                ("old", "shutoff", guest("old", "pc-i440fx-2.11", "")),
+                ("ok", "shutoff", guest("ok", "pc-q35-7.2", "")),
+            ],
+        ),
     );
-    t.write("g.xml", doc);
-    let out = run_fleet(&[
-        "--upgrade".into(),
-        "bookworm".into(),
-        "--to".into(),
-        s(&next),
-        "--format".into(),
-        "json".into(),
-        s(&t.path("hosts")),
-        s(&t.path("g.xml")),
-    ]);
-    out.status(1);
-    let v = json(&out);
+    let to = ["--upgrade", "bookworm", "--to", &s(&next)];
+    let v = fleet_json(&to, &[hosts, g], 1);
     assert_eq!(v["to"], "bookworm (upgraded)");
     let g = v["guests"].as_array().unwrap();
     assert_eq!(g[0]["guest"], "old");
@@ -576,4 +562,308 @@ fn bad_fleet_input_is_exit_2_with_one_message() {
         assert!(out.stdout.is_empty(), "{}", out.stdout);
         assert!(out.stderr.contains(needle), "{needle}: {}", out.stderr);
     }
+}
+
+/// The `<guestFacts>` of `host`: each guest (name, state, its `<domain>`), persistent.
+fn guest_facts(host: &str, guests: &[(&str, &str, String)]) -> String {
+    let mut doc = format!("<guestFacts host='{host}'>\n");
+    for (name, state, domain) in guests {
+        doc.push_str(&format!(
+            "<guest name='{name}' state='{state}' persistent='yes'>\n{domain}\n</guest>\n"
+        ));
+    }
+    doc.push_str("</guestFacts>\n");
+    doc
+}
+
+/// A small diskless KVM guest of `arch` with `cpu` (a whole `<cpu>` element).
+fn kvm_guest(name: &str, arch: &str, machine: &str, cpu: &str) -> String {
+    guest(name, machine, cpu)
+        .replace("type='qemu'", "type='kvm'")
+        .replace("arch='x86_64'", &format!("arch='{arch}'"))
+        .replace("qemu-system-x86_64", &format!("qemu-system-{arch}"))
+}
+
+/// Every pair's reasons from `fleet --format json`: (guest, host) → [(code, message)].
+fn pair_reasons(v: &Value) -> BTreeMap<(String, String), Vec<(String, String)>> {
+    v["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let reasons = p["reasons"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    (
+                        r["code"].as_str().unwrap().to_string(),
+                        r["message"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect();
+            let name = |k: &str| p[k].as_str().unwrap().to_string();
+            ((name("guest"), name("host")), reasons)
+        })
+        .collect()
+}
+
+/// A host-passthrough guest migrates only inside its group of identical CPUs, judged on real
+/// host CPUs (libvirt's CPU test data, each as `virsh capabilities` gives it, with libvirt
+/// 12.8's cpu_map): it may go to a second host of the same CPU, not to another Haswell-EP
+/// (one feature apart), a Skylake-SP or an AMD EPYC, each sentence naming both hosts and what
+/// differs; a stopped one starts anywhere (it takes that host's CPU); a running one of unknown
+/// source runs nowhere on a guess.
+#[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
+fn host_passthrough_guests_migrate_only_inside_their_group() {
+    let t = Scratch::new("fleet-passthrough");
+    let data = crate::harness::shared_corpus().join("libvirt-cputestdata");
+    std::fs::create_dir_all(t.path("hosts")).unwrap();
+    for (host, cpu) in [
+        ("e5-2650-v3", "Xeon-E5-2650-v3"),
+        ("e5-2650-v3-twin", "Xeon-E5-2650-v3"),
+        ("e5-2630-v3", "Xeon-E5-2630-v3"),
+        ("gold-6148", "Xeon-Gold-6148"),
+        ("epyc-7601", "EPYC-7601-32-Core-ibpb"),
+    ] {
+        let body = body(&data.join(format!("x86_64-cpuid-{cpu}-host.xml")));
+        t.write(
+            &format!("hosts/{host}.xml"),
+            format!("<capabilities><host>{body}</host></capabilities>\n"),
+        );
+    }
+    let pt = "<cpu mode='host-passthrough' check='none' migratable='on'/>";
+    t.write(
+        "e5.guests.xml",
+        guest_facts(
+            "e5-2650-v3",
+            &[
+                ("pt", "running", kvm_guest("pt", "x86_64", "pc-q35-7.2", pt)),
+                (
+                    "pt-stopped",
+                    "shutoff",
+                    kvm_guest("pt-stopped", "x86_64", "pc-q35-7.2", pt),
+                ),
+            ],
+        ),
+    );
+    // A running guest's status file alone: its host is unknown.
+    t.write(
+        "lone.xml",
+        format!(
+            "<domstatus state='running' pid='1'>{}</domstatus>",
+            kvm_guest("lone", "x86_64", "pc-q35-7.2", pt)
+        ),
+    );
+    let forky_map = s(&generation_facts("forky").join("cpu_map"));
+    let out = Cmd::new(&["fleet", "--format", "json", "--cpu-map", &forky_map])
+        .arg(s(&t.path("hosts")))
+        .arg(s(&t.path("e5.guests.xml")))
+        .arg(s(&t.path("lone.xml")))
+        .run();
+    out.status(1);
+    let got = pair_reasons(&json(&out));
+    let group = |g: &str, h: &str| -> Option<String> {
+        got[&(g.to_string(), h.to_string())]
+            .iter()
+            .find(|(c, _)| c == "passthrough-group")
+            .map(|(_, m)| m.clone())
+    };
+    assert_eq!(group("pt", "e5-2650-v3"), None);
+    assert_eq!(group("pt", "e5-2650-v3-twin"), None);
+    assert!(got[&("pt".into(), "e5-2650-v3-twin".into())].is_empty());
+    let m = group("pt", "e5-2630-v3").unwrap();
+    assert!(
+        m.contains("e5-2650-v3 and e5-2630-v3 differ: features only on e5-2650-v3: zero-fcs-fds"),
+        "{m}"
+    );
+    let m = group("pt", "gold-6148").unwrap();
+    assert!(
+        m.contains("signature family 6 model 63 stepping 2 vs family 6 model 85 stepping 4")
+            && m.contains("features only on gold-6148: ")
+            && m.contains("avx512f"),
+        "{m}"
+    );
+    let m = group("pt", "epyc-7601").unwrap();
+    assert!(m.contains("vendor Intel vs AMD"), "{m}");
+    for h in ["e5-2650-v3", "e5-2630-v3", "gold-6148", "epyc-7601"] {
+        assert_eq!(group("pt-stopped", h), None, "a stopped guest on {h}");
+        let m = group("lone", h).unwrap();
+        assert!(m.contains("its source host is unknown"), "{m}");
+    }
+}
+
+/// The four generations share one physical CPU, which their libvirts name differently
+/// (`Broadwell-noTSX-IBRS` on 7.0 and 9.0, `Icelake-Server-v2` on 11.3 and 12.8, each listing
+/// the features its cpu_map knows): one migration group, so a running host-passthrough KVM guest
+/// may go to each of them (as real live migrations between them do: tests/fleet/migrate).
+#[test]
+fn one_cpu_named_by_four_libvirts_is_one_group() {
+    let t = Scratch::new("fleet-passthrough-gens");
+    let hosts = hosts_dir(&t, "hosts", &GENERATIONS);
+    let pt = "<cpu mode='host-passthrough' check='none' migratable='on'/>";
+    t.write(
+        "trixie.guests.xml",
+        guest_facts(
+            "trixie",
+            &[("pt", "running", kvm_guest("pt", "x86_64", "pc-q35-5.2", pt))],
+        ),
+    );
+    let v = fleet_json(&[], &[hosts, t.path("trixie.guests.xml")], 0);
+    for ((g, h), reasons) in pair_reasons(&v) {
+        assert!(reasons.is_empty(), "{g} on {h}: {reasons:?}");
+    }
+}
+
+/// The XML of file `path` without its `<?xml ...?>` declaration.
+fn body(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    match text.trim_start().strip_prefix("<?xml") {
+        Some(rest) => rest.split_once("?>").unwrap().1.trim().to_string(),
+        None => text.trim().to_string(),
+    }
+}
+
+/// aarch64 hosts and guests in one fleet with an x86 host, on real facts: two hosts of the
+/// Neoverse-N1 KVM host of virt-manager's test data (its capabilities and domcapabilities),
+/// one of libvirt's QEMU 11.0 `virt` domcapabilities only (no host CPU), and bookworm (libvirt
+/// 9.0, x86). `host-model` is not offered to aarch64 KVM guests (libvirt: "CPU mode
+/// 'host-model' for aarch64 kvm domain on aarch64 host is not supported by hypervisor"); a
+/// running host-passthrough guest goes only to the host of the same CPU, never on a guess to a
+/// host whose CPU its facts do not give; no guest runs on a host of another arch, for that one
+/// reason.
+#[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
+fn aarch64_hosts_and_guests_in_the_fleet() {
+    let t = Scratch::new("fleet-aarch64");
+    let c = crate::harness::shared_corpus();
+    let caps = body(&c.join("virt-manager/capabilities/kvm-aarch64.xml"));
+    let domcaps = body(&c.join("virt-manager/capabilities/kvm-aarch64-domcaps.xml"));
+    std::fs::create_dir_all(t.path("hosts")).unwrap();
+    for n in ["arm-1", "arm-2"] {
+        t.write(
+            &format!("hosts/{n}.xml"),
+            format!("<hostFacts name='{n}' libvirt='10.0.0'>\n{caps}\n{domcaps}\n</hostFacts>\n"),
+        );
+    }
+    let virt = body(&c.join("libvirt-domaincapsdata/qemu_11.0.0-virt.aarch64.xml"));
+    t.write(
+        "hosts/arm-3.xml",
+        format!("<hostFacts name='arm-3' libvirt='11.0.0'>\n{virt}\n</hostFacts>\n"),
+    );
+    let hosts = hosts_dir(&t, "hosts", &["bookworm"]);
+    let arm = |name: &str, cpu: &str| kvm_guest(name, "aarch64", "virt-8.2", cpu);
+    t.write(
+        "arm-1.guests.xml",
+        guest_facts(
+            "arm-1",
+            &[
+                (
+                    "a-pt",
+                    "running",
+                    arm("a-pt", "<cpu mode='host-passthrough' check='none'/>"),
+                ),
+                (
+                    "a-hm",
+                    "shutoff",
+                    arm("a-hm", "<cpu mode='host-model' check='partial'/>"),
+                ),
+                (
+                    "a-max",
+                    "running",
+                    arm("a-max", "<cpu mode='maximum' check='none'/>"),
+                ),
+            ],
+        ),
+    );
+    let x86 = |name: &str, cpu: &str| kvm_guest(name, "x86_64", "pc-q35-7.2", cpu);
+    t.write(
+        "bookworm.guests.xml",
+        guest_facts(
+            "bookworm",
+            &[
+                (
+                    "x-pt",
+                    "running",
+                    x86("x-pt", "<cpu mode='host-passthrough' check='none'/>"),
+                ),
+                (
+                    "x-hm",
+                    "running",
+                    x86("x-hm", "<cpu mode='host-model' check='partial'/>"),
+                ),
+            ],
+        ),
+    );
+    let facts = [
+        hosts,
+        t.path("arm-1.guests.xml"),
+        t.path("bookworm.guests.xml"),
+    ];
+    let got = pair_reasons(&fleet_json(&[], &facts, 1));
+    let codes = |g: &str, h: &str| -> Vec<String> {
+        got[&(g.to_string(), h.to_string())]
+            .iter()
+            .map(|(c, _)| c.clone())
+            .collect()
+    };
+    let message = |g: &str, h: &str| got[&(g.to_string(), h.to_string())][0].1.clone();
+    for h in ["arm-1", "arm-2", "arm-3"] {
+        assert_eq!(codes("a-hm", h), ["cpu-mode-unsupported"], "a-hm on {h}");
+        assert!(message("a-hm", h).contains("CPU mode 'host-model' for aarch64 kvm domain"));
+        assert!(
+            codes("a-max", h).is_empty(),
+            "a-max on {h}: {:?}",
+            codes("a-max", h)
+        );
+        for g in ["x-pt", "x-hm"] {
+            assert_eq!(codes(g, h), ["arch-unsupported"], "{g} on {h}");
+        }
+    }
+    assert!(
+        message("x-hm", "arm-1")
+            .contains("could not find capabilities for arch=x86_64 domaintype=kvm"),
+        "{}",
+        message("x-hm", "arm-1")
+    );
+    assert!(message("x-hm", "arm-3").contains("its domcapabilities offer aarch64 kvm"));
+    for g in ["a-pt", "a-hm", "a-max"] {
+        assert_eq!(
+            codes(g, "bookworm"),
+            ["arch-unsupported"],
+            "{g} on bookworm"
+        );
+    }
+    // host-passthrough on Arm: the same Neoverse-N1 is one group; a host whose CPU the facts
+    // do not give is not joined on a guess.
+    assert!(
+        codes("a-pt", "arm-2").is_empty(),
+        "{:?}",
+        codes("a-pt", "arm-2")
+    );
+    assert_eq!(codes("a-pt", "arm-3"), ["passthrough-group"]);
+    assert!(
+        message("a-pt", "arm-3").contains("the CPU of arm-3 is not known"),
+        "{}",
+        message("a-pt", "arm-3")
+    );
+    // Drain arm-1: the host-passthrough guest to arm-2 only, the maximum one to both others;
+    // the host-model one runs nowhere (exit 1).
+    let v = fleet_json(&["--drain", "arm-1"], &facts, 1);
+    let dest: BTreeMap<&str, &Value> = v["guests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["guest"].as_str().unwrap(), &g["destinations"]))
+        .collect();
+    assert_eq!(dest["a-pt"], &serde_json::json!(["arm-2"]));
+    assert_eq!(dest["a-max"], &serde_json::json!(["arm-2", "arm-3"]));
+    assert_eq!(dest["a-hm"], &serde_json::json!([]));
 }

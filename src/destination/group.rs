@@ -1,0 +1,290 @@
+//! The migration group of a `host-passthrough` guest: the hosts whose CPU is the same as its
+//! source host's, the only ones it may live-migrate to.
+//!
+//! A `host-passthrough` guest sees its host's CPU as is (QEMU's `-cpu host`: every feature KVM
+//! gives, the model, family and stepping), and libvirt checks nothing on its migration: libvirt's
+//! domain format says such a migration "is dangerous if the source and destination hosts are not
+//! identical in both hardware, QEMU version, microcode version and configuration", and the guest
+//! "may hang or crash upon resuming execution on the destination host" (formatdomain.rst, CPU
+//! model and topology); libvirt's migration notes (kbase) add that the destination "must always
+//! expose a superset of the features" and that source and destination should be identical; Nova
+//! asks for identical CPUs, kernel and microcode for host-passthrough instances (its CPU models
+//! guide; Red Hat OpenStack's migration constraints: "the CPU of the source and destination
+//! Compute node must match exactly, such as instances that use CPU host passthrough").
+//!
+//! The group is decided from the facts each host publishes, its capabilities' `<host><cpu>`
+//! (the physical CPU as its libvirt decodes it, [`HostCpu`]): the same arch and vendor, the same
+//! `<signature>` (family, model, stepping) and `<microcode version>` when both hosts publish
+//! them (libvirt 7.0 writes no signature), and the same features. Two libvirts describe one CPU
+//! with different names (the four generations of the test rig, one physical CPU, say
+//! `Broadwell-noTSX-IBRS` on 7.0 and 9.0 and `Icelake-Server-v2` on 11.3 and 12.8), so on x86 a
+//! CPU is its model's features plus the listed ones, expanded through its own host's cpu_map,
+//! and only the features both hosts' cpu_maps define are compared (a feature one libvirt cannot
+//! name is no fact about its host); elsewhere (aarch64) the model and the listed features are
+//! compared as written. QEMU's version and the kernel are not part of the group: the facts
+//! hold no more of them than the machine types, which keep the device model, and on one CPU
+//! host-passthrough KVM guests migrate live between QEMU 5.2, 7.2, 10.0 and 11.1
+//! (tests/fleet/migrate).
+//!
+//! The features the guest's own `<cpu>` turns off (`policy='disable'` or `forbid`) are not the
+//! guest's, and are left out of the comparison; a running guest's live XML adds none (libvirt
+//! 9.0 writes `<cpu mode='host-passthrough' check='none' migratable='on'/>`).
+
+use crate::domain::Domain;
+use crate::finding::{Code, Finding};
+use crate::libvirt::cpu::{CpuDef, CpuMode, CpuType, FeaturePolicy};
+use crate::libvirt::cpu_map::x86::X86Map;
+use std::collections::BTreeSet;
+
+/// How many differing features of one host a sentence names.
+const FEATURES_SHOWN: usize = 8;
+
+/// A host's CPU as a host-passthrough guest sees it, from its capabilities' `<host><cpu>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostCpu {
+    /// `<arch>`.
+    pub arch: String,
+    /// `<vendor>`, when given.
+    pub vendor: Option<String>,
+    /// `<model>` as the host's libvirt names it.
+    pub model: Option<String>,
+    /// `<signature>` as "family F model M stepping S", when given.
+    pub signature: Option<String>,
+    /// `<microcode version>`, when given.
+    pub microcode: Option<String>,
+    /// Its features: on x86 with a cpu_map, the model's and the listed ones (the names the
+    /// host's cpu_map decodes its CPUID data to); else the listed ones.
+    pub features: BTreeSet<String>,
+    /// Every feature name the host's libvirt knows (its x86 cpu_map); None: not known, every
+    /// name is compared.
+    pub known: Option<BTreeSet<String>>,
+}
+
+impl HostCpu {
+    /// The CPU of a capabilities' `<host><cpu>` `cpu`, with its `<signature>` and `<microcode>`;
+    /// on x86 expanded through `map`, the host's own libvirt's cpu_map (features it does not
+    /// define are left out, as libvirt could never have listed them).
+    ///
+    /// # Errors
+    /// A sentence: no `<arch>`, or a model `map` does not define (the cpu_map given is not the
+    /// host's libvirt's).
+    pub fn new(
+        cpu: &CpuDef,
+        signature: Option<&str>,
+        microcode: Option<&str>,
+        map: Option<&X86Map>,
+    ) -> Result<HostCpu, String> {
+        let arch = cpu.arch.clone().ok_or("its host CPU names no <arch>")?;
+        let listed = || cpu.features.iter().map(|(f, _)| f.clone()).collect();
+        let (features, known) = match map.filter(|_| crate::libvirt::arch::is_x86(&arch)) {
+            Some(map) => {
+                let mut data = map.empty_data();
+                if let Some(m) = &cpu.model {
+                    let model = map.model(m).ok_or_else(|| {
+                        format!(
+                            "its host CPU model '{m}' is not in the cpu_map {} (not its libvirt's)",
+                            map.source().display()
+                        )
+                    })?;
+                    data.add(&model.data);
+                }
+                for f in cpu.features.iter().filter_map(|(f, _)| map.feature(f)) {
+                    data.add(&f.data);
+                }
+                let names = map.feature_names(&data).into_iter().map(str::to_string);
+                let known = map.features().iter().map(|f| f.name.clone()).collect();
+                (names.collect(), Some(known))
+            }
+            None => (listed(), None),
+        };
+        Ok(HostCpu {
+            arch,
+            vendor: cpu.vendor.clone(),
+            model: cpu.model.clone(),
+            signature: signature.map(str::to_string),
+            microcode: microcode.map(str::to_string),
+            features,
+            known,
+        })
+    }
+
+    /// How `other` differs from this CPU, each a phrase ("vendor Intel vs AMD", "features only
+    /// on A: x, y"), `own` the features the guest's `<cpu>` turns off (left out); `me` and `them`
+    /// name the hosts. Empty: the same CPU, one migration group.
+    #[must_use]
+    pub fn differences(
+        &self,
+        other: &HostCpu,
+        own: &BTreeSet<String>,
+        me: &str,
+        them: &str,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut differ = |what: &str, a: Option<&str>, b: Option<&str>, both: bool| {
+            if (both || (a.is_some() && b.is_some())) && a != b {
+                let v = |x: Option<&str>| x.unwrap_or("none").to_string();
+                out.push(format!("{what} {} vs {}", v(a), v(b)));
+            }
+        };
+        differ("arch", Some(&self.arch), Some(&other.arch), true);
+        differ(
+            "vendor",
+            self.vendor.as_deref(),
+            other.vendor.as_deref(),
+            true,
+        );
+        differ(
+            "signature",
+            self.signature.as_deref(),
+            other.signature.as_deref(),
+            false,
+        );
+        differ(
+            "microcode",
+            self.microcode.as_deref(),
+            other.microcode.as_deref(),
+            false,
+        );
+        // On x86 the model is a name its libvirt gave the CPUID data: compared through the
+        // features. Elsewhere it is the CPU's own name (`Neoverse-N1`).
+        if self.known.is_none() || other.known.is_none() {
+            differ("model", self.model.as_deref(), other.model.as_deref(), true);
+        }
+        let compared = |f: &&String| {
+            !own.contains(*f)
+                && self.known.as_ref().is_none_or(|k| k.contains(*f))
+                && other.known.as_ref().is_none_or(|k| k.contains(*f))
+        };
+        let only = |a: &HostCpu, b: &HostCpu| -> Vec<String> {
+            a.features
+                .difference(&b.features)
+                .filter(compared)
+                .cloned()
+                .collect()
+        };
+        for (host, list) in [(me, only(self, other)), (them, only(other, self))] {
+            // A few name the difference; two CPUs of other generations differ in dozens.
+            let more = list.len().saturating_sub(FEATURES_SHOWN);
+            if !list.is_empty() {
+                let shown = list[..list.len() - more].join(", ");
+                let tail = if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                };
+                out.push(format!("features only on {host}: {shown}{tail}"));
+            }
+        }
+        out
+    }
+}
+
+/// Where a guest comes from, for [`passthrough_group`].
+#[derive(Debug, Clone, Copy)]
+pub enum Source<'a> {
+    /// Its facts name no host.
+    Unknown,
+    /// Its facts name this host, whose facts are not among those given.
+    Missing(&'a str),
+    /// This host, and its CPU (or why it is not known).
+    Host(&'a str, Result<&'a HostCpu, &'a str>),
+}
+
+/// Whether guest `dom`, a running `host-passthrough` guest arriving by live migration from
+/// `source`, stays in its migration group on host `dest` (its CPU, or why it is not known):
+/// None when it does, or when the question does not arise (another mode, a guest that is
+/// started rather than migrated: it boots with the new host's CPU, or the source host itself);
+/// else the `passthrough-group` finding naming both hosts and what differs, or what is not
+/// known (a source host or a CPU the facts do not give: the pair is not said to run on a guess).
+#[must_use]
+pub fn passthrough_group(
+    dom: &Domain<'_>,
+    source: Source<'_>,
+    dest: &str,
+    dest_cpu: Result<&HostCpu, &str>,
+) -> Option<Finding> {
+    let cpu = dom.cpus().first().copied()?;
+    if crate::domain::cpu_mode(cpu) != Some(CpuMode::HostPassthrough) {
+        return None;
+    }
+    let rule = "a running host-passthrough guest sees its host's CPU as is and migrates only to a host of the same CPU (libvirt: between hosts not identical in hardware and microcode the guest may hang or crash)";
+    let error = |why: String| {
+        Finding::error(
+            Code::PassthroughGroup,
+            format!("{rule}: {why}"),
+            "migrate it to a host of its group (virt-cpu-policy baseline lists the groups of identical CPUs), or shut it down and start it there (a started host-passthrough guest takes that host's CPU)",
+        )
+    };
+    let (src, src_cpu) = match source {
+        Source::Unknown => {
+            return Some(error(format!(
+                "its source host is unknown (its facts name no host), so whether {dest}'s CPU is the same cannot be told (publish its facts with its host's: virt-cpu-policy facts --guests)"
+            )));
+        }
+        Source::Missing(h) => {
+            return Some(error(format!(
+                "its source host {h} has no facts among those given, so whether {dest}'s CPU is the same cannot be told"
+            )));
+        }
+        Source::Host(h, _) if h == dest => return None,
+        Source::Host(h, c) => (h, c),
+    };
+    let (s, d) = match (src_cpu, dest_cpu) {
+        (Ok(s), Ok(d)) => (s, d),
+        (Err(why), _) => return Some(error(format!("the CPU of {src} is not known: {why}"))),
+        (_, Err(why)) => return Some(error(format!("the CPU of {dest} is not known: {why}"))),
+    };
+    let own: BTreeSet<String> = CpuDef::read_as(cpu, CpuType::Guest)
+        .map(|c| {
+            c.features
+                .into_iter()
+                .filter(|(_, p)| matches!(p, FeaturePolicy::Disable | FeaturePolicy::Forbid))
+                .map(|(f, _)| f)
+                .collect()
+        })
+        .unwrap_or_default();
+    let diffs = s.differences(d, &own, src, dest);
+    (!diffs.is_empty()).then(|| {
+        error(format!(
+            "{src} and {dest} differ: {} (each host's capabilities host CPU)",
+            diffs.join("; ")
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(xml: &str) -> CpuDef {
+        let doc = roxmltree::Document::parse(xml).unwrap();
+        CpuDef::read_as(doc.root_element(), CpuType::Host).unwrap()
+    }
+
+    #[test]
+    fn arm_cpus_compare_by_model_and_features() {
+        let n1 = host(
+            "<cpu><arch>aarch64</arch><model>Neoverse-N1</model><vendor>ARM</vendor><feature name='fp'/><feature name='asimd'/></cpu>",
+        );
+        let v1 = host(
+            "<cpu><arch>aarch64</arch><model>Neoverse-V1</model><vendor>ARM</vendor><feature name='fp'/><feature name='sve'/></cpu>",
+        );
+        let a = HostCpu::new(&n1, None, None, None).unwrap();
+        let b = HostCpu::new(&v1, None, None, None).unwrap();
+        assert!(a.differences(&a, &BTreeSet::new(), "a", "b").is_empty());
+        assert_eq!(
+            a.differences(&b, &BTreeSet::new(), "a", "b"),
+            [
+                "model Neoverse-N1 vs Neoverse-V1",
+                "features only on a: asimd",
+                "features only on b: sve"
+            ]
+        );
+        // A feature the guest turns off is not its own.
+        let own = BTreeSet::from(["sve".to_string(), "asimd".to_string()]);
+        assert_eq!(
+            a.differences(&b, &own, "a", "b"),
+            ["model Neoverse-N1 vs Neoverse-V1"]
+        );
+    }
+}
