@@ -1769,10 +1769,141 @@ fn parallel_hooks_while_the_policy_is_replaced_atomically() {
         "parallel: {n_allow} allowed (warn), {n_refuse} refused (deny), {} policy swaps, {elapsed:?}",
         swaps.load(Ordering::SeqCst)
     );
+    // 50 hooks counted their decisions in one file at once: none lost, each under its kind.
+    assert_eq!(
+        counts(&t),
+        format!(
+            "hook-allowed 0\nhook-violation-allowed {n_allow}\nhook-violation-refused {n_refuse}\nhook-libvirt-refused 0\nhook-error-allowed 0\nhook-error-refused 0\n"
+        )
+    );
     assert!(
         elapsed < Duration::from_secs(60),
         "50 hooks took {elapsed:?}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Counting the decisions (snap/hook-decisions, for the daemon's metrics)
+// ---------------------------------------------------------------------------------------------
+
+/// The counts file's lines that are not comments (`KIND N`), or "" when there is none.
+fn counts(t: &Scratch) -> String {
+    std::fs::read_to_string(t.path("snap/hook-decisions"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// One run of each of the six kinds, as libvirt runs the binary: each counted once, in its own
+/// line; an operation the hook passes and a guest outside the policy's scope are not counted.
+#[test]
+fn every_kind_of_decision_is_counted_once() {
+    let t = Scratch::with_snap("count-kinds");
+    let deny = t.write("deny.toml", policy("enforce", "deny", "deny"));
+    let warn = t.write("warn.toml", policy("enforce", "warn", "allow"));
+    let hook = |p: &Path, name: &str, xml: String| {
+        t.hook(p, &[name, "prepare", "begin", "-"]).stdin(xml).run()
+    };
+    allowed(&hook(&deny, "g-ok", conforming("g-ok")));
+    allowed(&hook(&warn, "g-warn", cloudstack("g-warn")));
+    refused(
+        &hook(&deny, "g-deny", cloudstack("g-deny")),
+        "g-deny",
+        RULE,
+        &[],
+    );
+    let topo = conforming("g-topo").replace("<vcpu>2</vcpu>", "<vcpu>3</vcpu>");
+    refused(
+        &hook(&warn, "g-topo", topo),
+        "g-topo",
+        "libvirt: topology-mismatch",
+        &[],
+    );
+    allowed(&hook(&warn, "g-bad", "<domain".into()));
+    refused(
+        &hook(&deny, "g-bad", "<domain".into()),
+        "g-bad",
+        "[hook] on_error",
+        &[],
+    );
+    assert_eq!(
+        counts(&t),
+        "hook-allowed 1\nhook-violation-allowed 1\nhook-violation-refused 1\nhook-libvirt-refused 1\nhook-error-allowed 1\nhook-error-refused 1\n"
+    );
+    // Not judged, not logged, not counted: an operation the hook passes, a xen guest.
+    allowed(
+        &t.hook(&deny, &["g-ok", "stopped", "end", "-"])
+            .stdin(cloudstack("g-ok"))
+            .run(),
+    );
+    let xen = cloudstack("g-xen").replace("<domain type='kvm'>", "<domain type='xen'>");
+    allowed(&hook(&deny, "g-xen", xen));
+    allowed(&hook(&deny, "g-ok", conforming("g-ok")));
+    assert!(
+        counts(&t).starts_with("hook-allowed 2\nhook-violation-allowed 1\n"),
+        "{}",
+        counts(&t)
+    );
+    assert!(
+        !t.log().contains("decision count") && !t.log().contains("cannot count"),
+        "no warning about counting:\n{}",
+        t.log()
+    );
+}
+
+/// Counting never changes the answer: with a counts file that is not counts (replaced, a warning
+/// in the log) and with a state directory that cannot be made (nothing counted, a warning), the
+/// exit code and the one line on stderr are those of a run that counted.
+#[test]
+fn counting_problems_are_warnings_and_the_decision_stands() {
+    let t = Scratch::with_snap("count-broken");
+    let deny = t.write("deny.toml", policy("enforce", "deny", "deny"));
+    let run = |snap: &Path| {
+        Cmd::new(&["hook", "--policy"])
+            .arg(s(&deny))
+            .arg("--log-file")
+            .arg(s(&t.log_path()))
+            .arg("--snapshot-dir")
+            .arg(s(snap))
+            .args(&["g1", "prepare", "begin", "-"])
+            .stdin(cloudstack("g1"))
+            .run()
+    };
+    let good = run(&t.path("snap"));
+    let line = refused(&good, "g1", RULE, &[]);
+    assert_eq!(counts(&t).lines().nth(2), Some("hook-violation-refused 1"));
+    // A corrupt file: replaced by counts starting from this decision.
+    t.write(
+        "snap/hook-decisions",
+        "hook-violation-refused 41\nhook-allowed lots\n",
+    );
+    let out = run(&t.path("snap"));
+    assert_eq!((out.code, out.stderr.as_str()), (1, good.stderr.as_str()));
+    assert_eq!(
+        counts(&t),
+        "hook-allowed 0\nhook-violation-allowed 0\nhook-violation-refused 1\nhook-libvirt-refused 0\nhook-error-allowed 0\nhook-error-refused 0\n"
+    );
+    let log = t.log();
+    assert!(
+        log.contains("the hook's decision counts were replaced")
+            && log.contains("line 2: `lots` is not a count"),
+        "{log}"
+    );
+    // A state directory that cannot be made (its parent is a file): nothing counted.
+    t.write("notadir", "x");
+    let out = run(&t.path("notadir/snap"));
+    assert_eq!((out.code, out.stderr.trim_end()), (1, line.as_str()));
+    assert!(
+        t.log()
+            .contains("cannot count the hook's decision; the decision stands")
+    );
+    // A counts file that is a directory (the rename cannot replace it): the same.
+    let d = Scratch::with_snap("count-dir");
+    std::fs::create_dir_all(d.path("snap/hook-decisions/x")).unwrap();
+    let out = run(&d.path("snap"));
+    assert_eq!((out.code, out.stderr.trim_end()), (1, line.as_str()));
 }
 
 // ---------------------------------------------------------------------------------------------
