@@ -12,8 +12,8 @@
 //! `hook-libvirt-refused`, `hook-error-allowed`, `hook-error-refused`), `#` lines comments. It is
 //! read and replaced under an exclusive `flock(2)` on `hook-decisions.lock` beside it
 //! ([`crate::lockfile`]: libvirt starts guests in parallel, and no count may be lost) and written
-//! through [`crate::writefile::write_atomic`] (the daemon, reading without the lock, sees the old
-//! counts or the new ones, never half a file).
+//! through [`crate::writefile::write_atomic_unsynced`] (the daemon, reading without the lock,
+//! sees the old counts or the new ones, never half a file; not synced, as a guest start waits).
 //!
 //! Counting never changes the hook's answer: a state directory that cannot be made or written, a
 //! lock held longer than [`LOCK_WAIT`], or a file that does not read as counts ([`Corrupt`]) is a
@@ -211,7 +211,10 @@ pub fn count(state_dir: &Path, kind: Decision) -> Result<(Counts, Option<CountEr
         Err(e) => (Counts::default(), Some(e)),
     };
     counts.add(kind);
-    crate::writefile::write_atomic(&file, counts.render().as_bytes()).map_err(io(&file))?;
+    // Not synced: the sync cost milliseconds at every guest start (benches/hook.rs), and a crash
+    // of the machine can at worst leave an empty file, which reads as no counts (a counter reset).
+    crate::writefile::write_atomic_unsynced(&file, counts.render().as_bytes())
+        .map_err(io(&file))?;
     Ok((counts, replaced))
 }
 
