@@ -15,6 +15,8 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use virt_cpu_policy::hook_decisions;
+use virt_cpu_policy::log::Decision;
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures
@@ -1928,6 +1930,7 @@ fn script_without_binary(t: &Scratch, policy: &Path) -> Output {
     let text = set(text, "POLICY", &s(policy));
     let text = set(text, "LOG_FILE", &s(&t.log_path()));
     let text = set(text, "JOURNAL", &s(&t.path("no-journal")));
+    let text = set(text, "STATE_DIR", &s(&t.path("state")));
     let script = t.write("50-virt-cpu-policy", text);
     let out = Command::new("sh")
         .arg(&script)
@@ -1987,13 +1990,67 @@ fn hook_script_reads_on_error_in_every_toml_spelling() {
             "{body:?}: {}",
             out.stderr
         );
-        let want_decision = if *want == 1 {
-            "refuse (on_error = deny)"
+        let (want_decision, kind) = if *want == 1 {
+            ("refuse (on_error = deny)", Decision::HookErrorRefused)
         } else {
-            "allow (on_error = allow)"
+            ("allow (on_error = allow)", Decision::HookErrorAllowed)
         };
         assert!(t.log().contains(want_decision), "{body:?}: {}", t.log());
+        // Counted where and as the binary counts: its reader reads the script's file.
+        let counts = hook_decisions::read(&t.path("state")).expect("counts the binary reads");
+        assert_eq!(
+            counts.iter().filter(|(_, n)| *n > 0).collect::<Vec<_>>(),
+            [(kind, 1)],
+            "{body:?}"
+        );
     }
+}
+
+/// The script counts its decision as the binary does when the binary cannot run: added to the
+/// counts the binary wrote (up to 2^53, what awk's numbers hold exactly), a file that is not
+/// counts replaced, and a state directory that cannot be made leaves the answer as it was.
+#[test]
+fn hook_script_counts_like_the_binary() {
+    let t = Scratch::new("script-count");
+    let policy = t.write("policy.toml", "version = 1\n[hook]\non_error = \"deny\"\n");
+    let mut counts = hook_decisions::Counts::default();
+    counts.add(Decision::HookAllowed);
+    std::fs::create_dir_all(t.path("state")).unwrap();
+    t.write(
+        "state/hook-decisions",
+        counts.render().replace(
+            "hook-error-refused 0\n",
+            "hook-error-refused 9007199254740990\n",
+        ),
+    );
+    let out = script_without_binary(&t, &policy);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let read = hook_decisions::read(&t.path("state")).expect("counts");
+    assert_eq!(read.get(Decision::HookAllowed), 1);
+    assert_eq!(read.get(Decision::HookErrorRefused), 9_007_199_254_740_991);
+    // Not counts (a count too large for awk is not one either): replaced, from this decision.
+    for junk in ["hook-allowed lots\n", "hook-allowed 12345678901234567\n"] {
+        t.write("state/hook-decisions", junk);
+        script_without_binary(&t, &policy).status(1);
+        let read = hook_decisions::read(&t.path("state")).expect("counts");
+        assert_eq!(
+            read.iter().filter(|(_, n)| *n > 0).collect::<Vec<_>>(),
+            [(Decision::HookErrorRefused, 1)],
+            "{junk:?}"
+        );
+    }
+    // A state directory that cannot be made: the same refusal, nothing else on stderr.
+    let first = script_without_binary(&t, &policy).stderr;
+    std::fs::remove_dir_all(t.path("state")).unwrap();
+    t.write("state", "a file");
+    let out = script_without_binary(&t, &policy);
+    assert_eq!((out.code, out.stderr.as_str()), (1, first.as_str()));
+    let names: Vec<String> = std::fs::read_dir(&t.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".hook-decisions"))
+        .collect();
+    assert!(names.is_empty(), "{names:?}");
 }
 
 /// The VDSM hook (`hooks/vdsm/before_vm_start/50_virt_cpu_policy`) maps a domain that cannot
