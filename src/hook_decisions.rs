@@ -218,9 +218,9 @@ pub fn count(state_dir: &Path, kind: Decision) -> Result<(Counts, Option<CountEr
     Ok((counts, replaced))
 }
 
-/// [`count`], as the hook calls it: any problem is a warning in the hook's log (journald or its
-/// log file, never stdout, and not stderr, which libvirt shows with a refusal), and the guest's
-/// answer stands.
+/// [`count`], as the hook calls it: any problem is a warning in the hook's log, where its
+/// decision went ([`crate::log::init`]: journald or its log file, stderr only when that cannot be
+/// opened; never stdout), and the guest's answer stands.
 pub fn record(state_dir: &Path, kind: Decision) {
     match count(state_dir, kind) {
         Ok((_, None)) => {}
