@@ -123,7 +123,9 @@ pub struct HookCmd {
     /// /var/log/virt-cpu-policy/hook.log).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
-    /// The daemon's host-fact snapshot directory (default /var/lib/virt-cpu-policy).
+    /// The state directory (default /var/lib/virt-cpu-policy): the daemon's host-fact snapshot
+    /// is read from it, and each decision is counted in its `hook-decisions` file (made with the
+    /// directory when missing) for virt-cpu-policyd's metrics.
     #[arg(long, value_name = "DIR")]
     pub snapshot_dir: Option<PathBuf>,
     #[command(flatten)]
@@ -601,7 +603,17 @@ fn cmd_hook(a: &HookCmd) -> i32 {
         libvirt_version: a.limits.libvirt(),
         qemu_version: a.limits.qemu(),
     };
-    match crate::hook::run(&a.guest, check, &xml, &opts) {
+    let decided = crate::hook::decide(&a.guest, check, &xml, &opts);
+    // Counted after the decision is made and logged; counting cannot change it (a failure is a
+    // warning in the log).
+    if let Some(kind) = decided.kind {
+        let state = a
+            .snapshot_dir
+            .as_deref()
+            .unwrap_or(std::path::Path::new(crate::hook::SNAPSHOT_DIR));
+        crate::hook_decisions::record(state, kind);
+    }
+    match decided.answer {
         crate::hook::Answer::Allow => EXIT_OK,
         crate::hook::Answer::Refuse(line) => {
             crate::stdio::message_line(&line);

@@ -83,6 +83,40 @@ pub enum Answer {
     Refuse(String),
 }
 
+/// What the hook decided, with the kind of decision it logged for it (the journal's
+/// `MESSAGE_ID`, and what [`crate::hook_decisions`] counts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    /// The answer to libvirt.
+    pub answer: Answer,
+    /// The decision logged; None for a guest outside the policy's scope, let through without a
+    /// decision (nothing logged, nothing counted).
+    pub kind: Option<Decision>,
+}
+
+impl Decided {
+    /// `kind`, logged, with its answer: a refusal with `line` when the kind refuses.
+    fn logged(kind: Decision, line: String) -> Decided {
+        let answer = if kind.refuses() {
+            Answer::Refuse(line)
+        } else {
+            Answer::Allow
+        };
+        Decided {
+            answer,
+            kind: Some(kind),
+        }
+    }
+
+    /// A guest the policy does not cover: allowed, no decision.
+    fn out_of_scope() -> Decided {
+        Decided {
+            answer: Answer::Allow,
+            kind: None,
+        }
+    }
+}
+
 /// Inputs the hook takes besides the XML.
 #[derive(Debug, Clone, Default)]
 pub struct HookOptions {
@@ -114,12 +148,19 @@ pub fn refusal(guest: &str, what: &str, rule: &str, fix: &str) -> String {
     ))
 }
 
-/// Run the hook for `guest` in `phase` with the domain XML in `xml`.
+/// Run the hook for `guest` in `phase` with the domain XML in `xml`: [`decide`]'s answer.
+#[must_use]
+pub fn run(guest: &str, phase: Phase, xml: &[u8], opts: &HookOptions) -> Answer {
+    decide(guest, phase, xml, opts).answer
+}
+
+/// Decide for `guest` in `phase` with the domain XML in `xml`, and log the decision
+/// ([`crate::log::decision`]).
 ///
 /// Never panics on bad input: the tool's own failures (policy unreadable or invalid, XML that does
 /// not parse, broken host facts) follow `[hook] on_error`, and `mode = "audit"` never refuses.
 #[must_use]
-pub fn run(guest: &str, phase: Phase, xml: &[u8], opts: &HookOptions) -> Answer {
+pub fn decide(guest: &str, phase: Phase, xml: &[u8], opts: &HookOptions) -> Decided {
     let policy = match Policy::load(opts.policy.as_deref()) {
         Ok(p) => p,
         Err(e) => {
@@ -197,7 +238,7 @@ fn tool_failure(
     audit: bool,
     e: &Error,
     fix: &str,
-) -> Answer {
+) -> Decided {
     let line = refusal(
         guest,
         &format!("the hook cannot check this guest: {}", e.one_line()),
@@ -219,15 +260,11 @@ fn tool_failure(
         decision,
     };
     crate::log::decision(kind, tracing::Level::ERROR, &fields, &e.one_line());
-    if refuse {
-        Answer::Refuse(line)
-    } else {
-        Answer::Allow
-    }
+    Decided::logged(kind, line)
 }
 
 /// Log an allowed guest (nothing wrong found) and allow it.
-fn allowed(guest: &str, phase: Phase, reason: &str) -> Answer {
+fn allowed(guest: &str, phase: Phase, reason: &str) -> Decided {
     let kind = Decision::HookAllowed;
     let fields = Fields {
         guest,
@@ -237,7 +274,7 @@ fn allowed(guest: &str, phase: Phase, reason: &str) -> Answer {
         ..Fields::default()
     };
     crate::log::decision(kind, tracing::Level::INFO, &fields, reason);
-    Answer::Allow
+    Decided::logged(kind, String::new())
 }
 
 /// A guest that does not conform: `on_violation` decides (audit mode never refuses). `rule` and
@@ -249,7 +286,7 @@ fn violation(
     line: String,
     rule: &str,
     code: Option<&str>,
-) -> Answer {
+) -> Decided {
     let (kind, decision) = if policy.mode == Mode::Audit {
         (Decision::HookViolationAllowed, "allow (audit mode)")
     } else if policy.hook.on_violation == OnViolation::Deny {
@@ -272,16 +309,12 @@ fn violation(
         decision,
     };
     crate::log::decision(kind, tracing::Level::WARN, &fields, &line);
-    if kind.refuses() {
-        Answer::Refuse(line)
-    } else {
-        Answer::Allow
-    }
+    Decided::logged(kind, line)
 }
 
 /// A refusal libvirt or QEMU would make anyway (not subject to `on_violation`; audit mode only
 /// logs it).
-fn hard_refusal(guest: &str, phase: Phase, policy: &Policy, f: &Finding) -> Answer {
+fn hard_refusal(guest: &str, phase: Phase, policy: &Policy, f: &Finding) -> Decided {
     let line = finding_line(guest, f);
     let audit = policy.mode == Mode::Audit;
     let (kind, decision) = if audit {
@@ -299,11 +332,7 @@ fn hard_refusal(guest: &str, phase: Phase, policy: &Policy, f: &Finding) -> Answ
         decision,
     };
     crate::log::decision(kind, tracing::Level::WARN, &fields, &line);
-    if audit {
-        Answer::Allow
-    } else {
-        Answer::Refuse(line)
-    }
+    Decided::logged(kind, line)
 }
 
 /// The rule a finding names: its policy rule, or `libvirt: CODE` for libvirt's own rules.
@@ -340,10 +369,10 @@ use crate::destination::POLICY_CODES;
 
 /// `prepare begin`: libvirt's own rules on the XML as it will start (it would fail anyway: always
 /// refused), then the policy (a rewrite would change something: `on_violation`).
-fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Answer, Error> {
+fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Decided, Error> {
     let dom = Domain::parse(text, "the domain XML")?;
     if !dom.in_scope() {
-        return Ok(Answer::Allow);
+        return Ok(Decided::out_of_scope());
     }
     let p = Pipeline::new(dom, policy, host)?;
     let findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
@@ -376,7 +405,7 @@ fn builtin_only(changes: &[Change]) -> bool {
 /// `match` under host-model, a model written twice...): libvirt starts it as it is, and refusing a
 /// start takes an operator's rule, so it is let through (whatever `on_violation` says) with each
 /// change logged as a hook warning (code `builtin-change`).
-fn builtin_cleanups(guest: &str, changes: &[Change]) -> Answer {
+fn builtin_cleanups(guest: &str, changes: &[Change]) -> Decided {
     for c in changes {
         crate::log::warning(
             guest,
@@ -404,7 +433,7 @@ fn builtin_cleanups(guest: &str, changes: &[Change]) -> Answer {
         &fields,
         &message,
     );
-    Answer::Allow
+    Decided::logged(Decision::HookAllowed, String::new())
 }
 
 /// The refusal line, rule and code for a guest that does not conform: the policy finding, else
@@ -459,10 +488,10 @@ fn nonconformance<'f>(
 
 /// `started begin`: what the guest really got. libvirt's live XML carries the features QEMU could
 /// not give as `<feature policy='disable'>` (seen with libvirt 9.0 on a KVM lacking pni/popcnt).
-fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Answer, Error> {
+fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Decided, Error> {
     let dom = Domain::parse(text, "the live domain XML")?;
     if !dom.in_scope() {
-        return Ok(Answer::Allow);
+        return Ok(Decided::out_of_scope());
     }
     let allow = |reason: &str| Ok(allowed(guest, Phase::Started, reason));
     let live = dom
@@ -579,10 +608,10 @@ fn destination(
     text: &str,
     policy: &Policy,
     host: &Host,
-) -> Result<Answer, Error> {
+) -> Result<Decided, Error> {
     let dom = Domain::parse(text, "the incoming domain XML")?;
     if !dom.in_scope() {
-        return Ok(Answer::Allow);
+        return Ok(Decided::out_of_scope());
     }
     let p = Pipeline::new(dom, policy, host)?;
     // One judge for a destination (crate::destination): libvirt's errors, the host not reaching
@@ -612,7 +641,7 @@ fn destination(
 /// An incoming guest that runs here but misses the policy: let in, since libvirt keeps its CPU on
 /// migrate and restore, with one decision for all it misses (its rules joined with `, `, the
 /// first finding's code).
-fn policy_not_met(guest: &str, phase: Phase, unmet: &[&Finding], runs: &str) -> Answer {
+fn policy_not_met(guest: &str, phase: Phase, unmet: &[&Finding], runs: &str) -> Decided {
     let mut rules: Vec<String> = Vec::new();
     for rule in unmet.iter().map(|f| finding_rule(f)) {
         if !rules.contains(&rule) {
@@ -636,7 +665,7 @@ fn policy_not_met(guest: &str, phase: Phase, unmet: &[&Finding], runs: &str) -> 
         &fields,
         &one_line(&message.join("; ")),
     );
-    Answer::Allow
+    Decided::logged(Decision::HookViolationAllowed, String::new())
 }
 
 /// Most bytes drained from stdin after what is kept: libvirt writes a finite document and closes

@@ -56,6 +56,9 @@ pub mod pipeline;
 // metrics).
 pub mod writefile;
 
+// State files shared by the hook and the daemon: one writer at a time.
+pub mod lockfile;
+
 // The edits, the checks of a result, then the desired CPU/vCPU (the rewrite validates what it
 // writes) and the verdict on it.
 pub mod edit;
@@ -77,6 +80,9 @@ pub mod fleet;
 pub mod log;
 
 pub mod hook;
+
+// The hook's decisions counted in a state file, for the daemon's metrics.
+pub mod hook_decisions;
 
 #[cfg(feature = "daemon")]
 pub mod daemon;

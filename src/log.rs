@@ -150,7 +150,7 @@ pub fn init_daemon() {
 /// The kinds of decision the hook and the daemon log, each with a stable journal `MESSAGE_ID`
 /// (128-bit, systemd catalog style: `journalctl MESSAGE_ID=...`). docs/journal.md
 /// lists them; an id never changes meaning.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Decision {
     /// Hook: the guest is let through, nothing wrong found.
     HookAllowed,
@@ -197,6 +197,24 @@ impl Decision {
         Decision::DaemonFailed,
         Decision::DaemonTransient,
     ];
+
+    /// The hook's kinds: the first six of [`Decision::ALL`] (what the hook counts:
+    /// [`crate::hook_decisions`]).
+    pub const HOOK: [Decision; 6] = {
+        let mut hook = [Decision::HookAllowed; 6];
+        let mut i = 0;
+        while i < hook.len() {
+            hook[i] = Decision::ALL[i];
+            i += 1;
+        }
+        hook
+    };
+
+    /// The kind named `name` ([`Decision::name`]), or None.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Decision> {
+        Decision::ALL.into_iter().find(|d| d.name() == name)
+    }
 
     /// The journal `MESSAGE_ID`: 32 lowercase hex digits, generated once per kind.
     #[must_use]
@@ -371,7 +389,7 @@ pub(crate) mod capture {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hook::{Answer, HookOptions, Phase, run};
+    use crate::hook::{Answer, HookOptions, Phase, decide};
 
     #[test]
     fn message_ids_are_128_bit_hex_and_distinct() {
@@ -386,6 +404,19 @@ mod tests {
             assert!(seen.insert(id), "{id} used twice");
             assert!(seen.insert(name));
         }
+    }
+
+    #[test]
+    fn the_hook_kinds_are_the_hooks() {
+        for d in Decision::ALL {
+            assert_eq!(
+                Decision::HOOK.contains(&d),
+                d.name().starts_with("hook-"),
+                "{d:?}"
+            );
+            assert_eq!(Decision::from_name(d.name()), Some(d));
+        }
+        assert_eq!(Decision::from_name("hook"), None);
     }
 
     const CLOUDSTACK: &str = "<domain type='kvm'>\n  <name>i-2-14-VM</name>\n  <memory unit='KiB'>524288</memory>\n  <vcpu>2</vcpu>\n  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>\n  </os>\n  <cpu><topology sockets='1' cores='2' threads='1' /></cpu>\n  <devices><graphics type='vnc' passwd='s3cret'/></devices>\n</domain>\n";
@@ -405,10 +436,23 @@ mod tests {
             qemu_cache: Some(PathBuf::new()),
             ..HookOptions::default()
         };
-        let mut verdict = Answer::Allow;
-        let events = capture::events(|| verdict = run("i-2-14-VM", phase, xml.as_bytes(), &opts));
+        let mut decided = None;
+        let events =
+            capture::events(|| decided = Some(decide("i-2-14-VM", phase, xml.as_bytes(), &opts)));
         std::fs::remove_dir_all(&dir).ok();
-        (verdict, events)
+        let decided = decided.expect("the hook decided");
+        // The kind the hook returns (what it counts) is the kind it logged.
+        let logged: Vec<&str> = events
+            .iter()
+            .filter_map(|(_, f)| f.get("message_id"))
+            .filter(|id| Decision::ALL.iter().any(|d| d.message_id() == id.as_str()))
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            logged,
+            Vec::from_iter(decided.kind.map(Decision::message_id))
+        );
+        (decided.answer, events)
     }
 
     fn policy(on_violation: &str, on_error: &str) -> String {

@@ -130,6 +130,10 @@ pub struct Counters {
     pub failures: BTreeMap<FailureReason, u64>,
     /// Reconciliations run (full and per event).
     pub reconciles: u64,
+    /// The qemu hook's decisions on this host by kind, as its state file counts them
+    /// ([`crate::hook_decisions`]): read at each render, not counted by the daemon, so they count
+    /// across the daemon's restarts.
+    pub hook_decisions: crate::hook_decisions::Counts,
 }
 
 /// Seconds since the Unix epoch, now.
@@ -390,6 +394,16 @@ fn register_counters(reg: &mut Registry, c: &Counters, rules: &[String]) {
         "Reconciliations the daemon ran since it started (full and per event)",
         reconciles,
     );
+    let hook = Family::<Labels, Counter>::default();
+    reg.register(
+        "virt_cpu_policy_hook_decisions",
+        "The qemu hook's decisions on this host by kind, as the journal names them (hook-allowed, hook-violation-allowed, hook-violation-refused, hook-libvirt-refused, hook-error-allowed, hook-error-refused)",
+        hook.clone(),
+    );
+    for (kind, n) in c.hook_decisions.iter() {
+        hook.get_or_create(&labels(&[("kind", kind.name())]))
+            .inc_by(n);
+    }
 }
 
 /// The Prometheus text (format 0.0.4) of `gauges`, and of the daemon's `counters` when given
@@ -512,6 +526,8 @@ mod tests {
         };
         c.rule_rewrites.insert("v2".into(), 3);
         c.failures.insert(FailureReason::Define, 1);
+        c.hook_decisions =
+            crate::hook_decisions::Counts::parse("hook-violation-refused 2\n").unwrap();
         let text = render(&sample(), Some(&c), &["v2".into(), "v3 \"quoted\"".into()]);
         for line in [
             "# TYPE virt_cpu_policy_rewrites_total counter",
@@ -522,6 +538,9 @@ mod tests {
             "virt_cpu_policy_failures_total{reason=\"define\"} 1",
             "virt_cpu_policy_failures_total{reason=\"cannot-conform\"} 0",
             "virt_cpu_policy_reconciles_total 5",
+            "# TYPE virt_cpu_policy_hook_decisions_total counter",
+            "virt_cpu_policy_hook_decisions_total{kind=\"hook-violation-refused\"} 2",
+            "virt_cpu_policy_hook_decisions_total{kind=\"hook-error-allowed\"} 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

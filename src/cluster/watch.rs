@@ -9,8 +9,8 @@
 //! `virt_cpu_policy_cluster_cpu_changes_total`; docs/metrics.md).
 //!
 //! The file is read and replaced under an exclusive `flock(2)` on `cluster-cpu.lock` beside it
-//! (so a hook and the daemon seeing the change at once log it once) and written through
-//! [`crate::writefile::write_atomic`] (a reader never sees half of it).
+//! ([`crate::lockfile`], so a hook and the daemon seeing the change at once log it once) and
+//! written through [`crate::writefile::write_atomic`] (a reader never sees half of it).
 
 use super::cpu::ClusterCpu;
 use crate::cpu::Level;
@@ -311,27 +311,6 @@ pub struct WatchError {
     pub source: std::io::Error,
 }
 
-/// Holds an exclusive `flock(2)` on the lock file until dropped.
-struct Locked {
-    _file: std::fs::File,
-}
-
-impl Locked {
-    fn take(path: &Path) -> std::io::Result<Locked> {
-        use std::os::fd::AsRawFd;
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)?;
-        // SAFETY: flock on a descriptor we own; no memory is passed.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Locked { _file: f })
-    }
-}
-
 /// Compares `cpu` with the cluster CPU remembered in `state_dir`: the first time (no state), it
 /// is remembered and nothing is said; when it differs (another fingerprint), the change is
 /// counted and remembered and returned for the caller to [`Change::log`]; when it is the same,
@@ -347,7 +326,7 @@ pub fn note(state_dir: &Path, cpu: &ClusterCpu) -> Result<(Seen, Option<Change>)
     std::fs::create_dir_all(state_dir).map_err(err(state_dir))?;
     let file = state_dir.join(STATE_FILE);
     let lock_path = state_dir.join(format!("{STATE_FILE}.lock"));
-    let _lock = Locked::take(&lock_path).map_err(err(&lock_path))?;
+    let _lock = crate::lockfile::Locked::exclusive(&lock_path).map_err(err(&lock_path))?;
     let old = match std::fs::read_to_string(&file) {
         Ok(t) => Seen::parse(&t),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,

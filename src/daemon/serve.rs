@@ -329,7 +329,15 @@ impl Daemon<'_> {
         gauges.duration_seconds = took.as_secs_f64();
         gauges.cluster.clone_from(&self.cluster);
         let rules: Vec<String> = self.policy.rules.iter().map(|r| r.name.clone()).collect();
-        let text = crate::metrics::render(&gauges, Some(&self.fleet.counters), &rules);
+        let mut counters = self.fleet.counters.clone();
+        // The hook's decisions, counted by the hook in the state directory they share; a file
+        // that is not counts shows as none until the next hook replaces it.
+        counters.hook_decisions = crate::hook_decisions::read(&self.cli.snapshot_dir)
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "cannot read the hook's decision counts");
+                crate::hook_decisions::Counts::default()
+            });
+        let text = crate::metrics::render(&gauges, Some(&counters), &rules);
         if let Err(e) = crate::writefile::write_atomic(path, text.as_bytes()) {
             tracing::error!(path = %path.display(), error = %e, "cannot write the metrics file");
         }

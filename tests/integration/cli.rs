@@ -1674,6 +1674,7 @@ fn docs_describe_the_hook_log_file_as_written() {
         &default_policy(),
         "--no-qemu-caps-cache",
     ])
+    .args(&["--snapshot-dir", &s(&t.path("snap"))])
     .args(&["--log-file", &s(&log), "i-2-14-VM", "prepare", "begin", "-"])
     .stdin(cloudstack_text())
     .run();
@@ -1830,6 +1831,7 @@ fn machine_type_the_emulator_lacks_is_refused_only_with_a_fresh_cache() {
     let hook = Cmd::new(&["hook", "--policy", &s(&dir.path("p.toml"))])
         .args(&["--qemu-caps-cache", &s(&cache)])
         .args(&["--log-file", &s(&dir.path("hook.log"))])
+        .args(&["--snapshot-dir", &s(&dir.path("snap"))])
         .args(&["m", "prepare", "begin", "-"])
         .stdin(std::fs::read(dom("pc-q35-10.0")).unwrap())
         .run();

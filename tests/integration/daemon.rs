@@ -137,6 +137,98 @@ fn daemon_interval_beyond_a_year_is_bad_usage_not_a_panic() {
     }
 }
 
+/// `virt-cpu-policyd daemon` against the test driver with `policy`, `t`'s `snap/` as its
+/// `--snapshot-dir` and `t`'s `m.prom` as its `--metrics-file` (removed first), stopped once the
+/// metrics hold `needle` (or after 30 s): the metrics' text and the daemon's stderr.
+fn daemon_metrics(t: &Scratch, policy: &std::path::Path, needle: &str) -> (String, String) {
+    use std::time::{Duration, Instant};
+    let metrics = t.path("m.prom");
+    let _ = std::fs::remove_file(&metrics);
+    let mut child = std::process::Command::new(daemon_bin())
+        .args(["--uri", TEST_URI, "--policy", &s(policy)])
+        .args(["--snapshot-dir", &s(&t.path("snap"))])
+        .args(["--backup-dir", &s(&t.path("backups"))])
+        .args(["--metrics-file", &s(&metrics), "daemon"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the daemon starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = std::fs::read_to_string(&metrics).unwrap_or_default();
+        if text.contains(needle) || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    child.kill().expect("stop the daemon");
+    let out = child.wait_with_output().expect("the daemon's stderr");
+    (text, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The hook's decisions reach the daemon's metrics: the hook binary run as libvirt runs it
+/// (three refusals, one guest let through) counts in the state directory, and the daemon sharing
+/// it renders `virt_cpu_policy_hook_decisions_total{kind}` for every kind; a counts file that is
+/// not counts shows as none, with a warning.
+#[test]
+fn the_daemon_renders_the_hooks_decision_counts() {
+    let t = Scratch::new("daemon-hook-decisions");
+    let policy = t.write(
+        "p.toml",
+        "version = 1\n\n[hook]\non_violation = \"deny\"\n\n[[rule]]\nname = \"v2\"\nmatch = { arch = \"x86_64\" }\ncpu.min_level = \"x86-64-v2\"\n",
+    );
+    let guest = |cpu: &str| {
+        format!(
+            "<domain type='qemu'><name>g</name><memory>65536</memory><vcpu>1</vcpu><os><type arch='x86_64' machine='pc'>hvm</type></os>{cpu}</domain>"
+        )
+    };
+    for (xml, code) in [
+        (guest(""), 1),
+        (guest(""), 1),
+        (guest("<cpu mode='custom'><model>Nehalem</model></cpu>"), 0),
+        (guest(""), 1),
+    ] {
+        Cmd::new(&["hook", "--policy"])
+            .arg(s(&policy))
+            .args(&["--log-file", &s(&t.path("hook.log"))])
+            .args(&["--snapshot-dir", &s(&t.path("snap"))])
+            .args(&["--no-qemu-caps-cache", "g", "prepare", "begin", "-"])
+            .stdin(xml)
+            .run()
+            .status(code);
+    }
+    let (m, log) = daemon_metrics(&t, &policy, "virt_cpu_policy_hook_decisions_total");
+    let hook: Vec<&str> = m
+        .lines()
+        .filter(|l| l.contains("virt_cpu_policy_hook_decisions"))
+        .collect();
+    assert_eq!(
+        hook,
+        [
+            "# HELP virt_cpu_policy_hook_decisions_total The qemu hook's decisions on this host by kind, as the journal names them (hook-allowed, hook-violation-allowed, hook-violation-refused, hook-libvirt-refused, hook-error-allowed, hook-error-refused).",
+            "# TYPE virt_cpu_policy_hook_decisions_total counter",
+            "virt_cpu_policy_hook_decisions_total{kind=\"hook-allowed\"} 1",
+            "virt_cpu_policy_hook_decisions_total{kind=\"hook-error-allowed\"} 0",
+            "virt_cpu_policy_hook_decisions_total{kind=\"hook-error-refused\"} 0",
+            "virt_cpu_policy_hook_decisions_total{kind=\"hook-libvirt-refused\"} 0",
+            "virt_cpu_policy_hook_decisions_total{kind=\"hook-violation-allowed\"} 0",
+            "virt_cpu_policy_hook_decisions_total{kind=\"hook-violation-refused\"} 3",
+        ],
+        "{m}\n{log}"
+    );
+    assert!(!log.contains("decision counts"), "{log}");
+    t.write("snap/hook-decisions", "hook-allowed x\n");
+    let (m, log) = daemon_metrics(&t, &policy, "virt_cpu_policy_hook_decisions_total");
+    assert!(
+        m.contains("virt_cpu_policy_hook_decisions_total{kind=\"hook-allowed\"} 0\n"),
+        "{m}"
+    );
+    assert!(
+        log.contains("cannot read the hook's decision counts")
+            && log.contains("`x` is not a count"),
+        "{log}"
+    );
+}
+
 /// The daemon tells a drop of the cluster CPU once and shows it in its metrics: run against the
 /// test driver with a `cpu.model = "baseline"` policy (audit mode) over the x86-64-v3 host alone,
 /// then again over it and the x86-64-v1 host; the second run logs `cluster-cpu-changed` once
@@ -145,11 +237,9 @@ fn daemon_interval_beyond_a_year_is_bad_usage_not_a_panic() {
 /// hook shares.
 #[test]
 fn the_daemon_tells_a_cluster_cpu_drop_once_with_metrics() {
-    use std::time::{Duration, Instant};
     use virt_cpu_policy::cluster::watch::CLUSTER_CPU_CHANGED_ID;
     let t = Scratch::new("daemon-cluster-cpu");
     let (good, bookworm) = crate::hook::dropping_cluster(&t);
-    let metrics = t.path("m.prom");
     let run = |cluster: &[&str]| -> (String, String) {
         let list: Vec<String> = cluster.iter().map(|c| format!("{c:?}")).collect();
         let p = t.write(
@@ -160,26 +250,7 @@ fn the_daemon_tells_a_cluster_cpu_drop_once_with_metrics() {
                 list.join(", ")
             ),
         );
-        let _ = std::fs::remove_file(&metrics);
-        let mut child = std::process::Command::new(daemon_bin())
-            .args(["--uri", TEST_URI, "--policy", &s(&p)])
-            .args(["--snapshot-dir", &s(&t.path("snap"))])
-            .args(["--backup-dir", &s(&t.path("backups"))])
-            .args(["--metrics-file", &s(&metrics), "daemon"])
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("the daemon starts");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let text = loop {
-            let text = std::fs::read_to_string(&metrics).unwrap_or_default();
-            if text.contains("virt_cpu_policy_cluster_level") || Instant::now() > deadline {
-                break text;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        child.kill().expect("stop the daemon");
-        let out = child.wait_with_output().expect("the daemon's stderr");
-        (text, String::from_utf8_lossy(&out.stderr).into_owned())
+        daemon_metrics(&t, &p, "virt_cpu_policy_cluster_level")
     };
     let (m, log) = run(&[&good]);
     assert!(

@@ -502,6 +502,7 @@ fn every_documented_exit_code_happens() {
     let hook = |policy: String, file: &str| -> Scenario {
         let xml = std::fs::read(r.join(file)).unwrap();
         let log = t.path("hook.log");
+        let snap = t.path("hook-state");
         Box::new(move |_| {
             Cmd::new(&[
                 "hook",
@@ -511,6 +512,7 @@ fn every_documented_exit_code_happens() {
                 "--log-file",
             ])
             .arg(s(&log))
+            .args(&["--snapshot-dir", &s(&snap)])
             .args(&["g", "prepare", "begin", "-"])
             .stdin(xml.clone())
             .run()

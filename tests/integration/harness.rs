@@ -97,6 +97,7 @@ impl Cmd {
     }
 
     pub fn run(self) -> Output {
+        self.keeps_the_machines_state();
         let mut c = Command::new(self.program);
         c.args(&self.args)
             .stdin(if self.stdin.is_some() {
@@ -118,6 +119,29 @@ impl Cmd {
             });
         }
         Output::from(child.wait_with_output().expect("wait for virt-cpu-policy"))
+    }
+}
+
+impl Cmd {
+    /// A hook run that judges a guest counts its decision in its state directory
+    /// (`--snapshot-dir`, default /var/lib/virt-cpu-policy): a test must name one of its own, so
+    /// that the machine running the tests is never changed.
+    #[track_caller]
+    fn keeps_the_machines_state(&self) {
+        let judged = self.args.first().is_some_and(|a| a == "hook")
+            && self
+                .args
+                .windows(2)
+                .any(|w| virt_cpu_policy::hook::Phase::of(&w[0], &w[1]).is_some());
+        let named = self
+            .args
+            .iter()
+            .any(|a| a == "--snapshot-dir" || a.starts_with("--snapshot-dir="));
+        assert!(
+            !judged || named,
+            "a hook run in a test must name its --snapshot-dir: {:?}",
+            self.args
+        );
     }
 }
 

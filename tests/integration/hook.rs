@@ -15,6 +15,8 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use virt_cpu_policy::hook_decisions;
+use virt_cpu_policy::log::Decision;
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures
@@ -1769,10 +1771,141 @@ fn parallel_hooks_while_the_policy_is_replaced_atomically() {
         "parallel: {n_allow} allowed (warn), {n_refuse} refused (deny), {} policy swaps, {elapsed:?}",
         swaps.load(Ordering::SeqCst)
     );
+    // 50 hooks counted their decisions in one file at once: none lost, each under its kind.
+    assert_eq!(
+        counts(&t),
+        format!(
+            "hook-allowed 0\nhook-violation-allowed {n_allow}\nhook-violation-refused {n_refuse}\nhook-libvirt-refused 0\nhook-error-allowed 0\nhook-error-refused 0\n"
+        )
+    );
     assert!(
         elapsed < Duration::from_secs(60),
         "50 hooks took {elapsed:?}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Counting the decisions (snap/hook-decisions, for the daemon's metrics)
+// ---------------------------------------------------------------------------------------------
+
+/// The counts file's lines that are not comments (`KIND N`), or "" when there is none.
+fn counts(t: &Scratch) -> String {
+    std::fs::read_to_string(t.path("snap/hook-decisions"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// One run of each of the six kinds, as libvirt runs the binary: each counted once, in its own
+/// line; an operation the hook passes and a guest outside the policy's scope are not counted.
+#[test]
+fn every_kind_of_decision_is_counted_once() {
+    let t = Scratch::with_snap("count-kinds");
+    let deny = t.write("deny.toml", policy("enforce", "deny", "deny"));
+    let warn = t.write("warn.toml", policy("enforce", "warn", "allow"));
+    let hook = |p: &Path, name: &str, xml: String| {
+        t.hook(p, &[name, "prepare", "begin", "-"]).stdin(xml).run()
+    };
+    allowed(&hook(&deny, "g-ok", conforming("g-ok")));
+    allowed(&hook(&warn, "g-warn", cloudstack("g-warn")));
+    refused(
+        &hook(&deny, "g-deny", cloudstack("g-deny")),
+        "g-deny",
+        RULE,
+        &[],
+    );
+    let topo = conforming("g-topo").replace("<vcpu>2</vcpu>", "<vcpu>3</vcpu>");
+    refused(
+        &hook(&warn, "g-topo", topo),
+        "g-topo",
+        "libvirt: topology-mismatch",
+        &[],
+    );
+    allowed(&hook(&warn, "g-bad", "<domain".into()));
+    refused(
+        &hook(&deny, "g-bad", "<domain".into()),
+        "g-bad",
+        "[hook] on_error",
+        &[],
+    );
+    assert_eq!(
+        counts(&t),
+        "hook-allowed 1\nhook-violation-allowed 1\nhook-violation-refused 1\nhook-libvirt-refused 1\nhook-error-allowed 1\nhook-error-refused 1\n"
+    );
+    // Not judged, not logged, not counted: an operation the hook passes, a xen guest.
+    allowed(
+        &t.hook(&deny, &["g-ok", "stopped", "end", "-"])
+            .stdin(cloudstack("g-ok"))
+            .run(),
+    );
+    let xen = cloudstack("g-xen").replace("<domain type='kvm'>", "<domain type='xen'>");
+    allowed(&hook(&deny, "g-xen", xen));
+    allowed(&hook(&deny, "g-ok", conforming("g-ok")));
+    assert!(
+        counts(&t).starts_with("hook-allowed 2\nhook-violation-allowed 1\n"),
+        "{}",
+        counts(&t)
+    );
+    assert!(
+        !t.log().contains("decision count") && !t.log().contains("cannot count"),
+        "no warning about counting:\n{}",
+        t.log()
+    );
+}
+
+/// Counting never changes the answer: with a counts file that is not counts (replaced, a warning
+/// in the log) and with a state directory that cannot be made (nothing counted, a warning), the
+/// exit code and the one line on stderr are those of a run that counted.
+#[test]
+fn counting_problems_are_warnings_and_the_decision_stands() {
+    let t = Scratch::with_snap("count-broken");
+    let deny = t.write("deny.toml", policy("enforce", "deny", "deny"));
+    let run = |snap: &Path| {
+        Cmd::new(&["hook", "--policy"])
+            .arg(s(&deny))
+            .arg("--log-file")
+            .arg(s(&t.log_path()))
+            .arg("--snapshot-dir")
+            .arg(s(snap))
+            .args(&["g1", "prepare", "begin", "-"])
+            .stdin(cloudstack("g1"))
+            .run()
+    };
+    let good = run(&t.path("snap"));
+    let line = refused(&good, "g1", RULE, &[]);
+    assert_eq!(counts(&t).lines().nth(2), Some("hook-violation-refused 1"));
+    // A corrupt file: replaced by counts starting from this decision.
+    t.write(
+        "snap/hook-decisions",
+        "hook-violation-refused 41\nhook-allowed lots\n",
+    );
+    let out = run(&t.path("snap"));
+    assert_eq!((out.code, out.stderr.as_str()), (1, good.stderr.as_str()));
+    assert_eq!(
+        counts(&t),
+        "hook-allowed 0\nhook-violation-allowed 0\nhook-violation-refused 1\nhook-libvirt-refused 0\nhook-error-allowed 0\nhook-error-refused 0\n"
+    );
+    let log = t.log();
+    assert!(
+        log.contains("the hook's decision counts were replaced")
+            && log.contains("line 2: `lots` is not a count"),
+        "{log}"
+    );
+    // A state directory that cannot be made (its parent is a file): nothing counted.
+    t.write("notadir", "x");
+    let out = run(&t.path("notadir/snap"));
+    assert_eq!((out.code, out.stderr.trim_end()), (1, line.as_str()));
+    assert!(
+        t.log()
+            .contains("cannot count the hook's decision; the decision stands")
+    );
+    // A counts file that is a directory (the rename cannot replace it): the same.
+    let d = Scratch::with_snap("count-dir");
+    std::fs::create_dir_all(d.path("snap/hook-decisions/x")).unwrap();
+    let out = run(&d.path("snap"));
+    assert_eq!((out.code, out.stderr.trim_end()), (1, line.as_str()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1797,6 +1930,7 @@ fn script_without_binary(t: &Scratch, policy: &Path) -> Output {
     let text = set(text, "POLICY", &s(policy));
     let text = set(text, "LOG_FILE", &s(&t.log_path()));
     let text = set(text, "JOURNAL", &s(&t.path("no-journal")));
+    let text = set(text, "STATE_DIR", &s(&t.path("state")));
     let script = t.write("50-virt-cpu-policy", text);
     let out = Command::new("sh")
         .arg(&script)
@@ -1856,13 +1990,67 @@ fn hook_script_reads_on_error_in_every_toml_spelling() {
             "{body:?}: {}",
             out.stderr
         );
-        let want_decision = if *want == 1 {
-            "refuse (on_error = deny)"
+        let (want_decision, kind) = if *want == 1 {
+            ("refuse (on_error = deny)", Decision::HookErrorRefused)
         } else {
-            "allow (on_error = allow)"
+            ("allow (on_error = allow)", Decision::HookErrorAllowed)
         };
         assert!(t.log().contains(want_decision), "{body:?}: {}", t.log());
+        // Counted where and as the binary counts: its reader reads the script's file.
+        let counts = hook_decisions::read(&t.path("state")).expect("counts the binary reads");
+        assert_eq!(
+            counts.iter().filter(|(_, n)| *n > 0).collect::<Vec<_>>(),
+            [(kind, 1)],
+            "{body:?}"
+        );
     }
+}
+
+/// The script counts its decision as the binary does when the binary cannot run: added to the
+/// counts the binary wrote (up to 2^53, what awk's numbers hold exactly), a file that is not
+/// counts replaced, and a state directory that cannot be made leaves the answer as it was.
+#[test]
+fn hook_script_counts_like_the_binary() {
+    let t = Scratch::new("script-count");
+    let policy = t.write("policy.toml", "version = 1\n[hook]\non_error = \"deny\"\n");
+    let mut counts = hook_decisions::Counts::default();
+    counts.add(Decision::HookAllowed);
+    std::fs::create_dir_all(t.path("state")).unwrap();
+    t.write(
+        "state/hook-decisions",
+        counts.render().replace(
+            "hook-error-refused 0\n",
+            "hook-error-refused 9007199254740990\n",
+        ),
+    );
+    let out = script_without_binary(&t, &policy);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let read = hook_decisions::read(&t.path("state")).expect("counts");
+    assert_eq!(read.get(Decision::HookAllowed), 1);
+    assert_eq!(read.get(Decision::HookErrorRefused), 9_007_199_254_740_991);
+    // Not counts (a count too large for awk is not one either): replaced, from this decision.
+    for junk in ["hook-allowed lots\n", "hook-allowed 12345678901234567\n"] {
+        t.write("state/hook-decisions", junk);
+        script_without_binary(&t, &policy).status(1);
+        let read = hook_decisions::read(&t.path("state")).expect("counts");
+        assert_eq!(
+            read.iter().filter(|(_, n)| *n > 0).collect::<Vec<_>>(),
+            [(Decision::HookErrorRefused, 1)],
+            "{junk:?}"
+        );
+    }
+    // A state directory that cannot be made: the same refusal, nothing else on stderr.
+    let first = script_without_binary(&t, &policy).stderr;
+    std::fs::remove_dir_all(t.path("state")).unwrap();
+    t.write("state", "a file");
+    let out = script_without_binary(&t, &policy);
+    assert_eq!((out.code, out.stderr.as_str()), (1, first.as_str()));
+    let names: Vec<String> = std::fs::read_dir(&t.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".hook-decisions"))
+        .collect();
+    assert!(names.is_empty(), "{names:?}");
 }
 
 /// The VDSM hook (`hooks/vdsm/before_vm_start/50_virt_cpu_policy`) maps a domain that cannot

@@ -918,9 +918,11 @@ fn a_closed_stdout_is_exit_2_for_every_command_that_writes_there() {
         "rewritten in place"
     );
     let log = s(&t.path("hook.log"));
+    let snap = s(&t.path("snap"));
     let hook = [
         &["hook"][..],
         &opts,
+        &["--snapshot-dir", &snap],
         &["--log-file", &log, "g", "prepare", "begin", "-"],
     ]
     .concat();

@@ -276,6 +276,8 @@ fn bench(whole_process: bool, test: bool) -> Result<(), Failure> {
         "rewrite",
         "--bench",
         "baseline",
+        "--bench",
+        "hook",
     ];
     // As a test: each benchmark once, in the test profile (no optimised build to wait for).
     let verb = if test { "test" } else { "bench" };
