@@ -18,12 +18,26 @@ pub struct Locked {
 }
 
 /// Opens (creating, never truncating) the lock file `path`, mode 0644 less the umask.
+/// Non-blocking: a FIFO put where the lock file belongs would block `open(2)` for write until a
+/// reader comes, and libvirt puts no timeout on a hook; anything but a regular file is refused.
+///
+/// # Errors
+/// The operating system's error, or `InvalidInput` when `path` is not a regular file.
 fn open(path: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new()
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(path)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)?;
+    if !f.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    Ok(f)
 }
 
 impl Locked {
@@ -89,6 +103,31 @@ mod tests {
         assert!(start.elapsed() >= Duration::from_millis(50));
         drop(held);
         Locked::exclusive_within(&path, Duration::from_millis(50)).unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A FIFO where the lock file belongs is refused at once (a blocking open for write would
+    /// wait for a reader forever, and the hook with it).
+    #[test]
+    fn a_fifo_in_place_of_the_lock_is_refused_without_blocking() {
+        let dir = std::env::temp_dir().join(format!("vcp-lockfile-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.lock");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        let start = Instant::now();
+        let e = Locked::exclusive_within(&path, Duration::from_millis(50)).unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(5), "{e}");
+        assert!(
+            e.to_string().contains("is not a regular file") || e.raw_os_error() == Some(6),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -156,6 +156,9 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
     let policy = Policy::load(a.policy.as_deref())?;
     let maps = cpu_maps(&a.cpu_map)?;
     let mut fleet = Fleet::read(&a.facts, policy, &maps)?;
+    if a.admit.is_none() && a.upgrade.is_none() {
+        fleet.check_cpu_map_hosts()?;
+    }
     if let FleetFormat::Prometheus = a.format {
         let cannot = cannot_count(&fleet);
         let (stuck, refused) = (undrainable(&fleet), untakeable(&fleet));
@@ -190,6 +193,7 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
     }
     if let Some(file) = &a.admit {
         let new = fleet.add_host(file, None)?;
+        fleet.check_cpu_map_hosts()?;
         let cluster_map = maps.for_host(&fleet.hosts[new].name);
         let adm = admit(
             &fleet,
@@ -218,6 +222,7 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
         let h = fleet.host_index(h)?;
         let name = format!("{} (upgraded)", fleet.hosts[h].name);
         let to = fleet.add_host(to, Some(&name))?;
+        fleet.check_cpu_map_hosts()?;
         let list = upgrade(&fleet, h, to, &fleet.policy);
         let text = if json {
             json_text(&fmt::upgrade_json(&fleet, h, to, &list))

@@ -204,10 +204,18 @@ pub fn passthrough_group(
     dest_cpu: Result<&HostCpu, &str>,
 ) -> Option<Finding> {
     let cpu = dom.cpus().first().copied()?;
-    if crate::domain::cpu_mode(cpu) != Some(CpuMode::HostPassthrough) {
-        return None;
-    }
-    let rule = "a running host-passthrough guest sees its host's CPU as is and migrates only to a host of the same CPU (libvirt: between hosts not identical in hardware and microcode the guest may hang or crash)";
+    // `maximum` under hardware virtualisation "is functionally identical to host-passthrough"
+    // (libvirt's formatdomain); under TCG it is the emulated CPU.
+    let mode = match crate::domain::cpu_mode(cpu) {
+        Some(CpuMode::HostPassthrough) => "host-passthrough",
+        Some(CpuMode::Maximum) if dom.virt_type() != "qemu" => {
+            "maximum (under KVM, host-passthrough)"
+        }
+        _ => return None,
+    };
+    let rule = format!(
+        "a running {mode} guest sees its host's CPU as is and migrates only to a host of the same CPU (libvirt: between hosts not identical in hardware and microcode the guest may hang or crash)"
+    );
     let error = |why: String| {
         Finding::error(
             Code::PassthroughGroup,

@@ -48,6 +48,9 @@ pub enum FleetError {
     /// The command names a host the facts do not hold.
     #[error("no host named '{0}' among the facts given")]
     UnknownHost(String),
+    /// A `--cpu-map HOST=DIR` names a host no facts file holds.
+    #[error("--cpu-map {0}=...: no host named '{0}' among the facts given")]
+    UnknownCpuMapHost(String),
     /// Two files name the same host.
     #[error("{}: names host '{name}' as {} does already; one file per host", .path.display(), .other.display())]
     DuplicateHost {
@@ -190,6 +193,8 @@ pub struct CpuMaps {
     pub default: Option<PathBuf>,
     /// Per host name.
     pub by_host: Vec<(String, PathBuf)>,
+    /// The host names of `by_host` a host's facts asked for ([`CpuMaps::for_host`]).
+    matched: std::cell::RefCell<std::collections::BTreeSet<String>>,
 }
 
 impl CpuMaps {
@@ -200,12 +205,30 @@ impl CpuMaps {
         self.by_host
             .iter()
             .find(|(h, _)| h == host)
-            .map(|(_, d)| d.clone())
+            .map(|(h, d)| {
+                self.matched.borrow_mut().insert(h.clone());
+                d.clone()
+            })
             .or_else(|| self.default.clone())
             .or_else(|| {
                 let d = Path::new(crate::libvirt::cpu_map::DEFAULT_CPU_MAP);
                 d.join("index.xml").is_file().then(|| d.to_path_buf())
             })
+    }
+}
+
+impl Fleet {
+    /// A `--cpu-map HOST=DIR` whose HOST no facts file named (a typo would judge that host with
+    /// another cpu_map, in silence), after every host of the view was read.
+    ///
+    /// # Errors
+    /// [`FleetError::UnknownHost`] naming the first such HOST.
+    pub fn check_cpu_map_hosts(&self) -> Result<(), FleetError> {
+        let matched = self.maps.matched.borrow();
+        match self.maps.by_host.iter().find(|(h, _)| !matched.contains(h)) {
+            Some((h, _)) => Err(FleetError::UnknownCpuMapHost(h.clone())),
+            None => Ok(()),
+        }
     }
 }
 
@@ -415,12 +438,19 @@ impl Fleet {
         let next = self.shape_of.len();
         let shape = *self.shape_of.entry(key).or_insert_with_key(|k| {
             self.shapes.push(k.clone());
-            // Parsed only when the text can be one: a fleet of thousands of shapes.
-            let maybe = facts.domain.contains("host-passthrough");
+            // Parsed only when the text can be one: a fleet of thousands of shapes. `maximum`
+            // under hardware virtualisation "is functionally identical to host-passthrough"
+            // (libvirt's formatdomain; QEMU's `-cpu max` under KVM is `-cpu host`): the same
+            // group. Under TCG it is QEMU's emulated CPU, the same on every host of a QEMU.
+            let maybe =
+                facts.domain.contains("host-passthrough") || facts.domain.contains("maximum");
             let passthrough = maybe
                 && Domain::parse(&facts.domain, "guest facts").is_ok_and(|d| {
-                    d.cpus().first().copied().and_then(crate::domain::cpu_mode)
-                        == Some(CpuMode::HostPassthrough)
+                    match d.cpus().first().copied().and_then(crate::domain::cpu_mode) {
+                        Some(CpuMode::HostPassthrough) => true,
+                        Some(CpuMode::Maximum) => d.virt_type() != "qemu",
+                        _ => false,
+                    }
                 });
             self.passthrough_shapes.push(passthrough);
             next
