@@ -29,7 +29,7 @@ fn open(path: &Path) -> std::io::Result<std::fs::File> {
         .create(true)
         .truncate(false)
         .write(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .custom_flags(libc::O_NONBLOCK)
         .open(path)?;
     if !f.metadata()?.file_type().is_file() {
         return Err(std::io::Error::new(
