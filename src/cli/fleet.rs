@@ -157,7 +157,7 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
     let maps = cpu_maps(&a.cpu_map)?;
     let mut fleet = Fleet::read(&a.facts, policy, &maps)?;
     if a.admit.is_none() && a.upgrade.is_none() {
-        fleet.check_cpu_map_hosts()?;
+        warn_unused_maps(&fleet);
     }
     if let FleetFormat::Prometheus = a.format {
         let cannot = cannot_count(&fleet);
@@ -193,7 +193,7 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
     }
     if let Some(file) = &a.admit {
         let new = fleet.add_host(file, None)?;
-        fleet.check_cpu_map_hosts()?;
+        warn_unused_maps(&fleet);
         let cluster_map = maps.for_host(&fleet.hosts[new].name);
         let adm = admit(
             &fleet,
@@ -222,7 +222,7 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
         let h = fleet.host_index(h)?;
         let name = format!("{} (upgraded)", fleet.hosts[h].name);
         let to = fleet.add_host(to, Some(&name))?;
-        fleet.check_cpu_map_hosts()?;
+        warn_unused_maps(&fleet);
         let list = upgrade(&fleet, h, to, &fleet.policy);
         let text = if json {
             json_text(&fmt::upgrade_json(&fleet, h, to, &list))
@@ -245,6 +245,16 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
     };
     let cannot = pairs.iter().filter(|p| !p.runs()).count();
     finish(&text, &cannot_pairs(cannot))
+}
+
+/// A warning per `--cpu-map HOST=DIR` whose HOST no facts file named (a typo judges that host
+/// with another cpu_map).
+fn warn_unused_maps(fleet: &Fleet) {
+    for h in fleet.unused_cpu_map_hosts() {
+        crate::stdio::message_line(&format!(
+            "virt-cpu-policy: warning: --cpu-map {h}=...: no host named '{h}' among the facts given; its cpu_map is not used"
+        ));
+    }
 }
 
 fn cannot_pairs(n: usize) -> String {

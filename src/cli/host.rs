@@ -354,7 +354,20 @@ fn domcaps_text(host: &Host, d: &DomCaps) -> String {
         );
     }
     let usable = d.models.iter().filter(|(_, u)| *u == Usable::Yes).count();
-    let _ = writeln!(s, "  custom models: {usable} of {} usable", d.models.len());
+    let unknown = d
+        .models
+        .iter()
+        .filter(|(_, u)| *u == Usable::Unknown)
+        .count();
+    let _ = if unknown == 0 {
+        writeln!(s, "  custom models: {usable} of {} usable", d.models.len())
+    } else {
+        writeln!(
+            s,
+            "  custom models: {usable} of {} usable, {unknown} unknown (usable='unknown')",
+            d.models.len()
+        )
+    };
     s
 }
 
@@ -405,6 +418,7 @@ pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
                    "vcpu_max": d.vcpu_max, "modes": d.modes, "host_model": hm,
                    "models": d.models.len(),
                    "models_usable": d.models.iter().filter(|(_, u)| *u == Usable::Yes).count(),
+                   "models_unknown": d.models.iter().filter(|(_, u)| *u == Usable::Unknown).count(),
                    "source": d.source})
         })
         .collect();

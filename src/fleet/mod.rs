@@ -48,9 +48,6 @@ pub enum FleetError {
     /// The command names a host the facts do not hold.
     #[error("no host named '{0}' among the facts given")]
     UnknownHost(String),
-    /// A `--cpu-map HOST=DIR` names a host no facts file holds.
-    #[error("--cpu-map {0}=...: no host named '{0}' among the facts given")]
-    UnknownCpuMapHost(String),
     /// Two files name the same host.
     #[error("{}: names host '{name}' as {} does already; one file per host", .path.display(), .other.display())]
     DuplicateHost {
@@ -218,17 +215,18 @@ impl CpuMaps {
 }
 
 impl Fleet {
-    /// A `--cpu-map HOST=DIR` whose HOST no facts file named (a typo would judge that host with
-    /// another cpu_map, in silence), after every host of the view was read.
-    ///
-    /// # Errors
-    /// [`FleetError::UnknownHost`] naming the first such HOST.
-    pub fn check_cpu_map_hosts(&self) -> Result<(), FleetError> {
+    /// The `--cpu-map HOST=DIR` HOSTs no facts file named, after every host of the view was
+    /// read: a typo would judge that host with another cpu_map, so the command says so (a
+    /// warning: a script may give every generation's cpu_map to fleets of some of them).
+    #[must_use]
+    pub fn unused_cpu_map_hosts(&self) -> Vec<String> {
         let matched = self.maps.matched.borrow();
-        match self.maps.by_host.iter().find(|(h, _)| !matched.contains(h)) {
-            Some((h, _)) => Err(FleetError::UnknownCpuMapHost(h.clone())),
-            None => Ok(()),
-        }
+        self.maps
+            .by_host
+            .iter()
+            .filter(|(h, _)| !matched.contains(h))
+            .map(|(h, _)| h.clone())
+            .collect()
     }
 }
 

@@ -41,7 +41,7 @@ pub(super) fn check(
     check_model_presence(cpu, mode, model.as_deref(), out);
     check_features(cpu, mode, dom.arch(), facts, out);
     if let (Some(m), "custom") = (&model, mode) {
-        check_model_known(m, dom.arch(), facts, out);
+        check_model_known(cpu, m, dom.arch(), facts, out);
         check_model_usable(m, dom.virt_type(), facts, out);
     }
     super::tcg::check_cpu(cpu, known, facts, out);
@@ -236,15 +236,30 @@ fn unknown_name(facts: &DomainFacts<'_>, code: Code, what: String, fix: &str) ->
 /// the emulator does not offer (domcapabilities' custom models of the guest's arch and virt type)
 /// is refused at start: "this function is not supported by the connection driver: cannot
 /// translate CPU model maximum to a supported model" (virt-install 4.1's `--cpu maximum` on
-/// aarch64, seen on libvirt 7.0, 9.0, 11.3 and 12.8).
-fn check_model_known(model: &str, arch: &str, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
+/// aarch64, seen on libvirt 7.0, 9.0, 11.3 and 12.8); with `fallback='forbid'` libvirt stops
+/// before translating: "CPU model maximum is not supported by hypervisor".
+fn check_model_known(
+    cpu: Node<'_, '_>,
+    model: &str,
+    arch: &str,
+    facts: &DomainFacts<'_>,
+    out: &mut Vec<Finding>,
+) {
     if crate::libvirt::arch::Arch::of(arch).is_arm() {
         let Some(dc) = facts.domcaps else { return };
         if dc.modes.contains(&CpuMode::Custom) && !dc.models.is_empty() && !dc.lists_model(model) {
+            // libvirt's `virCPUTranslate`: `fallback='forbid'` stops before any translation.
+            let forbid =
+                child(cpu, "model").and_then(|m| m.attribute("fallback")) == Some("forbid");
+            let said = if forbid {
+                format!("CPU model {model} is not supported by hypervisor")
+            } else {
+                format!("cannot translate CPU model {model} to a supported model")
+            };
             out.push(Finding::error(
                 Code::CpuModelUnknown,
                 format!(
-                    "CPU model '{model}' is not one this emulator offers for {arch} ({}): libvirt refuses to start the guest (\"cannot translate CPU model {model} to a supported model\")",
+                    "CPU model '{model}' is not one this emulator offers for {arch} ({}): libvirt refuses to start the guest (\"{said}\")",
                     dc.source
                 ),
                 "use a model `virsh domcapabilities --arch ARCH --virttype TYPE` lists under <mode name='custom'>, or mode='host-passthrough' (KVM) / mode='maximum' (TCG)",
@@ -352,7 +367,11 @@ fn check_level(
                     missing.join(", "),
                     if tcg { "this QEMU's TCG" } else { "KVM" }
                 ),
-                "run the guest on a host whose CPU and KVM provide them, or under TCG (type='qemu')",
+                if tcg {
+                    "run the guest under KVM on a host whose CPU has them, or on a QEMU whose TCG emulates them"
+                } else {
+                    "run the guest on a host whose CPU and KVM provide them, or under TCG (type='qemu')"
+                },
             )
             .rule(&level.rule),
         );
@@ -397,7 +416,11 @@ fn check_tcg_level(
                 dropped.join(", "),
                 level.value
             ),
-            "run the guest under KVM on a host whose CPU has them, or on a QEMU whose TCG emulates them (AVX, AVX2, F16C and FMA3 from QEMU 7.2)",
+            if dropped.iter().all(|f| ["avx", "avx2", "f16c", "fma"].contains(f)) {
+                "run the guest under KVM on a host whose CPU has them, or on a QEMU whose TCG emulates them (AVX, AVX2, F16C and FMA3 from QEMU 7.2)"
+            } else {
+                "run the guest under KVM on a host whose CPU has them, or on a QEMU whose TCG emulates them"
+            },
         )
         .rule(&level.rule),
     );
