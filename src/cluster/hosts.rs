@@ -24,7 +24,8 @@
 
 use super::ClusterError;
 use crate::libvirt::capabilities::Capabilities;
-use crate::libvirt::cpu::CpuDef;
+use crate::libvirt::cpu::{CpuDef, FeaturePolicy};
+use crate::libvirt::cpu_map::x86::X86Map;
 use crate::libvirt::domcaps::DomCaps;
 use crate::libvirt::version::LibvirtVersion;
 use crate::libvirt::{Document, DocumentError, read_document};
@@ -96,6 +97,30 @@ impl ClusterHost {
         let mut host = ClusterHost::unnamed(PathBuf::from(&d.source));
         host.name = name.to_string();
         host.add_domcaps(d);
+        host
+    }
+
+    /// A host known by its physical CPU `cpu` (`virsh capabilities`' `<host><cpu>`, read from
+    /// `source`) as a KVM guest sees it: that CPU without the features KVM never gives a guest
+    /// ([`crate::cpu::KVM_NEVER_GIVES`]: those it lists are dropped, those of its model
+    /// disabled), the most KVM can give, to compare a guest CPU with as libvirt's
+    /// `hypervisor-cpu-compare` does with the host-model CPU. A feature `map` does not define is
+    /// not disabled (the compare would refuse the name). `name` names it in messages.
+    #[must_use]
+    pub fn kvm_of_physical(name: &str, source: &str, cpu: &CpuDef, map: &X86Map) -> ClusterHost {
+        let mut host = ClusterHost::unnamed(PathBuf::from(source));
+        host.name = name.to_string();
+        host.arch = cpu.arch.clone().unwrap_or_default();
+        let mut kvm = cpu.clone();
+        kvm.features
+            .retain(|(f, _)| !crate::cpu::kvm_never_gives(f));
+        let never = crate::cpu::KVM_NEVER_GIVES
+            .iter()
+            .filter(|f| map.feature(f).is_some());
+        kvm.features
+            .extend(never.map(|f| ((*f).to_string(), FeaturePolicy::Disable)));
+        host.cpu = Some(kvm);
+        host.origin = Some(CpuOrigin::Capabilities);
         host
     }
 
