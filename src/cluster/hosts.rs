@@ -366,6 +366,45 @@ mod tests {
         assert!(virt.cpu.is_none(), "aarch64 KVM has no host-model");
     }
 
+    /// What KVM can give of a physical CPU: the features it never gives are dropped from the
+    /// list and disabled (those of the model too), the rest kept as they are.
+    #[test]
+    fn kvm_of_physical_leaves_out_what_kvm_never_gives() {
+        let map = X86Map::load(&crate::testdata::cpu_map()).unwrap();
+        let physical = CpuDef {
+            arch: Some("x86_64".into()),
+            model: Some("Nehalem".into()),
+            vendor: Some("Intel".into()),
+            features: vec![
+                ("monitor".into(), FeaturePolicy::Require),
+                ("vmx".into(), FeaturePolicy::Require),
+                ("ht".into(), FeaturePolicy::Require),
+            ],
+            ..CpuDef::default()
+        };
+        let h = ClusterHost::kvm_of_physical("h", "caps.xml", &physical, &map);
+        assert_eq!(
+            (h.arch.as_str(), h.origin),
+            ("x86_64", Some(CpuOrigin::Capabilities))
+        );
+        let cpu = h.cpu.unwrap();
+        assert_eq!(cpu.model.as_deref(), Some("Nehalem"));
+        assert!(
+            cpu.features
+                .contains(&("vmx".into(), FeaturePolicy::Require))
+        );
+        for f in ["monitor", "ht", "ds", "acpi"] {
+            assert!(
+                cpu.features.contains(&(f.into(), FeaturePolicy::Disable)),
+                "{f}"
+            );
+            assert!(
+                !cpu.features.contains(&(f.into(), FeaturePolicy::Require)),
+                "{f}"
+            );
+        }
+    }
+
     #[test]
     fn host_facts_wrapper_and_refusals() {
         let dir = std::env::temp_dir().join(format!("vcp-facts-{}", std::process::id()));
