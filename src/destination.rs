@@ -8,8 +8,10 @@
 //! QEMU there would refuse: a mode that host does not offer, a model or feature its libvirt does
 //! not know, a machine type its QEMU lacks, a vCPU maximum above its limits), the machine type
 //! against the host's capabilities, and the guest's custom CPU compared with the host's
-//! host-model CPU for the guest's virt type ([`crate::cluster::compare`], libvirt's
-//! `x86Compute`: what libvirt checks when it starts a `check='partial'` guest). Findings that
+//! host-model CPU for the guest's virt type, or for a KVM guest on a host known only by `virsh
+//! capabilities`, with its physical CPU less what KVM never gives a guest
+//! ([`crate::cluster::compare`], libvirt's `x86Compute`: what libvirt checks when it starts a
+//! `check='partial'` guest). Findings that
 //! come from the policy ([`POLICY_CODES`]) are not a question of the host: libvirt keeps the
 //! guest's CPU on migrate and restore anyway.
 
@@ -20,7 +22,8 @@ use crate::cluster::hosts::ClusterHost;
 use crate::domain::Domain;
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding, Severity};
-use crate::host::Host;
+use crate::host::{Host, Sourced};
+use crate::libvirt::cpu::CpuDef;
 use crate::libvirt::cpu::CpuMode;
 use crate::libvirt::cpu_map::x86::X86Map;
 use crate::pipeline::Pipeline;
@@ -163,7 +166,7 @@ pub fn judge(
         findings,
         arch: arch_missing(&p.dom, host),
         machine,
-        cpu: compare_cpu(&p.dom, text, &p.facts, map, arrival),
+        cpu: compare_cpu(&p.dom, text, &p.facts, host.host_cpu.as_ref(), map, arrival),
     }
 }
 
@@ -224,7 +227,10 @@ pub fn machine_missing(dom: &Domain<'_>, host: &Host) -> Option<Finding> {
 }
 
 /// The guest's CPU against the host's host-model CPU for the guest's arch, virt type and
-/// machine type (its domcapabilities), as `virt-cpu-policy compare` judges it
+/// machine type (its domcapabilities); for a KVM guest on a host without one, against its
+/// `physical` CPU (`virsh capabilities`' `<host><cpu>`) less the features KVM never gives a
+/// guest ([`ClusterHost::kvm_of_physical`]: the most KVM can give, so a feature missing there is
+/// missing from any host-model too); as `virt-cpu-policy compare` judges it
 /// ([`crate::cluster::compare`], libvirt's `x86Compute`): libvirt compares a custom CPU with
 /// the host's when it starts the incoming guest (`check='partial'`) or checks what QEMU gave
 /// (`check='full'`), so an incompatible CPU fails later anyway, after the migration began.
@@ -233,6 +239,7 @@ pub fn compare_cpu(
     dom: &Domain<'_>,
     text: &str,
     facts: &DomainFacts<'_>,
+    physical: Option<&Sourced<CpuDef>>,
     map: &CpuMapCache,
     arrival: Arrival,
 ) -> CpuCompare {
@@ -254,19 +261,43 @@ pub fn compare_cpu(
             dom.arch()
         ));
     }
-    let Some(d) = facts.domcaps.filter(|d| d.host_model.is_some()) else {
-        return not(format!(
-            "this host's host-model CPU is unknown (no domcapabilities for {} {} in the daemon's snapshot or --caps)",
-            dom.arch(),
-            dom.virt_type()
-        ));
+    let host_model = facts.domcaps.filter(|d| d.host_model.is_some());
+    // Without a host-model CPU, a KVM guest is judged against the host's physical CPU less what
+    // KVM never gives a guest: the most KVM can give it. Under TCG the physical CPU says nothing
+    // of what QEMU emulates.
+    let physical = physical
+        .filter(|_| host_model.is_none() && dom.virt_type() == "kvm")
+        .filter(|c| c.value.arch.as_deref() == Some(dom.arch()));
+    // Ok: the host-model CPU; Err: the physical CPU.
+    let against = match (host_model, physical) {
+        (Some(d), _) => Ok(d),
+        (None, Some(c)) => Err(c),
+        (None, None) => {
+            return not(format!(
+                "this host's host-model CPU is unknown (no domcapabilities for {} {} in the daemon's snapshot or --caps), and so is the CPU KVM can give (no capabilities host CPU of that arch)",
+                dom.arch(),
+                dom.virt_type()
+            ));
+        }
     };
     let map = match map.get() {
         Ok(m) => m,
         Err(e) => return not(e),
     };
+    let (host, source) = match against {
+        Ok(d) => (
+            ClusterHost::from_domcaps("this host", d),
+            format!("host-model CPU from {}", d.source),
+        ),
+        Err(c) => (
+            ClusterHost::kvm_of_physical("this host", &c.source, &c.value, map),
+            format!(
+                "{}, less the features KVM never gives a guest, as it has no domcapabilities host-model",
+                c.source
+            ),
+        ),
+    };
     let guest_path = PathBuf::from("the incoming domain XML");
-    let host = ClusterHost::from_domcaps("this host", d);
     let result = guest_cpu(text, &guest_path)
         .and_then(|g| compare(map, &host, &g, &guest_path).map(|c| (g, c)));
     let (g, c) = match result {
@@ -276,9 +307,8 @@ pub fn compare_cpu(
     let model = g.cpu.model.as_deref().unwrap_or("?");
     match c.verdict {
         Compatibility::Identical | Compatibility::Superset => CpuCompare::Runs(format!(
-            "CPU {model}: this host's is {} (host-model CPU from {})",
+            "CPU {model}: this host's is {} ({source})",
             c.verdict.as_str(),
-            d.source
         )),
         Compatibility::Incompatible => {
             let reason = c.message.unwrap_or_else(|| "incompatible".into());
@@ -288,8 +318,7 @@ pub fn compare_cpu(
                 .map_or(dom.virt_type() == "qemu", |c| c == "none");
             if unchecked && arrival == Arrival::Start {
                 return CpuCompare::Runs(format!(
-                    "CPU {model}: {reason}; with check='none' libvirt does not compare and QEMU starts the guest without them (this host's host-model CPU from {})",
-                    d.source
+                    "CPU {model}: {reason}; with check='none' libvirt does not compare and QEMU starts the guest without them (this host's {source})"
                 ));
             }
             let when = if cpu.attribute("check") == Some("none") {
@@ -300,8 +329,7 @@ pub fn compare_cpu(
             CpuCompare::Incompatible(Finding::error(
                 Code::CpuIncompatible,
                 format!(
-                    "this host cannot run the guest's CPU (model {model}): {reason} (this host's host-model CPU from {}; {when})",
-                    d.source
+                    "this host cannot run the guest's CPU (model {model}): {reason} (this host's {source}; {when})"
                 ),
                 "migrate it to a host whose CPU has these features, or give the guest a CPU every host of the cluster can run (cpu.model = \"baseline\"; virt-cpu-policy baseline)",
             ))

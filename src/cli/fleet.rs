@@ -208,14 +208,19 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
         };
         let guests = adm.pairs.iter().filter(|p| !p.runs()).count();
         let models = adm.models.iter().filter(|m| !m.reasons.is_empty()).count();
-        let cannot = if guests + models == 0 {
+        let name = &fleet.hosts[new].name;
+        let mut cannot = if guests + models == 0 {
             String::new()
         } else {
-            format!(
-                "host {} cannot run {guests} guest(s) and {models} of the cluster's CPU(s)",
-                fleet.hosts[new].name
-            )
+            format!("host {name} cannot run {guests} guest(s) and {models} of the cluster's CPU(s)")
         };
+        // A cluster CPU that cannot be computed with the new host is no "runs the cluster's
+        // CPU": exit 1, as a CPU it cannot run.
+        if let Some(e) = adm.cluster.unknown() {
+            let sep = if cannot.is_empty() { "" } else { "; " };
+            cannot =
+                format!("{cannot}{sep}the cluster's CPU with host {name} cannot be computed: {e}");
+        }
         return finish(&text, &cannot);
     }
     if let (Some(h), Some(to)) = (&a.upgrade, &a.to) {

@@ -24,7 +24,8 @@
 
 use super::ClusterError;
 use crate::libvirt::capabilities::Capabilities;
-use crate::libvirt::cpu::CpuDef;
+use crate::libvirt::cpu::{CpuDef, FeaturePolicy};
+use crate::libvirt::cpu_map::x86::X86Map;
 use crate::libvirt::domcaps::DomCaps;
 use crate::libvirt::version::LibvirtVersion;
 use crate::libvirt::{Document, DocumentError, read_document};
@@ -96,6 +97,30 @@ impl ClusterHost {
         let mut host = ClusterHost::unnamed(PathBuf::from(&d.source));
         host.name = name.to_string();
         host.add_domcaps(d);
+        host
+    }
+
+    /// A host known by its physical CPU `cpu` (`virsh capabilities`' `<host><cpu>`, read from
+    /// `source`) as a KVM guest sees it: that CPU without the features KVM never gives a guest
+    /// ([`crate::cpu::KVM_NEVER_GIVES`]: those it lists are dropped, those of its model
+    /// disabled), the most KVM can give, to compare a guest CPU with as libvirt's
+    /// `hypervisor-cpu-compare` does with the host-model CPU. A feature `map` does not define is
+    /// not disabled (the compare would refuse the name). `name` names it in messages.
+    #[must_use]
+    pub fn kvm_of_physical(name: &str, source: &str, cpu: &CpuDef, map: &X86Map) -> ClusterHost {
+        let mut host = ClusterHost::unnamed(PathBuf::from(source));
+        host.name = name.to_string();
+        host.arch = cpu.arch.clone().unwrap_or_default();
+        let mut kvm = cpu.clone();
+        kvm.features
+            .retain(|(f, _)| !crate::cpu::kvm_never_gives(f));
+        let never = crate::cpu::KVM_NEVER_GIVES
+            .iter()
+            .filter(|f| map.feature(f).is_some());
+        kvm.features
+            .extend(never.map(|f| ((*f).to_string(), FeaturePolicy::Disable)));
+        host.cpu = Some(kvm);
+        host.origin = Some(CpuOrigin::Capabilities);
         host
     }
 
@@ -339,6 +364,45 @@ mod tests {
         let virt = read_host(&arm).unwrap();
         assert_eq!(virt.arch, "aarch64");
         assert!(virt.cpu.is_none(), "aarch64 KVM has no host-model");
+    }
+
+    /// What KVM can give of a physical CPU: the features it never gives are dropped from the
+    /// list and disabled (those of the model too), the rest kept as they are.
+    #[test]
+    fn kvm_of_physical_leaves_out_what_kvm_never_gives() {
+        let map = X86Map::load(&crate::testdata::cpu_map()).unwrap();
+        let physical = CpuDef {
+            arch: Some("x86_64".into()),
+            model: Some("Nehalem".into()),
+            vendor: Some("Intel".into()),
+            features: vec![
+                ("monitor".into(), FeaturePolicy::Require),
+                ("vmx".into(), FeaturePolicy::Require),
+                ("ht".into(), FeaturePolicy::Require),
+            ],
+            ..CpuDef::default()
+        };
+        let h = ClusterHost::kvm_of_physical("h", "caps.xml", &physical, &map);
+        assert_eq!(
+            (h.arch.as_str(), h.origin),
+            ("x86_64", Some(CpuOrigin::Capabilities))
+        );
+        let cpu = h.cpu.unwrap();
+        assert_eq!(cpu.model.as_deref(), Some("Nehalem"));
+        assert!(
+            cpu.features
+                .contains(&("vmx".into(), FeaturePolicy::Require))
+        );
+        for f in ["monitor", "ht", "ds", "acpi"] {
+            assert!(
+                cpu.features.contains(&(f.into(), FeaturePolicy::Disable)),
+                "{f}"
+            );
+            assert!(
+                !cpu.features.contains(&(f.into(), FeaturePolicy::Require)),
+                "{f}"
+            );
+        }
     }
 
     #[test]

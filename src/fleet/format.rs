@@ -214,7 +214,8 @@ fn cluster_text(c: &Result<ClusterCpu, String>) -> String {
 /// An admission as JSON: `{"schema_version", "host", "pairs": [...as the matrix's],
 /// "cluster_models": [{"what", "cpu", "verdict", "reasons"}], "cluster": {"before", "after",
 /// "changes"}}`, each of `before` and `after` `{"model", "require", "disable", "level",
-/// "hosts"}` or `{"error"}`.
+/// "hosts"}` or `{"error"}`; `changes` a bool, null when `after` is an error and `before` is not
+/// ([`super::views::ClusterChange::unknown`]).
 #[must_use]
 pub fn admit_json(fleet: &Fleet, a: &Admission) -> Value {
     json!({
@@ -271,7 +272,12 @@ pub fn admit_text(fleet: &Fleet, a: &Admission) -> String {
         "cluster CPU with {host}: {}",
         cluster_text(&a.cluster.after)
     );
-    if a.cluster.changes() {
+    if a.cluster.unknown().is_some() {
+        let _ = writeln!(
+            s,
+            "error: the cluster's CPU with {host} cannot be computed (the line above says why), so what {host} does to it is unknown"
+        );
+    } else if a.cluster.changes() == Some(true) {
         let _ = writeln!(
             s,
             "the cluster's CPU CHANGES with {host}: guests given cpu.model = \"baseline\" get the new CPU at their next start"

@@ -142,13 +142,30 @@ pub struct ClusterChange {
 }
 
 impl ClusterChange {
-    /// Whether the cluster's CPU changes (model, features or level).
+    /// Whether the cluster's CPU changes (model, features or level): None when the cluster has
+    /// a CPU and the baseline with the new host cannot be computed ([`ClusterChange::unknown`]),
+    /// which says nothing of a change.
     #[must_use]
-    pub fn changes(&self) -> bool {
+    pub fn changes(&self) -> Option<bool> {
         match (&self.before, &self.after) {
-            (Ok(b), Ok(a)) => b.model != a.model || b.features != a.features || b.level != a.level,
-            (Ok(_), Err(_)) | (Err(_), Ok(_)) => true,
-            (Err(_), Err(_)) => false,
+            (Ok(b), Ok(a)) => {
+                Some(b.model != a.model || b.features != a.features || b.level != a.level)
+            }
+            (Ok(_), Err(_)) => None,
+            (Err(_), Ok(_)) => Some(true),
+            (Err(_), Err(_)) => Some(false),
+        }
+    }
+
+    /// Why the baseline with the new host cannot be computed while the cluster has one (its CPU
+    /// names a model or feature the cpu_map does not define, libvirt's "Unknown CPU model"):
+    /// an error of the admit view, which then cannot say what the new host does to the cluster's
+    /// CPU.
+    #[must_use]
+    pub fn unknown(&self) -> Option<&str> {
+        match (&self.before, &self.after) {
+            (Ok(_), Err(e)) => Some(e),
+            _ => None,
         }
     }
 }

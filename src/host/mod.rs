@@ -22,6 +22,7 @@ pub use qemu::CacheTcg;
 use crate::cluster::cpu::ClusterCpu;
 use crate::error::{Error, Result};
 use crate::libvirt::capabilities::MachineType;
+use crate::libvirt::cpu::CpuDef;
 use crate::libvirt::cpu_map::{CpuMap, DEFAULT_CPU_MAP};
 use crate::libvirt::domcaps::DomCaps;
 use crate::libvirt::qemu_caps::QemuCache;
@@ -60,6 +61,10 @@ pub struct Host {
     /// The (arch, virt type) pairs of guests the capabilities given list
     /// ([`crate::libvirt::capabilities::Capabilities::guest_types`]); empty without capabilities.
     pub guest_types: Vec<(String, String)>,
+    /// The host's physical CPU, `<host><cpu>` of the first capabilities given (a `virsh
+    /// capabilities` document or a `<hostFacts>` holding one), with that file: what a host known
+    /// without domcapabilities is judged against ([`crate::destination::compare_cpu`]).
+    pub host_cpu: Option<Sourced<CpuDef>>,
     /// Files read, in order.
     pub files: Vec<String>,
     /// libvirt's QEMU capability cache, read lazily when a machine limit is needed.
@@ -248,6 +253,7 @@ impl Host {
             machines: Vec::new(),
             domcaps: Vec::new(),
             guest_types: Vec::new(),
+            host_cpu: None,
             files: Vec::new(),
             qemu_cache: QemuCache::new(match &opts.qemu_cache {
                 Some(p) if p.as_os_str().is_empty() => None,
@@ -373,6 +379,7 @@ impl Host {
         let file = path.display().to_string();
         match doc {
             Document::Capabilities(c) => {
+                self.keep_host_cpu(&c, &file);
                 if !c.machines.is_empty() {
                     self.caps_machine_files.push(file);
                 }
@@ -382,6 +389,9 @@ impl Host {
             Document::QemuCaps(q) => self.machines.extend(q.machines),
             Document::DomCaps(d) => self.domcaps.push(*d),
             Document::HostFacts(f) => {
+                if let Some(c) = &f.capabilities {
+                    self.keep_host_cpu(c, &file);
+                }
                 if f.capabilities
                     .as_ref()
                     .is_some_and(|c| !c.machines.is_empty())
@@ -406,6 +416,17 @@ impl Host {
         }
         self.files.push(path.display().to_string());
         Ok(())
+    }
+
+    /// Keeps `c`'s `<host><cpu>` (read from `file`) unless an earlier file gave one: the first
+    /// file wins, as for machine types.
+    fn keep_host_cpu(&mut self, c: &crate::libvirt::capabilities::Capabilities, file: &str) {
+        if self.host_cpu.is_none() {
+            self.host_cpu = c.host_cpu.clone().map(|value| Sourced {
+                value,
+                source: format!("capabilities host CPU, {file}"),
+            });
+        }
     }
 
     /// The host's online CPU count: the override, else `sysconf(_SC_NPROCESSORS_ONLN)`, asked once

@@ -447,14 +447,17 @@ fn admit_judges_the_new_host_and_the_clusters_cpu() {
         v["cluster"]["after"]["hosts"],
         serde_json::json!(["bookworm", "bullseye", "trixie", "forky"])
     );
-    let model = &v["cluster_models"][0];
-    assert!(
-        model["what"]
-            .as_str()
-            .unwrap()
-            .starts_with("the cluster's CPU")
-    );
+    let model = clusters_cpu(&v);
     assert_eq!(model["verdict"], "runs", "{model:#}");
+}
+
+/// The admit view's judgement of the cluster's CPU (its first `cluster_models` entry).
+#[track_caller]
+fn clusters_cpu(v: &Value) -> &Value {
+    let model = &v["cluster_models"][0];
+    let what = model["what"].as_str().unwrap_or_default();
+    assert!(what.starts_with("the cluster's CPU"), "{v:#}");
+    model
 }
 
 /// Upgrading bookworm to forky: a machine type QEMU 11.1 removed cannot run there, and the
@@ -642,7 +645,6 @@ fn pair_reasons(v: &Value) -> BTreeMap<(String, String), Vec<(String, String)>> 
 )]
 fn host_passthrough_guests_migrate_only_inside_their_group() {
     let t = Scratch::new("fleet-passthrough");
-    let data = crate::harness::shared_corpus().join("libvirt-cputestdata");
     std::fs::create_dir_all(t.path("hosts")).unwrap();
     for (host, cpu) in [
         ("e5-2650-v3", "Xeon-E5-2650-v3"),
@@ -651,11 +653,7 @@ fn host_passthrough_guests_migrate_only_inside_their_group() {
         ("gold-6148", "Xeon-Gold-6148"),
         ("epyc-7601", "EPYC-7601-32-Core-ibpb"),
     ] {
-        let body = body(&data.join(format!("x86_64-cpuid-{cpu}-host.xml")));
-        t.write(
-            &format!("hosts/{host}.xml"),
-            format!("<capabilities><host>{body}</host></capabilities>\n"),
-        );
+        corpus_cpu_capabilities(&t, &format!("hosts/{host}.xml"), cpu);
     }
     let pt = "<cpu mode='host-passthrough' check='none' migratable='on'/>";
     t.write(
@@ -738,6 +736,17 @@ fn one_cpu_named_by_four_libvirts_is_one_group() {
     for ((g, h), reasons) in pair_reasons(&v) {
         assert!(reasons.is_empty(), "{g} on {h}: {reasons:?}");
     }
+}
+
+/// `file` in `t`: a `virsh capabilities` document whose host CPU is libvirt's CPU test data
+/// `x86_64-cpuid-{cpu}-host.xml` (a host known by its physical CPU only).
+fn corpus_cpu_capabilities(t: &Scratch, file: &str, cpu: &str) -> PathBuf {
+    let data = crate::harness::shared_corpus().join("libvirt-cputestdata");
+    let body = body(&data.join(format!("x86_64-cpuid-{cpu}-host.xml")));
+    t.write(
+        file,
+        format!("<capabilities><host>{body}</host></capabilities>\n"),
+    )
 }
 
 /// The XML of file `path` without its `<?xml ...?>` declaration.
@@ -895,4 +904,121 @@ fn aarch64_hosts_and_guests_in_the_fleet() {
         message("a-max", "arm-3")
     );
     assert_eq!(dest["a-hm"], &serde_json::json!([]));
+}
+
+/// A host known only by `virsh capabilities` (no domcapabilities: no host-model CPU) is judged
+/// against its physical CPU less what KVM never gives a guest, as `compare` judges it: a stopped
+/// `check='partial'` KVM guest requiring features the EPYC 7601 lacks (`la57`, `gfni`: libvirt
+/// refuses its start, "Host CPU does not provide required features: gfni, la57") or one it
+/// lists but KVM never gives (`monitor`) cannot run there, a plain `pentium3` runs; `--admit`
+/// judges the cluster's CPU on it likewise, and a baseline with it that cannot be computed (its
+/// `EPYC-v4` is not in libvirt 9.0's cpu_map) is an error of the view (exit 1, `changes` null),
+/// never "CHANGES".
+#[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
+fn a_capabilities_only_host_is_judged_against_its_physical_cpu() {
+    let t = Scratch::new("fleet-caps-only");
+    let epyc = corpus_cpu_capabilities(&t, "epyc.xml", "EPYC-7601-32-Core-ibpb");
+    let bookworm = crate::harness::root().join("tests/data/facts/bookworm.xml");
+    std::fs::create_dir_all(t.path("guests")).unwrap();
+    let partial = |extra: &str| {
+        format!(
+            "<cpu mode='custom' match='exact' check='partial'><model>pentium3</model>{extra}</cpu>"
+        )
+    };
+    for (name, extra) in [
+        (
+            "wide",
+            "<feature policy='require' name='la57'/><feature policy='require' name='gfni'/>",
+        ),
+        ("monitor", "<feature policy='require' name='monitor'/>"),
+        ("plain", ""),
+    ] {
+        t.write(
+            &format!("guests/{name}.xml"),
+            kvm_guest(name, "x86_64", "pc-q35-7.2", &partial(extra)),
+        );
+    }
+    let trixie_map = s(&generation_facts("trixie").join("cpu_map"));
+    let bookworm_map = s(&generation_facts("bookworm").join("cpu_map"));
+    let out = Cmd::new(&["fleet", "--format", "json", "--cpu-map", &trixie_map])
+        .arg(s(&bookworm))
+        .arg(s(&epyc))
+        .arg(s(&t.path("guests")))
+        .run();
+    out.status(1);
+    let got = pair_reasons(&json(&out));
+    let on = |g: &str, h: &str| got[&(g.to_string(), h.to_string())].clone();
+    let wide = on("wide", "epyc");
+    assert_eq!(wide.len(), 1, "{wide:?}");
+    assert_eq!(wide[0].0, "cpu-incompatible");
+    assert!(
+        wide[0]
+            .1
+            .contains("Host CPU does not provide required features: gfni, la57")
+            && wide[0].1.contains("capabilities host CPU"),
+        "{wide:?}"
+    );
+    let monitor = on("monitor", "epyc");
+    assert_eq!(monitor.len(), 1, "{monitor:?}");
+    assert!(
+        monitor[0]
+            .1
+            .contains("Host CPU does not provide required features: monitor"),
+        "{monitor:?}"
+    );
+    assert!(on("plain", "epyc").is_empty());
+    for g in ["wide", "plain"] {
+        assert!(on(g, "bookworm").is_empty(), "{g} on bookworm");
+    }
+    // Nor does bookworm's host-model CPU (what KVM gives there) have `monitor`.
+    assert!(!on("monitor", "bookworm").is_empty());
+    // `compare`, the same judge of the same CPUs.
+    let cmp = Cmd::new(&["compare", "--host", &s(&epyc), "--cpu-map", &trixie_map])
+        .arg(s(&t.path("guests/wide.xml")))
+        .run();
+    cmp.status(1);
+    assert!(
+        cmp.stdout
+            .contains("Host CPU does not provide required features: gfni, la57"),
+        "{}",
+        cmp.stdout
+    );
+
+    // --admit: the cluster's CPU (bookworm's baseline: la57, gfni...) cannot run on the EPYC.
+    let guests = s(&t.path("guests"));
+    let admit = |map: &str, format: &str| {
+        Cmd::new(&["fleet", "--format", format, "--cpu-map", map, "--admit"])
+            .arg(s(&epyc))
+            .arg(s(&bookworm))
+            .arg(&guests)
+            .run()
+    };
+    let out = admit(&trixie_map, "json");
+    out.status(1);
+    let v = json(&out);
+    let model = clusters_cpu(&v);
+    assert_eq!(model["verdict"], "cannot", "{model:#}");
+    assert_eq!(model["reasons"][0]["code"], "cpu-incompatible", "{model:#}");
+    assert_eq!(v["cluster"]["changes"], true, "{v:#}");
+    // With libvirt 9.0's cpu_map the EPYC's own model is unknown: no baseline with it.
+    let out = admit(&bookworm_map, "json");
+    out.status(1);
+    let v = json(&out);
+    assert!(v["cluster"]["changes"].is_null(), "{v:#}");
+    let e = v["cluster"]["after"]["error"].as_str().unwrap();
+    assert!(e.contains("EPYC-v4"), "{e}");
+    assert!(out.stderr.contains("cannot be computed"), "{}", out.stderr);
+    let out = admit(&bookworm_map, "text");
+    out.status(1);
+    assert!(
+        out.stdout
+            .contains("error: the cluster's CPU with epyc cannot be computed")
+            && !out.stdout.contains("CHANGES"),
+        "{}",
+        out.stdout
+    );
 }

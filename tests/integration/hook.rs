@@ -705,19 +705,21 @@ fn destination_refuses_more_vcpus_than_the_machine_limit() {
 )]
 fn destination_allows_a_fine_guest_with_empty_stdout() {
     let caps = host_file("capabilities.xml");
+    // Known only by `virsh capabilities`: the incoming CPU is compared with the physical CPU
+    // (Broadwell) less what KVM never gives a guest, so the guest names that model.
     let t = Scratch::with_snap("dest-ok");
     for v in ["deny", "warn"] {
         let p = t.write("p.toml", policy("enforce", v, "deny"));
         for op in ["migrate", "restore"] {
             let out = t
                 .hook(&p, &["--caps", &s(&caps), "fine", op, "begin", "-"])
-                .stdin(incoming("fine", 8, "Skylake-Client"))
+                .stdin(incoming("fine", 8, "Broadwell"))
                 .run();
             allowed(&out);
             // 288 is exactly the limit: still fine.
             let out = t
                 .hook(&p, &["--caps", &s(&caps), "fine", op, "begin", "-"])
-                .stdin(incoming("fine", 288, "Skylake-Client"))
+                .stdin(incoming("fine", 288, "Broadwell"))
                 .run();
             allowed(&out);
         }
@@ -757,7 +759,8 @@ fn destination_refuses_a_model_this_host_cannot_run() {
 /// `migrate begin`/`restore begin` compare the incoming CPU with this host's host-model CPU (as
 /// `virt-cpu-policy compare` does): identical and superset go in, incompatible is refused naming
 /// the missing features; the host's facts come from `--caps` or from the daemon's snapshot (a
-/// `<hostFacts>` file); without them the log says the compare was not possible.
+/// `<hostFacts>` file); with capabilities only, the physical CPU less what KVM never gives a
+/// guest is compared; without any CPU the log says the compare was not possible.
 #[test]
 #[cfg_attr(
     not(vcp_shared_corpus),
@@ -832,7 +835,9 @@ fn destination_compares_the_incoming_cpu_with_this_hosts() {
             log_has_no_xml(&log);
         }
     }
-    // No domcapabilities (only capabilities): not compared, said in the log, let in.
+    // No domcapabilities (only capabilities): compared with the physical CPU (Broadwell, which
+    // has avx2 and bmi2) less what KVM never gives a guest, as `compare` does; a feature it
+    // lacks is libvirt's refusal.
     let t = Scratch::with_snap("dest-compare-none");
     let p = t.write("p.toml", policy("enforce", "deny", "allow"));
     let out = t
@@ -842,8 +847,25 @@ fn destination_compares_the_incoming_cpu_with_this_hosts() {
     allowed(&out);
     let log = t.log();
     assert!(
-        log.contains("CPU not compared: this host's host-model CPU is unknown"),
+        log.contains("CPU pentium3: this host's is superset (capabilities host CPU"),
         "{log}"
+    );
+    let mpx = with_cpu(
+        "mpx",
+        "<model fallback='forbid'>pentium3</model><feature policy='require' name='mpx'/>",
+    );
+    let out = t
+        .hook(&p, &["--caps", &s(&caps), "mpx", "migrate", "begin", "-"])
+        .stdin(mpx)
+        .run();
+    refused(
+        &out,
+        "mpx",
+        "libvirt: cpu-incompatible",
+        &[
+            "Host CPU does not provide required features: mpx",
+            "less the features KVM never gives a guest",
+        ],
     );
     // A TCG guest is compared with TCG's host-model, which these facts do not give (nor does
     // this machine's QEMU capability cache, left out).
