@@ -246,25 +246,7 @@ fn check_model_known(
     out: &mut Vec<Finding>,
 ) {
     if crate::libvirt::arch::Arch::of(arch).is_arm() {
-        let Some(dc) = facts.domcaps else { return };
-        if dc.modes.contains(&CpuMode::Custom) && !dc.models.is_empty() && !dc.lists_model(model) {
-            // libvirt's `virCPUTranslate`: `fallback='forbid'` stops before any translation.
-            let forbid =
-                child(cpu, "model").and_then(|m| m.attribute("fallback")) == Some("forbid");
-            let said = if forbid {
-                format!("CPU model {model} is not supported by hypervisor")
-            } else {
-                format!("cannot translate CPU model {model} to a supported model")
-            };
-            out.push(Finding::error(
-                Code::CpuModelUnknown,
-                format!(
-                    "CPU model '{model}' is not one this emulator offers for {arch} ({}): libvirt refuses to start the guest (\"{said}\")",
-                    dc.source
-                ),
-                "use a model `virsh domcapabilities --arch ARCH --virttype TYPE` lists under <mode name='custom'>, or mode='host-passthrough' (KVM) / mode='maximum' (TCG)",
-            ));
-        }
+        check_arm_model_offered(cpu, model, arch, facts, out);
         return;
     }
     if is_x86(arch) && facts.model_features(model).is_none() {
@@ -275,6 +257,38 @@ fn check_model_known(
             "use a model libvirt knows (`virsh cpu-models x86_64`), written without spaces around it",
         ));
     }
+}
+
+/// An Arm custom model the emulator does not offer ([`check_model_known`]): domcapabilities'
+/// custom models of the guest's arch and virt type decide; without them nothing is said.
+fn check_arm_model_offered(
+    cpu: Node<'_, '_>,
+    model: &str,
+    arch: &str,
+    facts: &DomainFacts<'_>,
+    out: &mut Vec<Finding>,
+) {
+    let Some(dc) = facts.domcaps else { return };
+    if !dc.modes.contains(&CpuMode::Custom) || dc.models.is_empty() || dc.lists_model(model) {
+        return;
+    }
+    // libvirt's `virCPUTranslate`: `fallback='forbid'` stops before any translation.
+    let fallback = child(cpu, "model")
+        .and_then(|m| m.attribute("fallback"))
+        .and_then(Fallback::parse);
+    let said = if fallback == Some(Fallback::Forbid) {
+        format!("CPU model {model} is not supported by hypervisor")
+    } else {
+        format!("cannot translate CPU model {model} to a supported model")
+    };
+    out.push(Finding::error(
+        Code::CpuModelUnknown,
+        format!(
+            "CPU model '{model}' is not one this emulator offers for {arch} ({}): libvirt refuses to start the guest (\"{said}\")",
+            dc.source
+        ),
+        "use a model `virsh domcapabilities --arch ARCH --virttype TYPE` lists under <mode name='custom'>, or mode='host-passthrough' (KVM) / mode='maximum' (TCG)",
+    ));
 }
 
 /// A custom model domcapabilities lists `usable='no'` starts only without the features the host
