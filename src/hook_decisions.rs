@@ -33,9 +33,9 @@ pub const FILE: &str = "hook-decisions";
 /// The lock file's name in the state directory.
 pub const LOCK_FILE: &str = "hook-decisions.lock";
 
-/// The longest a hook waits for another one's lock before it gives up counting (a warning; the
-/// guest start goes on). A holder keeps it for one read and one small write.
-pub const LOCK_WAIT: Duration = Duration::from_secs(2);
+/// The longest a hook waits for another one's lock before it gives up counting: the hooks' one
+/// wait, [`crate::lockfile::HOOK_WAIT`].
+pub const LOCK_WAIT: Duration = crate::lockfile::HOOK_WAIT;
 
 /// The largest counts file read, in bytes: six short lines; anything longer is not one.
 const MAX_BYTES: usize = 64 * 1024;

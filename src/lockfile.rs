@@ -11,6 +11,11 @@ use rustix::fs::{FlockOperation, flock};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// The longest a qemu hook waits for another process's lock on a state file before it goes on
+/// without it (a warning; the guest start goes on): libvirt puts no timeout on a hook, and a
+/// holder keeps the lock for one read and one small write.
+pub const HOOK_WAIT: Duration = Duration::from_secs(2);
+
 /// Holds an exclusive `flock(2)` on its lock file until dropped.
 #[derive(Debug)]
 pub struct Locked {

@@ -311,6 +311,9 @@ pub struct WatchError {
     pub source: std::io::Error,
 }
 
+/// The largest state file read, in bytes: a few short lines (a fingerprint, a CPU, host names).
+const STATE_LIMIT: usize = 1 << 20;
+
 /// Compares `cpu` with the cluster CPU remembered in `state_dir`: the first time (no state), it
 /// is remembered and nothing is said; when it differs (another fingerprint), the change is
 /// counted and remembered and returned for the caller to [`Change::log`]; when it is the same,
@@ -326,11 +329,23 @@ pub fn note(state_dir: &Path, cpu: &ClusterCpu) -> Result<(Seen, Option<Change>)
     std::fs::create_dir_all(state_dir).map_err(err(state_dir))?;
     let file = state_dir.join(STATE_FILE);
     let lock_path = state_dir.join(format!("{STATE_FILE}.lock"));
-    let _lock = crate::lockfile::Locked::exclusive(&lock_path).map_err(err(&lock_path))?;
-    let old = match std::fs::read_to_string(&file) {
-        Ok(t) => Seen::parse(&t),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(err(&file)(e)),
+    // Bounded, and a regular file only: the hook calls this at every guest start, and libvirt
+    // puts no timeout on a hook (a FIFO in place of the file would block a plain read).
+    let _lock = crate::lockfile::Locked::exclusive_within(&lock_path, crate::lockfile::HOOK_WAIT)
+        .map_err(err(&lock_path))?;
+    let old = match crate::readfile::read_regular(&file, STATE_LIMIT) {
+        Ok(bytes) => Seen::parse(&String::from_utf8_lossy(&bytes)),
+        Err(crate::readfile::ReadError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            None
+        }
+        Err(e) => {
+            return Err(err(&file)(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                e.to_string(),
+            )));
+        }
     };
     let mut new = Seen::of(cpu);
     let change = match &old {
@@ -406,6 +421,37 @@ mod tests {
         assert_eq!(back.hosts, s.hosts);
         assert_eq!(back.level, Some(Level::V3));
         assert_eq!(Seen::parse("# nothing\n"), None);
+    }
+
+    /// A FIFO in place of the state file or its lock is an error at once, never a hang (the
+    /// hook calls `note` at every guest start; libvirt puts no timeout on a hook).
+    #[test]
+    fn a_fifo_in_place_of_the_state_or_lock_is_an_error_at_once() {
+        for name in [STATE_FILE.to_string(), format!("{STATE_FILE}.lock")] {
+            let dir = std::env::temp_dir().join(format!(
+                "vcp-watch-fifo-{}-{}",
+                std::process::id(),
+                name.len()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let status = std::process::Command::new("mkfifo")
+                .arg(dir.join(&name))
+                .status()
+                .unwrap();
+            assert!(status.success());
+            let start = std::time::Instant::now();
+            let e = note(
+                &dir,
+                &cpu("Haswell", Level::V3, &["avx"], &[("a", Level::V3)]),
+            )
+            .unwrap_err();
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(5),
+                "{name}: {e}"
+            );
+            std::fs::remove_dir_all(&dir).ok();
+        }
     }
 
     #[test]
