@@ -125,13 +125,16 @@ impl TcgFacts {
         if !compare && plan.min_level.is_none() {
             return facts;
         }
-        let names: BTreeSet<String> = dom
-            .cpus()
-            .iter()
-            .filter_map(|c| child(*c, "model").and_then(model_name))
-            .chain(plan.model.as_ref().map(|m| m.value.clone()))
-            .filter(|_| compare)
-            .collect();
+        // The models' TCG verdicts matter only where libvirt compares.
+        let names: BTreeSet<String> = if compare {
+            dom.cpus()
+                .iter()
+                .filter_map(|c| child(*c, "model").and_then(model_name))
+                .chain(plan.model.as_ref().map(|m| m.value.clone()))
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
         // The cache is read only when domcapabilities leave a question open.
         let from_domcaps: BTreeMap<&str, TcgModel> = names
             .iter()

@@ -190,6 +190,26 @@ pub enum Source<'a> {
     Host(&'a str, Result<&'a HostCpu, &'a str>),
 }
 
+/// How `dom`'s CPU is its host's CPU as is, in words, or None: `host-passthrough`, or `maximum`
+/// under hardware virtualisation, which "is functionally identical to host-passthrough"
+/// (libvirt's formatdomain); under TCG `maximum` is the emulated CPU, the same on every host of a
+/// QEMU.
+#[must_use]
+pub fn passthrough_mode(dom: &Domain<'_>) -> Option<&'static str> {
+    match dom
+        .cpus()
+        .first()
+        .copied()
+        .and_then(crate::domain::cpu_mode)
+    {
+        Some(CpuMode::HostPassthrough) => Some("host-passthrough"),
+        Some(CpuMode::Maximum) if dom.virt_type() != "qemu" => {
+            Some("maximum (under KVM, host-passthrough)")
+        }
+        _ => None,
+    }
+}
+
 /// Whether guest `dom`, a running `host-passthrough` guest arriving by live migration from
 /// `source`, stays in its migration group on host `dest` (its CPU, or why it is not known):
 /// None when it does, or when the question does not arise (another mode, a guest that is
@@ -204,15 +224,7 @@ pub fn passthrough_group(
     dest_cpu: Result<&HostCpu, &str>,
 ) -> Option<Finding> {
     let cpu = dom.cpus().first().copied()?;
-    // `maximum` under hardware virtualisation "is functionally identical to host-passthrough"
-    // (libvirt's formatdomain); under TCG it is the emulated CPU.
-    let mode = match crate::domain::cpu_mode(cpu) {
-        Some(CpuMode::HostPassthrough) => "host-passthrough",
-        Some(CpuMode::Maximum) if dom.virt_type() != "qemu" => {
-            "maximum (under KVM, host-passthrough)"
-        }
-        _ => return None,
-    };
+    let mode = passthrough_mode(dom)?;
     let rule = format!(
         "a running {mode} guest sees its host's CPU as is and migrates only to a host of the same CPU (libvirt: between hosts not identical in hardware and microcode the guest may hang or crash)"
     );

@@ -28,7 +28,7 @@ use crate::destination::{Arrival, CpuMapCache, judge};
 use crate::domain::Domain;
 use crate::finding::Code;
 use crate::host::{Host, HostOptions};
-use crate::libvirt::cpu::{CpuDef, CpuMode};
+use crate::libvirt::cpu::CpuDef;
 use crate::libvirt::version::LibvirtVersion;
 use crate::pipeline::Pipeline;
 use crate::policy::Policy;
@@ -443,13 +443,8 @@ impl Fleet {
             let maybe =
                 facts.domain.contains("host-passthrough") || facts.domain.contains("maximum");
             let passthrough = maybe
-                && Domain::parse(&facts.domain, "guest facts").is_ok_and(|d| {
-                    match d.cpus().first().copied().and_then(crate::domain::cpu_mode) {
-                        Some(CpuMode::HostPassthrough) => true,
-                        Some(CpuMode::Maximum) => d.virt_type() != "qemu",
-                        _ => false,
-                    }
-                });
+                && Domain::parse(&facts.domain, "guest facts")
+                    .is_ok_and(|d| crate::destination::group::passthrough_mode(&d).is_some());
             self.passthrough_shapes.push(passthrough);
             next
         });

@@ -392,6 +392,10 @@ fn check_level(
     }
 }
 
+/// The x86-64-v3 features QEMU's TCG emulates from 7.2 on (its changelog: "AVX, AVX2, F16C,
+/// FMA3"), which 5.2's lacks.
+const TCG_SINCE_7_2: [&str; 4] = ["avx", "avx2", "f16c", "fma"];
+
 /// A custom CPU that reaches `cpu.min_level` as written, under TCG with libvirt's `check='none'`
 /// (its default for a custom CPU): QEMU drops each required feature its TCG does not emulate,
 /// with a warning on its own stderr only ("TCG doesn't support requested feature"), and the
@@ -430,7 +434,7 @@ fn check_tcg_level(
                 dropped.join(", "),
                 level.value
             ),
-            if dropped.iter().all(|f| ["avx", "avx2", "f16c", "fma"].contains(f)) {
+            if dropped.iter().all(|f| TCG_SINCE_7_2.contains(f)) {
                 "run the guest under KVM on a host whose CPU has them, or on a QEMU whose TCG emulates them (AVX, AVX2, F16C and FMA3 from QEMU 7.2)"
             } else {
                 "run the guest under KVM on a host whose CPU has them, or on a QEMU whose TCG emulates them"
