@@ -607,11 +607,7 @@ fn cmd_hook(a: &HookCmd) -> i32 {
     // Counted after the decision is made and logged; counting cannot change it (a failure is a
     // warning in the log).
     if let Some(kind) = decided.kind {
-        let state = a
-            .snapshot_dir
-            .as_deref()
-            .unwrap_or(std::path::Path::new(crate::hook::SNAPSHOT_DIR));
-        crate::hook_decisions::record(state, kind);
+        crate::hook_decisions::record(opts.state_dir(), kind);
     }
     match decided.answer {
         crate::hook::Answer::Allow => EXIT_OK,

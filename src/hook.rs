@@ -117,6 +117,17 @@ impl Decided {
     }
 }
 
+impl HookOptions {
+    /// The state directory: the daemon's snapshot and the hook's own state (decision counts,
+    /// the cluster CPU seen): `snapshot_dir`, else [`SNAPSHOT_DIR`].
+    #[must_use]
+    pub fn state_dir(&self) -> &Path {
+        self.snapshot_dir
+            .as_deref()
+            .unwrap_or(Path::new(SNAPSHOT_DIR))
+    }
+}
+
 /// Inputs the hook takes besides the XML.
 #[derive(Debug, Clone, Default)]
 pub struct HookOptions {
@@ -192,11 +203,7 @@ pub fn decide(guest: &str, phase: Phase, xml: &[u8], opts: &HookOptions) -> Deci
         Err(e) => return fail(&e, "report the XML libvirt passed as a bug"),
     };
     let mut caps = opts.caps.clone();
-    caps.extend(crate::readfile::xml_files(
-        opts.snapshot_dir
-            .as_deref()
-            .unwrap_or(Path::new(SNAPSHOT_DIR)),
-    ));
+    caps.extend(crate::readfile::xml_files(opts.state_dir()));
     let host_opts = HostOptions {
         qemu_cache: opts.qemu_cache.clone(),
         kvm_max_vcpus: opts.kvm_max_vcpus.clone(),
@@ -215,11 +222,7 @@ pub fn decide(guest: &str, phase: Phase, xml: &[u8], opts: &HookOptions) -> Deci
         Phase::Migrate | Phase::Restore => destination(guest, phase, text, &policy, &host),
     };
     if let Some(cpu) = host.cluster_cpu_computed() {
-        let state = opts
-            .snapshot_dir
-            .as_deref()
-            .unwrap_or(Path::new(SNAPSHOT_DIR));
-        crate::cluster::watch::tell(state, cpu);
+        crate::cluster::watch::tell(opts.state_dir(), cpu);
     }
     match verdict {
         Err(e @ Error::Cluster(_)) => fail(
