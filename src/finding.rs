@@ -149,6 +149,9 @@ pub enum Code {
     /// `tcg-cpu-missing`: `check='partial'` under TCG with features this QEMU's TCG lacks (or
     /// has, for `forbid`): "the CPU is incompatible with host CPU".
     TcgCpuMissing,
+    /// `tcg-cpu-hotplug` (a warning): an x86 TCG guest with room to hot-plug vCPUs on QEMU 5.1.0
+    /// to 7.2.0, which never tells the guest of them ([`crate::qemu::TCG_CPU_HOTPLUG_LOST`]).
+    TcgCpuHotplug,
     /// `tcg-eim`: an Intel IOMMU with `eim='on'` under TCG on a QEMU before 9.0: "eim=on
     /// requires accel=kvm,kernel-irqchip=split".
     TcgEim,
@@ -187,7 +190,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 65] = [
+    pub const ALL: [Code; 66] = [
         Code::ArchUnsupported,
         Code::ClusterFeature,
         Code::ClusterLevel,
@@ -238,6 +241,7 @@ impl Code {
         Code::PassthroughGroup,
         Code::PolicyConflict,
         Code::TcgCheckFull,
+        Code::TcgCpuHotplug,
         Code::TcgCpuMissing,
         Code::TcgEim,
         Code::TcgVcpuLimit,
@@ -309,6 +313,7 @@ impl Code {
             Code::ArchUnsupported => "arch-unsupported",
             Code::PolicyConflict => "policy-conflict",
             Code::TcgCheckFull => "tcg-check-full",
+            Code::TcgCpuHotplug => "tcg-cpu-hotplug",
             Code::TcgEim => "tcg-eim",
             Code::TcgCpuMissing => "tcg-cpu-missing",
             Code::TcgVcpuLimit => "tcg-vcpu-limit",

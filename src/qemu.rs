@@ -44,7 +44,43 @@ pub const TCG_HT_SINCE: QemuVersion = QemuVersion(LibvirtVersion {
     micro: 1,
 });
 
+/// The QEMU releases whose TCG never tells an ACPI guest of a hot-plugged x86 vCPU: 5.1.0 up
+/// to, not including, 7.2.1. QEMU starts every pc and q35 guest on the legacy CPU hotplug
+/// register block at I/O port 0xaf00 (one byte wide, `.valid.max_access_size = 1`); the AML QEMU
+/// writes for the guest switches it to the modern interface by writing 0 there as a 4-byte
+/// `CSEL` store. QEMU 5.1.0 (commit 5d971f9e6725, "memory: Revert "memory: accept mismatching
+/// sizes in memory_region_access_valid"", the fix of CVE-2020-13754) refuses an access wider
+/// than a region allows; KVM's port I/O path splits it into bytes, TCG's does not, so under TCG
+/// the switch is dropped and the guest's hot-plug handler (`\_SB.CPUS.CSCN`) reads the legacy
+/// block: libvirt's `setvcpus --live` succeeds, QEMU creates the vCPUs, the guest never sees
+/// them. Fixed by "acpi: cpuhp: fix guest-visible maximum access size to the legacy reg block"
+/// (QEMU commit dab30fbef389, 8.0.0, and the stable 7.2.1). Seen here: Debian 11's QEMU 5.2
+/// (with a Debian 12 guest kernel, on pc and q35 machine types; a byte-wide write of 0 to port
+/// 0xaf00 from inside the guest makes the same hot-plug reach it); Debian 12's 7.2.22, 10.0
+/// and 11.1 deliver it (tests/guest/run). A distribution QEMU older than 5.1 that took the
+/// CVE's fix can behave the same, unseen here.
+pub const TCG_CPU_HOTPLUG_LOST: (QemuVersion, QemuVersion) = (
+    QemuVersion(LibvirtVersion {
+        major: 5,
+        minor: 1,
+        micro: 0,
+    }),
+    QemuVersion(LibvirtVersion {
+        major: 7,
+        minor: 2,
+        micro: 1,
+    }),
+);
+
 impl QemuVersion {
+    /// Whether this QEMU's TCG loses the vCPUs hot-plugged into an x86 ACPI guest
+    /// ([`TCG_CPU_HOTPLUG_LOST`]).
+    #[must_use]
+    pub fn tcg_loses_cpu_hotplug(self) -> bool {
+        let (from, fixed) = TCG_CPU_HOTPLUG_LOST;
+        self >= from && self < fixed
+    }
+
     /// Whether this QEMU's TCG builds vCPUs with `ht` and `cmp_legacy` ([`TCG_HT_SINCE`]).
     #[must_use]
     pub fn tcg_has_ht(self) -> bool {
@@ -78,9 +114,11 @@ pub struct TcgFacts {
     /// gathered otherwise.
     pub x86_tcg: bool,
     /// The QEMU release ([`Host::qemu_version`]), looked up when the guest's vCPUs can reach an
-    /// APIC ID of 255 ([`crate::apic`]), a `vcpu.*` rule can change them, libvirt compares
-    /// the guest CPU ([`TCG_HT_SINCE`]) or an Intel IOMMU has `eim='on'`; None: not needed, or unknown (then judged as a QEMU
-    /// before 9.0, the safe choice).
+    /// APIC ID of 255 ([`crate::apic`]), a `vcpu.*` rule can change them, vCPUs can be
+    /// hot-plugged ([`TCG_CPU_HOTPLUG_LOST`]), libvirt compares the guest CPU
+    /// ([`TCG_HT_SINCE`]) or an Intel IOMMU has `eim='on'`; None: not needed, or unknown (then
+    /// judged as a QEMU before 9.0 for the refusals, the safe choice; no hot-plug warning is
+    /// given without the release).
     pub version: Option<Sourced<QemuVersion>>,
     /// The TCG's verdict on each custom model the result can name, looked up when a `check` of
     /// `partial` or `full` makes libvirt compare the guest CPU with what TCG gives.
@@ -110,10 +148,14 @@ impl TcgFacts {
         let vcpu_rule = plan.vcpu_max.is_some() || plan.topology.is_some() || plan.iommu.is_some();
         let compare = compares(dom, plan);
         let eim = crate::validate::tcg::writes_eim_on(dom);
-        let version =
-            (vcpu_rule || compare || eim || plan.min_level.is_some() || reaches_x2apic(dom))
-                .then(|| host.qemu_version(arch, emulator.as_deref()))
-                .flatten();
+        let version = (vcpu_rule
+            || compare
+            || eim
+            || plan.min_level.is_some()
+            || reaches_x2apic(dom)
+            || has_hotplug_room(dom))
+        .then(|| host.qemu_version(arch, emulator.as_deref()))
+        .flatten();
         let mut facts = TcgFacts {
             x86_tcg: true,
             version,
@@ -224,6 +266,15 @@ fn reaches_x2apic(dom: &Domain<'_>) -> bool {
         .and_then(|c| child(*c, "topology"))
         .and_then(|t| crate::topology::Topology::read(t, false).ok());
     crate::apic::highest(topology.as_ref(), max).is_some_and(|id| id > crate::apic::XAPIC_MAX_ID)
+}
+
+/// Whether the domain, as written, can take hot-plugged vCPUs (`<vcpu current>` below the
+/// maximum), which [`TCG_CPU_HOTPLUG_LOST`] concerns.
+fn has_hotplug_room(dom: &Domain<'_>) -> bool {
+    child(dom.root(), "vcpus").is_some()
+        || child(dom.root(), "vcpu")
+            .and_then(|v| crate::topology::read_vcpu(v).ok())
+            .is_some_and(|c| c.current < c.max)
 }
 
 /// domcapabilities' word on `model`: `usable`, and the blockers libvirt 11.x lists (a usable

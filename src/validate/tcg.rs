@@ -109,11 +109,10 @@ fn topology(dom: &Domain<'_>, facts: &DomainFacts<'_>) -> Option<Topology> {
     Topology::read(t, facts.applies(VersionRule::Clusters)).ok()
 }
 
-/// The APIC-ID rule of TCG (module docs): `tcg-vcpu-limit` when this QEMU (or an unknown one)
-/// cannot run the maximum at all (an error: the start fails), `tcg-x2apic` when it can only with
-/// x2APIC in the guest CPU: an error when an online vCPU needs it (the start fails), else a
-/// warning (the guest starts, and the hot-plug of that vCPU fails).
-pub(super) fn check_apic_ids(
+/// The vCPU rules of x86 TCG, for `<vcpu>` with maximum `max` and `current` online: the APIC
+/// IDs ([`check_apic_ids`]) and the hot-plug ([`check_cpu_hotplug`]). Nothing for KVM or
+/// another arch.
+pub(super) fn check_vcpus(
     dom: &Domain<'_>,
     max: u32,
     current: u32,
@@ -123,6 +122,21 @@ pub(super) fn check_apic_ids(
     if !facts.tcg.x86_tcg {
         return;
     }
+    check_apic_ids(dom, max, current, facts, out);
+    check_cpu_hotplug(online_vcpus(dom, current, max), max, facts, out);
+}
+
+/// The APIC-ID rule of TCG (module docs): `tcg-vcpu-limit` when this QEMU (or an unknown one)
+/// cannot run the maximum at all (an error: the start fails), `tcg-x2apic` when it can only with
+/// x2APIC in the guest CPU: an error when an online vCPU needs it (the start fails), else a
+/// warning (the guest starts, and the hot-plug of that vCPU fails).
+fn check_apic_ids(
+    dom: &Domain<'_>,
+    max: u32,
+    current: u32,
+    facts: &DomainFacts<'_>,
+    out: &mut Vec<Finding>,
+) {
     let topo = topology(dom, facts);
     let Some(first) = first_x2apic_vcpu(topo.as_ref(), max) else {
         return;
@@ -188,6 +202,35 @@ pub(super) fn check_apic_ids(
     if !fatal {
         finding.severity = Severity::Warning;
     }
+    out.push(finding);
+}
+
+/// `tcg-cpu-hotplug`: an x86 TCG guest with room to hot-plug vCPUs (fewer online than the
+/// maximum) on a QEMU that never tells the guest of them ([`crate::qemu::TCG_CPU_HOTPLUG_LOST`]:
+/// 5.1.0 to 7.2.0). A warning: the guest starts and `virsh setvcpus --live` succeeds, but the
+/// guest's CPU count does not change. Said only when the release is known (an unknown QEMU is
+/// no evidence of the fault, and most hosts do not have it). `online`: the vCPUs libvirt starts.
+fn check_cpu_hotplug(online: u32, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
+    let Some(version) = facts
+        .tcg
+        .version
+        .as_ref()
+        .filter(|v| v.value.tcg_loses_cpu_hotplug())
+    else {
+        return;
+    };
+    if online >= max {
+        return;
+    }
+    let mut finding = Finding::error(
+        Code::TcgCpuHotplug,
+        format!(
+            "{} does not deliver hot-plugged vCPUs to a TCG guest: `virsh setvcpus --live` up to the maximum {max} succeeds, but the guest keeps its {online} vCPU(s) (under TCG this QEMU refuses the 4-byte write with which the guest's ACPI switches to the modern CPU hotplug interface at I/O port 0xaf00; fixed in QEMU 7.2.1 and 8.0)",
+            qemu_words(Some(version))
+        ),
+        "start the guest with the vCPUs it needs (<vcpu current>), or run it under KVM or a QEMU 7.2.1 or later",
+    );
+    finding.severity = Severity::Warning;
     out.push(finding);
 }
 

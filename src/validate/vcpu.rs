@@ -20,7 +20,7 @@ pub(super) fn check(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Fin
     let max = count.max;
     check_topology(dom, max, facts, out);
     check_limits(dom, max, facts, out);
-    super::tcg::check_apic_ids(dom, max, count.current, facts, out);
+    super::tcg::check_vcpus(dom, max, count.current, facts, out);
     super::tcg::check_eim(dom, facts, out);
     check_iommu(dom, max, facts, out);
     if let Some(list) = child(dom.root(), "vcpus") {

@@ -627,6 +627,39 @@ fn domcapabilities_are_told_apart_by_virt_type() {
     }
 }
 
+/// `rewrite --policy POLICY FILE` given generation `g`'s own captured facts (its versions,
+/// cpu_map, capabilities and TCG domcapabilities of a pc guest), and a reader of its version
+/// file's fields (`libvirt`, `qemu`).
+fn rewrite_with_facts_of(
+    g: &str,
+    policy: &std::path::Path,
+    file: &std::path::Path,
+) -> (crate::harness::Output, impl Fn(&str) -> String) {
+    let facts = generation_facts(g);
+    let version = std::fs::read_to_string(facts.join("version")).unwrap();
+    let g = g.to_string();
+    let field = move |k: &str| {
+        version
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{k} ")))
+            .unwrap_or_else(|| panic!("{g}: no {k} in its version file"))
+            .to_string()
+    };
+    let out = Cmd::new(&["rewrite", "--no-qemu-caps-cache"])
+        .args(&["--libvirt-version", &field("libvirt")])
+        .args(&["--qemu-version", &field("qemu")])
+        .args(&["--cpu-map", &s(&facts.join("cpu_map"))])
+        .args(&["--caps", &s(&facts.join("capabilities.xml"))])
+        .args(&[
+            "--caps",
+            &s(&facts.join("domcapabilities-x86_64-pc-qemu.xml")),
+        ])
+        .args(&["--policy", &s(policy)])
+        .arg(s(file))
+        .run();
+    (out, field)
+}
+
 /// A `cpu.min_level` the CPU as written reaches, but this QEMU's TCG does not emulate
 /// (libvirt's default `check='none'` for a custom CPU: QEMU drops what its TCG lacks and the
 /// guest starts below the level): a `host-level` warning naming exactly what TCG lacks, from
@@ -657,27 +690,7 @@ fn min_level_beyond_what_tcg_emulates_is_a_host_level_warning() {
         ("trixie", None),
         ("forky", None),
     ] {
-        let facts = generation_facts(g);
-        let version = std::fs::read_to_string(facts.join("version")).unwrap();
-        let field = |k: &str| {
-            version
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("{k} ")))
-                .unwrap_or_else(|| panic!("{g}: no {k} in its version file"))
-                .to_string()
-        };
-        let out = Cmd::new(&["rewrite", "--no-qemu-caps-cache"])
-            .args(&["--libvirt-version", &field("libvirt")])
-            .args(&["--qemu-version", &field("qemu")])
-            .args(&["--cpu-map", &s(&facts.join("cpu_map"))])
-            .args(&["--caps", &s(&facts.join("capabilities.xml"))])
-            .args(&[
-                "--caps",
-                &s(&facts.join("domcapabilities-x86_64-pc-qemu.xml")),
-            ])
-            .args(&["--policy", &s(&policy)])
-            .arg(s(&file))
-            .run();
+        let (out, field) = rewrite_with_facts_of(g, &policy, &file);
         assert_eq!(out.code, 0, "{g}: {}", out.stderr);
         for f in ["avx", "avx2", "f16c", "fma"] {
             assert!(
@@ -705,4 +718,110 @@ fn min_level_beyond_what_tcg_emulates_is_a_host_level_warning() {
             None => assert!(warning.is_none(), "{g}: {}", out.stderr),
         }
     }
+}
+
+/// `tcg-cpu-hotplug`: a TCG guest with room to hot-plug vCPUs on QEMU 5.1.0 to 7.2.0 (which
+/// never tells the guest of them) gets a warning naming the QEMU release, from each generation's
+/// own captured facts after a `vcpu.max` rewrite (only QEMU 5.2, bullseye); the bounds by
+/// `--qemu-version` (5.0.0 and 7.2.1 without, 5.1.0 and 7.2.0 with); nothing for a guest whose
+/// vCPUs are all online, for KVM, or for an unknown QEMU. The guest proof (tests/guest/run)
+/// boots the result on QEMU 5.2 and shows the guest never sees the vCPUs, and that it sees them
+/// once it has switched QEMU to the modern hotplug interface itself; 7.2, 10.0 and 11.1 deliver
+/// them.
+#[test]
+fn tcg_cpu_hotplug_is_lost_on_qemu_5_1_to_7_2_0() {
+    let dir = Scratch::new("tcg-hotplug");
+    let policy = dir.write(
+        "max4.toml",
+        "version = 1\n\n[[rule]]\nname = \"scale\"\nmatch = { arch = \"x86_64\" }\nvcpu.max = 4\n",
+    );
+    let empty = dir.write("empty.toml", "version = 1\n");
+    let topology = "<cpu><topology sockets='1' cores='1' threads='1'/></cpu>";
+    let one = dir.write(
+        "one.xml",
+        guest(
+            "vcp-test-hp",
+            "pc",
+            "<vcpu current='1'>1</vcpu>",
+            topology,
+            false,
+        ),
+    );
+    // `rewrite` says warnings on stderr, `check` in its report on stdout.
+    let warned = |out: &crate::harness::Output| {
+        out.stderr
+            .lines()
+            .chain(out.stdout.lines())
+            .find(|l| l.contains("warning[tcg-cpu-hotplug]"))
+            .map(str::to_string)
+    };
+    for g in ["bullseye", "bookworm", "trixie", "forky"] {
+        let (out, field) = rewrite_with_facts_of(g, &policy, &one);
+        assert_eq!(out.code, 0, "{g}: {}", out.stderr);
+        assert!(
+            out.stdout.contains("<vcpu current=\"1\">4</vcpu>")
+                || out.stdout.contains("<vcpu current='1'>4</vcpu>"),
+            "{g}: the rewrite raises the maximum to 4:\n{}",
+            out.stdout
+        );
+        match (g, warned(&out)) {
+            ("bullseye", Some(w)) => assert!(
+                w.contains(&format!("QEMU {} (from --qemu-version)", field("qemu")))
+                    && w.contains(
+                        "up to the maximum 4 succeeds, but the guest keeps its 1 vCPU(s)"
+                    ),
+                "{g}: {w}"
+            ),
+            ("bullseye", None) => panic!("{g}: no tcg-cpu-hotplug warning: {}", out.stderr),
+            (_, None) => {}
+            (_, Some(w)) => panic!(
+                "{g}: QEMU {} delivers hot-plugged vCPUs: {w}",
+                field("qemu")
+            ),
+        }
+    }
+    // The bounds, with `check` of domains written with room (no rule), and without.
+    let four = |name: &str, vcpu: &str, virt: &str| {
+        let xml = guest(
+            "vcp-test-hp",
+            "q35",
+            vcpu,
+            "<cpu><topology sockets='4' cores='1' threads='1'/></cpu>",
+            false,
+        );
+        dir.write(name, xml.replace("type='qemu'", &format!("type='{virt}'")))
+    };
+    let room = four("room.xml", "<vcpu current='2'>4</vcpu>", "qemu");
+    let full = four("full.xml", "<vcpu>4</vcpu>", "qemu");
+    let kvm = four("kvm.xml", "<vcpu current='2'>4</vcpu>", "kvm");
+    let check = |file: &std::path::Path, qemu: Option<&str>| {
+        let mut c = Cmd::new(&["check", "--no-qemu-caps-cache", "--policy", &s(&empty)]);
+        if let Some(q) = qemu {
+            c = c.args(&["--qemu-version", q]);
+        }
+        let out = c.arg(s(file)).run();
+        assert_eq!(out.code, 0, "{}: {}", file.display(), out.stderr);
+        warned(&out)
+    };
+    for (qemu, lost) in [
+        ("5.0.0", false),
+        ("5.1.0", true),
+        ("6.2.0", true),
+        ("7.2.0", true),
+        ("7.2.1", false),
+        ("8.0.0", false),
+    ] {
+        let w = check(&room, Some(qemu));
+        assert_eq!(w.is_some(), lost, "QEMU {qemu}: {w:?}");
+        if let Some(w) = w {
+            assert!(
+                w.contains(&format!("QEMU {qemu} (from --qemu-version)"))
+                    && w.contains("the maximum 4 succeeds, but the guest keeps its 2 vCPU(s)"),
+                "{w}"
+            );
+        }
+        assert_eq!(check(&full, Some(qemu)), None, "all online, QEMU {qemu}");
+        assert_eq!(check(&kvm, Some(qemu)), None, "KVM, QEMU {qemu}");
+    }
+    assert_eq!(check(&room, None), None, "an unknown QEMU is no evidence");
 }
