@@ -17,7 +17,7 @@
 
 pub mod group;
 
-use crate::cluster::compare::{Compatibility, compare, guest_cpu};
+use crate::cluster::compare::{Comparison, Compatibility, compare, guest_cpu};
 use crate::cluster::hosts::ClusterHost;
 use crate::domain::Domain;
 use crate::domain_facts::DomainFacts;
@@ -26,8 +26,10 @@ use crate::host::{Host, Sourced};
 use crate::libvirt::cpu::CpuDef;
 use crate::libvirt::cpu::CpuMode;
 use crate::libvirt::cpu_map::x86::X86Map;
+use crate::libvirt::domcaps::DomCaps;
 use crate::pipeline::Pipeline;
 use crate::xml::child;
+use roxmltree::Node;
 use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
 
@@ -243,68 +245,123 @@ pub fn compare_cpu(
     map: &CpuMapCache,
     arrival: Arrival,
 ) -> CpuCompare {
-    let not = |why: String| CpuCompare::NotCompared(format!("CPU not compared: {why}"));
+    let compared = cpu_libvirt_compares(dom).and_then(|cpu| {
+        let against = host_cpu_libvirt_compares_with(dom, facts, physical)?;
+        let (model, c, source) = compare_with(text, &against, map)?;
+        Ok(libvirt_check_on_arrival(
+            dom, cpu, &model, c, &source, arrival,
+        ))
+    });
+    compared.unwrap_or_else(|why| CpuCompare::NotCompared(format!("CPU not compared: {why}")))
+}
+
+/// The guest's CPU in `text` compared with the host CPU `against` as libvirt's `x86Compute`
+/// does ([`crate::cluster::compare`], on `map`'s CPUID data): the guest's model, the
+/// comparison, and where the host's CPU came from (for messages). Err: why it cannot be.
+fn compare_with(
+    text: &str,
+    against: &HostCpu<'_>,
+    map: &CpuMapCache,
+) -> Result<(String, Comparison, String), String> {
+    let map = map.get()?;
+    let (host, source) = against.as_cluster_host(map);
+    let guest_path = PathBuf::from("the incoming domain XML");
+    let (g, c) = guest_cpu(text, &guest_path)
+        .and_then(|g| compare(map, &host, &g, &guest_path).map(|c| (g, c)))
+        .map_err(|e| e.to_string())?;
+    let model = g.cpu.model.unwrap_or_else(|| "?".into());
+    Ok((model, c, source))
+}
+
+/// The guest's `<cpu>` when libvirt compares it with a host's: the first, a custom CPU that
+/// names a model, of an x86 guest (libvirt's `x86Compute`); Err: why it does not.
+fn cpu_libvirt_compares<'d, 't>(dom: &'d Domain<'t>) -> Result<Node<'d, 't>, String> {
     let Some(cpu) = dom.cpus().first().copied() else {
-        return not("the guest has no <cpu>".into());
+        return Err("the guest has no <cpu>".into());
     };
     if crate::domain::cpu_mode(cpu) != Some(CpuMode::Custom) {
         let mode = cpu.attribute("mode").unwrap_or_default();
-        return not(format!("a {mode} CPU takes this host's own CPU"));
+        return Err(format!("a {mode} CPU takes this host's own CPU"));
     }
     if child(cpu, "model").is_none() {
         // libvirt compares nothing either ("only topology part of CPU def is used").
-        return not("the CPU names no model (QEMU's default one)".into());
+        return Err("the CPU names no model (QEMU's default one)".into());
     }
     if !crate::libvirt::arch::is_x86(dom.arch()) {
-        return not(format!(
+        return Err(format!(
             "libvirt's CPU compare is for x86, the guest is {}",
             dom.arch()
         ));
     }
-    let host_model = facts.domcaps.filter(|d| d.host_model.is_some());
-    // Without a host-model CPU, a KVM guest is judged against the host's physical CPU less what
-    // KVM never gives a guest: the most KVM can give it. Under TCG the physical CPU says nothing
-    // of what QEMU emulates.
-    let physical = physical
-        .filter(|_| host_model.is_none() && dom.virt_type() == "kvm")
-        .filter(|c| c.value.arch.as_deref() == Some(dom.arch()));
-    // Ok: the host-model CPU; Err: the physical CPU.
-    let against = match (host_model, physical) {
-        (Some(d), _) => Ok(d),
-        (None, Some(c)) => Err(c),
-        (None, None) => {
-            return not(format!(
+    Ok(cpu)
+}
+
+/// The host CPU a guest's custom CPU is compared with.
+enum HostCpu<'a> {
+    /// The host-model CPU of the host's domcapabilities for the guest's virt type.
+    HostModel(&'a DomCaps),
+    /// The host's physical CPU (`virsh capabilities`), of a KVM guest's arch.
+    Physical(&'a Sourced<CpuDef>),
+}
+
+impl HostCpu<'_> {
+    /// The host to compare with, and where its CPU came from, for messages: the host-model CPU,
+    /// or the physical CPU less the features KVM never gives a guest
+    /// ([`ClusterHost::kvm_of_physical`]).
+    fn as_cluster_host(&self, map: &X86Map) -> (ClusterHost, String) {
+        match self {
+            HostCpu::HostModel(d) => (
+                ClusterHost::from_domcaps("this host", d),
+                format!("host-model CPU from {}", d.source),
+            ),
+            HostCpu::Physical(c) => (
+                ClusterHost::kvm_of_physical("this host", &c.source, &c.value, map),
+                format!(
+                    "{}, less the features KVM never gives a guest, as it has no domcapabilities host-model",
+                    c.source
+                ),
+            ),
+        }
+    }
+}
+
+/// The host CPU libvirt compares the guest's with: the host-model CPU of its domcapabilities;
+/// without one, for a KVM guest, its physical CPU of the guest's arch less what KVM never gives a
+/// guest (the most KVM can give it; under TCG the physical CPU says nothing of what QEMU
+/// emulates). Err: neither is known.
+fn host_cpu_libvirt_compares_with<'a>(
+    dom: &Domain<'_>,
+    facts: &DomainFacts<'a>,
+    physical: Option<&'a Sourced<CpuDef>>,
+) -> Result<HostCpu<'a>, String> {
+    if let Some(d) = facts.domcaps.filter(|d| d.host_model.is_some()) {
+        return Ok(HostCpu::HostModel(d));
+    }
+    physical
+        .filter(|c| dom.virt_type() == "kvm" && c.value.arch.as_deref() == Some(dom.arch()))
+        .map(HostCpu::Physical)
+        .ok_or_else(|| {
+            format!(
                 "this host's host-model CPU is unknown (no domcapabilities for {} {} in the daemon's snapshot or --caps), and so is the CPU KVM can give (no capabilities host CPU of that arch)",
                 dom.arch(),
                 dom.virt_type()
-            ));
-        }
-    };
-    let map = match map.get() {
-        Ok(m) => m,
-        Err(e) => return not(e),
-    };
-    let (host, source) = match against {
-        Ok(d) => (
-            ClusterHost::from_domcaps("this host", d),
-            format!("host-model CPU from {}", d.source),
-        ),
-        Err(c) => (
-            ClusterHost::kvm_of_physical("this host", &c.source, &c.value, map),
-            format!(
-                "{}, less the features KVM never gives a guest, as it has no domcapabilities host-model",
-                c.source
-            ),
-        ),
-    };
-    let guest_path = PathBuf::from("the incoming domain XML");
-    let result = guest_cpu(text, &guest_path)
-        .and_then(|g| compare(map, &host, &g, &guest_path).map(|c| (g, c)));
-    let (g, c) = match result {
-        Ok(r) => r,
-        Err(e) => return not(e.to_string()),
-    };
-    let model = g.cpu.model.as_deref().unwrap_or("?");
+            )
+        })
+}
+
+/// What libvirt does with the guest's CPU (model `model`) on arrival, given the comparison `c`
+/// with this host's (from `source`): `identical` or `superset` runs; `incompatible` runs only
+/// when a stopped guest starts unchecked (`check='none'`, written or libvirt's default for a TCG
+/// custom CPU: QEMU starts it without what is missing), else it is refused (`partial` at start,
+/// `full` on what QEMU built, and a running guest would lose features it uses).
+fn libvirt_check_on_arrival(
+    dom: &Domain<'_>,
+    cpu: Node<'_, '_>,
+    model: &str,
+    c: Comparison,
+    source: &str,
+    arrival: Arrival,
+) -> CpuCompare {
     match c.verdict {
         Compatibility::Identical | Compatibility::Superset => CpuCompare::Runs(format!(
             "CPU {model}: this host's is {} ({source})",

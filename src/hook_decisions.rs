@@ -30,7 +30,7 @@ use std::time::Duration;
 /// The counts file's name in the state directory.
 pub const FILE: &str = "hook-decisions";
 
-/// The lock file's name in the state directory.
+/// The lock file's name in the state directory ([`crate::lockfile::lock_path`] of [`FILE`]).
 pub const LOCK_FILE: &str = "hook-decisions.lock";
 
 /// The longest a hook waits for another one's lock before it gives up counting: the hooks' one
@@ -152,13 +152,17 @@ impl Counts {
 /// [`CountError::Io`] when it exists but cannot be read as a regular file of at most 64 KiB;
 /// [`CountError::Corrupt`] when it is not counts.
 pub fn read_file(path: &Path) -> Result<Counts, CountError> {
-    let bytes = match crate::readfile::read_regular(path, MAX_BYTES) {
-        Ok(b) => b,
-        Err(crate::readfile::ReadError::Io { source, .. })
-            if source.kind() == std::io::ErrorKind::NotFound =>
-        {
-            return Ok(Counts::default());
-        }
+    counts_of(
+        path,
+        crate::readfile::read_regular_if_present(path, MAX_BYTES),
+    )
+}
+
+/// The counts in what was read of `path` (None: it does not exist), as [`read_file`] says.
+fn counts_of(path: &Path, read: crate::lockfile::Old) -> Result<Counts, CountError> {
+    let bytes = match read {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(Counts::default()),
         Err(crate::readfile::ReadError::Io { source, .. }) => {
             return Err(CountError::Io {
                 path: path.to_path_buf(),
@@ -197,25 +201,23 @@ pub fn read(state_dir: &Path) -> Result<Counts, CountError> {
 /// [`CountError::Io`] when the directory, the lock or the write failed: nothing was counted and
 /// the file is as it was.
 pub fn count(state_dir: &Path, kind: Decision) -> Result<(Counts, Option<CountError>), CountError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| CountError::Io { path, source }
-    };
-    std::fs::create_dir_all(state_dir).map_err(io(state_dir))?;
-    let lock_path = state_dir.join(LOCK_FILE);
-    let _lock =
-        crate::lockfile::Locked::exclusive_within(&lock_path, LOCK_WAIT).map_err(io(&lock_path))?;
     let file = state_dir.join(FILE);
-    let (mut counts, replaced) = match read_file(&file) {
-        Ok(c) => (c, None),
-        Err(e) => (Counts::default(), Some(e)),
-    };
-    counts.add(kind);
     // Not synced: a sync added 0.3 ms to 3 ms at every guest start (benches/hook.rs), and a crash
     // of the machine can at worst leave an empty file, which reads as no counts (a counter reset).
-    crate::writefile::write_atomic_unsynced(&file, counts.render().as_bytes())
-        .map_err(io(&file))?;
-    Ok((counts, replaced))
+    let write = crate::writefile::write_atomic_unsynced;
+    crate::lockfile::update(&file, LOCK_WAIT, MAX_BYTES, write, |old| {
+        let (mut counts, replaced) = match counts_of(&file, old) {
+            Ok(c) => (c, None),
+            Err(e) => (Counts::default(), Some(e)),
+        };
+        counts.add(kind);
+        let text = counts.render();
+        Ok(((counts, replaced), Some(text.into_bytes())))
+    })
+    .map_err(|e| CountError::Io {
+        path: e.path,
+        source: e.source,
+    })
 }
 
 /// [`count`], as the hook calls it: any problem is a warning in the hook's log, where its

@@ -137,6 +137,29 @@ pub struct TcgFacts {
 }
 
 impl TcgFacts {
+    /// Whether the CPU libvirt's `check` compares a TCG guest's with has the feature `name`
+    /// (libvirt's spelling): the CPU TCG gives ([`TcgFacts::host_cpu`]; false when unknown)
+    /// has it, or, under `check='full'` (which compares the vCPU QEMU built, not the TCG
+    /// host-model CPU of domcapabilities), it is `ht` or `cmp_legacy` and this QEMU is 10.0.1
+    /// or later ([`TCG_HT_SINCE`]).
+    ///
+    /// Source: QEMU commit 5979f50fa9fd, "i386/tcg: Make CPUID_HT and CPUID_EXT3_CMP_LEG
+    /// supported" (target/i386/cpu.c: `CPUID_HT` added to `TCG_FEATURES`,
+    /// `CPUID_EXT3_CMP_LEG` to `TCG_EXT3_FEATURES`, so `x86_cpu_filter_features()` keeps the
+    /// bits `x86_cpu_expand_features()` sets for more than one vCPU), pulled for 10.1 on
+    /// 2025-05-20 and taken into the stable 10.0.1 (patch 50 of its series). The release is
+    /// what decides: neither feature is in the TCG host-model CPU of domcapabilities.
+    #[must_use]
+    pub fn check_finds(&self, name: &str, check: CpuCheck) -> bool {
+        let Some((gives, _)) = &self.host_cpu else {
+            return false;
+        };
+        gives.contains(name)
+            || (check == CpuCheck::Full
+                && matches!(name, "ht" | "cmp_legacy")
+                && self.version.as_ref().is_some_and(|v| v.value.tcg_has_ht()))
+    }
+
     /// Gathers what `dom` under `plan` needs from `host`; `domcaps` are the domain's (of its
     /// virt type, so TCG's).
     #[must_use]
@@ -305,6 +328,33 @@ mod tests {
         assert!(!v("8.2.9").tcg_has_x2apic());
         assert!(v("9").tcg_has_x2apic());
         assert!(v("10.0.13").tcg_has_x2apic());
+    }
+
+    /// `ht` and `cmp_legacy` are found beyond the TCG CPU only under `check='full'` and from
+    /// QEMU 10.0.1 on; everything else only in the TCG CPU; nothing when it is unknown.
+    #[test]
+    fn check_finds_ht_and_cmp_legacy_in_what_qemu_10_0_1_builds() {
+        let facts = |version: Option<&str>, host_cpu: bool| TcgFacts {
+            x86_tcg: true,
+            version: version.map(|v| Sourced {
+                value: v.parse().unwrap(),
+                source: "test".into(),
+            }),
+            host_cpu: host_cpu.then(|| (["sse2".to_string()].into(), "dc.xml".into())),
+            ..TcgFacts::default()
+        };
+        let (full, partial) = (CpuCheck::Full, CpuCheck::Partial);
+        let new = facts(Some("10.0.1"), true);
+        for f in ["ht", "cmp_legacy", "sse2"] {
+            assert!(new.check_finds(f, full), "{f}");
+        }
+        assert!(!new.check_finds("ht", partial) && !new.check_finds("avx", full));
+        assert!(new.check_finds("sse2", partial));
+        for old in [facts(Some("10.0.0"), true), facts(None, true)] {
+            assert!(!old.check_finds("ht", full) && !old.check_finds("cmp_legacy", full));
+            assert!(old.check_finds("sse2", full));
+        }
+        assert!(!facts(Some("11.1"), false).check_finds("ht", full));
     }
 
     #[test]

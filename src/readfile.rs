@@ -117,6 +117,21 @@ pub fn read_regular(path: &Path, limit: usize) -> Result<Vec<u8>, ReadError> {
     Ok(bytes)
 }
 
+/// [`read_regular`], with a file that does not exist read as none: for a state file that the
+/// first writer makes.
+///
+/// # Errors
+/// As [`read_regular`], but for `NotFound`.
+pub fn read_regular_if_present(path: &Path, limit: usize) -> Result<Option<Vec<u8>>, ReadError> {
+    match read_regular(path, limit) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(ReadError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Every entry named `*.xml` directly in `dir`, whatever it is, sorted: for readers that must
 /// say what they cannot read (a dangling link or a FIFO in a cluster's facts directory is a host
 /// missing, not a file to skip).

@@ -93,8 +93,9 @@ fn drop_qemu_unknown(mut cpu: Decoded) -> Decoded {
 }
 
 /// `b` without the features KVM never gives a guest ([`crate::cpu::KVM_NEVER_GIVES`]): taken
-/// out of `require`, and those its model has are added to `disable` (map order). The model stays
-/// the one libvirt's `cpu-baseline` names. Returns the features the guest loses, in map order:
+/// out of `require`, and those its model has are added to `disable` (map order;
+/// [`crate::cpu::NeverDisabled::OfTheModel`]: the baseline is written into guests' XML). The
+/// model stays the one libvirt's `cpu-baseline` names. Returns the features the guest loses, in map order:
 /// those the baseline had.
 ///
 /// For hosts known only by their physical CPU (`virsh capabilities`): libvirt calls a guest CPU
@@ -108,15 +109,14 @@ pub fn leave_out_kvm_never(map: &X86Map, b: &mut Baseline) -> Vec<String> {
         .filter(|f| crate::cpu::kvm_never_gives(f))
         .map(str::to_owned)
         .collect();
-    b.cpu.require.retain(|f| !crate::cpu::kvm_never_gives(f));
-    let in_model = map
-        .model(&b.cpu.model)
-        .map(|m| map.decode_features(&m.data))
-        .unwrap_or_default();
-    for f in in_model
-        .into_iter()
-        .filter(|f| crate::cpu::kvm_never_gives(f))
-    {
+    let disable = crate::cpu::subtract_kvm_never(
+        map,
+        Some(&b.cpu.model),
+        &mut b.cpu.require,
+        String::as_str,
+        crate::cpu::NeverDisabled::OfTheModel,
+    );
+    for f in disable {
         if !b.cpu.disable.iter().any(|d| d == f) {
             b.cpu.disable.push(f.to_owned());
         }

@@ -102,23 +102,29 @@ impl ClusterHost {
 
     /// A host known by its physical CPU `cpu` (`virsh capabilities`' `<host><cpu>`, read from
     /// `source`) as a KVM guest sees it: that CPU without the features KVM never gives a guest
-    /// ([`crate::cpu::KVM_NEVER_GIVES`]: those it lists are dropped, those of its model
-    /// disabled), the most KVM can give, to compare a guest CPU with as libvirt's
-    /// `hypervisor-cpu-compare` does with the host-model CPU. A feature `map` does not define is
-    /// not disabled (the compare would refuse the name). `name` names it in messages.
+    /// ([`crate::cpu::KVM_NEVER_GIVES`]: those it lists are dropped, every one the map defines
+    /// disabled, [`crate::cpu::NeverDisabled::EveryDefined`]), the most KVM can give, to
+    /// compare a guest CPU with as libvirt's `hypervisor-cpu-compare` does with the host-model
+    /// CPU. A feature `map` does not define is not disabled (the compare would refuse the name).
+    /// `name` names it in messages.
     #[must_use]
     pub fn kvm_of_physical(name: &str, source: &str, cpu: &CpuDef, map: &X86Map) -> ClusterHost {
         let mut host = ClusterHost::unnamed(PathBuf::from(source));
         host.name = name.to_string();
         host.arch = cpu.arch.clone().unwrap_or_default();
         let mut kvm = cpu.clone();
-        kvm.features
-            .retain(|(f, _)| !crate::cpu::kvm_never_gives(f));
-        let never = crate::cpu::KVM_NEVER_GIVES
-            .iter()
-            .filter(|f| map.feature(f).is_some());
-        kvm.features
-            .extend(never.map(|f| ((*f).to_string(), FeaturePolicy::Disable)));
+        let disable = crate::cpu::subtract_kvm_never(
+            map,
+            kvm.model.as_deref(),
+            &mut kvm.features,
+            |(f, _)| f,
+            crate::cpu::NeverDisabled::EveryDefined,
+        );
+        kvm.features.extend(
+            disable
+                .into_iter()
+                .map(|f| (f.to_string(), FeaturePolicy::Disable)),
+        );
         host.cpu = Some(kvm);
         host.origin = Some(CpuOrigin::Capabilities);
         host

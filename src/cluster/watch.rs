@@ -322,35 +322,42 @@ const STATE_LIMIT: usize = 1 << 20;
 /// # Errors
 /// [`WatchError`] when the state directory, the lock or the state file cannot be used.
 pub fn note(state_dir: &Path, cpu: &ClusterCpu) -> Result<(Seen, Option<Change>), WatchError> {
-    let err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| WatchError { path, source }
-    };
-    std::fs::create_dir_all(state_dir).map_err(err(state_dir))?;
-    let file = state_dir.join(STATE_FILE);
-    let lock_path = state_dir.join(format!("{STATE_FILE}.lock"));
     // Bounded, and a regular file only: the hook calls this at every guest start, and libvirt
     // puts no timeout on a hook (a FIFO in place of the file would block a plain read).
-    let _lock = crate::lockfile::Locked::exclusive_within(&lock_path, crate::lockfile::HOOK_WAIT)
-        .map_err(err(&lock_path))?;
-    let old = match crate::readfile::read_regular(&file, STATE_LIMIT) {
-        Ok(bytes) => Seen::parse(&String::from_utf8_lossy(&bytes)),
-        Err(crate::readfile::ReadError::Io { source, .. })
-            if source.kind() == std::io::ErrorKind::NotFound =>
-        {
-            None
-        }
-        Err(e) => {
-            return Err(err(&file)(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                e.to_string(),
-            )));
-        }
-    };
+    let file = state_dir.join(STATE_FILE);
+    let write = crate::writefile::write_atomic;
+    crate::lockfile::update(
+        &file,
+        crate::lockfile::HOOK_WAIT,
+        STATE_LIMIT,
+        write,
+        |old| {
+            let old = match old {
+                Ok(bytes) => bytes.and_then(|b| Seen::parse(&String::from_utf8_lossy(&b))),
+                Err(e) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        e.to_string(),
+                    ));
+                }
+            };
+            Ok(changed(old.as_ref(), cpu))
+        },
+    )
+    .map_err(|e| WatchError {
+        path: e.path,
+        source: e.source,
+    })
+}
+
+/// What [`note`] remembers after `old` (None: nothing yet) and sees `cpu`: the new memory, the
+/// change, and the state file's new text (None when nothing is to be written: the same CPU from
+/// the same hosts).
+fn changed(old: Option<&Seen>, cpu: &ClusterCpu) -> ((Seen, Option<Change>), Option<Vec<u8>>) {
     let mut new = Seen::of(cpu);
-    let change = match &old {
+    let change = match old {
         Some(old) if old.fingerprint == new.fingerprint && old.hosts == new.hosts => {
-            return Ok((old.clone(), None));
+            return ((old.clone(), None), None);
         }
         Some(old) if old.fingerprint == new.fingerprint => {
             // The same CPU from other hosts: remembered, not a change of the CPU.
@@ -368,8 +375,8 @@ pub fn note(state_dir: &Path, cpu: &ClusterCpu) -> Result<(Seen, Option<Change>)
         }
         None => None,
     };
-    crate::writefile::write_atomic(&file, new.render().as_bytes()).map_err(err(&file))?;
-    Ok((new, change))
+    let text = new.render().into_bytes();
+    ((new, change), Some(text))
 }
 
 /// [`note`], and the change logged ([`Change::log`]): what the hook and the daemon call. A state

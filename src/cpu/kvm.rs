@@ -3,6 +3,8 @@
 //! of it can be given. `virsh domcapabilities`' `host-model` never lists them (it is what KVM and
 //! QEMU can give), so a baseline over hosts with domcapabilities never holds them.
 
+use crate::libvirt::cpu_map::x86::X86Map;
+
 /// The x86 features KVM never reports in `KVM_GET_SUPPORTED_CPUID`, in libvirt's cpu_map names
 /// (`x86_features.xml`), in CPUID order (leaf 1 ECX, then EDX).
 ///
@@ -66,6 +68,53 @@ pub fn kvm_never_gives(name: &str) -> bool {
     KVM_NEVER_GIVES.contains(&name)
 }
 
+/// Which of [`KVM_NEVER_GIVES`] [`subtract_kvm_never`] disables, besides taking them out of the
+/// features a CPU lists. Its two users differ on purpose, though the CPU data is the same either
+/// way (a feature the model lacks is not in its data, and those listed are taken out): only one
+/// of the two CPUs is written where an operator reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NeverDisabled {
+    /// Those the CPU's model has, in the cpu_map's order: for a guest CPU written into the
+    /// domain XML (the cluster baseline,
+    /// [`crate::cluster::baseline::leave_out_kvm_never`]), where a
+    /// `<feature policy='disable'>` of a feature the model lacks would be an edit that does
+    /// nothing.
+    OfTheModel,
+    /// Every one the cpu_map defines, in [`KVM_NEVER_GIVES`]' order, whatever the model: for a
+    /// host CPU that is only compared as data, never written (the most KVM can give of a
+    /// physical CPU, [`crate::cluster::hosts::ClusterHost::kvm_of_physical`]), which so says
+    /// of itself that KVM gives none of them, without a look at its model.
+    EveryDefined,
+}
+
+/// A CPU less the features KVM never gives a guest: those of [`KVM_NEVER_GIVES`] in `listed`
+/// (its `<feature>` list, any policy, or its `require` list; `name` gives an entry's libvirt
+/// name) are taken out, and the ones to add as `<feature policy='disable'>` are returned
+/// (`which`, of the model `model` of `map`). A name `map` does not define is never returned:
+/// libvirt, and the tool's compare, would refuse it.
+pub fn subtract_kvm_never<'m, T>(
+    map: &'m X86Map,
+    model: Option<&str>,
+    listed: &mut Vec<T>,
+    name: impl Fn(&T) -> &str,
+    which: NeverDisabled,
+) -> Vec<&'m str> {
+    listed.retain(|f| !kvm_never_gives(name(f)));
+    match which {
+        NeverDisabled::OfTheModel => model
+            .and_then(|m| map.model(m))
+            .map(|m| map.decode_features(&m.data))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|f| kvm_never_gives(f))
+            .collect(),
+        NeverDisabled::EveryDefined => KVM_NEVER_GIVES
+            .into_iter()
+            .filter(|f| map.feature(f).is_some())
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,5 +134,35 @@ mod tests {
         assert!(!kvm_never_gives("vmx") && !kvm_never_gives("pdcm") && !kvm_never_gives("ss"));
         // Linux's spelling is not libvirt's: callers hold libvirt names.
         assert!(!kvm_never_gives("ds-cpl"));
+    }
+
+    /// Both ways take every never-given feature out of the list, any policy; `OfTheModel`
+    /// returns only those the model has (core2duo: `monitor`), `EveryDefined` every one the map
+    /// defines (the bookworm cpu_map names all of them).
+    #[test]
+    fn subtract_takes_out_and_returns_what_to_disable() {
+        let map = X86Map::load(&crate::testdata::cpu_map()).unwrap();
+        let listed = || vec!["monitor", "vmx", "ht", "avx"];
+        let subtract = |model, which| {
+            let mut list = listed();
+            let disable = subtract_kvm_never(&map, model, &mut list, |f| f, which);
+            assert_eq!(list, ["vmx", "avx"], "{which:?}");
+            disable
+        };
+        assert_eq!(
+            subtract(Some("core2duo"), NeverDisabled::OfTheModel),
+            ["monitor"]
+        );
+        assert_eq!(
+            subtract(Some("core2duo"), NeverDisabled::EveryDefined),
+            KVM_NEVER_GIVES
+        );
+        // No model, one the map does not know, one with none of them: nothing to disable.
+        for model in [None, Some("no-such-model"), Some("Nehalem")] {
+            assert!(
+                subtract(model, NeverDisabled::OfTheModel).is_empty(),
+                "{model:?}"
+            );
+        }
     }
 }

@@ -332,41 +332,69 @@ fn check_level(
     let mode = cpu.and_then(|c| c.attribute("mode")).unwrap_or("custom");
     let explicit = cpu.map(cpu_features).unwrap_or_default();
     if mode == "custom" {
-        let model = cpu
-            .and_then(|c| child(c, "model"))
-            .and_then(model_name)
-            .unwrap_or_else(|| "qemu64".to_string());
-        // A model cpu_map lacks has no features to judge (its own finding says so).
-        let Some(model_feats) = facts.model_features(&model) else {
-            return;
-        };
-        let feats = guaranteed_features(Some(model_feats), &explicit);
-        if Level::highest(|f| feats.contains(f)) < Some(level.value) {
-            let missing = missing_features(level.value, &feats);
-            out.push(
-                Finding::error(
-                    Code::CpuLevel,
-                    format!(
-                        "the guest CPU (model {model}) does not reach {}: missing {}",
-                        level.value,
-                        missing.join(", ")
-                    ),
-                    "require the missing features (virt-cpu-policy rewrite does)",
-                )
-                .rule(&level.rule),
-            );
-            return;
-        }
-        check_tcg_level(cpu, level, facts, out);
+        check_custom_cpu_level(cpu, &explicit, level, facts, out);
+    } else {
+        check_host_cpu_level(dom, mode, &explicit, level, facts, out);
+    }
+}
+
+/// `cpu.min_level` of a custom CPU: libvirt gives the guest its model as the cpu_map defines it
+/// (QEMU's `qemu64` when it names none), with the features it requires and without those it
+/// disables; short of the level that CPU is an error (`cpu-level`), else under TCG what QEMU
+/// emulates decides ([`check_tcg_level`]).
+fn check_custom_cpu_level(
+    cpu: Option<Node<'_, '_>>,
+    explicit: &[(String, Option<FeaturePolicy>)],
+    level: &crate::policy::Ruled<Level>,
+    facts: &DomainFacts<'_>,
+    out: &mut Vec<Finding>,
+) {
+    let model = cpu
+        .and_then(|c| child(c, "model"))
+        .and_then(model_name)
+        .unwrap_or_else(|| "qemu64".to_string());
+    // A model cpu_map lacks has no features to judge (its own finding says so).
+    let Some(model_feats) = facts.model_features(&model) else {
+        return;
+    };
+    let feats = guaranteed_features(Some(model_feats), explicit);
+    if Level::highest(|f| feats.contains(f)) < Some(level.value) {
+        let missing = missing_features(level.value, &feats);
+        out.push(
+            Finding::error(
+                Code::CpuLevel,
+                format!(
+                    "the guest CPU (model {model}) does not reach {}: missing {}",
+                    level.value,
+                    missing.join(", ")
+                ),
+                "require the missing features (virt-cpu-policy rewrite does)",
+            )
+            .rule(&level.rule),
+        );
         return;
     }
-    // Under TCG, `maximum` emulates every psABI feature; host-model is the TCG host-model CPU
-    // of the `type='qemu'` domcapabilities (QEMU 5.2's lacks avx, avx2, fma, f16c).
+    check_tcg_level(cpu, level, facts, out);
+}
+
+/// `cpu.min_level` of a CPU the host decides (`mode` host-model, host-passthrough or maximum):
+/// under KVM the host-model CPU of domcapabilities says what the host gives; under TCG
+/// `maximum` emulates every psABI feature and host-model is the TCG host-model CPU of the
+/// `type='qemu'` domcapabilities (QEMU 5.2's lacks avx, avx2, fma, f16c). Short of the level
+/// it is a warning (`host-level`): the guest is as written, the host cannot give it more.
+fn check_host_cpu_level(
+    dom: &Domain<'_>,
+    mode: &str,
+    explicit: &[(String, Option<FeaturePolicy>)],
+    level: &crate::policy::Ruled<Level>,
+    facts: &DomainFacts<'_>,
+    out: &mut Vec<Finding>,
+) {
     let tcg = dom.virt_type() == "qemu";
     if tcg && mode != CpuMode::HostModel.as_str() {
         return;
     }
-    let Some(feats) = host_model_features(facts, &explicit) else {
+    let Some(feats) = host_model_features(facts, explicit) else {
         return;
     };
     if Level::highest(|f| feats.contains(f)) < Some(level.value) {

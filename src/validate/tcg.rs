@@ -302,17 +302,6 @@ pub(super) fn check_cpu(
         return;
     }
     let gives = facts.tcg.host_cpu.as_ref();
-    // What the vCPUs QEMU built may have beyond the TCG host-model CPU of domcapabilities:
-    // `ht` and `cmp_legacy` from QEMU 10.0.1 on ([`crate::qemu::TCG_HT_SINCE`]).
-    let tcg_ht = check == CpuCheck::Full
-        && facts
-            .tcg
-            .version
-            .as_ref()
-            .is_some_and(|v| v.value.tcg_has_ht());
-    let built_has = |g: &BTreeSet<String>, f: &str| {
-        g.contains(f) || (tcg_ht && matches!(f, "ht" | "cmp_legacy"))
-    };
     // The policies whose feature the guest must have: `require`, and under `full` `force` too.
     let needed = |p: &Option<FeaturePolicy>| {
         *p == Some(FeaturePolicy::Require)
@@ -342,11 +331,11 @@ pub(super) fn check_cpu(
                 }
             }
             _ => {
-                if let (Some((g, source)), Some(own)) = (gives, facts.model_features(m)) {
+                if let (Some((_, source)), Some(own)) = (gives, facts.model_features(m)) {
                     let before = missing.len();
-                    let lacking = own
-                        .iter()
-                        .filter(|f| !built_has(g, f) && !dropped.contains(f.as_str()));
+                    let lacking = own.iter().filter(|f| {
+                        !facts.tcg.check_finds(f, check) && !dropped.contains(f.as_str())
+                    });
                     missing.extend(lacking.cloned());
                     if missing.len() > before {
                         basis.push(format!("{m} in libvirt's cpu_map against {source}"));
@@ -356,10 +345,10 @@ pub(super) fn check_cpu(
         }
     }
     // Features listed beyond the model: against the CPU TCG gives.
-    if let Some((g, source)) = gives {
+    if let Some((_, source)) = gives {
         let lacking: Vec<String> = listed
             .iter()
-            .filter(|(f, p)| needed(p) && !built_has(g, f) && f != "hypervisor")
+            .filter(|(f, p)| needed(p) && !facts.tcg.check_finds(f, check) && f != "hypervisor")
             .map(|(f, _)| f.clone())
             .collect();
         if !lacking.is_empty() {
