@@ -51,8 +51,9 @@ pub enum Code {
     /// `cpu-features-without-model`: Features in a custom `<cpu>` without a model ("Non-empty
     /// feature list specified without CPU model").
     CpuFeaturesWithoutModel,
-    /// `cpu-incompatible`: The hook, on migrate or restore: this host cannot run the guest's CPU
-    /// (libvirt's `x86Compute`).
+    /// `cpu-incompatible`: This host cannot run the guest's CPU (libvirt's `x86Compute`): the
+    /// hook on migrate or restore, and a KVM custom CPU under `check='partial'` that libvirt
+    /// refuses at start ("the CPU is incompatible with host CPU: ...").
     CpuIncompatible,
     /// `cpu-level`: The guest CPU does not reach the policy's psABI level.
     CpuLevel,
