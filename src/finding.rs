@@ -111,6 +111,10 @@ pub enum Code {
     IommuModel,
     /// `iommu-no-devices`: More than 255 vCPUs need an IOMMU, and the domain has no `<devices>`.
     IommuNoDevices,
+    /// `kvm-check-full`: `check='full'` under KVM with a named model (`match` exact or strict)
+    /// that QEMU's KVM builds otherwise (it adds `hypervisor` to every vCPU, drops what KVM
+    /// cannot give): "guest CPU doesn't match specification".
+    KvmCheckFull,
     /// `kvm-vcpu-limit`: More vCPUs than KVM allows.
     KvmVcpuLimit,
     /// `level-arch`: `cpu.min_level` for a guest that is not x86_64.
@@ -188,7 +192,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 65] = [
+    pub const ALL: [Code; 66] = [
         Code::ArchUnsupported,
         Code::ClusterFeature,
         Code::ClusterLevel,
@@ -224,6 +228,7 @@ impl Code {
         Code::IommuMachine,
         Code::IommuModel,
         Code::IommuNoDevices,
+        Code::KvmCheckFull,
         Code::KvmVcpuLimit,
         Code::LevelArch,
         Code::MachineDeprecated,
@@ -294,6 +299,7 @@ impl Code {
             Code::IommuMachine => "iommu-machine",
             Code::IommuModel => "iommu-model",
             Code::IommuNoDevices => "iommu-no-devices",
+            Code::KvmCheckFull => "kvm-check-full",
             Code::KvmVcpuLimit => "kvm-vcpu-limit",
             Code::LevelArch => "level-arch",
             Code::MachineDeprecated => "machine-deprecated",

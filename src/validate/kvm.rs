@@ -17,20 +17,27 @@
 //!   incompatible with host CPU: Host CPU does not provide required features: svm";
 //! * `<feature policy='forbid' name='lm'/>`: "the CPU is incompatible with host CPU: Host CPU
 //!   provides forbidden feature 'lm'";
-//! * `check='none'`: nothing compared, the guest starts (a required `svm` silently dropped).
+//! * `check='none'`: nothing compared, the guest starts (a required `svm` silently dropped);
+//! * `check='full'`, `match='exact'`: libvirt compares the CPU QEMU built with the one written
+//!   and refuses the start, "guest CPU doesn't match specification: extra features:
+//!   vme,x2apic,hypervisor, missing features: pni,ssse3,sse4.1,sse4.2,popcnt" (`Nehalem`),
+//!   "extra features: apic,x2apic,hypervisor" (`pentium`, `usable='yes'`): QEMU's KVM sets the
+//!   `hypervisor` bit in every vCPU and drops what KVM cannot give (`kvm-check-full`, an error
+//!   when the CPU written lacks `hypervisor` or names features KVM's host-model CPU lacks; the
+//!   other extra features depend on the model and are not predicted); `match='minimum'` starts.
 //!
 //! The comparison is `virt-cpu-policy compare`'s ([`crate::cluster::compare`], libvirt's
 //! `x86Compute`) against [`ClusterHost::started_kvm_compare`]; it needs the host's capabilities
 //! (its CPU) and libvirt's cpu_map (its CPUID data): without either nothing is said.
 
-use crate::cluster::compare::{Compatibility, compare, guest_cpu};
+use crate::cluster::compare::{Compatibility, GuestCpu, compare, guest_cpu};
 use crate::cluster::hosts::ClusterHost;
 use crate::domain::{Domain, cpu_mode};
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
 use crate::host::Host;
 use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu::{CpuCheck, CpuMode, FeaturePolicy};
+use crate::libvirt::cpu::{CpuCheck, CpuMatch, CpuMode, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::X86Map;
 use crate::policy::Plan;
 use crate::xml::child;
@@ -38,23 +45,25 @@ use roxmltree::Node;
 use std::path::Path;
 use std::sync::Arc;
 
-/// The host CPU a KVM guest's custom CPU is compared with at start, and the cpu_map to compare
+/// The host CPUs a KVM guest's custom CPU is compared with at start, and the cpu_map to compare
 /// with.
 #[derive(Debug, Clone)]
 pub struct KvmStartHost {
-    /// libvirt's "full" host CPU ([`ClusterHost::started_kvm_compare`]).
-    pub host: ClusterHost,
+    /// libvirt's "full" host CPU ([`ClusterHost::started_kvm_compare`]) and where it came from,
+    /// for messages ("capabilities host CPU, caps.xml, with the features QEMU's KVM adds per
+    /// domcaps.xml"): what `check='partial'` compares with. None without capabilities.
+    pub full: Option<(ClusterHost, String)>,
+    /// What KVM gives a guest: domcapabilities' host-model CPU, and its file: what a CPU QEMU
+    /// builds under `check='full'` cannot exceed. None without domcapabilities.
+    pub host_model: Option<(ClusterHost, String)>,
     /// libvirt's x86 cpu_map as CPUID data.
     pub map: Arc<X86Map>,
-    /// Where the CPU came from, for messages: "capabilities host CPU, caps.xml, with the
-    /// features QEMU's KVM adds per domcaps.xml".
-    pub source: String,
 }
 
 /// The facts for [`check`], gathered only for an x86 KVM domain whose CPU can be custom with a
-/// model (the document's, or the policy's), on a host whose capabilities give its CPU and whose
-/// cpu_map is libvirt's own directory; None otherwise, or when that cpu_map cannot be read (its
-/// own findings say so).
+/// model (the document's, or the policy's), on a host whose capabilities give its CPU or whose
+/// domcapabilities give KVM's host-model CPU, and whose cpu_map is libvirt's own directory; None
+/// otherwise, or when that cpu_map cannot be read (its own findings say so).
 #[must_use]
 pub fn gather(dom: &Domain<'_>, plan: &Plan, host: &Host) -> Option<KvmStartHost> {
     if dom.virt_type() != "kvm" || !is_x86(dom.arch()) {
@@ -67,33 +76,43 @@ pub fn gather(dom: &Domain<'_>, plan: &Plan, host: &Host) -> Option<KvmStartHost
     let physical = host
         .host_cpu
         .as_ref()
-        .filter(|c| c.value.arch.as_deref() == Some(dom.arch()))?;
+        .filter(|c| c.value.arch.as_deref() == Some(dom.arch()));
+    let domcaps = host
+        .domcaps_for(dom.arch(), "kvm", dom.machine())
+        .filter(|d| d.host_model.is_some());
+    if physical.is_none() && domcaps.is_none() {
+        return None;
+    }
     let map = X86Map::load(host.cpu_map_dir.as_deref()?).ok()?;
-    let domcaps = host.domcaps_for(dom.arch(), "kvm", dom.machine());
     let adds = domcaps.and_then(|d| d.host_model.as_ref().map(|hm| (hm, &d.source)));
-    let source = match adds {
-        Some((_, d)) => format!(
-            "{}, with the features QEMU's KVM adds per {d}",
-            physical.source
-        ),
-        None => physical.source.clone(),
-    };
-    let host = ClusterHost::started_kvm_compare(
-        "this host",
-        &physical.source,
-        &physical.value,
-        adds.map(|(hm, _)| hm),
-        &map,
-    );
+    let full = physical.map(|physical| {
+        let source = match adds {
+            Some((_, d)) => format!(
+                "{}, with the features QEMU's KVM adds per {d}",
+                physical.source
+            ),
+            None => physical.source.clone(),
+        };
+        let host = ClusterHost::started_kvm_compare(
+            "this host",
+            &physical.source,
+            &physical.value,
+            adds.map(|(hm, _)| hm),
+            &map,
+        );
+        (host, source)
+    });
+    let host_model = domcaps.map(|d| (ClusterHost::from_domcaps("this host", d), d.source.clone()));
     Some(KvmStartHost {
-        host,
+        full,
+        host_model,
         map: Arc::new(map),
-        source,
     })
 }
 
-/// libvirt's start-time comparison of a KVM custom CPU under `check='partial'` (module docs):
-/// `cpu-incompatible`, an error, in libvirt's words, when it refuses. Returns whether it did.
+/// libvirt's start-time checks of a KVM custom CPU (module docs): under `check='partial'`
+/// `cpu-incompatible`, under `check='full'` `kvm-check-full`, errors in libvirt's words, when it
+/// refuses. Returns whether it did.
 pub(super) fn check(
     dom: &Domain<'_>,
     cpu: Node<'_, '_>,
@@ -110,7 +129,8 @@ pub(super) fn check(
         // libvirt compares nothing: "only topology part of CPU def is used".
         return false;
     }
-    if super::tcg::check_of(cpu, CpuMode::Custom, "kvm") != CpuCheck::Partial {
+    let check = super::tcg::check_of(cpu, CpuMode::Custom, "kvm");
+    if check == CpuCheck::None {
         return false;
     }
     let path = Path::new("the domain XML");
@@ -118,7 +138,13 @@ pub(super) fn check(
     let Ok(guest) = guest_cpu(dom.text, path) else {
         return false;
     };
-    let Ok(c) = compare(&start.map, &start.host, &guest, path) else {
+    if check == CpuCheck::Full {
+        return check_full(start, &guest, out);
+    }
+    let Some((full, source)) = &start.full else {
+        return false;
+    };
+    let Ok(c) = compare(&start.map, full, &guest, path) else {
         return false;
     };
     if c.verdict != Compatibility::Incompatible {
@@ -140,14 +166,59 @@ pub(super) fn check(
     out.push(Finding::error(
         Code::CpuIncompatible,
         format!(
-            "the CPU is incompatible with host CPU: {reason} (model {model}, check='partial' under KVM: libvirt compares the guest CPU with this host's own CPU ({}) and refuses the start)",
-            start.source
+            "the CPU is incompatible with host CPU: {reason} (model {model}, check='partial' under KVM: libvirt compares the guest CPU with this host's own CPU ({source}) and refuses the start)"
         ),
         if forbidden.is_some() {
             "remove the forbid policy of a feature this host's CPU has, or run the guest on a host without it"
         } else {
             "require only features this host's CPU has (virsh capabilities), choose a model it provides, or run the guest on a host that has them"
         },
+    ));
+    true
+}
+
+/// `check='full'` under KVM, `match` exact or strict (module docs): the CPU QEMU's KVM builds
+/// has `hypervisor` unless the CPU written requires it, and lacks what KVM's host-model CPU
+/// (domcapabilities) lacks: `kvm-check-full` when either is so. `match='minimum'` starts (seen):
+/// libvirt updates such a CPU to what the host gives.
+fn check_full(start: &KvmStartHost, guest: &GuestCpu, out: &mut Vec<Finding>) -> bool {
+    if guest.matching == CpuMatch::Minimum {
+        return false;
+    }
+    let hypervisor = guest
+        .cpu
+        .features
+        .iter()
+        .rev()
+        .find(|(f, _)| f == "hypervisor");
+    let extra = !hypervisor
+        .is_some_and(|(_, p)| matches!(p, FeaturePolicy::Require | FeaturePolicy::Force));
+    let path = Path::new("the domain XML");
+    let (missing, per) = match &start.host_model {
+        Some((host, source)) => match compare(&start.map, host, guest, path) {
+            Ok(c) if !c.missing.is_empty() => (c.missing, format!("; missing per {source}")),
+            _ => (Vec::new(), String::new()),
+        },
+        None => (Vec::new(), String::new()),
+    };
+    if !extra && missing.is_empty() {
+        return false;
+    }
+    let mut parts = Vec::new();
+    if extra {
+        parts.push("extra features: hypervisor".to_string());
+    }
+    if !missing.is_empty() {
+        parts.push(format!("missing features: {}", missing.join(",")));
+    }
+    let model = guest.cpu.model.as_deref().unwrap_or("?");
+    out.push(Finding::error(
+        Code::KvmCheckFull,
+        format!(
+            "guest CPU doesn't match specification: {} (check='full' under KVM, model {model}: libvirt compares the CPU QEMU built with the one written and refuses the start; QEMU's KVM sets the hypervisor bit in every vCPU, may add others such as x2apic, and drops what KVM cannot give{per})",
+            parts.join(", ")
+        ),
+        "use check='partial' (libvirt's default under KVM) or match='minimum', or write the CPU as the started guest's live XML shows it",
     ));
     true
 }
@@ -222,6 +293,53 @@ mod tests {
         );
     }
 
+    /// `check='full'`, `match` exact: what libvirt 9.0 said on this machine ("guest CPU doesn't
+    /// match specification: extra features: vme,x2apic,hypervisor, missing features:
+    /// pni,ssse3,sse4.1,sse4.2,popcnt" for Nehalem): hypervisor unless required, and what KVM's
+    /// host-model CPU lacks, from domcapabilities alone (no capabilities needed).
+    #[test]
+    fn check_full_refused_as_libvirt_refuses() {
+        for host in [bookworm(true), bookworm(false)] {
+            let full = |cpu: &str| {
+                findings(&host, "kvm", cpu)
+                    .into_iter()
+                    .find(|f| f.code == Code::KvmCheckFull)
+                    .map(|f| f.message)
+            };
+            let m =
+                full("<cpu mode='custom' match='exact' check='full'><model>Nehalem</model></cpu>")
+                    .unwrap();
+            assert!(
+                m.starts_with("guest CPU doesn't match specification: extra features: hypervisor, missing features: pni,ssse3,sse4.1,sse4.2,popcnt ("),
+                "{m}"
+            );
+            let m = full("<cpu check='full'><model>pentium</model></cpu>").unwrap();
+            assert!(
+                m.starts_with(
+                    "guest CPU doesn't match specification: extra features: hypervisor ("
+                ),
+                "{m}"
+            );
+            let m = full("<cpu check='full'><model>kvm64</model><feature policy='require' name='hypervisor'/></cpu>").unwrap();
+            assert!(
+                m.starts_with("guest CPU doesn't match specification: missing features: pni ("),
+                "{m}"
+            );
+            assert_eq!(
+                full(
+                    "<cpu check='full'><model>pentium</model><feature policy='require' name='hypervisor'/></cpu>"
+                ),
+                None
+            );
+            let tcg = findings(
+                &host,
+                "qemu",
+                "<cpu check='full'><model>pentium</model></cpu>",
+            );
+            assert!(tcg.iter().all(|f| f.code != Code::KvmCheckFull), "{tcg:?}");
+        }
+    }
+
     /// A model KVM cannot give in full (its CPUID has pni and popcnt), check='none', TCG, a CPU
     /// without a model, and a host whose CPU is unknown: libvirt starts them, or nothing is
     /// known to say otherwise.
@@ -253,6 +371,16 @@ mod tests {
             f.message.contains("QEMU silently drops them"),
             "{}",
             f.message
+        );
+        // check='full' with match='minimum': libvirt updates the CPU to the host's and starts.
+        let minimum = findings(
+            &host,
+            "kvm",
+            "<cpu mode='custom' match='minimum' check='full'><model>Nehalem</model></cpu>",
+        );
+        assert!(
+            minimum.iter().all(|f| f.code != Code::KvmCheckFull),
+            "{minimum:?}"
         );
         let q = "<cpu mode='custom' check='partial'><model>qemu64</model></cpu>";
         // Under TCG the comparison is against what TCG emulates (tcg-cpu-missing), not this.

@@ -756,6 +756,46 @@ fn destination_refuses_a_model_this_host_cannot_run() {
     log_has_no_xml(&t.log());
 }
 
+/// `prepare begin` of a KVM custom CPU under `check='partial'` is judged as libvirt judges it at
+/// start (the validator's `cpu-incompatible`, src/validate/kvm.rs): on bookworm's facts (an
+/// Intel host whose KVM lacks pni and popcnt) `qemu64` is refused in libvirt's words (its
+/// cpu_map lists svm), `Nehalem` (usable='no') is let through with its warning, as libvirt 9.0
+/// starts it; without the host's capabilities nothing is compared.
+#[test]
+fn prepare_refuses_a_kvm_custom_cpu_libvirt_refuses_at_start() {
+    let g = crate::harness::root().join("tests/data/generations/bookworm");
+    let (caps, domcaps) = (
+        s(&g.join("capabilities.xml")),
+        s(&g.join("domcapabilities-x86_64-q35-kvm.xml")),
+    );
+    let t = Scratch::with_snap("prepare-kvm-start");
+    let p = t.write(
+        "p.toml",
+        format!(
+            "version = 1\n[host]\ncpu_map = \"{}\"\n",
+            s(&golden_cpu_map())
+        ),
+    );
+    // `prepare begin` of guest `name` with `model`, the host known by `facts`.
+    let prepare = |name: &str, model: &str, facts: &[&String]| {
+        let mut args: Vec<&str> = facts.iter().flat_map(|f| ["--caps", f.as_str()]).collect();
+        args.extend([name, "prepare", "begin", "-"]);
+        t.hook(&p, &args).stdin(incoming(name, 1, model)).run()
+    };
+    refused(
+        &prepare("q64", "qemu64", &[&caps, &domcaps]),
+        "q64",
+        "libvirt: cpu-incompatible",
+        &[
+            "the CPU is incompatible with host CPU: Host CPU does not provide required features: svm",
+        ],
+    );
+    allowed(&prepare("neh", "Nehalem", &[&caps, &domcaps]));
+    assert!(t.log().contains("cpu-model-unusable"), "{}", t.log());
+    allowed(&prepare("q64", "qemu64", &[&domcaps]));
+    log_has_no_xml(&t.log());
+}
+
 /// `migrate begin`/`restore begin` compare the incoming CPU with this host's host-model CPU (as
 /// `virt-cpu-policy compare` does): identical and superset go in, incompatible is refused naming
 /// the missing features; the host's facts come from `--caps` or from the daemon's snapshot (a

@@ -1,8 +1,9 @@
 //! libvirt's start-time check of a KVM custom CPU (`src/validate/kvm.rs`) against the host's
 //! real libvirt under KVM: each guest CPU below is judged by `virt-cpu-policy check` with this
 //! host's own facts (`virsh capabilities`, `virsh domcapabilities --virttype kvm`, libvirt's
-//! cpu_map) and started with `virsh start`; the tool's `cpu-incompatible` must be there exactly
-//! when libvirt refuses, and quote libvirt's reason.
+//! cpu_map) and started with `virsh start`; the tool's `cpu-incompatible` (`check='partial'`)
+//! or `kvm-check-full` (`check='full'`) must be there exactly when libvirt refuses, and say
+//! libvirt's reason.
 //!
 //! On this machine (its KVM lacks `pni` and `popcnt`, its CPUID has them; an Intel CPU, so no
 //! `svm`) libvirt 9.0 starts `Nehalem` (`usable='no'`) under `check='partial'` and refuses
@@ -17,7 +18,7 @@ use crate::harness::{Cmd, Scratch, oracles, s};
 use crate::tcg::{Start, try_start};
 
 /// The guest CPUs judged (label, `<cpu>`).
-const CPUS: [(&str, &str); 10] = [
+const CPUS: [(&str, &str); 14] = [
     (
         "nehalem-partial",
         "<cpu mode='custom' match='exact' check='partial'><model>Nehalem</model></cpu>",
@@ -58,6 +59,22 @@ const CPUS: [(&str, &str); 10] = [
         "qemu64-default",
         "<cpu mode='custom' match='exact'><model>qemu64</model></cpu>",
     ),
+    (
+        "nehalem-full",
+        "<cpu mode='custom' match='exact' check='full'><model>Nehalem</model></cpu>",
+    ),
+    (
+        "pentium-full",
+        "<cpu mode='custom' match='exact' check='full'><model>pentium</model></cpu>",
+    ),
+    (
+        "kvm64-hypervisor-full",
+        "<cpu mode='custom' check='full'><model>kvm64</model><feature policy='require' name='hypervisor'/></cpu>",
+    ),
+    (
+        "nehalem-full-minimum",
+        "<cpu mode='custom' match='minimum' check='full'><model>Nehalem</model></cpu>",
+    ),
 ];
 
 /// A small diskless KVM guest named `name` with `cpu`.
@@ -67,9 +84,32 @@ fn guest(name: &str, cpu: &str) -> String {
     )
 }
 
+/// Whether the tool's finding (`code`, `message`) says what libvirt's refusal `line` says:
+/// "the CPU is incompatible with host CPU: REASON" is `cpu-incompatible` with REASON in its
+/// sentence; "guest CPU doesn't match specification: extra features: ..., missing features: ..."
+/// is `kvm-check-full` naming every missing feature, and `hypervisor` when libvirt names it
+/// extra (the other extra features are not predicted).
+fn agrees(line: &str, code: &str, message: &str) -> bool {
+    if let Some((_, reason)) = line.split_once("the CPU is incompatible with host CPU: ") {
+        return code == "cpu-incompatible" && message.contains(reason.trim());
+    }
+    let Some((_, diff)) = line.split_once("guest CPU doesn't match specification: ") else {
+        return false;
+    };
+    let (extra, missing) = match diff.split_once("missing features: ") {
+        Some((e, m)) => (e, m.trim()),
+        None => (diff, ""),
+    };
+    let said = message.split(" (").next().unwrap_or_default();
+    code == "kvm-check-full"
+        && message.starts_with("guest CPU doesn't match specification: ")
+        && (missing.is_empty() || said.contains(&format!("missing features: {missing}")))
+        && extra.contains("hypervisor") == said.contains("extra features: hypervisor")
+}
+
 #[test]
 #[ignore = "needs the host's libvirtd and a usable /dev/kvm: .ci/run starts libvirtd"]
-fn kvm_custom_cpu_check_partial_agrees_with_virsh_start() {
+fn kvm_custom_cpu_checks_agree_with_virsh_start() {
     if !crate::libvirt::dev_kvm_usable() {
         assert!(
             std::env::var("VCP_REQUIRE_KVM").as_deref() != Ok("1"),
@@ -116,20 +156,18 @@ fn kvm_custom_cpu_check_partial_agrees_with_virsh_start() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|f| f["code"] == "cpu-incompatible")
-            .map(|f| f["message"].as_str().unwrap().to_string());
+            .find(|f| f["code"] == "cpu-incompatible" || f["code"] == "kvm-check-full")
+            .map(|f| {
+                let text = |k: &str| f[k].as_str().unwrap().to_string();
+                (text("code"), text("message"))
+            });
         let got = try_start(&host, &dir, &name, &xml, || ());
         eprintln!("kvm: {label}: libvirt {got:?}; tool {tool:?}");
         let agree = match (&got, &tool) {
             (Start::Runs, None) => true,
-            (Start::Refused(l), Some(m)) => {
+            (Start::Refused(l), Some((code, m))) => {
                 refused += 1;
-                // libvirt's words, "the CPU is incompatible with host CPU: REASON", are the
-                // start of the tool's sentence.
-                let reason = l
-                    .split_once("the CPU is incompatible with host CPU: ")
-                    .map(|(_, r)| r.trim());
-                reason.is_some_and(|r| m.contains(r))
+                agrees(l, code, m)
             }
             _ => false,
         };
