@@ -60,7 +60,7 @@ pub struct KvmStartHost {
     pub map: Arc<X86Map>,
 }
 
-/// The facts for [`check`], gathered only for an x86 KVM domain whose CPU can be custom with a
+/// The facts for this module's checks, gathered only for an x86 KVM domain whose CPU can be custom with a
 /// model (the document's, or the policy's), on a host whose capabilities give its CPU or whose
 /// domcapabilities give KVM's host-model CPU, and whose cpu_map is libvirt's own directory; None
 /// otherwise, or when that cpu_map cannot be read (its own findings say so).
