@@ -69,7 +69,7 @@ pub struct DomainFacts<'h> {
     /// The host CPU libvirt compares an x86 KVM custom CPU with at start, under
     /// `check='partial'` ([`crate::validate::kvm`]), when the host's capabilities and cpu_map
     /// give it.
-    pub kvm_start: Option<crate::validate::kvm::KvmStartHost>,
+    pub kvm_start: Option<crate::validate::kvm::KvmStartHost<'h>>,
     /// The domain's arch, virt type, and the arch of the host that runs it
     /// ([`crate::libvirt::arch::host_arch`]), for the CPU modes libvirt offers.
     arch: String,

@@ -36,36 +36,91 @@ use crate::domain::{Domain, cpu_mode};
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
 use crate::host::Host;
+use crate::host::Sourced;
 use crate::libvirt::arch::is_x86;
+use crate::libvirt::cpu::CpuDef;
 use crate::libvirt::cpu::{CpuCheck, CpuMatch, CpuMode, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::X86Map;
+use crate::libvirt::domcaps::DomCaps;
 use crate::policy::Plan;
 use crate::xml::child;
 use roxmltree::Node;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// The host CPUs a KVM guest's custom CPU is compared with at start, and the cpu_map to compare
-/// with.
+/// with, loaded on first use: a usable model with nothing required or forbidden beyond it needs
+/// neither (loading libvirt's cpu_map as CPUID data costs the hook about 4 ms).
 #[derive(Debug, Clone)]
-pub struct KvmStartHost {
+pub struct KvmStartHost<'h> {
+    /// The host's capabilities CPU, when given.
+    physical: Option<&'h Sourced<CpuDef>>,
+    /// KVM's domcapabilities with a host-model CPU, when given.
+    domcaps: Option<&'h DomCaps>,
+    /// libvirt's cpu_map directory.
+    dir: PathBuf,
+    /// What [`KvmStartHost::loaded`] made.
+    loaded: OnceLock<Option<Loaded>>,
+}
+
+/// The map and the two host CPUs, once loaded.
+#[derive(Debug, Clone)]
+struct Loaded {
+    /// libvirt's x86 cpu_map as CPUID data.
+    map: X86Map,
     /// libvirt's "full" host CPU ([`ClusterHost::started_kvm_compare`]) and where it came from,
     /// for messages ("capabilities host CPU, caps.xml, with the features QEMU's KVM adds per
     /// domcaps.xml"): what `check='partial'` compares with. None without capabilities.
-    pub full: Option<(ClusterHost, String)>,
+    full: Option<(ClusterHost, String)>,
     /// What KVM gives a guest: domcapabilities' host-model CPU, and its file: what a CPU QEMU
     /// builds under `check='full'` cannot exceed. None without domcapabilities.
-    pub host_model: Option<(ClusterHost, String)>,
-    /// libvirt's x86 cpu_map as CPUID data.
-    pub map: Arc<X86Map>,
+    host_model: Option<(ClusterHost, String)>,
 }
 
-/// The facts for this module's checks, gathered only for an x86 KVM domain whose CPU can be custom with a
-/// model (the document's, or the policy's), on a host whose capabilities give its CPU or whose
-/// domcapabilities give KVM's host-model CPU, and whose cpu_map is libvirt's own directory; None
-/// otherwise, or when that cpu_map cannot be read (its own findings say so).
+impl KvmStartHost<'_> {
+    /// The map and host CPUs, loaded now if they were not; None when the cpu_map cannot be
+    /// read (its own findings say so).
+    fn loaded(&self) -> Option<&Loaded> {
+        self.loaded
+            .get_or_init(|| {
+                let map = X86Map::load(&self.dir).ok()?;
+                let domcaps = self.domcaps;
+                let adds = domcaps.and_then(|d| d.host_model.as_ref().map(|hm| (hm, &d.source)));
+                let full = self.physical.map(|physical| {
+                    let source = match adds {
+                        Some((_, d)) => format!(
+                            "{}, with the features QEMU's KVM adds per {d}",
+                            physical.source
+                        ),
+                        None => physical.source.clone(),
+                    };
+                    let host = ClusterHost::started_kvm_compare(
+                        "this host",
+                        &physical.source,
+                        &physical.value,
+                        adds.map(|(hm, _)| hm),
+                        &map,
+                    );
+                    (host, source)
+                });
+                let host_model =
+                    domcaps.map(|d| (ClusterHost::from_domcaps("this host", d), d.source.clone()));
+                Some(Loaded {
+                    map,
+                    full,
+                    host_model,
+                })
+            })
+            .as_ref()
+    }
+}
+
+/// The facts for this module's checks, gathered only for an x86 KVM domain whose CPU can be
+/// custom with a model (the document's, or the policy's), on a host whose capabilities give its
+/// CPU or whose domcapabilities give KVM's host-model CPU, and whose cpu_map is libvirt's own
+/// directory; None otherwise.
 #[must_use]
-pub fn gather(dom: &Domain<'_>, plan: &Plan, host: &Host) -> Option<KvmStartHost> {
+pub fn gather<'h>(dom: &Domain<'_>, plan: &Plan, host: &'h Host) -> Option<KvmStartHost<'h>> {
     if dom.virt_type() != "kvm" || !is_x86(dom.arch()) {
         return None;
     }
@@ -83,31 +138,30 @@ pub fn gather(dom: &Domain<'_>, plan: &Plan, host: &Host) -> Option<KvmStartHost
     if physical.is_none() && domcaps.is_none() {
         return None;
     }
-    let map = X86Map::load(host.cpu_map_dir.as_deref()?).ok()?;
-    let adds = domcaps.and_then(|d| d.host_model.as_ref().map(|hm| (hm, &d.source)));
-    let full = physical.map(|physical| {
-        let source = match adds {
-            Some((_, d)) => format!(
-                "{}, with the features QEMU's KVM adds per {d}",
-                physical.source
-            ),
-            None => physical.source.clone(),
-        };
-        let host = ClusterHost::started_kvm_compare(
-            "this host",
-            &physical.source,
-            &physical.value,
-            adds.map(|(hm, _)| hm),
-            &map,
-        );
-        (host, source)
-    });
-    let host_model = domcaps.map(|d| (ClusterHost::from_domcaps("this host", d), d.source.clone()));
     Some(KvmStartHost {
-        full,
-        host_model,
-        map: Arc::new(map),
+        physical,
+        domcaps,
+        dir: host.cpu_map_dir.clone()?,
+        loaded: OnceLock::new(),
     })
+}
+
+/// Whether `guest` is a model KVM's domcapabilities list `usable='yes'` with no vendor and no
+/// feature required or forbidden beyond it: KVM gives all of it, so neither check can refuse it
+/// for features (the host's own CPU has what KVM gives), and nothing needs loading.
+fn plain_usable(start: &KvmStartHost<'_>, guest: &GuestCpu) -> bool {
+    let usable = guest
+        .cpu
+        .model
+        .as_deref()
+        .and_then(|m| start.domcaps?.model_usable(m));
+    usable == Some(true)
+        && guest.cpu.vendor.is_none()
+        && guest
+            .cpu
+            .features
+            .iter()
+            .all(|(_, p)| !matches!(p, FeaturePolicy::Require | FeaturePolicy::Forbid))
 }
 
 /// libvirt's start-time checks of a KVM custom CPU (module docs): under `check='partial'`
@@ -141,10 +195,18 @@ pub(super) fn check(
     if check == CpuCheck::Full {
         return check_full(start, &guest, out);
     }
-    let Some((full, source)) = &start.full else {
+    if plain_usable(start, &guest) {
+        return false;
+    }
+    let Some(Loaded {
+        map,
+        full: Some((full, source)),
+        ..
+    }) = start.loaded()
+    else {
         return false;
     };
-    let Ok(c) = compare(&start.map, full, &guest, path) else {
+    let Ok(c) = compare(map, full, &guest, path) else {
         return false;
     };
     if c.verdict != Compatibility::Incompatible {
@@ -181,7 +243,7 @@ pub(super) fn check(
 /// has `hypervisor` unless the CPU written requires it, and lacks what KVM's host-model CPU
 /// (domcapabilities) lacks: `kvm-check-full` when either is so. `match='minimum'` starts (seen):
 /// libvirt updates such a CPU to what the host gives.
-fn check_full(start: &KvmStartHost, guest: &GuestCpu, out: &mut Vec<Finding>) -> bool {
+fn check_full(start: &KvmStartHost<'_>, guest: &GuestCpu, out: &mut Vec<Finding>) -> bool {
     if guest.matching == CpuMatch::Minimum {
         return false;
     }
@@ -194,12 +256,19 @@ fn check_full(start: &KvmStartHost, guest: &GuestCpu, out: &mut Vec<Finding>) ->
     let extra = !hypervisor
         .is_some_and(|(_, p)| matches!(p, FeaturePolicy::Require | FeaturePolicy::Force));
     let path = Path::new("the domain XML");
-    let (missing, per) = match &start.host_model {
-        Some((host, source)) => match compare(&start.map, host, guest, path) {
+    let loaded = (!plain_usable(start, guest))
+        .then(|| start.loaded())
+        .flatten();
+    let (missing, per) = match loaded {
+        Some(Loaded {
+            map,
+            host_model: Some((host, source)),
+            ..
+        }) => match compare(map, host, guest, path) {
             Ok(c) if !c.missing.is_empty() => (c.missing, format!("; missing per {source}")),
             _ => (Vec::new(), String::new()),
         },
-        None => (Vec::new(), String::new()),
+        _ => (Vec::new(), String::new()),
     };
     if !extra && missing.is_empty() {
         return false;
