@@ -135,6 +135,7 @@ impl Judgement {
         // validator's start-time comparison of a KVM custom CPU (`cpu-incompatible`,
         // crate::validate::kvm) are the CPU comparison's question too: when the CPUs were
         // compared, the comparison alone answers, so one missing feature is never two reasons.
+        // `kvm-check-full` stays: the `hypervisor` bit QEMU adds is no question of the host.
         let cpu_question = |c: Code| {
             matches!(
                 c,
