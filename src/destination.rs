@@ -24,7 +24,7 @@ use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding, Severity};
 use crate::host::{Host, Sourced};
 use crate::libvirt::cpu::CpuDef;
-use crate::libvirt::cpu::CpuMode;
+use crate::libvirt::cpu::{CpuCheck, CpuMode};
 use crate::libvirt::cpu_map::x86::X86Map;
 use crate::libvirt::domcaps::DomCaps;
 use crate::pipeline::Pipeline;
@@ -133,10 +133,17 @@ impl Judgement {
         }
         let compared = !matches!(self.cpu, CpuCompare::NotCompared(_));
         let mut out: Vec<&Finding> = self.machine.iter().collect();
-        // What the emulator's TCG lacks for the guest's CPU (`tcg-cpu-missing`) is the CPU
-        // comparison's question too: when the CPUs were compared, the comparison alone answers,
-        // so one missing feature is never two reasons.
-        let cpu_question = |c: Code| matches!(c, Code::CpuModelUnusable | Code::TcgCpuMissing);
+        // What the emulator's TCG lacks for the guest's CPU (`tcg-cpu-missing`) and the
+        // validator's start-time comparison of a KVM custom CPU (`cpu-incompatible`,
+        // crate::validate::kvm) are the CPU comparison's question too: when the CPUs were
+        // compared, the comparison alone answers, so one missing feature is never two reasons.
+        // `kvm-check-full` stays: the `hypervisor` bit QEMU adds is no question of the host.
+        let cpu_question = |c: Code| {
+            matches!(
+                c,
+                Code::CpuModelUnusable | Code::TcgCpuMissing | Code::CpuIncompatible
+            )
+        };
         out.extend(self.findings.iter().filter(|f| {
             if cpu_question(f.code) {
                 return !compared;
@@ -370,9 +377,10 @@ fn libvirt_check_on_arrival(
         Compatibility::Incompatible => {
             let reason = c.message.unwrap_or_else(|| "incompatible".into());
             // libvirt's default check for a custom CPU: 'none' under TCG, 'partial' under KVM.
-            let unchecked = cpu
-                .attribute("check")
-                .map_or(dom.virt_type() == "qemu", |c| c == "none");
+            let unchecked = cpu.attribute("check").map_or(
+                CpuCheck::default_for(CpuMode::Custom, dom.virt_type()) == CpuCheck::None,
+                |c| c == "none",
+            );
             if unchecked && arrival == Arrival::Start {
                 return CpuCompare::Runs(format!(
                     "CPU {model}: {reason}; with check='none' libvirt does not compare and QEMU starts the guest without them (this host's {source})"

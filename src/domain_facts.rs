@@ -66,6 +66,10 @@ pub struct DomainFacts<'h> {
     /// can need x2APIC, and the TCG's word on the models, when libvirt compares the guest CPU
     /// with it.
     pub tcg: TcgFacts,
+    /// The host CPU libvirt compares an x86 KVM custom CPU with at start, under
+    /// `check='partial'` ([`crate::validate::kvm`]), when the host's capabilities and cpu_map
+    /// give it.
+    pub kvm_start: Option<crate::validate::kvm::KvmStartHost<'h>>,
     /// The domain's arch, virt type, and the arch of the host that runs it
     /// ([`crate::libvirt::arch::host_arch`]), for the CPU modes libvirt offers.
     arch: String,
@@ -138,6 +142,7 @@ impl<'h> DomainFacts<'h> {
             ),
             libvirt,
             tcg: TcgFacts::gather(dom, plan, host, domcaps),
+            kvm_start: crate::validate::kvm::gather(dom, plan, host),
             arch: arch.to_string(),
             virt_type: vt.to_string(),
             host_arch: crate::libvirt::arch::host_arch(),

@@ -51,8 +51,9 @@ pub enum Code {
     /// `cpu-features-without-model`: Features in a custom `<cpu>` without a model ("Non-empty
     /// feature list specified without CPU model").
     CpuFeaturesWithoutModel,
-    /// `cpu-incompatible`: The hook, on migrate or restore: this host cannot run the guest's CPU
-    /// (libvirt's `x86Compute`).
+    /// `cpu-incompatible`: This host cannot run the guest's CPU (libvirt's `x86Compute`): the
+    /// hook on migrate or restore, and a KVM custom CPU under `check='partial'` that libvirt
+    /// refuses at start ("the CPU is incompatible with host CPU: ...").
     CpuIncompatible,
     /// `cpu-level`: The guest CPU does not reach the policy's psABI level.
     CpuLevel,
@@ -110,6 +111,10 @@ pub enum Code {
     IommuModel,
     /// `iommu-no-devices`: More than 255 vCPUs need an IOMMU, and the domain has no `<devices>`.
     IommuNoDevices,
+    /// `kvm-check-full`: `check='full'` under KVM with a named model (`match` exact or strict)
+    /// that QEMU's KVM builds otherwise (it adds `hypervisor` to every vCPU, drops what KVM
+    /// cannot give): "guest CPU doesn't match specification".
+    KvmCheckFull,
     /// `kvm-vcpu-limit`: More vCPUs than KVM allows.
     KvmVcpuLimit,
     /// `level-arch`: `cpu.min_level` for a guest that is not x86_64.
@@ -190,7 +195,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 66] = [
+    pub const ALL: [Code; 67] = [
         Code::ArchUnsupported,
         Code::ClusterFeature,
         Code::ClusterLevel,
@@ -226,6 +231,7 @@ impl Code {
         Code::IommuMachine,
         Code::IommuModel,
         Code::IommuNoDevices,
+        Code::KvmCheckFull,
         Code::KvmVcpuLimit,
         Code::LevelArch,
         Code::MachineDeprecated,
@@ -297,6 +303,7 @@ impl Code {
             Code::IommuMachine => "iommu-machine",
             Code::IommuModel => "iommu-model",
             Code::IommuNoDevices => "iommu-no-devices",
+            Code::KvmCheckFull => "kvm-check-full",
             Code::KvmVcpuLimit => "kvm-vcpu-limit",
             Code::LevelArch => "level-arch",
             Code::MachineDeprecated => "machine-deprecated",

@@ -9,7 +9,11 @@
 //!
 //! The file is text, one `KIND N` line per kind of the hook's decisions (the journal's kinds,
 //! [`Decision::HOOK`]: `hook-allowed`, `hook-violation-allowed`, `hook-violation-refused`,
-//! `hook-libvirt-refused`, `hook-error-allowed`, `hook-error-refused`), `#` lines comments. It is
+//! `hook-libvirt-refused`, `hook-error-allowed`, `hook-error-refused`), `#` lines comments. A
+//! kind this version does not know (one a newer version counts: a name of [`is_kind_name`]'s
+//! shape) is kept as it is and written back after the known ones, in the file's order, so a
+//! downgrade or a mix of versions never resets the counts; the daemon renders the known kinds
+//! only ([`Counts::iter`]: the metric's documented label values). It is
 //! read and replaced under an exclusive `flock(2)` on `hook-decisions.lock` beside it
 //! ([`crate::lockfile`]: libvirt starts guests in parallel, and no count may be lost) and written
 //! through [`crate::writefile::write_atomic_unsynced`] (the daemon, reading without the lock,
@@ -40,9 +44,31 @@ pub const LOCK_WAIT: Duration = crate::lockfile::HOOK_WAIT;
 /// The largest counts file read, in bytes: six short lines; anything longer is not one.
 const MAX_BYTES: usize = 64 * 1024;
 
-/// The hook's decisions by kind: one count per kind of [`Decision::HOOK`], in its order.
+/// The hook's decisions by kind: one count per kind of [`Decision::HOOK`], in its order, and the
+/// counts of kinds this version does not know, carried through unchanged.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Counts([u64; Decision::HOOK.len()]);
+pub struct Counts {
+    /// The counts of [`Decision::HOOK`], in its order.
+    known: [u64; Decision::HOOK.len()],
+    /// Kinds a newer version counts (name, count), in the file's order.
+    unknown: Vec<(String, u64)>,
+}
+
+/// The longest kind name kept: the journal's kinds are about 20 bytes.
+const MAX_KIND_NAME: usize = 64;
+
+/// Whether `name` has the shape of a decision kind (`hook-allowed`): a lowercase ASCII letter,
+/// then lowercase letters, digits and `-`, at most 64 bytes. A name of this shape that is not a
+/// hook kind this version knows is a newer version's kind, kept (the packaged qemu.d script's awk
+/// reads the same shape).
+#[must_use]
+pub fn is_kind_name(name: &str) -> bool {
+    name.len() <= MAX_KIND_NAME
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
 
 /// Where `kind` is in [`Decision::HOOK`]; None for the daemon's kinds.
 fn slot(kind: Decision) -> Option<usize> {
@@ -85,23 +111,32 @@ impl Counts {
     /// The count of `kind` (0 for the daemon's kinds, which the hook never makes).
     #[must_use]
     pub fn get(&self, kind: Decision) -> u64 {
-        slot(kind).map_or(0, |i| self.0[i])
+        slot(kind).map_or(0, |i| self.known[i])
     }
 
     /// Count one decision of `kind` (saturating at `u64::MAX`; the daemon's kinds are not
     /// counted).
     pub fn add(&mut self, kind: Decision) {
         if let Some(i) = slot(kind) {
-            self.0[i] = self.0[i].saturating_add(1);
+            self.known[i] = self.known[i].saturating_add(1);
         }
     }
 
-    /// Every hook kind with its count, 0 included, in [`Decision::HOOK`]'s order.
+    /// Every hook kind this version knows with its count, 0 included, in [`Decision::HOOK`]'s
+    /// order: what the daemon renders.
     pub fn iter(&self) -> impl Iterator<Item = (Decision, u64)> + '_ {
-        Decision::HOOK.into_iter().zip(self.0)
+        Decision::HOOK.into_iter().zip(self.known)
     }
 
-    /// The file's text: a comment, then one `KIND N` line per hook kind.
+    /// The kinds this version does not know, with their counts, in the file's order: carried
+    /// through [`count`] unchanged, never rendered as metrics.
+    #[must_use]
+    pub fn unknown(&self) -> &[(String, u64)] {
+        &self.unknown
+    }
+
+    /// The file's text: a comment, then one `KIND N` line per hook kind, then the kinds this
+    /// version does not know, as read.
     #[must_use]
     pub fn render(&self) -> String {
         let mut s = String::from(
@@ -110,11 +145,15 @@ impl Counts {
         for (k, n) in self.iter() {
             let _ = writeln!(s, "{} {n}", k.name());
         }
+        for (k, n) in &self.unknown {
+            let _ = writeln!(s, "{k} {n}");
+        }
         s
     }
 
     /// Reads [`Counts::render`]'s text: blank and `#` lines skipped, every other line `KIND N`
-    /// with KIND a hook kind named once and N a decimal `u64`; a kind not named is 0.
+    /// with KIND a kind name ([`is_kind_name`]) named once and N a decimal `u64`; a hook kind
+    /// not named is 0, one this version does not know is kept.
     ///
     /// # Errors
     /// [`Corrupt`] for the first line that is not so.
@@ -131,16 +170,26 @@ impl Counts {
             let [name, n] = fields[..] else {
                 return Err(bad(format!("`{line}` is not `KIND N`")));
             };
-            let slot = Decision::from_name(name)
-                .and_then(slot)
-                .ok_or_else(|| bad(format!("`{name}` is not a kind of the hook's decisions")))?;
+            if !is_kind_name(name) {
+                return Err(bad(format!("`{name}` is not a kind name")));
+            }
             let n: u64 = n
                 .parse()
                 .map_err(|_| bad(format!("`{n}` is not a count")))?;
-            if std::mem::replace(&mut seen[slot], true) {
+            let twice = match Decision::from_name(name).and_then(slot) {
+                Some(slot) => {
+                    counts.known[slot] = n;
+                    std::mem::replace(&mut seen[slot], true)
+                }
+                None => {
+                    let again = counts.unknown.iter().any(|(k, _)| k == name);
+                    counts.unknown.push((name.to_string(), n));
+                    again
+                }
+            };
+            if twice {
                 return Err(bad(format!("`{name}` counted twice")));
             }
-            counts.0[slot] = n;
         }
         Ok(counts)
     }
@@ -267,8 +316,16 @@ mod tests {
         for (text, line, what) in [
             ("hook-allowed 1\nhook-allowed\n", 2, "is not `KIND N`"),
             ("hook-allowed 1 2\n", 1, "is not `KIND N`"),
-            ("hook-alowed 1\n", 1, "is not a kind"),
-            ("# c\ndaemon-rewritten 1\n", 2, "is not a kind"),
+            ("Hook-allowed 1\n", 1, "is not a kind name"),
+            ("# c\nhook_allowed 1\n", 2, "is not a kind name"),
+            ("-hook 1\n", 1, "is not a kind name"),
+            ("hook-allowed\u{e9} 1\n", 1, "is not a kind name"),
+            (&format!("h{} 1\n", "x".repeat(64)), 1, "is not a kind name"),
+            (
+                "hook-new 1\nhook-allowed 1\nhook-new 2\n",
+                3,
+                "counted twice",
+            ),
             ("hook-allowed -1\n", 1, "is not a count"),
             ("hook-allowed 18446744073709551616\n", 1, "is not a count"),
             ("hook-allowed 1\nhook-allowed 2\n", 2, "counted twice"),
@@ -277,6 +334,45 @@ mod tests {
             assert_eq!(e.line, line, "{text:?}: {e}");
             assert!(e.what.contains(what), "{text:?}: {e}");
         }
+    }
+
+    /// A newer version's kinds (and any name of a kind's shape this version does not know) are
+    /// kept: counting adds to the known kind and writes the others back unchanged, after the
+    /// known ones, in the file's order; they are not among the kinds the daemon renders.
+    #[test]
+    fn kinds_of_a_newer_version_are_carried_through() {
+        let d = scratch("newer");
+        std::fs::create_dir_all(&d).unwrap();
+        let written = "# a newer virt-cpu-policy\nhook-zeta-refused 7\nhook-allowed 3\nhook-alpha-allowed 18446744073709551615\n";
+        std::fs::write(d.join(FILE), written).unwrap();
+        let (c, replaced) = count(&d, Decision::HookAllowed).unwrap();
+        assert!(replaced.is_none(), "{replaced:?}");
+        assert_eq!(c.get(Decision::HookAllowed), 4);
+        let unknown = [
+            ("hook-zeta-refused".to_string(), 7),
+            ("hook-alpha-allowed".to_string(), u64::MAX),
+        ];
+        assert_eq!(c.unknown(), unknown);
+        assert_eq!(c.iter().count(), Decision::HOOK.len());
+        let text = std::fs::read_to_string(d.join(FILE)).unwrap();
+        assert!(
+            text.ends_with(
+                "hook-error-refused 0\nhook-zeta-refused 7\nhook-alpha-allowed 18446744073709551615\n"
+            ),
+            "{text}"
+        );
+        // Read back and counted again: the same unknown kinds, still unchanged.
+        count(&d, Decision::HookErrorAllowed).unwrap();
+        let again = read(&d).unwrap();
+        assert_eq!(again.unknown(), unknown);
+        assert_eq!(
+            (
+                again.get(Decision::HookAllowed),
+                again.get(Decision::HookErrorAllowed)
+            ),
+            (4, 1)
+        );
+        std::fs::remove_dir_all(&d).ok();
     }
 
     #[test]

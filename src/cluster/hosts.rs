@@ -109,9 +109,6 @@ impl ClusterHost {
     /// `name` names it in messages.
     #[must_use]
     pub fn kvm_of_physical(name: &str, source: &str, cpu: &CpuDef, map: &X86Map) -> ClusterHost {
-        let mut host = ClusterHost::unnamed(PathBuf::from(source));
-        host.name = name.to_string();
-        host.arch = cpu.arch.clone().unwrap_or_default();
         let mut kvm = cpu.clone();
         let disable = crate::cpu::subtract_kvm_never(
             map,
@@ -125,7 +122,45 @@ impl ClusterHost {
                 .into_iter()
                 .map(|f| (f.to_string(), FeaturePolicy::Disable)),
         );
-        host.cpu = Some(kvm);
+        ClusterHost::of_capabilities_cpu(name, source, kvm)
+    }
+
+    /// The CPU libvirt compares a KVM guest's custom CPU with when it starts it under
+    /// `check='partial'` (libvirt's "full" host CPU of `virQEMUCapsInitHostCPUModel`): the host's
+    /// own CPU as its CPUID shows it (`physical`, `virsh capabilities`' `<host><cpu>`, read from
+    /// `source`), with the features QEMU's KVM host CPU has beyond it (`kvm_adds`: the `require`
+    /// features of domcapabilities' host-model CPU, `x2apic`, `hypervisor`, `tsc-deadline`...;
+    /// names `map` does not define are left out). Not what KVM gives: a feature the CPUID has and
+    /// KVM cannot give (`pni` and `popcnt` on a nested host) passes, and QEMU drops it at start
+    /// (seen with libvirt 9.0, 11.3 and 12.8: `<model>Nehalem</model>` starts, its live XML
+    /// disabling them). `name` names it in messages.
+    #[must_use]
+    pub fn started_kvm_compare(
+        name: &str,
+        source: &str,
+        physical: &CpuDef,
+        kvm_adds: Option<&CpuDef>,
+        map: &X86Map,
+    ) -> ClusterHost {
+        let mut full = physical.clone();
+        let adds = kvm_adds
+            .into_iter()
+            .flat_map(|c| &c.features)
+            .filter(|(f, p)| *p == FeaturePolicy::Require && map.feature(f).is_some());
+        for (f, _) in adds {
+            if !full.features.iter().any(|(have, _)| have == f) {
+                full.features.push((f.clone(), FeaturePolicy::Require));
+            }
+        }
+        ClusterHost::of_capabilities_cpu(name, source, full)
+    }
+
+    /// A host known by a CPU of `virsh capabilities`' shape (`source` the file), named `name`.
+    fn of_capabilities_cpu(name: &str, source: &str, cpu: CpuDef) -> ClusterHost {
+        let mut host = ClusterHost::unnamed(PathBuf::from(source));
+        host.name = name.to_string();
+        host.arch = cpu.arch.clone().unwrap_or_default();
+        host.cpu = Some(cpu);
         host.origin = Some(CpuOrigin::Capabilities);
         host
     }

@@ -26,6 +26,13 @@
 //! host-passthrough KVM guests migrate live between QEMU 5.2, 7.2, 10.0 and 11.1
 //! (tests/fleet/migrate).
 //!
+//! When two hosts agree on arch, vendor, signature and microcode and differ only in features,
+//! and their facts were read through two cpu_maps (or their libvirts' versions differ), the
+//! difference may be no more than how each libvirt's cpu_map names one CPU (a host's facts read
+//! through another libvirt's cpu_map: features its own libvirt could not list count as missing):
+//! the sentence says so, names the cpu_map each host was read through, and asks for each host's
+//! own (`--cpu-map HOST=DIR`).
+//!
 //! The features the guest's own `<cpu>` turns off (`policy='disable'` or `forbid`) are not the
 //! guest's, and are left out of the comparison; a running guest's live XML adds none (libvirt
 //! 9.0 writes `<cpu mode='host-passthrough' check='none' migratable='on'/>`).
@@ -34,7 +41,9 @@ use crate::domain::Domain;
 use crate::finding::{Code, Finding};
 use crate::libvirt::cpu::{CpuDef, CpuMode, CpuType, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::X86Map;
+use crate::libvirt::version::LibvirtVersion;
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 
 /// How many differing features of one host a sentence names.
 const FEATURES_SHOWN: usize = 8;
@@ -58,6 +67,11 @@ pub struct HostCpu {
     /// Every feature name the host's libvirt knows (its x86 cpu_map); None: not known, every
     /// name is compared.
     pub known: Option<BTreeSet<String>>,
+    /// The cpu_map directory its features were read through (x86 with a cpu_map), for the
+    /// sentence when two hosts may differ only through their cpu_maps.
+    pub cpu_map: Option<PathBuf>,
+    /// The host's libvirt, when its facts say (`<hostFacts libvirt=...>`); set by the caller.
+    pub libvirt: Option<LibvirtVersion>,
 }
 
 impl HostCpu {
@@ -76,7 +90,8 @@ impl HostCpu {
     ) -> Result<HostCpu, String> {
         let arch = cpu.arch.clone().ok_or("its host CPU names no <arch>")?;
         let listed = || cpu.features.iter().map(|(f, _)| f.clone()).collect();
-        let (features, known) = match map.filter(|_| crate::libvirt::arch::is_x86(&arch)) {
+        let map = map.filter(|_| crate::libvirt::arch::is_x86(&arch));
+        let (features, known) = match map {
             Some(map) => {
                 let mut data = map.empty_data();
                 if let Some(m) = &cpu.model {
@@ -105,7 +120,48 @@ impl HostCpu {
             microcode: microcode.map(str::to_string),
             features,
             known,
+            cpu_map: map.map(|m| m.source().to_path_buf()),
+            libvirt: None,
         })
+    }
+
+    /// When this CPU and `other` differ in features only, with the same arch, vendor, signature
+    /// and microcode (both given), read through two cpu_maps or by two libvirts (module docs):
+    /// the sentence saying their difference may be only their cpu_maps' names, with each host's
+    /// (`me`, `them`) cpu_map and libvirt, and the `--cpu-map HOST=DIR` to give. None otherwise.
+    #[must_use]
+    pub fn cpu_map_hint(&self, other: &HostCpu, me: &str, them: &str) -> Option<String> {
+        let same = self.arch == other.arch
+            && self.vendor == other.vendor
+            && self.signature.is_some()
+            && self.signature == other.signature
+            && self.microcode.is_some()
+            && self.microcode == other.microcode
+            && self.known.is_some()
+            && other.known.is_some();
+        let two_libvirts =
+            self.libvirt.is_some() && other.libvirt.is_some() && self.libvirt != other.libvirt;
+        if !same || (self.cpu_map == other.cpu_map && !two_libvirts) {
+            return None;
+        }
+        let read = |c: &HostCpu, host: &str| {
+            let libvirt = c
+                .libvirt
+                .as_ref()
+                .map_or_else(|| "libvirt unknown".to_string(), |v| format!("libvirt {v}"));
+            let map = c
+                .cpu_map
+                .as_ref()
+                .map_or_else(|| "?".to_string(), |p| p.display().to_string());
+            format!("{host}'s facts ({libvirt}) through {map}")
+        };
+        Some(format!(
+            "their arch, vendor, signature ({}) and microcode ({}) are the same: the features may differ only in how two libvirts' cpu_maps name one CPU (read: {}; {}); judge each host with its own libvirt's cpu_map (--cpu-map {me}=DIR --cpu-map {them}=DIR, DIR the host's /usr/share/libvirt/cpu_map)",
+            self.signature.as_deref().unwrap_or_default(),
+            self.microcode.as_deref().unwrap_or_default(),
+            read(self, me),
+            read(other, them),
+        ))
     }
 
     /// How `other` differs from this CPU, each a phrase ("vendor Intel vs AMD", "features only
@@ -264,12 +320,16 @@ pub fn passthrough_group(
         })
         .unwrap_or_default();
     let diffs = s.differences(d, &own, src, dest);
-    (!diffs.is_empty()).then(|| {
-        error(format!(
-            "{src} and {dest} differ: {} (each host's capabilities host CPU)",
-            diffs.join("; ")
-        ))
-    })
+    if diffs.is_empty() {
+        return None;
+    }
+    let hint = s
+        .cpu_map_hint(d, src, dest)
+        .map_or_else(String::new, |h| format!("; {h}"));
+    Some(error(format!(
+        "{src} and {dest} differ: {} (each host's capabilities host CPU){hint}",
+        diffs.join("; ")
+    )))
 }
 
 #[cfg(test)]
@@ -279,6 +339,62 @@ mod tests {
     fn host(xml: &str) -> CpuDef {
         let doc = roxmltree::Document::parse(xml).unwrap();
         CpuDef::read_as(doc.root_element(), CpuType::Host).unwrap()
+    }
+
+    /// The cpu_map sentence needs arch, vendor, signature and microcode alike (both given) and
+    /// two cpu_maps or two libvirts; anything else is a difference of the CPUs.
+    #[test]
+    fn the_cpu_map_sentence_needs_one_signature_and_two_readings() {
+        let cpu = |map: &str, libvirt: Option<&str>| HostCpu {
+            arch: "x86_64".into(),
+            vendor: Some("Intel".into()),
+            model: None,
+            signature: Some("family 6 model 167 stepping 8".into()),
+            microcode: Some("1".into()),
+            features: BTreeSet::new(),
+            known: Some(BTreeSet::new()),
+            cpu_map: Some(PathBuf::from(map)),
+            libvirt: libvirt.map(|v| v.parse().unwrap()),
+        };
+        let a = cpu("/a", Some("9.0.0"));
+        let hint = a.cpu_map_hint(&cpu("/b", Some("9.0.0")), "x", "y").unwrap();
+        assert!(
+            hint.contains(
+                "read: x's facts (libvirt 9.0.0) through /a; y's facts (libvirt 9.0.0) through /b"
+            ) && hint.ends_with(
+                "(--cpu-map x=DIR --cpu-map y=DIR, DIR the host's /usr/share/libvirt/cpu_map)"
+            ),
+            "{hint}"
+        );
+        assert!(
+            a.cpu_map_hint(&cpu("/a", Some("11.3.0")), "x", "y")
+                .is_some()
+        );
+        assert!(
+            a.cpu_map_hint(&cpu("/a", Some("9.0.0")), "x", "y")
+                .is_none()
+        );
+        assert!(a.cpu_map_hint(&cpu("/a", None), "x", "y").is_none());
+        for other in [
+            HostCpu {
+                microcode: Some("2".into()),
+                ..cpu("/b", None)
+            },
+            HostCpu {
+                signature: None,
+                ..cpu("/b", None)
+            },
+            HostCpu {
+                vendor: Some("AMD".into()),
+                ..cpu("/b", None)
+            },
+            HostCpu {
+                known: None,
+                ..cpu("/b", None)
+            },
+        ] {
+            assert!(a.cpu_map_hint(&other, "x", "y").is_none(), "{other:?}");
+        }
     }
 
     #[test]

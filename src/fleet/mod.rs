@@ -128,12 +128,14 @@ impl HostClass {
                 let c = self.caps_cpu.as_ref().ok_or(
                     "its facts hold no capabilities host CPU (virsh capabilities' <host><cpu>)",
                 )?;
-                HostCpu::new(
+                let mut cpu = HostCpu::new(
                     &c.cpu,
                     c.signature.as_deref(),
                     c.microcode.as_deref(),
                     self.map.get().ok(),
-                )
+                )?;
+                cpu.libvirt = self.host.libvirt_version().map(|v| v.value);
+                Ok(cpu)
             })
             .as_ref()
             .map_err(String::as_str)

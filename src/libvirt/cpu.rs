@@ -135,15 +135,17 @@ impl CpuCheck {
             .find(|c| c.as_str() == s)
     }
 
-    /// The `check` libvirt writes for `mode` when none is given (seen with libvirt 9.0: `virsh
+    /// The `check` libvirt writes for `mode` in a domain of `virt_type` (`kvm`, `qemu`...) when
+    /// none is given (libvirt's `qemuDomainDefCPUPostParse`; seen with libvirt 9.0: `virsh
     /// define` of `<cpu mode='host-model'/>` stores `check='partial'`, host-passthrough and
-    /// maximum `check='none'`).
+    /// maximum `check='none'`, a custom CPU `check='partial'` under KVM and `check='none'` under
+    /// TCG, `type='qemu'`: "Custom CPUs in TCG mode are not compared to host CPU by default").
     #[must_use]
-    pub fn default_for(mode: CpuMode) -> CpuCheck {
-        if mode == CpuMode::HostModel {
-            CpuCheck::Partial
-        } else {
-            CpuCheck::None
+    pub fn default_for(mode: CpuMode, virt_type: &str) -> CpuCheck {
+        match mode {
+            CpuMode::HostModel => CpuCheck::Partial,
+            CpuMode::Custom if virt_type != "qemu" => CpuCheck::Partial,
+            _ => CpuCheck::None,
         }
     }
 }

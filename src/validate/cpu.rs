@@ -42,7 +42,10 @@ pub(super) fn check(
     check_features(cpu, mode, dom.arch(), facts, out);
     if let (Some(m), "custom") = (&model, mode) {
         check_model_known(cpu, m, dom.arch(), facts, out);
-        check_model_usable(m, dom.virt_type(), facts, out);
+        // libvirt's refusal at start (`cpu-incompatible`) says more than an unusable model.
+        if !super::kvm::check(dom, cpu, facts, out) {
+            check_model_usable(cpu, m, dom.virt_type(), facts, out);
+        }
     }
     super::tcg::check_cpu(cpu, known, facts, out);
     check_level(dom, Some(cpu), plan, facts, out);
@@ -292,16 +295,36 @@ fn check_arm_model_offered(
 }
 
 /// A custom model domcapabilities lists `usable='no'` starts only without the features the host
-/// lacks.
-fn check_model_usable(model: &str, vt: &str, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
+/// lacks. Under KVM, `check='partial'` compares with the host's CPUID, not with what KVM gives
+/// ([`super::kvm`]): a feature only KVM lacks passes, and QEMU drops it at start (seen with
+/// libvirt 9.0, 11.3 and 12.8: `<model>Nehalem</model>` on a host whose KVM lacks `pni` and
+/// `popcnt` starts with them, `ssse3`, `sse4.1` and `sse4.2` disabled in the live XML); what the
+/// CPUID lacks too is `cpu-incompatible`.
+fn check_model_usable(
+    cpu: Node<'_, '_>,
+    model: &str,
+    vt: &str,
+    facts: &DomainFacts<'_>,
+    out: &mut Vec<Finding>,
+) {
     let Some(dc) = facts.domcaps else { return };
-    if dc.model_usable(model) == Some(false) {
-        out.push(Finding::warning(
-            Code::CpuModelUnusable,
-            format!("CPU model '{model}' is usable='no' for {vt} on this host ({}): features the host lacks fail the start (check='partial'/'full') or are dropped silently", dc.source),
-            "disable the features the host lacks, or choose a usable model",
-        ));
+    if dc.model_usable(model) != Some(false) {
+        return;
     }
+    let what = if vt == "kvm" && super::tcg::check_of(cpu, CpuMode::Custom, vt) == CpuCheck::Partial
+    {
+        "KVM cannot give all its features: with check='partial' libvirt compares the guest CPU with this host's own CPU, not with what KVM gives, so the guest starts and QEMU silently drops them (its live XML disables them)"
+    } else {
+        "features the host lacks fail the start (check='partial'/'full') or are dropped silently"
+    };
+    out.push(Finding::warning(
+        Code::CpuModelUnusable,
+        format!(
+            "CPU model '{model}' is usable='no' for {vt} on this host ({}): {what}",
+            dc.source
+        ),
+        "disable the features the host lacks, or choose a usable model",
+    ));
 }
 
 /// The features of `level` missing from `feats`, in the level's order.
@@ -441,7 +464,9 @@ fn check_tcg_level(
     let Some((gives, source)) = facts.tcg.host_cpu.as_ref() else {
         return;
     };
-    let check = cpu.map_or(CpuCheck::None, |c| super::tcg::check_of(c, CpuMode::Custom));
+    let check = cpu.map_or(CpuCheck::None, |c| {
+        super::tcg::check_of(c, CpuMode::Custom, "qemu")
+    });
     if !facts.tcg.x86_tcg || check != CpuCheck::None {
         return;
     }

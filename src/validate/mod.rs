@@ -6,12 +6,14 @@
 //! ([`crate::domain_facts::VersionRule`]: checked against libvirt 11.3 / QEMU 10.0 too).
 //! `cpu` judges the `<cpu>` element and the psABI level, `vcpu` the vCPU counts, topology,
 //! machine and KVM limits, what more than 255 vCPUs need of the IOMMU, `<vcpus>` and NUMA cells,
-//! `iommu` the IOMMU's model and driver attributes, `tcg` what QEMU's TCG refuses at
+//! `iommu` the IOMMU's model and driver attributes, `kvm` libvirt's start-time comparison of a
+//! KVM custom CPU with the host's, `tcg` what QEMU's TCG refuses at
 //! start (APIC IDs that need x2APIC, the guest CPU against what TCG emulates). Checks never change the document and
 //! read host facts from [`DomainFacts`] only.
 
 mod cpu;
 mod iommu;
+pub mod kvm;
 pub(crate) mod tcg;
 mod vcpu;
 

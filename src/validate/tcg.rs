@@ -270,13 +270,14 @@ pub(super) fn check_eim(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec
     ));
 }
 
-/// The check libvirt makes of `cpu` against what TCG gives: its `check`, else libvirt's default
-/// (`partial` for host-model, `none` for a TCG custom CPU; seen with libvirt 9.0 and 11.3). An
-/// unknown word is `none` here: libvirt refuses the domain for it at define.
-pub(super) fn check_of(cpu: Node<'_, '_>, mode: CpuMode) -> CpuCheck {
+/// The check libvirt makes of `cpu` (of a domain of `virt_type`) when it starts the guest: its
+/// `check`, else libvirt's default ([`CpuCheck::default_for`]: `partial` for host-model and for a
+/// KVM custom CPU, `none` for a TCG custom CPU; seen with libvirt 9.0 and 11.3). An unknown word
+/// is `none` here: libvirt refuses the domain for it at define.
+pub(super) fn check_of(cpu: Node<'_, '_>, mode: CpuMode, virt_type: &str) -> CpuCheck {
     match cpu.attribute("check") {
         Some(c) => CpuCheck::parse(c).unwrap_or(CpuCheck::None),
-        None => CpuCheck::default_for(mode),
+        None => CpuCheck::default_for(mode, virt_type),
     }
 }
 
@@ -291,7 +292,7 @@ pub(super) fn check_cpu(
     if !facts.tcg.x86_tcg || !matches!(mode, CpuMode::Custom | CpuMode::HostModel) {
         return;
     }
-    let check = check_of(cpu, mode);
+    let check = check_of(cpu, mode, "qemu");
     if check == CpuCheck::None {
         return;
     }

@@ -216,6 +216,22 @@ fn the_daemon_renders_the_hooks_decision_counts() {
         "{m}\n{log}"
     );
     assert!(!log.contains("decision counts"), "{log}");
+    // A newer version's kind: the known kinds render as they are, the newer one not at all (its
+    // meaning is not this version's to document), and nothing is said of the file.
+    t.write(
+        "snap/hook-decisions",
+        "hook-allowed 5\nhook-newer-kind 9\nhook-violation-refused 3\n",
+    );
+    let (m, log) = daemon_metrics(&t, &policy, "virt_cpu_policy_hook_decisions_total");
+    assert!(
+        m.contains("virt_cpu_policy_hook_decisions_total{kind=\"hook-allowed\"} 5\n")
+            && m.contains(
+                "virt_cpu_policy_hook_decisions_total{kind=\"hook-violation-refused\"} 3\n"
+            )
+            && !m.contains("hook-newer-kind"),
+        "{m}"
+    );
+    assert!(!log.contains("decision counts"), "{log}");
     t.write("snap/hook-decisions", "hook-allowed x\n");
     let (m, log) = daemon_metrics(&t, &policy, "virt_cpu_policy_hook_decisions_total");
     assert!(

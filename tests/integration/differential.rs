@@ -49,6 +49,14 @@ const NOT_CHECKED_AT_DEFINE: &[(&str, &str)] = &[
         "libvirt compares a check='partial' guest CPU with what TCG emulates when the guest starts (\"the CPU is incompatible with host CPU\"), not at define: tests/integration/tcg.rs starts them",
     ),
     (
+        "cpu-incompatible",
+        "libvirt compares a KVM custom CPU under check='partial' with the host's own CPU when the guest starts (\"the CPU is incompatible with host CPU\"), not at define: tests/integration/kvm.rs starts them",
+    ),
+    (
+        "kvm-check-full",
+        "libvirt compares a KVM check='full' guest CPU with what QEMU built once it runs (\"guest CPU doesn't match specification\"), not at define: tests/integration/kvm.rs starts them",
+    ),
+    (
         "tcg-check-full",
         "libvirt compares a check='full' guest CPU with what QEMU built once it runs (\"guest CPU doesn't match specification\"), not at define: tests/integration/tcg.rs starts them",
     ),

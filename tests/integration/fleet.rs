@@ -716,6 +716,18 @@ fn host_passthrough_guests_migrate_only_inside_their_group() {
     }
 }
 
+/// `trixie.guests.xml` in `t`: guest facts of trixie running `pt`, a host-passthrough KVM guest.
+fn passthrough_guest_on_trixie(t: &Scratch) -> PathBuf {
+    let pt = "<cpu mode='host-passthrough' check='none' migratable='on'/>";
+    t.write(
+        "trixie.guests.xml",
+        guest_facts(
+            "trixie",
+            &[("pt", "running", kvm_guest("pt", "x86_64", "pc-q35-5.2", pt))],
+        ),
+    )
+}
+
 /// The four generations share one physical CPU, which their libvirts name differently
 /// (`Broadwell-noTSX-IBRS` on 7.0 and 9.0, `Icelake-Server-v2` on 11.3 and 12.8, each listing
 /// the features its cpu_map knows): one migration group, so a running host-passthrough KVM guest
@@ -724,18 +736,86 @@ fn host_passthrough_guests_migrate_only_inside_their_group() {
 fn one_cpu_named_by_four_libvirts_is_one_group() {
     let t = Scratch::new("fleet-passthrough-gens");
     let hosts = hosts_dir(&t, "hosts", &GENERATIONS);
-    let pt = "<cpu mode='host-passthrough' check='none' migratable='on'/>";
-    t.write(
-        "trixie.guests.xml",
-        guest_facts(
-            "trixie",
-            &[("pt", "running", kvm_guest("pt", "x86_64", "pc-q35-5.2", pt))],
-        ),
-    );
-    let v = fleet_json(&[], &[hosts, t.path("trixie.guests.xml")], 0);
+    let guests = passthrough_guest_on_trixie(&t);
+    let v = fleet_json(&[], &[hosts, guests], 0);
     for ((g, h), reasons) in pair_reasons(&v) {
         assert!(reasons.is_empty(), "{g} on {h}: {reasons:?}");
     }
+}
+
+/// The same CPU read through one cpu_map for hosts of two libvirts (forky's 12.8 map for the
+/// facts of bookworm, 9.0, and trixie, 11.3): features bookworm's libvirt could not name count
+/// as missing there, and the sentence says the hosts' signature and microcode agree, names the
+/// cpu_map each was read through and asks for `--cpu-map HOST=DIR`; with each host's own
+/// cpu_map they are one group (above). A real difference between hosts of one libvirt read
+/// through one cpu_map (a feature dropped from a copy of trixie's facts) says nothing of
+/// cpu_maps.
+#[test]
+fn hosts_that_differ_only_through_cpu_maps_are_told_so() {
+    let t = Scratch::new("fleet-passthrough-maps");
+    let hosts = hosts_dir(&t, "hosts", &["bookworm", "trixie"]);
+    let guests = passthrough_guest_on_trixie(&t);
+    let forky_map = s(&generation_facts("forky").join("cpu_map"));
+    let group = |hosts: &PathBuf, maps: &[&str]| {
+        let mut args = vec!["fleet".to_string()];
+        for m in maps {
+            args.extend(["--cpu-map".to_string(), m.to_string()]);
+        }
+        let out = Cmd::new(&args)
+            .args(&["--format", "json"])
+            .arg(s(hosts))
+            .arg(s(&guests))
+            .run();
+        pair_reasons(&json(&out))
+    };
+    let got = group(&hosts, &[&forky_map]);
+    let reasons = &got[&("pt".to_string(), "bookworm".to_string())];
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    let (code, m) = &reasons[0];
+    assert_eq!(code, "passthrough-group");
+    assert!(
+        m.contains("trixie and bookworm differ: features only on trixie: bhi-ctrl")
+            && m.contains("their arch, vendor, signature (family 6 model 167 stepping 8) and microcode (1) are the same")
+            && m.contains(&format!("trixie's facts (libvirt 11.3.0) through {forky_map}"))
+            && m.contains(&format!("bookworm's facts (libvirt 9.0.0) through {forky_map}"))
+            && m.contains("(--cpu-map trixie=DIR --cpu-map bookworm=DIR"),
+        "{m}"
+    );
+    // Each host's own cpu_map: one group, nothing said.
+    let own = [
+        format!(
+            "bookworm={}",
+            s(&generation_facts("bookworm").join("cpu_map"))
+        ),
+        format!("trixie={}", s(&generation_facts("trixie").join("cpu_map"))),
+    ];
+    let got = group(&hosts, &[&own[0], &own[1]]);
+    assert!(
+        got[&("pt".to_string(), "bookworm".to_string())].is_empty(),
+        "{got:?}"
+    );
+    // Two hosts of one libvirt read through its cpu_map, one without a feature: a difference of
+    // the CPUs, not of cpu_maps.
+    let trixie = std::fs::read_to_string(hosts.join("trixie.xml")).unwrap();
+    let twin = trixie
+        .replacen("name='trixie'", "name='trixie-twin'", 1)
+        .replacen("<feature name='avx512-fp16'/>", "", 1);
+    assert_ne!(
+        twin,
+        trixie.replacen("name='trixie'", "name='trixie-twin'", 1)
+    );
+    let only = t.path("trixies");
+    std::fs::create_dir_all(&only).unwrap();
+    std::fs::write(only.join("trixie.xml"), &trixie).unwrap();
+    std::fs::write(only.join("trixie-twin.xml"), twin).unwrap();
+    let got = group(&only, &[&own[1].replacen("trixie=", "", 1)]);
+    let (code, m) = &got[&("pt".to_string(), "trixie-twin".to_string())][0];
+    assert_eq!(code, "passthrough-group");
+    assert!(
+        m.contains("trixie and trixie-twin differ: features only on trixie: avx512-fp16")
+            && !m.contains("cpu_map"),
+        "{m}"
+    );
 }
 
 /// `file` in `t`: a `virsh capabilities` document whose host CPU is libvirt's CPU test data

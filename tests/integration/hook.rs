@@ -756,6 +756,46 @@ fn destination_refuses_a_model_this_host_cannot_run() {
     log_has_no_xml(&t.log());
 }
 
+/// `prepare begin` of a KVM custom CPU under `check='partial'` is judged as libvirt judges it at
+/// start (the validator's `cpu-incompatible`, src/validate/kvm.rs): on bookworm's facts (an
+/// Intel host whose KVM lacks pni and popcnt) `qemu64` is refused in libvirt's words (its
+/// cpu_map lists svm), `Nehalem` (usable='no') is let through with its warning, as libvirt 9.0
+/// starts it; without the host's capabilities nothing is compared.
+#[test]
+fn prepare_refuses_a_kvm_custom_cpu_libvirt_refuses_at_start() {
+    let g = crate::harness::root().join("tests/data/generations/bookworm");
+    let (caps, domcaps) = (
+        s(&g.join("capabilities.xml")),
+        s(&g.join("domcapabilities-x86_64-q35-kvm.xml")),
+    );
+    let t = Scratch::with_snap("prepare-kvm-start");
+    let p = t.write(
+        "p.toml",
+        format!(
+            "version = 1\n[host]\ncpu_map = \"{}\"\n",
+            s(&golden_cpu_map())
+        ),
+    );
+    // `prepare begin` of guest `name` with `model`, the host known by `facts`.
+    let prepare = |name: &str, model: &str, facts: &[&String]| {
+        let mut args: Vec<&str> = facts.iter().flat_map(|f| ["--caps", f.as_str()]).collect();
+        args.extend([name, "prepare", "begin", "-"]);
+        t.hook(&p, &args).stdin(incoming(name, 1, model)).run()
+    };
+    refused(
+        &prepare("q64", "qemu64", &[&caps, &domcaps]),
+        "q64",
+        "libvirt: cpu-incompatible",
+        &[
+            "the CPU is incompatible with host CPU: Host CPU does not provide required features: svm",
+        ],
+    );
+    allowed(&prepare("neh", "Nehalem", &[&caps, &domcaps]));
+    assert!(t.log().contains("cpu-model-unusable"), "{}", t.log());
+    allowed(&prepare("q64", "qemu64", &[&domcaps]));
+    log_has_no_xml(&t.log());
+}
+
 /// `migrate begin`/`restore begin` compare the incoming CPU with this host's host-model CPU (as
 /// `virt-cpu-policy compare` does): identical and superset go in, incompatible is refused naming
 /// the missing features; the host's facts come from `--caps` or from the daemon's snapshot (a
@@ -2073,6 +2113,61 @@ fn hook_script_counts_like_the_binary() {
         .filter(|n| n.starts_with(".hook-decisions"))
         .collect();
     assert!(names.is_empty(), "{names:?}");
+}
+
+/// A counts file a newer version wrote, with kinds this one does not know: the script keeps them
+/// as the binary does (`hook_decisions::count`), byte for byte, and both start again from the
+/// decision on a file that is not counts.
+#[test]
+fn hook_script_carries_a_newer_versions_kinds_like_the_binary() {
+    let t = Scratch::new("script-newer");
+    let policy = t.write("policy.toml", "version = 1\n[hook]\non_error = \"deny\"\n");
+    let binary = Scratch::new("script-newer-bin");
+    let newer = "# newer\nhook-allowed 4\nhook-zeta-refused 7\nhook-error-refused 2\nhook-alpha 18446744073709551615\n";
+    let cases = [
+        // Kept, in the file's order, after the known kinds.
+        (newer, true),
+        // Leading zeros dropped, as the binary reads the count.
+        ("hook-new 0007\nhook-allowed 00\n", true),
+        ("hook-new 000018446744073709551615\n", true),
+        // Not counts: a count beyond u64, a name not of a kind's shape, a kind counted twice.
+        ("hook-new 18446744073709551616\n", false),
+        ("Hook-New 1\n", false),
+        ("hook-new 1\nhook-allowed 1\nhook-new 1\n", false),
+    ];
+    for (i, (text, kept)) in cases.into_iter().enumerate() {
+        std::fs::create_dir_all(t.path("state")).unwrap();
+        t.write("state/hook-decisions", text);
+        script_without_binary(&t, &policy).status(1);
+        let by_script = std::fs::read_to_string(t.path("state/hook-decisions")).unwrap();
+        let dir = binary.path(&format!("state-{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("hook-decisions"), text).unwrap();
+        let (counts, replaced) = hook_decisions::count(&dir, Decision::HookErrorRefused).unwrap();
+        assert_eq!(replaced.is_none(), kept, "{text:?}: {replaced:?}");
+        let by_binary = std::fs::read_to_string(dir.join("hook-decisions")).unwrap();
+        assert_eq!(by_script, by_binary, "{text:?}");
+        assert_eq!(hook_decisions::read(&t.path("state")).unwrap(), counts);
+    }
+    let read = {
+        t.write("state/hook-decisions", newer);
+        script_without_binary(&t, &policy).status(1);
+        hook_decisions::read(&t.path("state")).unwrap()
+    };
+    assert_eq!(
+        read.unknown(),
+        [
+            ("hook-zeta-refused".to_string(), 7),
+            ("hook-alpha".to_string(), u64::MAX)
+        ]
+    );
+    assert_eq!(
+        (
+            read.get(Decision::HookAllowed),
+            read.get(Decision::HookErrorRefused)
+        ),
+        (4, 3)
+    );
 }
 
 /// The VDSM hook (`hooks/vdsm/before_vm_start/50_virt_cpu_policy`) maps a domain that cannot

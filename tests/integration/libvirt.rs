@@ -105,7 +105,7 @@ fn has_kvm(oracle: &Oracle) -> bool {
 }
 
 /// Whether `/dev/kvm` can be opened read-write.
-fn dev_kvm_usable() -> bool {
+pub(crate) fn dev_kvm_usable() -> bool {
     std::fs::OpenOptions::new()
         .read(true)
         .write(true)

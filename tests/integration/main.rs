@@ -24,6 +24,7 @@ mod harness;
 mod hook;
 mod hostile;
 mod journal;
+mod kvm;
 mod libvirt;
 mod machines;
 mod modes;

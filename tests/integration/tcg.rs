@@ -35,7 +35,7 @@ pub fn qemu_version(o: &Oracle) -> String {
 
 /// What the oracle's libvirt says of a guest document.
 #[derive(Debug)]
-enum Start {
+pub(crate) enum Start {
     /// Defined and started (then destroyed).
     Runs,
     /// Refused at define or start: libvirt's last line.
@@ -44,7 +44,13 @@ enum Start {
 
 /// Define `xml` (whose `<name>` is `name`) on `o`, start it, run `after` while it runs, then
 /// destroy and undefine it whatever happened.
-fn try_start(o: &Oracle, dir: &Scratch, name: &str, xml: &str, after: impl FnOnce()) -> Start {
+pub(crate) fn try_start(
+    o: &Oracle,
+    dir: &Scratch,
+    name: &str,
+    xml: &str,
+    after: impl FnOnce(),
+) -> Start {
     let file = dir.write(&format!("{name}.xml"), xml);
     let d = o.virsh(&["define", &s(&file)]);
     let result = if !d.ok {
@@ -498,7 +504,8 @@ fn case_libvirt(case: &crate::golden::Case) -> Option<(u32, u32)> {
 /// Every golden case with an `oracle-start` file, on the libvirt its `args` name: each line is
 /// `input starts`, `input refused: TEXT` (libvirt's error contains TEXT) or `output starts` (its
 /// `expected-stdout`). So a rewrite is shown to write what starts where its input started, and a
-/// refusal of the tool to be one libvirt makes too.
+/// refusal of the tool to be one libvirt makes too. A KVM guest (`<domain type='kvm'>`) is said
+/// SKIP without a usable `/dev/kvm` (a failure with `VCP_REQUIRE_KVM=1`).
 #[test]
 #[ignore = "needs a running libvirtd (the host's, and the generation roots'): .ci/run starts them"]
 fn golden_cases_start_as_their_oracle_start_file_says() {
@@ -536,6 +543,21 @@ fn golden_cases_start_as_their_oracle_start_file_says() {
                 _ => panic!("case {}: oracle-start line `{line}`", case.name),
             };
             let text = std::fs::read_to_string(&file).unwrap();
+            let kvm = roxmltree::Document::parse(&text)
+                .is_ok_and(|d| d.root_element().attribute("type") == Some("kvm"));
+            if kvm && !crate::libvirt::dev_kvm_usable() {
+                assert!(
+                    std::env::var("VCP_REQUIRE_KVM").as_deref() != Ok("1"),
+                    "case {}: VCP_REQUIRE_KVM=1 but /dev/kvm is absent or not usable",
+                    case.name
+                );
+                eprintln!(
+                    "tcg: SKIP case {} {which}: a KVM guest, and /dev/kvm is absent or not usable (chmod 666 /dev/kvm)",
+                    case.name
+                );
+                skipped += 1;
+                continue;
+            }
             let name = format!(
                 "vcp-test-{}-{}",
                 std::process::id(),

@@ -146,8 +146,9 @@ fn leave_custom(d: &mut Desired<'_, '_>, plan: &Plan, rule: &str, want: CpuMode,
 /// The old custom CPU's `check` becomes `mode`'s default ([`CpuCheck::default_for`]; `none`
 /// for a mode libvirt does not know), unless the policy sets one.
 fn reset_check(d: &mut Desired<'_, '_>, plan: &Plan, rule: &str, mode: &str, n: &mut Notes) {
+    // `mode` is never custom here: the virt type does not matter.
     let default = CpuMode::parse(mode)
-        .map_or(CpuCheck::None, CpuCheck::default_for)
+        .map_or(CpuCheck::None, |m| CpuCheck::default_for(m, "kvm"))
         .as_str();
     if let (None, Some(c)) = (&plan.check, d.attr("check").map(str::to_string)) {
         if c != default {

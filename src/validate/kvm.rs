@@ -1,0 +1,459 @@
+//! What libvirt checks when it starts a KVM guest (`<domain type='kvm'>`) whose CPU is custom:
+//! with `check='partial'` (written, or libvirt's default for a KVM custom CPU) it compares the
+//! guest CPU with the host's own CPU and refuses the start when they disagree.
+//!
+//! The host CPU libvirt compares with is not what KVM gives a guest (domcapabilities' host-model
+//! CPU, the models' `usable`): it is the host's CPUID as `virsh capabilities` shows it, with the
+//! features QEMU's KVM host CPU adds (`x2apic`, `hypervisor`...; libvirt's "full" host CPU,
+//! `virQEMUCapsInitHostCPUModel`). Seen on a host whose KVM lacks `pni` and `popcnt` (its CPUID
+//! has them), with libvirt 9.0, 11.3 and 12.8 (`tests/integration/kvm.rs`):
+//!
+//! * `<model>Nehalem</model>` (`usable='no'`: `pni`, `popcnt`), `check='partial'`, `match` exact
+//!   or minimum, `fallback` allow or forbid, or `<feature policy='require' name='popcnt'/>`:
+//!   **starts**, and the live XML disables `pni`, `ssse3`, `sse4.1`, `sse4.2`, `popcnt` (QEMU
+//!   drops what KVM cannot give: `cpu-model-unusable`, a warning);
+//! * a feature the CPUID lacks (`svm` on an Intel host; libvirt's `qemu64` lists it), required
+//!   by the model or a `<feature policy='require'>`, `match` exact or minimum: "the CPU is
+//!   incompatible with host CPU: Host CPU does not provide required features: svm";
+//! * `<feature policy='forbid' name='lm'/>`: "the CPU is incompatible with host CPU: Host CPU
+//!   provides forbidden feature 'lm'";
+//! * `check='none'`: nothing compared, the guest starts (a required `svm` silently dropped);
+//! * `check='full'`, `match='exact'`: libvirt compares the CPU QEMU built with the one written
+//!   and refuses the start, "guest CPU doesn't match specification: extra features:
+//!   vme,x2apic,hypervisor, missing features: pni,ssse3,sse4.1,sse4.2,popcnt" (`Nehalem`),
+//!   "extra features: apic,x2apic,hypervisor" (`pentium`, `usable='yes'`): QEMU's KVM sets the
+//!   `hypervisor` bit in every vCPU and drops what KVM cannot give (`kvm-check-full`, an error
+//!   when the CPU written lacks `hypervisor` or names features KVM's host-model CPU lacks; the
+//!   other extra features depend on the model and are not predicted); `match='minimum'` starts.
+//!
+//! The comparison is `virt-cpu-policy compare`'s ([`crate::cluster::compare`], libvirt's
+//! `x86Compute`) against [`ClusterHost::started_kvm_compare`]; it needs the host's capabilities
+//! (its CPU) and libvirt's cpu_map (its CPUID data): without either nothing is said.
+
+use crate::cluster::compare::{Compatibility, GuestCpu, compare, guest_cpu};
+use crate::cluster::hosts::ClusterHost;
+use crate::domain::{Domain, cpu_mode};
+use crate::domain_facts::DomainFacts;
+use crate::finding::{Code, Finding};
+use crate::host::Host;
+use crate::host::Sourced;
+use crate::libvirt::arch::is_x86;
+use crate::libvirt::cpu::CpuDef;
+use crate::libvirt::cpu::{CpuCheck, CpuMatch, CpuMode, FeaturePolicy};
+use crate::libvirt::cpu_map::x86::X86Map;
+use crate::libvirt::domcaps::DomCaps;
+use crate::policy::Plan;
+use crate::xml::child;
+use roxmltree::Node;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The host CPUs a KVM guest's custom CPU is compared with at start, and the cpu_map to compare
+/// with, loaded on first use: a usable model with nothing required or forbidden beyond it needs
+/// neither (loading libvirt's cpu_map as CPUID data costs the hook about 4 ms).
+#[derive(Debug, Clone)]
+pub struct KvmStartHost<'h> {
+    /// The host's capabilities CPU, when given.
+    physical: Option<&'h Sourced<CpuDef>>,
+    /// KVM's domcapabilities with a host-model CPU, when given.
+    domcaps: Option<&'h DomCaps>,
+    /// libvirt's cpu_map directory.
+    dir: PathBuf,
+    /// What [`KvmStartHost::loaded`] made.
+    loaded: OnceLock<Option<Loaded>>,
+}
+
+/// The map and the two host CPUs, once loaded.
+#[derive(Debug, Clone)]
+struct Loaded {
+    /// libvirt's x86 cpu_map as CPUID data.
+    map: X86Map,
+    /// libvirt's "full" host CPU ([`ClusterHost::started_kvm_compare`]) and where it came from,
+    /// for messages ("capabilities host CPU, caps.xml, with the features QEMU's KVM adds per
+    /// domcaps.xml"): what `check='partial'` compares with. None without capabilities.
+    full: Option<(ClusterHost, String)>,
+    /// What KVM gives a guest: domcapabilities' host-model CPU, and its file: what a CPU QEMU
+    /// builds under `check='full'` cannot exceed. None without domcapabilities.
+    host_model: Option<(ClusterHost, String)>,
+}
+
+impl KvmStartHost<'_> {
+    /// The map and host CPUs, loaded now if they were not; None when the cpu_map cannot be
+    /// read (its own findings say so).
+    fn loaded(&self) -> Option<&Loaded> {
+        self.loaded
+            .get_or_init(|| {
+                let map = X86Map::load(&self.dir).ok()?;
+                let domcaps = self.domcaps;
+                let adds = domcaps.and_then(|d| d.host_model.as_ref().map(|hm| (hm, &d.source)));
+                let full = self.physical.map(|physical| {
+                    let source = match adds {
+                        Some((_, d)) => format!(
+                            "{}, with the features QEMU's KVM adds per {d}",
+                            physical.source
+                        ),
+                        None => physical.source.clone(),
+                    };
+                    let host = ClusterHost::started_kvm_compare(
+                        "this host",
+                        &physical.source,
+                        &physical.value,
+                        adds.map(|(hm, _)| hm),
+                        &map,
+                    );
+                    (host, source)
+                });
+                let host_model =
+                    domcaps.map(|d| (ClusterHost::from_domcaps("this host", d), d.source.clone()));
+                Some(Loaded {
+                    map,
+                    full,
+                    host_model,
+                })
+            })
+            .as_ref()
+    }
+}
+
+/// The facts for this module's checks, gathered only for an x86 KVM domain whose CPU can be
+/// custom with a model (the document's, or the policy's), on a host whose capabilities give its
+/// CPU or whose domcapabilities give KVM's host-model CPU, and whose cpu_map is libvirt's own
+/// directory; None otherwise.
+#[must_use]
+pub fn gather<'h>(dom: &Domain<'_>, plan: &Plan, host: &'h Host) -> Option<KvmStartHost<'h>> {
+    if dom.virt_type() != "kvm" || !is_x86(dom.arch()) {
+        return None;
+    }
+    let models = dom.cpus().iter().any(|c| child(*c, "model").is_some());
+    if !models && plan.model.is_none() {
+        return None;
+    }
+    let physical = host
+        .host_cpu
+        .as_ref()
+        .filter(|c| c.value.arch.as_deref() == Some(dom.arch()));
+    let domcaps = host
+        .domcaps_for(dom.arch(), "kvm", dom.machine())
+        .filter(|d| d.host_model.is_some());
+    if physical.is_none() && domcaps.is_none() {
+        return None;
+    }
+    Some(KvmStartHost {
+        physical,
+        domcaps,
+        dir: host.cpu_map_dir.clone()?,
+        loaded: OnceLock::new(),
+    })
+}
+
+/// Whether `guest` is a model KVM's domcapabilities list `usable='yes'` with no vendor and no
+/// feature required or forbidden beyond it: KVM gives all of it, so neither check can refuse it
+/// for features (the host's own CPU has what KVM gives), and nothing needs loading.
+fn plain_usable(start: &KvmStartHost<'_>, guest: &GuestCpu) -> bool {
+    let usable = guest
+        .cpu
+        .model
+        .as_deref()
+        .and_then(|m| start.domcaps?.model_usable(m));
+    usable == Some(true)
+        && guest.cpu.vendor.is_none()
+        && guest
+            .cpu
+            .features
+            .iter()
+            .all(|(_, p)| !matches!(p, FeaturePolicy::Require | FeaturePolicy::Forbid))
+}
+
+/// libvirt's start-time checks of a KVM custom CPU (module docs): under `check='partial'`
+/// `cpu-incompatible`, under `check='full'` `kvm-check-full`, errors in libvirt's words, when it
+/// refuses. Returns whether it did.
+pub(super) fn check(
+    dom: &Domain<'_>,
+    cpu: Node<'_, '_>,
+    facts: &DomainFacts<'_>,
+    out: &mut Vec<Finding>,
+) -> bool {
+    let Some(start) = &facts.kvm_start else {
+        return false;
+    };
+    if dom.virt_type() != "kvm" || cpu_mode(cpu) != Some(CpuMode::Custom) {
+        return false;
+    }
+    if child(cpu, "model").is_none() {
+        // libvirt compares nothing: "only topology part of CPU def is used".
+        return false;
+    }
+    let check = super::tcg::check_of(cpu, CpuMode::Custom, "kvm");
+    if check == CpuCheck::None {
+        return false;
+    }
+    let path = Path::new("the domain XML");
+    // A CPU libvirt refuses to read: the `<cpu>` checks say why.
+    let Ok(guest) = guest_cpu(dom.text, path) else {
+        return false;
+    };
+    if check == CpuCheck::Full {
+        return check_full(start, &guest, out);
+    }
+    if plain_usable(start, &guest) {
+        return false;
+    }
+    let Some(Loaded {
+        map,
+        full: Some((full, source)),
+        ..
+    }) = start.loaded()
+    else {
+        return false;
+    };
+    let Ok(c) = compare(map, full, &guest, path) else {
+        return false;
+    };
+    if c.verdict != Compatibility::Incompatible {
+        return false;
+    }
+    // At start libvirt names the first forbidden feature the host has, in the guest's order
+    // (seen: "Host CPU provides forbidden feature 'lm'"; `virsh hypervisor-cpu-compare` lists
+    // them all).
+    let forbidden = guest
+        .cpu
+        .features
+        .iter()
+        .find(|(f, p)| *p == FeaturePolicy::Forbid && c.forbidden.contains(f));
+    let reason = match forbidden {
+        Some((f, _)) => format!("Host CPU provides forbidden feature '{f}'"),
+        None => c.message.unwrap_or_else(|| "incompatible".into()),
+    };
+    let model = guest.cpu.model.as_deref().unwrap_or("?");
+    out.push(Finding::error(
+        Code::CpuIncompatible,
+        format!(
+            "the CPU is incompatible with host CPU: {reason} (model {model}, check='partial' under KVM: libvirt compares the guest CPU with this host's own CPU ({source}) and refuses the start)"
+        ),
+        if forbidden.is_some() {
+            "remove the forbid policy of a feature this host's CPU has, or run the guest on a host without it"
+        } else {
+            "require only features this host's CPU has (virsh capabilities), choose a model it provides, or run the guest on a host that has them"
+        },
+    ));
+    true
+}
+
+/// `check='full'` under KVM, `match` exact or strict (module docs): the CPU QEMU's KVM builds
+/// has `hypervisor` unless the CPU written requires it, and lacks what KVM's host-model CPU
+/// (domcapabilities) lacks: `kvm-check-full` when either is so. `match='minimum'` starts (seen):
+/// libvirt updates such a CPU to what the host gives.
+fn check_full(start: &KvmStartHost<'_>, guest: &GuestCpu, out: &mut Vec<Finding>) -> bool {
+    if guest.matching == CpuMatch::Minimum {
+        return false;
+    }
+    let hypervisor = guest
+        .cpu
+        .features
+        .iter()
+        .rev()
+        .find(|(f, _)| f == "hypervisor");
+    let extra = !hypervisor
+        .is_some_and(|(_, p)| matches!(p, FeaturePolicy::Require | FeaturePolicy::Force));
+    let path = Path::new("the domain XML");
+    let loaded = (!plain_usable(start, guest))
+        .then(|| start.loaded())
+        .flatten();
+    let (missing, per) = match loaded {
+        Some(Loaded {
+            map,
+            host_model: Some((host, source)),
+            ..
+        }) => match compare(map, host, guest, path) {
+            Ok(c) if !c.missing.is_empty() => (c.missing, format!("; missing per {source}")),
+            _ => (Vec::new(), String::new()),
+        },
+        _ => (Vec::new(), String::new()),
+    };
+    if !extra && missing.is_empty() {
+        return false;
+    }
+    let mut parts = Vec::new();
+    if extra {
+        parts.push("extra features: hypervisor".to_string());
+    }
+    if !missing.is_empty() {
+        parts.push(format!("missing features: {}", missing.join(",")));
+    }
+    let model = guest.cpu.model.as_deref().unwrap_or("?");
+    out.push(Finding::error(
+        Code::KvmCheckFull,
+        format!(
+            "guest CPU doesn't match specification: {} (check='full' under KVM, model {model}: libvirt compares the CPU QEMU built with the one written and refuses the start; QEMU's KVM sets the hypervisor bit in every vCPU, may add others such as x2apic, and drops what KVM cannot give{per})",
+            parts.join(", ")
+        ),
+        "use check='partial' (libvirt's default under KVM) or match='minimum', or write the CPU as the started guest's live XML shows it",
+    ));
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::domain::Domain;
+    use crate::finding::{Code, Finding, Severity};
+    use crate::host::{Host, HostOptions};
+    use crate::pipeline::Pipeline;
+    use crate::policy::Policy;
+    use crate::testdata::{cpu_map, generation};
+
+    /// This machine's facts as the rig captured them (libvirt 9.0 / QEMU 7.2 on an Intel host
+    /// whose KVM lacks `pni` and `popcnt`): its capabilities, KVM's domcapabilities, cpu_map.
+    fn bookworm(with_caps: bool) -> Host {
+        let mut caps = vec![generation("bookworm", "domcapabilities-x86_64-pc-kvm.xml")];
+        if with_caps {
+            caps.push(generation("bookworm", "capabilities.xml"));
+        }
+        Host::discover(&HostOptions::of_facts(caps, Some(cpu_map()), None)).unwrap()
+    }
+
+    fn findings(host: &Host, vt: &str, cpu: &str) -> Vec<Finding> {
+        let text = format!(
+            "<domain type='{vt}'><name>g</name><memory>65536</memory><vcpu>1</vcpu><os><type arch='x86_64' machine='pc'>hvm</type></os>{cpu}</domain>"
+        );
+        let dom = Domain::parse(&text, "test").unwrap();
+        let policy = Policy::parse("version = 1\n", "test").unwrap();
+        let p = Pipeline::new(dom, &policy, host).unwrap();
+        crate::validate::validate(&p.dom, &p.plan, &p.facts)
+    }
+
+    fn incompatible(host: &Host, vt: &str, cpu: &str) -> Option<String> {
+        findings(host, vt, cpu)
+            .into_iter()
+            .find(|f| f.code == Code::CpuIncompatible)
+            .map(|f| {
+                assert_eq!(f.severity, Severity::Error);
+                f.message
+            })
+    }
+
+    /// What libvirt 9.0, 11.3 and 12.8 refused and started on this machine (module docs).
+    #[test]
+    fn refused_as_libvirt_refuses_at_start() {
+        let host = bookworm(true);
+        let svm = "<feature policy='require' name='svm'/>";
+        for cpu in [
+            format!("<cpu mode='custom' match='exact'><model>kvm64</model>{svm}</cpu>"),
+            format!(
+                "<cpu mode='custom' match='minimum' check='partial'><model>kvm64</model>{svm}</cpu>"
+            ),
+            // libvirt's qemu64 lists svm: the model alone is refused on an Intel host.
+            "<cpu mode='custom' match='exact'><model>qemu64</model></cpu>".to_string(),
+        ] {
+            let m = incompatible(&host, "kvm", &cpu).unwrap_or_else(|| panic!("{cpu}"));
+            assert!(
+                m.starts_with("the CPU is incompatible with host CPU: Host CPU does not provide required features: svm ("),
+                "{m}"
+            );
+            assert!(m.contains("capabilities.xml"), "{m}");
+        }
+        let lm =
+            "<cpu mode='custom'><model>kvm64</model><feature policy='forbid' name='lm'/></cpu>";
+        let m = incompatible(&host, "kvm", lm).unwrap();
+        assert!(
+            m.starts_with(
+                "the CPU is incompatible with host CPU: Host CPU provides forbidden feature 'lm' ("
+            ),
+            "{m}"
+        );
+    }
+
+    /// `check='full'`, `match` exact: what libvirt 9.0 said on this machine ("guest CPU doesn't
+    /// match specification: extra features: vme,x2apic,hypervisor, missing features:
+    /// pni,ssse3,sse4.1,sse4.2,popcnt" for Nehalem): hypervisor unless required, and what KVM's
+    /// host-model CPU lacks, from domcapabilities alone (no capabilities needed).
+    #[test]
+    fn check_full_refused_as_libvirt_refuses() {
+        for host in [bookworm(true), bookworm(false)] {
+            let full = |cpu: &str| {
+                findings(&host, "kvm", cpu)
+                    .into_iter()
+                    .find(|f| f.code == Code::KvmCheckFull)
+                    .map(|f| f.message)
+            };
+            let m =
+                full("<cpu mode='custom' match='exact' check='full'><model>Nehalem</model></cpu>")
+                    .unwrap();
+            assert!(
+                m.starts_with("guest CPU doesn't match specification: extra features: hypervisor, missing features: pni,ssse3,sse4.1,sse4.2,popcnt ("),
+                "{m}"
+            );
+            let m = full("<cpu check='full'><model>pentium</model></cpu>").unwrap();
+            assert!(
+                m.starts_with(
+                    "guest CPU doesn't match specification: extra features: hypervisor ("
+                ),
+                "{m}"
+            );
+            let m = full("<cpu check='full'><model>kvm64</model><feature policy='require' name='hypervisor'/></cpu>").unwrap();
+            assert!(
+                m.starts_with("guest CPU doesn't match specification: missing features: pni ("),
+                "{m}"
+            );
+            assert_eq!(
+                full(
+                    "<cpu check='full'><model>pentium</model><feature policy='require' name='hypervisor'/></cpu>"
+                ),
+                None
+            );
+            let tcg = findings(
+                &host,
+                "qemu",
+                "<cpu check='full'><model>pentium</model></cpu>",
+            );
+            assert!(tcg.iter().all(|f| f.code != Code::KvmCheckFull), "{tcg:?}");
+        }
+    }
+
+    /// A model KVM cannot give in full (its CPUID has pni and popcnt), check='none', TCG, a CPU
+    /// without a model, and a host whose CPU is unknown: libvirt starts them, or nothing is
+    /// known to say otherwise.
+    #[test]
+    fn started_as_libvirt_starts() {
+        let host = bookworm(true);
+        for cpu in [
+            "<cpu mode='custom' match='exact' check='partial'><model>Nehalem</model></cpu>",
+            "<cpu mode='custom' match='minimum'><model fallback='forbid'>Nehalem</model></cpu>",
+            "<cpu mode='custom'><model>kvm64</model><feature policy='require' name='popcnt'/></cpu>",
+            "<cpu mode='custom' check='none'><model>kvm64</model><feature policy='require' name='svm'/></cpu>",
+            "<cpu mode='custom' check='none'><model>qemu64</model></cpu>",
+            "<cpu mode='host-model'/>",
+            "<cpu><topology sockets='1' cores='1' threads='1'/></cpu>",
+        ] {
+            assert_eq!(incompatible(&host, "kvm", cpu), None, "{cpu}");
+        }
+        let unusable = findings(
+            &host,
+            "kvm",
+            "<cpu mode='custom'><model>Nehalem</model></cpu>",
+        );
+        let f = unusable
+            .iter()
+            .find(|f| f.code == Code::CpuModelUnusable)
+            .unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(
+            f.message.contains("QEMU silently drops them"),
+            "{}",
+            f.message
+        );
+        // check='full' with match='minimum': libvirt updates the CPU to the host's and starts.
+        let minimum = findings(
+            &host,
+            "kvm",
+            "<cpu mode='custom' match='minimum' check='full'><model>Nehalem</model></cpu>",
+        );
+        assert!(
+            minimum.iter().all(|f| f.code != Code::KvmCheckFull),
+            "{minimum:?}"
+        );
+        let q = "<cpu mode='custom' check='partial'><model>qemu64</model></cpu>";
+        // Under TCG the comparison is against what TCG emulates (tcg-cpu-missing), not this.
+        assert_eq!(incompatible(&host, "qemu", q), None);
+        assert_eq!(incompatible(&bookworm(false), "kvm", q), None);
+    }
+}
