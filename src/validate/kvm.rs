@@ -170,6 +170,34 @@ fn plain_usable(start: &KvmStartHost<'_>, guest: &GuestCpu) -> bool {
             .all(|(_, p)| !matches!(p, FeaturePolicy::Require | FeaturePolicy::Forbid))
 }
 
+/// Whether the comparison at start can be answered without libvirt's cpu_map as CPUID data
+/// (loading it costs the hook about 2-4 ms, at every start of such a guest): a model
+/// domcapabilities marks usable under KVM, no vendor or forbidden feature, and every required
+/// one among the features KVM's host-model CPU is guaranteed to have (its model's, from the
+/// model's cpu_map file, and the features it requires). Those are the host's CPUID plus what
+/// QEMU's KVM adds, the CPU libvirt compares with ([`ClusterHost::started_kvm_compare`] adds
+/// the host-model's required features), so the comparison passes. This is the CPU the policy's
+/// rewrite writes (a usable model, a level's features KVM gives).
+fn given_by_kvm(start: &KvmStartHost<'_>, guest: &GuestCpu, facts: &DomainFacts<'_>) -> bool {
+    let Some(hm) = start.domcaps.and_then(|d| d.host_model.as_ref()) else {
+        return false;
+    };
+    let usable = guest
+        .cpu
+        .model
+        .as_deref()
+        .and_then(|m| start.domcaps?.model_usable(m));
+    if usable != Some(true) || guest.cpu.vendor.is_some() {
+        return false;
+    }
+    let given = hm.guaranteed_features(hm.model.as_deref().and_then(|m| facts.model_features(m)));
+    guest.cpu.features.iter().all(|(f, p)| match p {
+        FeaturePolicy::Forbid => false,
+        FeaturePolicy::Require => given.contains(f),
+        _ => true,
+    })
+}
+
 /// libvirt's start-time checks of a KVM custom CPU (module docs): under `check='partial'`
 /// `cpu-incompatible`, under `check='full'` `kvm-check-full`, errors in libvirt's words, when it
 /// refuses. Returns whether it did.
@@ -201,7 +229,7 @@ pub(super) fn check(
     // libvirt compares the guest CPU with the host's under `check='partial'` and `'full'` alike
     // before QEMU starts (`qemuProcessUpdateGuestCPU`: "the CPU is incompatible with host
     // CPU"); under `'full'` it then compares the CPU QEMU built (`qemuProcessVerifyCPU`).
-    if compare_at_start(start, &guest, check, out) {
+    if !given_by_kvm(start, &guest, facts) && compare_at_start(start, &guest, check, out) {
         return true;
     }
     check == CpuCheck::Full && check_full(start, &guest, out)
