@@ -171,31 +171,44 @@ fn plain_usable(start: &KvmStartHost<'_>, guest: &GuestCpu) -> bool {
 }
 
 /// Whether the comparison at start can be answered without libvirt's cpu_map as CPUID data
-/// (loading it costs the hook about 2-4 ms, at every start of such a guest): a model
-/// domcapabilities marks usable under KVM, no vendor or forbidden feature, and every required
-/// one among the features KVM's host-model CPU is guaranteed to have (its model's, from the
-/// model's cpu_map file, and the features it requires). Those are the host's CPUID plus what
-/// QEMU's KVM adds, the CPU libvirt compares with ([`ClusterHost::started_kvm_compare`] adds
-/// the host-model's required features), so the comparison passes. This is the CPU the policy's
-/// rewrite writes (a usable model, a level's features KVM gives).
+/// (loading it costs the hook about 2-4 ms, at every start of such a guest): no vendor and no
+/// forbidden feature, and every feature the guest CPU is guaranteed to have (its model's, from
+/// the model's cpu_map file, with its listed ones: the policy's rewrite writes such a CPU) is
+/// one KVM's host-model CPU is guaranteed to have (its model's and the ones it requires); with
+/// a model whose features are not known, a model domcapabilities marks usable under KVM and
+/// required features among those. The host-model CPU's features are the host's CPUID plus what
+/// QEMU's KVM adds, the CPU libvirt compares with ([`ClusterHost::started_kvm_compare`] adds the
+/// host-model's required features), so the comparison passes.
 fn given_by_kvm(start: &KvmStartHost<'_>, guest: &GuestCpu, facts: &DomainFacts<'_>) -> bool {
     let Some(hm) = start.domcaps.and_then(|d| d.host_model.as_ref()) else {
         return false;
     };
-    let usable = guest
+    let forbids = guest
         .cpu
-        .model
-        .as_deref()
-        .and_then(|m| start.domcaps?.model_usable(m));
-    if usable != Some(true) || guest.cpu.vendor.is_some() {
+        .features
+        .iter()
+        .any(|(_, p)| *p == FeaturePolicy::Forbid);
+    if guest.cpu.vendor.is_some() || forbids {
         return false;
     }
     let given = hm.guaranteed_features(hm.model.as_deref().and_then(|m| facts.model_features(m)));
-    guest.cpu.features.iter().all(|(f, p)| match p {
-        FeaturePolicy::Forbid => false,
-        FeaturePolicy::Require => given.contains(f),
-        _ => true,
-    })
+    let model = guest.cpu.model.as_deref();
+    if let Some(features) = model.and_then(|m| facts.model_features(m)) {
+        let listed: Vec<(String, Option<FeaturePolicy>)> = guest
+            .cpu
+            .features
+            .iter()
+            .map(|(f, p)| (f.clone(), Some(*p)))
+            .collect();
+        return crate::libvirt::cpu::guaranteed_features(Some(features), &listed).is_subset(&given);
+    }
+    let usable = model.and_then(|m| start.domcaps?.model_usable(m));
+    usable == Some(true)
+        && guest
+            .cpu
+            .features
+            .iter()
+            .all(|(f, p)| *p != FeaturePolicy::Require || given.contains(f))
 }
 
 /// libvirt's start-time checks of a KVM custom CPU (module docs): under `check='partial'`
