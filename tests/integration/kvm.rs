@@ -16,7 +16,7 @@
 
 use crate::harness::{Cmd, Generation, Scratch, Sweep, bin, generations, oracles, root, s};
 use crate::producers::{
-    DATA, Facts, POLICIES, fnv1a, manifest, qemu_version_option, reason, renamed,
+    DATA, Facts, POLICIES, fnv1a, manifest, qemu_version_option, reason, renamed, start_seed,
     startable as startable_form, tool, tool_args,
 };
 use crate::tcg::{Start, try_start};
@@ -371,7 +371,7 @@ fn kvm_generation(
         }
     }
     let budget = kvm_start_budget();
-    let seed = format!("{}", std::process::id());
+    let seed = start_seed();
     let mut order: Vec<usize> = (0..subjects.len()).collect();
     order.sort_by_key(|&k| fnv1a(&format!("{seed}/{}", subjects[k].0)));
     let (mut counts, mut report, mut failures) = (BTreeMap::new(), String::new(), Vec::new());
@@ -458,7 +458,7 @@ fn kvm_generation(
     }
     writeln!(
         report,
-        "kvm-producers: {}: {} documents, {} subjects with their rewrites, {starts} started [{:.1?}]: {counts:?}",
+        "kvm-producers: {}: {} documents, {} subjects with their rewrites, {starts} started (VCP_KVM_STARTS sample {budget:?}, VCP_PRODUCERS_SEED={seed}) [{:.1?}]: {counts:?}",
         g.label,
         docs.len(),
         subjects.len(),
@@ -472,8 +472,8 @@ fn kvm_generation(
 /// made for each generation) and of `../shared/corpus` (all generations), and their rewrites under
 /// the producers' policies: `check`'s `cpu-incompatible` / `kvm-check-full` with each libvirt's
 /// live facts against `virsh create --paused` on that libvirt under KVM. Every document the tool
-/// refuses is started; of the others a sample of custom CPUs ([`kvm_start_budget`];
-/// `VCP_KVM_STARTS=all` starts every one). Fails on a false refusal, a false accept, or a
+/// refuses is started; of the others a sample of custom CPUs ([`kvm_start_budget`], in the
+/// producers' order of `VCP_PRODUCERS_SEED`; `VCP_KVM_STARTS=all` asks and starts every one). Fails on a false refusal, a false accept, or a
 /// refusal for another reason than libvirt's.
 #[test]
 #[ignore = "needs the libvirt generations and a usable /dev/kvm: .ci/run builds and starts them"]
@@ -502,6 +502,15 @@ fn producers_kvm_against_virsh_create() {
         })
         .filter(|(_, t)| kvm_x86_cpu(t).is_some())
         .collect();
+    match crate::harness::corpus() {
+        Some(_) => eprintln!(
+            "kvm-producers: {} KVM documents of ../shared/corpus judged on each generation",
+            corpus.len()
+        ),
+        None => eprintln!(
+            "kvm-producers: ../shared/corpus is absent: only tests/data/producers is judged"
+        ),
+    }
     let tmp = Scratch::new("kvm-producers");
     let exe = tmp.0.join("virt-cpu-policy");
     std::fs::copy(bin(), &exe).expect("copy the binary under test");

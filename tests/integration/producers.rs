@@ -151,7 +151,7 @@ fn start_budget() -> usize {
 /// `git rev-parse HEAD`, or `fixed` outside a git checkout): each commit starts another sample,
 /// so that CI runs cover the whole corpus over time, and a failing run is repeated exactly with
 /// the seed it prints.
-fn start_seed() -> String {
+pub(crate) fn start_seed() -> String {
     if let Ok(seed) = std::env::var("VCP_PRODUCERS_SEED") {
         return seed;
     }
