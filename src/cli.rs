@@ -193,8 +193,9 @@ pub struct LimitArgs {
     #[arg(long, value_name = "VERSION")]
     pub libvirt_version: Option<LibvirtVersion>,
     /// The host's QEMU version (MAJOR[.MINOR[.MICRO]], e.g. 10.0.13), instead of libvirt's QEMU
-    /// capability cache: whether TCG runs vCPUs with APIC IDs of 255 and more (QEMU 9.0 and
-    /// later, with x2APIC in the guest CPU).
+    /// capability cache: what an x86 TCG guest gets from that release (APIC IDs of 255 and
+    /// more from QEMU 9.0, ht and cmp_legacy from 10.0.1, hot-plugged vCPUs delivered except on
+    /// 5.1.0 to 7.2.0).
     #[arg(long, value_name = "VERSION")]
     pub qemu_version: Option<QemuVersion>,
 }

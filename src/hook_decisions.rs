@@ -160,22 +160,28 @@ impl Counts {
     pub fn parse(text: &str) -> Result<Counts, Corrupt> {
         let mut counts = Counts::default();
         let mut seen = [false; Decision::HOOK.len()];
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
+        // Read as the packaged qemu.d script's awk reads it (its default field splitting): lines
+        // end at '\n' only, fields are split by spaces and tabs only, so a '\r' or another
+        // blank makes the file corrupt for both, and the two never disagree on a file.
+        let blank = |c: char| c == ' ' || c == '\t';
+        for (i, line) in text.split('\n').enumerate() {
+            let line = line.trim_matches(blank);
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
             let bad = |what: String| Corrupt { line: i + 1, what };
-            let fields: Vec<&str> = line.split_whitespace().collect();
+            let fields: Vec<&str> = line.split(blank).filter(|f| !f.is_empty()).collect();
             let [name, n] = fields[..] else {
                 return Err(bad(format!("`{line}` is not `KIND N`")));
             };
             if !is_kind_name(name) {
                 return Err(bad(format!("`{name}` is not a kind name")));
             }
-            let n: u64 = n
-                .parse()
-                .map_err(|_| bad(format!("`{n}` is not a count")))?;
+            // Digits only: `u64::from_str` also takes a leading '+', the script does not.
+            let n: u64 = Some(n)
+                .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| bad(format!("`{n}` is not a count")))?;
             let twice = match Decision::from_name(name).and_then(slot) {
                 Some(slot) => {
                     counts.known[slot] = n;
@@ -329,6 +335,12 @@ mod tests {
             ("hook-allowed -1\n", 1, "is not a count"),
             ("hook-allowed 18446744073709551616\n", 1, "is not a count"),
             ("hook-allowed 1\nhook-allowed 2\n", 2, "counted twice"),
+            // As the packaged script's awk reads it: '\r' and blanks other than space and tab
+            // are not separators, a count is digits only.
+            ("hook-allowed 1\r\n", 1, "is not a count"),
+            ("hook-allowed 1\n\r\n", 2, "is not `KIND N`"),
+            ("hook-allowed\u{a0}1\n", 1, "is not `KIND N`"),
+            ("hook-allowed +1\n", 1, "is not a count"),
         ] {
             let e = Counts::parse(text).unwrap_err();
             assert_eq!(e.line, line, "{text:?}: {e}");

@@ -126,7 +126,9 @@ impl HostCpu {
     }
 
     /// When this CPU and `other` differ in features only, with the same arch, vendor, signature
-    /// and microcode (both given), read through two cpu_maps or by two libvirts (module docs):
+    /// and microcode (both given), read by two libvirts through one cpu_map, or by one libvirt
+    /// (or one unknown) through two (module docs; two libvirts each through a map of its own
+    /// is no hint):
     /// the sentence saying their difference may be only their cpu_maps' names, with each host's
     /// (`me`, `them`) cpu_map and libvirt, and the `--cpu-map HOST=DIR` to give. None otherwise.
     #[must_use]
@@ -141,7 +143,12 @@ impl HostCpu {
             && other.known.is_some();
         let two_libvirts =
             self.libvirt.is_some() && other.libvirt.is_some() && self.libvirt != other.libvirt;
-        if !same || (self.cpu_map == other.cpu_map && !two_libvirts) {
+        // Two libvirts read through two cpu_maps is each host judged with its own map (as
+        // `--cpu-map HOST=DIR` for each gives): the difference is the CPUs', nothing to suggest.
+        // One map for two libvirts, or two maps for one libvirt (or an unknown one), may be
+        // a reading that is not the host's own.
+        let two_maps = self.cpu_map != other.cpu_map;
+        if !same || two_maps == two_libvirts {
             return None;
         }
         let read = |c: &HostCpu, host: &str| {
@@ -370,6 +377,12 @@ mod tests {
             a.cpu_map_hint(&cpu("/a", Some("11.3.0")), "x", "y")
                 .is_some()
         );
+        // Each of two libvirts read through a map of its own: a difference of the CPUs.
+        assert!(
+            a.cpu_map_hint(&cpu("/b", Some("11.3.0")), "x", "y")
+                .is_none()
+        );
+        assert!(a.cpu_map_hint(&cpu("/b", None), "x", "y").is_some());
         assert!(
             a.cpu_map_hint(&cpu("/a", Some("9.0.0")), "x", "y")
                 .is_none()

@@ -24,7 +24,13 @@
 //!   "extra features: apic,x2apic,hypervisor" (`pentium`, `usable='yes'`): QEMU's KVM sets the
 //!   `hypervisor` bit in every vCPU and drops what KVM cannot give (`kvm-check-full`, an error
 //!   when the CPU written lacks `hypervisor` or names features KVM's host-model CPU lacks; the
-//!   other extra features depend on the model and are not predicted); `match='minimum'` starts.
+//!   other extra features depend on the model and are not predicted); a CPU that names
+//!   `hypervisor` at all is not refused for it (`disable`: QEMU leaves the bit off; `optional`:
+//!   libvirt makes it `require`; both start, seen with libvirt 9.0). Under `check='full'` the
+//!   comparison with the host's own CPU comes first, as under `partial` (a forbidden `lm`: the
+//!   same "provides forbidden feature" words); with `match='minimum'` only that comparison
+//!   refuses (`Nehalem` starts; a required `svm` is refused, libvirt then saying "guest CPU
+//!   doesn't match specification: missing features: svm").
 //!
 //! libvirt 11.3's cpu_map marks its older models `<check partial='compat'/>`; a model without
 //! it (the versioned aliases such as `Icelake-Server-v2`, `Denverton`) is compared by libvirt
@@ -174,6 +180,34 @@ fn plain_usable(start: &KvmStartHost<'_>, guest: &GuestCpu) -> bool {
             .all(|(_, p)| !matches!(p, FeaturePolicy::Require | FeaturePolicy::Forbid))
 }
 
+/// Whether the comparison at start can be answered without libvirt's cpu_map as CPUID data
+/// (loading it costs the hook about 2-4 ms, at every start of such a guest): a model
+/// domcapabilities marks usable under KVM, no vendor or forbidden feature, and every required
+/// one among the features KVM's host-model CPU is guaranteed to have (its model's, from the
+/// model's cpu_map file, and the features it requires). Those are the host's CPUID plus what
+/// QEMU's KVM adds, the CPU libvirt compares with ([`ClusterHost::started_kvm_compare`] adds
+/// the host-model's required features), so the comparison passes. This is the CPU the policy's
+/// rewrite writes (a usable model, a level's features KVM gives).
+fn given_by_kvm(start: &KvmStartHost<'_>, guest: &GuestCpu, facts: &DomainFacts<'_>) -> bool {
+    let Some(hm) = start.domcaps.and_then(|d| d.host_model.as_ref()) else {
+        return false;
+    };
+    let usable = guest
+        .cpu
+        .model
+        .as_deref()
+        .and_then(|m| start.domcaps?.model_usable(m));
+    if usable != Some(true) || guest.cpu.vendor.is_some() {
+        return false;
+    }
+    let given = hm.guaranteed_features(hm.model.as_deref().and_then(|m| facts.model_features(m)));
+    guest.cpu.features.iter().all(|(f, p)| match p {
+        FeaturePolicy::Forbid => false,
+        FeaturePolicy::Require => given.contains(f),
+        _ => true,
+    })
+}
+
 /// libvirt's start-time checks of a KVM custom CPU (module docs): under `check='partial'`
 /// `cpu-incompatible`, under `check='full'` `kvm-check-full`, errors in libvirt's words, when it
 /// refuses. Returns whether it did.
@@ -202,10 +236,25 @@ pub(super) fn check(
     let Ok(guest) = guest_cpu(dom.text, path) else {
         return false;
     };
-    if check == CpuCheck::Full {
-        return check_full(start, &guest, out);
+    // libvirt compares the guest CPU with the host's under `check='partial'` and `'full'` alike
+    // before QEMU starts (`qemuProcessUpdateGuestCPU`: "the CPU is incompatible with host
+    // CPU"); under `'full'` it then compares the CPU QEMU built (`qemuProcessVerifyCPU`).
+    if !given_by_kvm(start, &guest, facts) && compare_at_start(start, &guest, check, out) {
+        return true;
     }
-    if plain_usable(start, &guest) {
+    check == CpuCheck::Full && check_full(start, &guest, out)
+}
+
+/// libvirt's comparison at start of the guest CPU with the host's own CPU (module docs), under
+/// `check` (`partial` or `full`): `cpu-incompatible` in libvirt's words when it refuses.
+fn compare_at_start(
+    start: &KvmStartHost<'_>,
+    guest: &GuestCpu,
+    check: CpuCheck,
+    out: &mut Vec<Finding>,
+) -> bool {
+    let path = Path::new("the domain XML");
+    if plain_usable(start, guest) {
         return false;
     }
     let Some(loaded) = start.loaded() else {
@@ -235,7 +284,7 @@ pub(super) fn check(
     let Some((host, source)) = against else {
         return false;
     };
-    let Ok(c) = compare(map, host, &guest, path) else {
+    let Ok(c) = compare(map, host, guest, path) else {
         return false;
     };
     if c.verdict != Compatibility::Incompatible {
@@ -257,7 +306,8 @@ pub(super) fn check(
     out.push(Finding::error(
         Code::CpuIncompatible,
         format!(
-            "the CPU is incompatible with host CPU: {reason} (model {model}, check='partial' under KVM: libvirt compares the guest CPU with {source} and refuses the start)"
+            "the CPU is incompatible with host CPU: {reason} (model {model}, check='{}' under KVM: libvirt compares the guest CPU with {source} and refuses the start)",
+            check.as_str()
         ),
         if forbidden.is_some() {
             "remove the forbid policy of a feature this host's CPU has, or run the guest on a host without it"
@@ -269,21 +319,19 @@ pub(super) fn check(
 }
 
 /// `check='full'` under KVM, `match` exact or strict (module docs): the CPU QEMU's KVM builds
-/// has `hypervisor` unless the CPU written requires it, and lacks what KVM's host-model CPU
-/// (domcapabilities) lacks: `kvm-check-full` when either is so. `match='minimum'` starts (seen):
+/// has `hypervisor` unless the CPU written names it, and lacks what KVM's host-model CPU
+/// (domcapabilities) lacks: `kvm-check-full` when either is so. With `match='minimum'` this part
+/// finds nothing (seen):
 /// libvirt updates such a CPU to what the host gives.
 fn check_full(start: &KvmStartHost<'_>, guest: &GuestCpu, out: &mut Vec<Finding>) -> bool {
     if guest.matching == CpuMatch::Minimum {
         return false;
     }
-    let hypervisor = guest
-        .cpu
-        .features
-        .iter()
-        .rev()
-        .find(|(f, _)| f == "hypervisor");
-    let extra = !hypervisor
-        .is_some_and(|(_, p)| matches!(p, FeaturePolicy::Require | FeaturePolicy::Force));
+    // QEMU's KVM sets the hypervisor bit unless the CPU disables it, and libvirt expects it
+    // when the CPU names it at all (`optional` becomes `require`; seen with libvirt 9.0): extra
+    // only when the CPU written does not name it (a `forbid` is refused by the comparison
+    // before).
+    let extra = !guest.cpu.features.iter().any(|(f, _)| f == "hypervisor");
     let path = Path::new("the domain XML");
     let loaded = (!plain_usable(start, guest))
         .then(|| start.loaded())
@@ -479,6 +527,17 @@ mod tests {
                 ),
                 None
             );
+            // Seen started by libvirt 9.0: a disabled hypervisor bit (QEMU leaves it off) and
+            // an optional one (libvirt makes it `require`), with x2apic disabled.
+            for policy in ["disable", "optional"] {
+                assert_eq!(
+                    full(&format!(
+                        "<cpu match='exact' check='full'><model>486</model><feature policy='{policy}' name='hypervisor'/><feature policy='disable' name='x2apic'/></cpu>"
+                    )),
+                    None,
+                    "{policy}"
+                );
+            }
             let tcg = findings(
                 &host,
                 "qemu",
@@ -530,6 +589,17 @@ mod tests {
             minimum.iter().all(|f| f.code != Code::KvmCheckFull),
             "{minimum:?}"
         );
+        // ... but the comparison with the host's CPU still runs under check='full', minimum or
+        // not (libvirt 9.0 refuses both: "missing features: svm", "provides forbidden feature
+        // 'lm'").
+        for cpu in [
+            "<cpu mode='custom' match='minimum' check='full'><model>486</model><feature policy='require' name='svm'/></cpu>",
+            "<cpu mode='custom' match='minimum' check='full'><model>486</model><feature policy='forbid' name='lm'/></cpu>",
+            "<cpu mode='custom' match='exact' check='full'><model>486</model><feature policy='forbid' name='hypervisor'/></cpu>",
+        ] {
+            let m = incompatible(&host, "kvm", cpu).unwrap_or_else(|| panic!("{cpu}"));
+            assert!(m.contains("(model 486, check='full' under KVM"), "{m}");
+        }
         let q = "<cpu mode='custom' check='partial'><model>qemu64</model></cpu>";
         // Under TCG the comparison is against what TCG emulates (tcg-cpu-missing), not this.
         assert_eq!(incompatible(&host, "qemu", q), None);

@@ -102,6 +102,25 @@ fn online_vcpus(dom: &Domain<'_>, current: u32, max: u32) -> u32 {
         .map_or(1, |id| id + 1)
 }
 
+/// How many vCPUs libvirt starts: `current`, or with a `<vcpus>` list its entries with
+/// `enabled='yes'` (libvirt keeps the two equal; a list with holes, `<vcpu id='1'
+/// enabled='no'/>` below enabled ones, has fewer online than its highest id + 1).
+fn enabled_vcpus(dom: &Domain<'_>, current: u32, max: u32) -> u32 {
+    let Some(list) = child(dom.root(), "vcpus") else {
+        return current.min(max);
+    };
+    let on = list
+        .children()
+        .filter(|e| is_libvirt_element(*e, "vcpu") && e.attribute("enabled") == Some("yes"))
+        .filter(|e| {
+            e.attribute("id")
+                .and_then(|i| i.trim().parse::<u32>().ok())
+                .is_some_and(|i| i < max)
+        })
+        .count();
+    u32::try_from(on).unwrap_or(max).clamp(1, max)
+}
+
 /// The first `<cpu>`'s topology, as libvirt reads it (None without one, or an unreadable one,
 /// which its own finding reports).
 fn topology(dom: &Domain<'_>, facts: &DomainFacts<'_>) -> Option<Topology> {
@@ -123,7 +142,7 @@ pub(super) fn check_vcpus(
         return;
     }
     check_apic_ids(dom, max, current, facts, out);
-    check_cpu_hotplug(online_vcpus(dom, current, max), max, facts, out);
+    check_cpu_hotplug(enabled_vcpus(dom, current, max), max, facts, out);
 }
 
 /// The APIC-ID rule of TCG (module docs): `tcg-vcpu-limit` when this QEMU (or an unknown one)
@@ -209,7 +228,8 @@ fn check_apic_ids(
 /// maximum) on a QEMU that never tells the guest of them ([`crate::qemu::TCG_CPU_HOTPLUG_LOST`]:
 /// 5.1.0 to 7.2.0). A warning: the guest starts and `virsh setvcpus --live` succeeds, but the
 /// guest's CPU count does not change. Said only when the release is known (an unknown QEMU is
-/// no evidence of the fault, and most hosts do not have it). `online`: the vCPUs libvirt starts.
+/// no evidence of the fault, and most hosts do not have it). `online`: how many vCPUs libvirt
+/// starts ([`enabled_vcpus`]; any one below the maximum can be hot-plugged).
 fn check_cpu_hotplug(online: u32, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     let Some(version) = facts
         .tcg

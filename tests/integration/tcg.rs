@@ -846,4 +846,13 @@ fn tcg_cpu_hotplug_is_lost_on_qemu_5_1_to_7_2_0() {
         assert_eq!(check(&kvm, Some(qemu)), None, "KVM, QEMU {qemu}");
     }
     assert_eq!(check(&room, None), None, "an unknown QEMU is no evidence");
+    // A <vcpus> list with a hole (vCPU 1 off below enabled ones; libvirt 9.0 starts it with 3
+    // online): the room is one vCPU, counted by the enabled entries, not the highest id.
+    let hole = four(
+        "hole.xml",
+        "<vcpu current='3'>4</vcpu>\n  <vcpus>\n    <vcpu id='0' enabled='yes' hotpluggable='no' order='1'/>\n    <vcpu id='1' enabled='no' hotpluggable='yes'/>\n    <vcpu id='2' enabled='yes' hotpluggable='yes' order='2'/>\n    <vcpu id='3' enabled='yes' hotpluggable='yes' order='3'/>\n  </vcpus>",
+        "qemu",
+    );
+    let w = check(&hole, Some("5.2.0")).expect("a hole in <vcpus> is room to hot-plug");
+    assert!(w.contains("the guest keeps its 3 vCPU(s)"), "{w}");
 }
