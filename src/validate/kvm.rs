@@ -32,6 +32,16 @@
 //!   refuses (`Nehalem` starts; a required `svm` is refused, libvirt then saying "guest CPU
 //!   doesn't match specification: missing features: svm").
 //!
+//! libvirt 11.3's cpu_map marks its older models `<check partial='compat'/>`; a model without
+//! it (the versioned aliases such as `Icelake-Server-v2`, `Denverton`) is compared by libvirt
+//! 11.3 and 12.8 with what KVM gives (domcapabilities' host-model CPU), not with the host's own
+//! CPU ([`X86Map::partial_check_against_kvm`]). Seen on a host whose own CPU is
+//! `Icelake-Server-v2`: that model is refused, "Host CPU does not provide required features:
+//! pni, pclmuldq, ssse3, ... xgetbv1" (every feature of it KVM lacks, listed in QEMU's order, not
+//! the cpu_map's), while `Icelake-Server-noTSX` (`compat`, the same features) starts
+//! (`tests/integration/kvm.rs`, `producers_kvm_against_virsh_create`). libvirt 9.0's cpu_map has
+//! no such mark: every model is compared with the host's own CPU.
+//!
 //! The comparison is `virt-cpu-policy compare`'s ([`crate::cluster::compare`], libvirt's
 //! `x86Compute`) against [`ClusterHost::started_kvm_compare`]; it needs the host's capabilities
 //! (its CPU) and libvirt's cpu_map (its CPUID data): without either nothing is said.
@@ -260,15 +270,34 @@ fn compare_at_start(
     if plain_usable(start, guest) {
         return false;
     }
-    let Some(Loaded {
-        map,
-        full: Some((full, source)),
-        ..
-    }) = start.loaded()
-    else {
+    let Some(loaded) = start.loaded() else {
         return false;
     };
-    let Ok(c) = compare(map, full, guest, path) else {
+    let map = &loaded.map;
+    let via_kvm = guest
+        .cpu
+        .model
+        .as_deref()
+        .is_some_and(|m| map.partial_check_against_kvm(m));
+    let against = if via_kvm {
+        loaded.host_model.as_ref().map(|(h, s)| {
+            (
+                h,
+                format!(
+                    "what KVM gives (the host-model CPU of {s}), not this host's own CPU, for a model its cpu_map does not mark <check partial='compat'/>"
+                ),
+            )
+        })
+    } else {
+        loaded
+            .full
+            .as_ref()
+            .map(|(h, s)| (h, format!("this host's own CPU ({s})")))
+    };
+    let Some((host, source)) = against else {
+        return false;
+    };
+    let Ok(c) = compare(map, host, guest, path) else {
         return false;
     };
     if c.verdict != Compatibility::Incompatible {
@@ -290,7 +319,7 @@ fn compare_at_start(
     out.push(Finding::error(
         Code::CpuIncompatible,
         format!(
-            "the CPU is incompatible with host CPU: {reason} (model {model}, check='{}' under KVM: libvirt compares the guest CPU with this host's own CPU ({source}) and refuses the start)",
+            "the CPU is incompatible with host CPU: {reason} (model {model}, check='{}' under KVM: libvirt compares the guest CPU with {source} and refuses the start)",
             check.as_str()
         ),
         if forbidden.is_some() {
@@ -421,6 +450,56 @@ mod tests {
             ),
             "{m}"
         );
+    }
+
+    /// This machine's facts under libvirt 11.3 (trixie, as the rig captured them: its own CPU
+    /// `Icelake-Server-v2`, KVM's host-model CPU `kvm64` plus features, without `pni`), with
+    /// that libvirt's cpu_map, whose older models are marked `<check partial='compat'/>`.
+    fn trixie() -> Host {
+        let caps = ["domcapabilities-x86_64-pc-kvm.xml", "capabilities.xml"]
+            .map(|f| generation("trixie", f))
+            .to_vec();
+        let map = generation("trixie", "cpu_map");
+        Host::discover(&HostOptions::of_facts(caps, Some(map), None)).unwrap()
+    }
+
+    /// What libvirt 11.3 and 12.8 did on this machine (`producers_kvm_against_virsh_create`
+    /// found the first as a false accept): a model the cpu_map does not mark `compat` is
+    /// compared with what KVM gives, a `compat` one with the host's own CPU.
+    #[test]
+    fn uncompat_models_are_compared_with_what_kvm_gives() {
+        let host = trixie();
+        let cpu = |m: &str| format!("<cpu mode='custom' match='exact'><model>{m}</model></cpu>");
+        for m in [
+            "Icelake-Server-v2",
+            "Icelake-Server-v1",
+            "Denverton",
+            "KnightsMill",
+        ] {
+            let msg = incompatible(&host, "kvm", &cpu(m)).unwrap_or_else(|| panic!("{m}"));
+            assert!(
+                msg.starts_with("the CPU is incompatible with host CPU: Host CPU does not provide required features: pni, pclmuldq, ssse3, "),
+                "{msg}"
+            );
+            assert!(msg.contains("what KVM gives"), "{msg}");
+        }
+        // The host's own model under a compat name starts (the same features as -v2).
+        for m in [
+            "Icelake-Server-noTSX",
+            "Nehalem",
+            "Westmere",
+            "Broadwell-noTSX-IBRS",
+        ] {
+            assert_eq!(incompatible(&host, "kvm", &cpu(m)), None, "{m}");
+        }
+        let m = incompatible(&host, "kvm", &cpu("Icelake-Server")).unwrap();
+        assert!(
+            m.starts_with(
+                "the CPU is incompatible with host CPU: Host CPU does not provide required features: hle, rtm ("
+            ),
+            "{m}"
+        );
+        assert!(m.contains("this host's own CPU"), "{m}");
     }
 
     /// `check='full'`, `match` exact: what libvirt 9.0 said on this machine ("guest CPU doesn't

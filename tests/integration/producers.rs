@@ -38,10 +38,10 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// The corpus, relative to the project root.
-const DATA: &str = "tests/data/producers";
+pub(crate) const DATA: &str = "tests/data/producers";
 
 /// The policies: (name, TOML).
-const POLICIES: [(&str, &str); 3] = [
+pub(crate) const POLICIES: [(&str, &str); 3] = [
     (
         "min-v2",
         "version = 1\n\n[[rule]]\nname = \"x86-64-v2\"\nmatch = { arch = \"x86_64\" }\ncpu.min_level = \"x86-64-v2\"\n",
@@ -151,7 +151,7 @@ fn start_budget() -> usize {
 /// `git rev-parse HEAD`, or `fixed` outside a git checkout): each commit starts another sample,
 /// so that CI runs cover the whole corpus over time, and a failing run is repeated exactly with
 /// the seed it prints.
-fn start_seed() -> String {
+pub(crate) fn start_seed() -> String {
     if let Ok(seed) = std::env::var("VCP_PRODUCERS_SEED") {
         return seed;
     }
@@ -169,23 +169,23 @@ fn start_seed() -> String {
 }
 
 /// FNV-1a of a file name: a fixed, well-mixed order for the start sample.
-fn fnv1a(s: &str) -> u64 {
+pub(crate) fn fnv1a(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
 }
 
 /// One document of the manifest.
-struct Doc {
+pub(crate) struct Doc {
     /// Path under [`DATA`].
-    file: String,
+    pub(crate) file: String,
     /// libvirt versions it was made for (`9.0.0`...).
-    versions: Vec<String>,
+    pub(crate) versions: Vec<String>,
     /// The first producer/form/source@version that gave it.
     made: String,
 }
 
-fn manifest() -> Vec<Doc> {
+pub(crate) fn manifest() -> Vec<Doc> {
     let path = root().join(DATA).join("MANIFEST.tsv");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (tests/producers/regenerate)", path.display()));
@@ -219,18 +219,18 @@ fn manifest() -> Vec<Doc> {
 /// Generation `g`'s own facts as `tests/libvirt/capture-facts` took them into
 /// `tests/data/generations/NAME` ([`Generation::facts`]), as the tool's arguments
 /// ([`Facts::args`]).
-struct Facts {
+pub(crate) struct Facts {
     /// `--no-qemu-caps-cache --libvirt-version V --cpu-map DIR [--qemu-version V] --caps
     /// capabilities.xml`: the libvirt cache of this machine is never read.
-    base: Vec<String>,
+    pub(crate) base: Vec<String>,
     /// Its `domcapabilities-ARCH-MACHINE-VIRTTYPE.xml` files, by file name.
-    domcaps: Vec<PathBuf>,
+    pub(crate) domcaps: Vec<PathBuf>,
 }
 
 impl Facts {
     /// Generation `g`'s facts; `qemu` says whether to pass `--qemu-version` (from its
     /// `version` file: [`qemu_version_option`]).
-    fn of(g: &Generation, qemu: bool) -> Facts {
+    pub(crate) fn of(g: &Generation, qemu: bool) -> Facts {
         let dir = g.facts();
         let version = std::fs::read_to_string(dir.join("version")).unwrap_or_else(|e| {
             panic!(
@@ -283,7 +283,7 @@ impl Facts {
     /// (`<domain type>`), which is the one the tool picks from a host's full set; all of them
     /// when the generation has none for that triple. One file instead of six keeps a debug
     /// build's run at about 20 ms instead of 70 (parsing forky's 190 KiB kvm domcapabilities).
-    fn args(&self, doc: &str) -> Vec<String> {
+    pub(crate) fn args(&self, doc: &str) -> Vec<String> {
         let mut args = self.base.clone();
         let wanted = roxmltree::Document::parse(doc).ok().map(|d| {
             let root = d.root_element();
@@ -319,7 +319,7 @@ impl Facts {
 
 /// Whether the binary under test has `--qemu-version` (issue 19's TCG rules, which judge a
 /// generation's QEMU): [`Facts::of`] passes it when it does; the report says when it does not.
-fn qemu_version_option(exe: &Path) -> bool {
+pub(crate) fn qemu_version_option(exe: &Path) -> bool {
     tool(exe, &["check".to_string(), "--help".to_string()])
         .stdout
         .contains("--qemu-version")
@@ -329,7 +329,7 @@ fn qemu_version_option(exe: &Path) -> bool {
 /// `<entry name='uuid'>`, which libvirt requires to match it and takes as the domain's UUID when
 /// `<uuid>` is absent: Nova writes both) set to one made from `name`: test guests never clash
 /// with one another or anything else on the libvirt (the tool reads neither).
-fn renamed(text: &str, name: &str) -> String {
+pub(crate) fn renamed(text: &str, name: &str) -> String {
     let Ok(doc) = roxmltree::Document::parse(text) else {
         return text.to_string();
     };
@@ -370,7 +370,7 @@ fn uuid_for(name: &str) -> String {
 }
 
 /// `text` with each range replaced (ranges do not overlap).
-fn splice(text: &str, mut edits: Vec<(std::ops::Range<usize>, String)>) -> String {
+pub(crate) fn splice(text: &str, mut edits: Vec<(std::ops::Range<usize>, String)>) -> String {
     edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
     let mut out = text.to_string();
     for (r, t) in edits {
@@ -421,7 +421,7 @@ const START_DROP_DEVICES: &[&str] = &[
 /// [`START_DROP_DEVICES`], firmware and direct kernel boot (`<loader>`, `<nvram>`, `<kernel>`,
 /// `<initrd>`, `<cmdline>`, `<smbios>`, `firmware=`: UEFI firmware is not installed here) and
 /// `<vcpu cpuset>`. Input and rewrite are cut the same way; what the tool changes is never cut.
-fn startable(text: &str) -> String {
+pub(crate) fn startable(text: &str) -> String {
     let Ok(doc) = roxmltree::Document::parse(text) else {
         return text.to_string();
     };
@@ -537,7 +537,7 @@ struct Judge<'a> {
 
 /// virsh's message without the lines naming the file or domain, and without what the second
 /// command of a batch says after the first failed.
-fn reason(stderr: &str) -> String {
+pub(crate) fn reason(stderr: &str) -> String {
     stderr
         .lines()
         .map(str::trim)
@@ -729,7 +729,7 @@ fn prefix() -> String {
 }
 
 /// Run the copy of the binary under test.
-fn tool(exe: &Path, args: &[String]) -> Output {
+pub(crate) fn tool(exe: &Path, args: &[String]) -> Output {
     Output::from(
         Command::new(exe)
             .args(args)
@@ -784,7 +784,7 @@ impl Verdict {
 }
 
 /// The tool's arguments before the facts: `COMMAND --format json [--explain] --policy FILE`.
-fn tool_args(command: &str, policy: &Path) -> Vec<String> {
+pub(crate) fn tool_args(command: &str, policy: &Path) -> Vec<String> {
     let mut args = vec![command.to_string(), "--format".into(), "json".into()];
     if command == "rewrite" {
         args.push("--explain".into());

@@ -102,6 +102,8 @@ pub(crate) struct ModelElement<'a> {
     pub(crate) decode_host: bool,
     /// `<decode guest=...>`.
     pub(crate) decode_guest: bool,
+    /// `<check partial=...>` (libvirt 11.3's cpu_map marks its older models `compat`).
+    pub(crate) check_partial: Option<&'a str>,
     /// Its own `<feature>`s, in file order.
     pub(crate) features: Vec<(&'a str, Mark)>,
 }
@@ -140,6 +142,7 @@ impl<'a> ModelElement<'a> {
                 .transpose()?,
             decode_host,
             decode_guest,
+            check_partial: element("check").and_then(|c| c.attribute("partial")),
             features,
         })
     }

@@ -108,6 +108,11 @@ pub struct X86Model {
     /// `<decode guest=...>`: whether libvirt may pick this model for a guest CPU, such as a
     /// baseline (libvirt 11's versioned aliases such as `Haswell-v2` are `guest='off'`).
     pub decode_guest: bool,
+    /// Its own `<check partial=...>`, not inherited: libvirt 11.3's cpu_map marks its older
+    /// models `compat` (their `check='partial'` compares with the host's own CPU, as before);
+    /// a model without it (versioned aliases such as `Icelake-Server-v2`, `Denverton`) is
+    /// compared with what KVM gives (`src/validate/kvm.rs`). None in older cpu_maps.
+    pub check_partial: Option<String>,
     /// Its CPUID bits: the ancestor's plus its own features, without `removed='yes'` ones and
     /// without libvirt 11's `added='yes'` ones (see [`X86Model::added`]).
     pub data: CpuData,
@@ -157,6 +162,7 @@ struct RawModel {
     vendor: Option<String>,
     decode_host: bool,
     decode_guest: bool,
+    check_partial: Option<String>,
     bits: Vec<u32>,
     names: Vec<String>,
     removed: Vec<String>,
@@ -228,6 +234,20 @@ impl X86Map {
     #[must_use]
     pub fn model(&self, name: &str) -> Option<&X86Model> {
         self.model_index.get(name).map(|i| &self.models[*i])
+    }
+
+    /// Whether libvirt compares a guest CPU of model `name` under `check='partial'` with what
+    /// KVM gives rather than with the host's own CPU: the map marks models `<check
+    /// partial='compat'/>` (libvirt 11.3 and later) and this one is not so marked (see
+    /// [`X86Model::check_partial`]). False for a model the map lacks, and for every model of an
+    /// older map.
+    #[must_use]
+    pub fn partial_check_against_kvm(&self, name: &str) -> bool {
+        let marks = self.models.iter().any(|m| m.check_partial.is_some());
+        marks
+            && self
+                .model(name)
+                .is_some_and(|m| m.check_partial.as_deref() != Some("compat"))
     }
 
     /// Whether `name` is a vendor of the map (`Intel`, `AMD`, `Hygon`...).
@@ -380,6 +400,7 @@ impl Loader {
             vendor: None,
             decode_host: element.decode_host,
             decode_guest: element.decode_guest,
+            check_partial: element.check_partial.map(str::to_owned),
             bits: Vec::new(),
             names: Vec::new(),
             removed: Vec::new(),
@@ -461,6 +482,7 @@ impl Loader {
                     vendor: m.vendor.clone(),
                     decode_host: m.decode_host,
                     decode_guest: m.decode_guest,
+                    check_partial: m.check_partial.clone(),
                     data: data(&m.bits),
                     feature_names: m.names.clone(),
                     removed: m.removed.clone(),
