@@ -115,9 +115,8 @@ pub fn drain(fleet: &Fleet, h: usize) -> Vec<Leaving> {
 pub fn untakeable(fleet: &Fleet) -> Vec<usize> {
     (0..fleet.hosts.len())
         .map(|h| {
-            let name = fleet.hosts[h].name.as_str();
             (0..fleet.guests.len())
-                .filter(|g| fleet.guests[*g].facts.host.as_deref() != Some(name))
+                .filter(|g| fleet.source(*g) != Some(h))
                 .filter(|g| !fleet.reasons(*g, h).is_empty())
                 .count()
         })
