@@ -518,13 +518,35 @@ impl Fleet {
     /// ([`Passthrough::group`]) depends on its source host too, and is added after.
     #[must_use]
     pub fn reasons(&self, g: usize, h: usize) -> Rc<Vec<Reason>> {
+        let r = self.verdict(g, h);
+        // A guest of an arch the host does not run has that one reason.
+        let other_arch = r.iter().any(|x| x.code == Code::ArchUnsupported);
+        match self.group_reason(g, h).filter(|_| !other_arch) {
+            Some(reason) => {
+                let mut all = (*r).clone();
+                all.push(reason);
+                Rc::new(all)
+            }
+            None => r,
+        }
+    }
+
+    /// Whether host `h` runs guest `g`: [`Fleet::reasons`] is empty, told without writing a
+    /// reason's sentence (the views that count pairs ask it for every pair).
+    #[must_use]
+    pub fn runs(&self, g: usize, h: usize) -> bool {
+        self.verdict(g, h).is_empty() && self.group(g, h, |_| ()).is_none()
+    }
+
+    /// The judge's reasons for guest `g`'s shape on host `h`'s class, judged on first use.
+    fn verdict(&self, g: usize, h: usize) -> Rc<Vec<Reason>> {
         let (shape, c) = (self.guests[g].shape, self.hosts[h].class);
         let cached = self
             .verdicts
             .borrow()
             .get(c)
             .and_then(|row| row.get(shape).cloned().flatten());
-        let r = cached.unwrap_or_else(|| {
+        cached.unwrap_or_else(|| {
             let class = &self.classes[c];
             let guest = &self.guests[g].facts;
             let r = Rc::new(judge_shape(
@@ -544,64 +566,60 @@ impl Fleet {
             }
             row[shape] = Some(r.clone());
             r
-        });
-        // A guest of an arch the host does not run has that one reason.
-        let other_arch = r.iter().any(|x| x.code == Code::ArchUnsupported);
-        match self.group_reason(g, h).filter(|_| !other_arch) {
-            Some(reason) => {
-                let mut all = (*r).clone();
-                all.push(reason);
-                Rc::new(all)
-            }
-            None => r,
-        }
+        })
     }
 
-    /// The `passthrough-group` reason of running guest `g` migrating to host `h`
-    /// ([`Passthrough::group`]), judged once per (passthrough CPU, source class, host class):
-    /// hosts of one class have the same CPU, and the names are put in after.
+    /// The `passthrough-group` reason of running guest `g` migrating to host `h`, its host
+    /// names put in.
     fn group_reason(&self, g: usize, h: usize) -> Option<Reason> {
+        let src = self.guests[g].facts.host.as_deref();
+        let dest = &self.hosts[h].name;
+        self.group(g, h, |r| Reason {
+            code: r.code,
+            message: r
+                .message
+                .replace(SOURCE, src.unwrap_or_default())
+                .replace(DEST, dest),
+        })
+    }
+
+    /// `then` of the `passthrough-group` reason of running guest `g` migrating to host `h`
+    /// ([`Passthrough::group`]), its host names as the markers [`SOURCE`] and [`DEST`]; None
+    /// when there is none. Judged once per (passthrough CPU, source class, host class): hosts
+    /// of one class have the same CPU.
+    fn group<T>(&self, g: usize, h: usize, then: impl FnOnce(&Reason) -> T) -> Option<T> {
         let guest = &self.guests[g];
         let kind = self.passthrough_shapes[guest.shape].filter(|_| running(guest))?;
-        let src = guest.facts.host.as_deref();
         let src_index = self.sources[g];
-        let dest = &self.hosts[h];
         // The host itself: nothing moves.
         if src_index == Some(h) {
             return None;
         }
-        let src_key = match (src, src_index) {
+        let src_key = match (&guest.facts.host, src_index) {
             (None, _) => SourceKey::Unknown,
             (Some(_), None) => SourceKey::Missing,
             (Some(_), Some(i)) => SourceKey::Class(self.hosts[i].class),
         };
-        let key = (kind, src_key, dest.class);
-        let named = |r: Option<Reason>| {
-            r.map(|r| Reason {
-                code: r.code,
-                message: r
-                    .message
-                    .replace(SOURCE, src.unwrap_or_default())
-                    .replace(DEST, &dest.name),
-            })
-        };
+        let dest_class = self.hosts[h].class;
+        let key = (kind, src_key, dest_class);
         if let Some(r) = self.groups.borrow().get(&key) {
-            return named(r.clone());
+            return r.as_ref().map(then);
         }
         let source = match src_key {
             SourceKey::Unknown => Source::Unknown,
             SourceKey::Missing => Source::Missing(SOURCE),
             SourceKey::Class(c) => Source::Host(SOURCE, self.classes[c].passthrough_cpu()),
         };
-        let dest_cpu = self.classes[dest.class].passthrough_cpu();
+        let dest_cpu = self.classes[dest_class].passthrough_cpu();
         let r = self.passthroughs[kind]
             .group(source, DEST, dest_cpu)
             .map(|f| Reason {
                 code: f.code,
                 message: f.message,
             });
-        self.groups.borrow_mut().insert(key, r.clone());
-        named(r)
+        let answer = r.as_ref().map(then);
+        self.groups.borrow_mut().insert(key, r);
+        answer
     }
 
     /// The policy of no rule: what the judge uses (guests as they are).

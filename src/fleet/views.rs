@@ -55,7 +55,7 @@ pub fn cannot_count(fleet: &Fleet) -> usize {
     (0..fleet.guests.len())
         .map(|g| {
             (0..fleet.hosts.len())
-                .filter(|h| !fleet.reasons(g, *h).is_empty())
+                .filter(|h| !fleet.runs(g, *h))
                 .count()
         })
         .sum()
@@ -117,17 +117,21 @@ pub fn untakeable(fleet: &Fleet) -> Vec<usize> {
         .map(|h| {
             (0..fleet.guests.len())
                 .filter(|g| fleet.source(*g) != Some(h))
-                .filter(|g| !fleet.reasons(*g, h).is_empty())
+                .filter(|g| !fleet.runs(*g, h))
                 .count()
         })
         .collect()
 }
 
-/// The guests that cannot leave each host. Indexed like [`Fleet::hosts`].
+/// The guests that cannot leave each host ([`Leaving::stuck`] of [`drain`]: no other host runs
+/// them). Indexed like [`Fleet::hosts`].
 #[must_use]
 pub fn undrainable(fleet: &Fleet) -> Vec<usize> {
     (0..fleet.hosts.len())
-        .map(|h| drain(fleet, h).iter().filter(|l| l.stuck()).count())
+        .map(|h| {
+            let stuck = |g: &usize| !(0..fleet.hosts.len()).any(|o| o != h && fleet.runs(*g, o));
+            fleet.guests_on(h).iter().filter(|g| stuck(g)).count()
+        })
         .collect()
 }
 
