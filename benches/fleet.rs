@@ -3,7 +3,8 @@
 //! (`cannot_count`, 100,000 pairs), each timed by criterion; then a fleet of 200 hosts and
 //! 2,000 guests a quarter of which are running host-passthrough guests (each pair of those asks
 //! whether the destination is in the guest's migration group, which depends on its source
-//! host), read and answered as `fleet --format prometheus` and `fleet` (text) answer it.
+//! host), read and answered as `fleet --format prometheus` and `fleet` (text) answer it, and
+//! answered again with every verdict known (the work per pair alone).
 //! Whole-process figures for 100 × 1,000 and 1,000 × 10,000 are `benches/process/fleet`'s.
 //!
 //! The hosts are the four generations' captured facts (`tests/data/generations`, libvirt 7.0,
@@ -224,6 +225,27 @@ fn main() {
         |b| {
             b.iter(|| {
                 let fleet = Fleet::read(&paths, Policy::builtin(), &maps).expect("fleet");
+                let pairs = matrix(&fleet);
+                black_box(matrix_text(&fleet, &pairs, &undrainable(&fleet)))
+            });
+        },
+    );
+    // The pairs' own work: the same views with every verdict known.
+    let fleet = Fleet::read(&paths, Policy::builtin(), &maps).expect("fleet");
+    let _ = cannot_count(&fleet);
+    c.bench_function(
+        "200 x 2,000 again, every verdict known: the prometheus view's counts",
+        |b| {
+            b.iter(|| {
+                let cannot = cannot_count(&fleet);
+                black_box((cannot, undrainable(&fleet), untakeable(&fleet)))
+            });
+        },
+    );
+    c.bench_function(
+        "200 x 2,000 again, every verdict known: the text matrix",
+        |b| {
+            b.iter(|| {
                 let pairs = matrix(&fleet);
                 black_box(matrix_text(&fleet, &pairs, &undrainable(&fleet)))
             });
