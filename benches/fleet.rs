@@ -1,20 +1,32 @@
 //! The fleet in the library: reading 100 hosts' facts and 1,000 guests' facts (`Fleet::read`:
 //! one `Host` per host class, one shape per distinct guest) and judging every pair
-//! (`cannot_count`, 100,000 pairs), each timed by criterion. Whole-process figures for 100 ×
-//! 1,000 and 1,000 × 10,000 are `benches/process/fleet`'s.
+//! (`cannot_count`, 100,000 pairs), each timed by criterion; then a fleet of 200 hosts and
+//! 2,000 guests a quarter of which are running host-passthrough guests (each pair of those asks
+//! whether the destination is in the guest's migration group, which depends on its source
+//! host), read and answered as `fleet --format prometheus` and `fleet` (text) answer it, and
+//! answered again with every verdict known (the work per pair alone).
+//! Whole-process figures for 100 × 1,000 and 1,000 × 10,000 are `benches/process/fleet`'s.
 //!
 //! The hosts are the four generations' captured facts (`tests/data/generations`, libvirt 7.0,
-//! 9.0, 11.3, 12.8) under 25 names each, each with its own generation's cpu_map; the guests are
-//! small TCG and KVM domains of 25 shapes (named and versioned models, host-model, maximum,
-//! machine types old and new) under 40 names each, 10 on each host.
+//! 9.0, 11.3, 12.8) round robin under distinct names, each with its own generation's cpu_map;
+//! the guests are small TCG and KVM domains of 25 shapes (named and versioned models,
+//! host-model, maximum, machine types old and new), 10 on each host. In the 200 × 2,000 fleet
+//! every guest has one of 8 vCPU counts (200 shapes), every fourth is a running
+//! host-passthrough KVM guest and every eighth another running one (judged by live migration),
+//! 10 more guests name a host whose facts are not given and 10 are status files of no known
+//! host.
 //!
 //! `cargo bench --bench fleet`, or `cargo bench --bench fleet -- --test` (each once).
+//! `VCP_BENCH_FLEET_OUT=DIR cargo bench --bench fleet` writes the 200 × 2,000 fleet into DIR
+//! (and its `--cpu-map` arguments, one a line, into DIR/cpu-maps) and measures nothing: the
+//! whole-process run of `virt-cpu-policy fleet` on it.
 
 use criterion::Criterion;
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
-use virt_cpu_policy::fleet::views::cannot_count;
+use virt_cpu_policy::fleet::format::{matrix_text, prometheus};
+use virt_cpu_policy::fleet::views::{cannot_count, matrix, undrainable, untakeable};
 use virt_cpu_policy::fleet::{CpuMaps, Fleet};
 use virt_cpu_policy::policy::Policy;
 
@@ -77,32 +89,103 @@ fn shapes() -> Vec<String> {
     v
 }
 
-fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = std::env::temp_dir().join(format!("vcp-bench-fleet-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch");
+/// The host-passthrough CPU of a running guest's live XML (libvirt 9.0's words).
+const PASSTHROUGH: &str = "<cpu mode='host-passthrough' check='none' migratable='on'/>";
+
+/// Writes a fleet of `hosts` hosts and `per_host` guests on each into `dir`: `hN.xml` (host
+/// facts) and `hN.guests.xml`; with `mixed`, the guests of the 200 × 2,000 fleet (see the module
+/// docs) and the guests of no known host. Returns each host's cpu_map, by name.
+fn write_fleet(
+    root: &Path,
+    dir: &Path,
+    hosts: usize,
+    per_host: usize,
+    mixed: bool,
+) -> Vec<(String, PathBuf)> {
+    std::fs::create_dir_all(dir).expect("scratch");
     let shapes = shapes();
-    let mut maps = CpuMaps::default();
-    for h in 0..100 {
+    let mut maps = Vec::new();
+    let guest = |i: usize| {
+        let name = format!("g{i}");
+        let shape = shapes[i % shapes.len()].replace("NAME", &name);
+        if !mixed {
+            return ("shutoff", shape);
+        }
+        let vcpus = format!("<vcpu>{}</vcpu>", 1 + i % 8);
+        let shape =
+            shape
+                .replacen("<vcpu>2</vcpu>", &vcpus, 1)
+                .replacen("<vcpu>1</vcpu>", &vcpus, 1);
+        if i % 4 == 0 {
+            let pt = format!(
+                "<domain type='kvm'><name>{name}</name>{vcpus}<os><type arch='x86_64' machine='pc-q35-{}'>hvm</type></os>{PASSTHROUGH}</domain>",
+                ["5.2", "7.2"][i / 4 % 2]
+            );
+            ("running", pt)
+        } else if i % 8 == 1 {
+            ("running", shape)
+        } else {
+            ("shutoff", shape)
+        }
+    };
+    for h in 0..hosts {
         let g = GENERATIONS[h % 4];
         let name = format!("h{h}");
         std::fs::write(dir.join(format!("{name}.xml")), host_facts(root, g, &name)).expect("write");
-        maps.by_host.push((
+        maps.push((
             name.clone(),
             root.join("tests/data/generations").join(g).join("cpu_map"),
         ));
         let mut doc = format!("<guestFacts host='{name}'>\n");
-        for k in 0..10 {
-            let i = h * 10 + k;
-            let _ = writeln!(
-                doc,
-                "<guest name='g{i}' state='shutoff'>{}</guest>",
-                shapes[i % shapes.len()].replace("NAME", &format!("g{i}"))
-            );
+        for k in 0..per_host {
+            let i = h * per_host + k;
+            let (state, domain) = guest(i);
+            let _ = writeln!(doc, "<guest name='g{i}' state='{state}'>{domain}</guest>");
         }
         doc.push_str("</guestFacts>\n");
         std::fs::write(dir.join(format!("{name}.guests.xml")), doc).expect("write");
     }
+    if mixed {
+        // Running host-passthrough guests whose source host has no facts here, and status files
+        // of running guests of no known host: each pair says so.
+        let mut doc = "<guestFacts host='gone'>\n".to_string();
+        for i in 0..10 {
+            let (_, domain) = guest(4 * i);
+            let domain = domain.replacen(&format!(">g{}<", 4 * i), &format!(">gone-g{i}<"), 1);
+            let _ = writeln!(
+                doc,
+                "<guest name='gone-g{i}' state='running'>{domain}</guest>"
+            );
+            let lone = domain.replacen("<name>gone-g", "<name>lone-g", 1);
+            std::fs::write(
+                dir.join(format!("lone-{i}.xml")),
+                format!("<domstatus state='running' pid='1'>{lone}</domstatus>\n"),
+            )
+            .expect("write");
+        }
+        doc.push_str("</guestFacts>\n");
+        std::fs::write(dir.join("gone.guests.xml"), doc).expect("write");
+    }
+    maps
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if let Some(out) = std::env::var_os("VCP_BENCH_FLEET_OUT") {
+        let out = PathBuf::from(out);
+        let maps = write_fleet(root, &out, 200, 10, true);
+        let mut args = String::new();
+        for (name, dir) in &maps {
+            let _ = writeln!(args, "--cpu-map\n{name}={}", dir.display());
+        }
+        std::fs::write(out.join("cpu-maps"), args).expect("write");
+        eprintln!("bench fleet: the 200 x 2,000 fleet is in {}", out.display());
+        return;
+    }
+    let scratch = std::env::temp_dir().join(format!("vcp-bench-fleet-{}", std::process::id()));
+    let dir = scratch.join("small");
+    let mut maps = CpuMaps::default();
+    maps.by_host = write_fleet(root, &dir, 100, 10, false);
     let paths: Vec<PathBuf> = vec![dir.clone()];
     let mut c = Criterion::default().configure_from_args();
     c.bench_function("read 100 hosts and 1,000 guests (Fleet::read)", |b| {
@@ -122,6 +205,52 @@ fn main() {
             b.iter(|| black_box(cannot_count(&fleet)));
         },
     );
+    let dir = scratch.join("mixed");
+    let mut maps = CpuMaps::default();
+    maps.by_host = write_fleet(root, &dir, 200, 10, true);
+    let paths: Vec<PathBuf> = vec![dir.clone()];
+    c.bench_function(
+        "200 x 2,000 with host-passthrough guests: read and the prometheus view",
+        |b| {
+            b.iter(|| {
+                let fleet = Fleet::read(&paths, Policy::builtin(), &maps).expect("fleet");
+                let cannot = cannot_count(&fleet);
+                let (stuck, refused) = (undrainable(&fleet), untakeable(&fleet));
+                black_box(prometheus(&fleet, cannot, &stuck, &refused))
+            });
+        },
+    );
+    c.bench_function(
+        "200 x 2,000 with host-passthrough guests: read and the text matrix",
+        |b| {
+            b.iter(|| {
+                let fleet = Fleet::read(&paths, Policy::builtin(), &maps).expect("fleet");
+                let pairs = matrix(&fleet);
+                black_box(matrix_text(&fleet, &pairs, &undrainable(&fleet)))
+            });
+        },
+    );
+    // The pairs' own work: the same views with every verdict known.
+    let fleet = Fleet::read(&paths, Policy::builtin(), &maps).expect("fleet");
+    let _ = cannot_count(&fleet);
+    c.bench_function(
+        "200 x 2,000 again, every verdict known: the prometheus view's counts",
+        |b| {
+            b.iter(|| {
+                let cannot = cannot_count(&fleet);
+                black_box((cannot, undrainable(&fleet), untakeable(&fleet)))
+            });
+        },
+    );
+    c.bench_function(
+        "200 x 2,000 again, every verdict known: the text matrix",
+        |b| {
+            b.iter(|| {
+                let pairs = matrix(&fleet);
+                black_box(matrix_text(&fleet, &pairs, &undrainable(&fleet)))
+            });
+        },
+    );
     c.final_summary();
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&scratch);
 }

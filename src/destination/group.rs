@@ -242,7 +242,7 @@ impl HostCpu {
     }
 }
 
-/// Where a guest comes from, for [`passthrough_group`].
+/// Where a guest comes from, for [`Passthrough::group`].
 #[derive(Debug, Clone, Copy)]
 pub enum Source<'a> {
     /// Its facts name no host.
@@ -273,70 +273,91 @@ pub fn passthrough_mode(dom: &Domain<'_>) -> Option<&'static str> {
     }
 }
 
-/// Whether guest `dom`, a running `host-passthrough` guest arriving by live migration from
-/// `source`, stays in its migration group on host `dest` (its CPU, or why it is not known):
-/// None when it does, or when the question does not arise (another mode, a guest that is
-/// started rather than migrated: it boots with the new host's CPU, or the source host itself);
-/// else the `passthrough-group` finding naming both hosts and what differs, or what is not
-/// known (a source host or a CPU the facts do not give: the pair is not said to run on a guess).
-#[must_use]
-pub fn passthrough_group(
-    dom: &Domain<'_>,
-    source: Source<'_>,
-    dest: &str,
-    dest_cpu: Result<&HostCpu, &str>,
-) -> Option<Finding> {
-    let cpu = dom.cpus().first().copied()?;
-    let mode = passthrough_mode(dom)?;
-    let rule = format!(
-        "a running {mode} guest sees its host's CPU as is and migrates only to a host of the same CPU (libvirt: between hosts not identical in hardware and microcode the guest may hang or crash)"
-    );
-    let error = |why: String| {
-        Finding::error(
-            Code::PassthroughGroup,
-            format!("{rule}: {why}"),
-            "migrate it to a host of its group (virt-cpu-policy baseline lists the groups of identical CPUs), or shut it down and start it there (a started host-passthrough guest takes that host's CPU)",
-        )
-    };
-    let (src, src_cpu) = match source {
-        Source::Unknown => {
-            return Some(error(format!(
-                "its source host is unknown (its facts name no host), so whether {dest}'s CPU is the same cannot be told (publish its facts with its host's: virt-cpu-policy facts --guests)"
-            )));
-        }
-        Source::Missing(h) => {
-            return Some(error(format!(
-                "its source host {h} has no facts among those given, so whether {dest}'s CPU is the same cannot be told"
-            )));
-        }
-        Source::Host(h, _) if h == dest => return None,
-        Source::Host(h, c) => (h, c),
-    };
-    let (s, d) = match (src_cpu, dest_cpu) {
-        (Ok(s), Ok(d)) => (s, d),
-        (Err(why), _) => return Some(error(format!("the CPU of {src} is not known: {why}"))),
-        (_, Err(why)) => return Some(error(format!("the CPU of {dest} is not known: {why}"))),
-    };
-    let own: BTreeSet<String> = CpuDef::read_as(cpu, CpuType::Guest)
-        .map(|c| {
-            c.features
-                .into_iter()
-                .filter(|(_, p)| matches!(p, FeaturePolicy::Disable | FeaturePolicy::Forbid))
-                .map(|(f, _)| f)
-                .collect()
-        })
-        .unwrap_or_default();
-    let diffs = s.differences(d, &own, src, dest);
-    if diffs.is_empty() {
-        return None;
+/// What a host-passthrough guest brings to the question of its migration group, read once from
+/// its domain: how its CPU is its host's ([`passthrough_mode`]) and the features its own `<cpu>`
+/// turns off (`policy='disable'` or `forbid`: not the guest's, left out of the comparison).
+/// Guests alike in both get the same answer on every pair of hosts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Passthrough {
+    /// [`passthrough_mode`]'s words.
+    pub mode: &'static str,
+    /// The features the guest's `<cpu>` disables or forbids.
+    pub own: BTreeSet<String>,
+}
+
+impl Passthrough {
+    /// The passthrough CPU of `dom`, or None: its first `<cpu>` is not host-passthrough (nor
+    /// `maximum` under hardware virtualisation), or it has none.
+    #[must_use]
+    pub fn of(dom: &Domain<'_>) -> Option<Passthrough> {
+        let cpu = dom.cpus().first().copied()?;
+        let mode = passthrough_mode(dom)?;
+        let own = CpuDef::read_as(cpu, CpuType::Guest)
+            .map(|c| {
+                c.features
+                    .into_iter()
+                    .filter(|(_, p)| matches!(p, FeaturePolicy::Disable | FeaturePolicy::Forbid))
+                    .map(|(f, _)| f)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(Passthrough { mode, own })
     }
-    let hint = s
-        .cpu_map_hint(d, src, dest)
-        .map_or_else(String::new, |h| format!("; {h}"));
-    Some(error(format!(
-        "{src} and {dest} differ: {} (each host's capabilities host CPU){hint}",
-        diffs.join("; ")
-    )))
+
+    /// Whether this guest, running and arriving by live migration from `source`, stays in its
+    /// migration group on host `dest` (its CPU, or why it is not known): None when it does, or
+    /// when the question does not arise (the source host itself); else the `passthrough-group`
+    /// finding naming both hosts and what differs, or what is not known (a source host or a CPU
+    /// the facts do not give: the pair is not said to run on a guess). A guest that is started
+    /// rather than migrated boots with the new host's CPU: the caller does not ask.
+    #[must_use]
+    pub fn group(
+        &self,
+        source: Source<'_>,
+        dest: &str,
+        dest_cpu: Result<&HostCpu, &str>,
+    ) -> Option<Finding> {
+        let mode = self.mode;
+        let rule = format!(
+            "a running {mode} guest sees its host's CPU as is and migrates only to a host of the same CPU (libvirt: between hosts not identical in hardware and microcode the guest may hang or crash)"
+        );
+        let error = |why: String| {
+            Finding::error(
+                Code::PassthroughGroup,
+                format!("{rule}: {why}"),
+                "migrate it to a host of its group (virt-cpu-policy baseline lists the groups of identical CPUs), or shut it down and start it there (a started host-passthrough guest takes that host's CPU)",
+            )
+        };
+        let (src, src_cpu) = match source {
+            Source::Unknown => {
+                return Some(error(format!(
+                    "its source host is unknown (its facts name no host), so whether {dest}'s CPU is the same cannot be told (publish its facts with its host's: virt-cpu-policy facts --guests)"
+                )));
+            }
+            Source::Missing(h) => {
+                return Some(error(format!(
+                    "its source host {h} has no facts among those given, so whether {dest}'s CPU is the same cannot be told"
+                )));
+            }
+            Source::Host(h, _) if h == dest => return None,
+            Source::Host(h, c) => (h, c),
+        };
+        let (s, d) = match (src_cpu, dest_cpu) {
+            (Ok(s), Ok(d)) => (s, d),
+            (Err(why), _) => return Some(error(format!("the CPU of {src} is not known: {why}"))),
+            (_, Err(why)) => return Some(error(format!("the CPU of {dest} is not known: {why}"))),
+        };
+        let diffs = s.differences(d, &self.own, src, dest);
+        (!diffs.is_empty()).then(|| {
+            let hint = s
+                .cpu_map_hint(d, src, dest)
+                .map_or_else(String::new, |h| format!("; {h}"));
+            error(format!(
+                "{src} and {dest} differ: {} (each host's capabilities host CPU){hint}",
+                diffs.join("; ")
+            ))
+        })
+    }
 }
 
 #[cfg(test)]

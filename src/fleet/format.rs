@@ -62,14 +62,15 @@ pub fn matrix_text(fleet: &Fleet, pairs: &[Pair], undrainable: &[usize]) -> Stri
         "{:width$}  {:8}  {:>6}  {:>6}  {:>6}  {:>6}\n",
         "host", "libvirt", "guests", "runs", "cannot", "stuck"
     );
+    // Each host's (runs, cannot), in one pass over the pairs (not one per host).
+    let mut counts = vec![(0usize, 0usize); fleet.hosts.len()];
+    for p in pairs {
+        if let Some((r, c)) = counts.get_mut(p.host) {
+            *if p.runs() { r } else { c } += 1;
+        }
+    }
     for (h, host) in fleet.hosts.iter().enumerate() {
-        let here = pairs.iter().filter(|p| p.host == h);
-        let (runs, cannot) = here.fold(
-            (0, 0),
-            |(r, c), p| {
-                if p.runs() { (r + 1, c) } else { (r, c + 1) }
-            },
-        );
+        let (runs, cannot) = counts[h];
         let _ = writeln!(
             s,
             "{:width$}  {:8}  {:>6}  {:>6}  {:>6}  {:>6}",

@@ -23,7 +23,7 @@ pub mod guest;
 pub mod views;
 
 use crate::cluster::ClusterError;
-use crate::destination::group::{HostCpu, Source, passthrough_group};
+use crate::destination::group::{HostCpu, Passthrough, Source};
 use crate::destination::{Arrival, CpuMapCache, judge};
 use crate::domain::Domain;
 use crate::finding::Code;
@@ -103,12 +103,23 @@ pub struct FleetGuest {
     shape: usize,
 }
 
-/// A `passthrough-group` question: the guest's shape, its source (None: unknown; `Err`: a host
-/// without facts, by name; `Ok`: a host class), the destination's class.
-type GroupKey = (usize, Option<Result<usize, String>>, usize);
+/// A `passthrough-group` question: the guest's passthrough CPU (an index in
+/// `Fleet::passthroughs`), its source, the destination's class.
+type GroupKey = (usize, SourceKey, usize);
 
-/// The verdicts judged so far, by (guest shape, host class).
-type Verdicts = HashMap<(usize, usize), Rc<Vec<Reason>>>;
+/// Where a running host-passthrough guest comes from, as the group question depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum SourceKey {
+    /// Its facts name no host.
+    Unknown,
+    /// Its facts name a host without facts (the name is put in after, as [`SOURCE`]).
+    Missing,
+    /// A host of this class.
+    Class(usize),
+}
+
+/// The verdicts judged so far, by host class, then guest shape (indexes: no hashing per pair).
+type Verdicts = Vec<Vec<Option<Rc<Vec<Reason>>>>>;
 
 /// Hosts of the same facts: one [`Host`], one cpu_map.
 struct HostClass {
@@ -168,10 +179,15 @@ pub struct Fleet {
     pub guests: Vec<FleetGuest>,
     classes: Vec<HostClass>,
     shapes: Vec<String>,
-    /// Per shape: whether its CPU is `host-passthrough` (its migration group matters).
-    passthrough_shapes: Vec<bool>,
-    /// The `passthrough-group` reason by (shape, source, destination class), its host names
-    /// as the markers [`SOURCE`] and [`DEST`].
+    /// Per shape: its passthrough CPU (an index in `passthroughs`) when it is `host-passthrough`
+    /// (its migration group matters), read once when the shape is first seen.
+    passthrough_shapes: Vec<Option<usize>>,
+    /// The distinct passthrough CPUs of the guests (mode, the features they turn off): shapes
+    /// alike in these share every group answer.
+    passthroughs: Vec<Passthrough>,
+    passthrough_of: HashMap<Passthrough, usize>,
+    /// The `passthrough-group` reason by (passthrough CPU, source, destination class), its host
+    /// names as the markers [`SOURCE`] and [`DEST`].
     groups: std::cell::RefCell<HashMap<GroupKey, Option<Reason>>>,
     /// The operator's policy: the models it pins (`admit`), its rewrite (`upgrade`).
     pub policy: Policy,
@@ -180,6 +196,13 @@ pub struct Fleet {
     verdicts: std::cell::RefCell<Verdicts>,
     maps: CpuMaps,
     class_of: HashMap<(String, Option<PathBuf>), usize>,
+    /// The index in `hosts` of each host name (names are unique: [`FleetError::DuplicateHost`]).
+    host_of: HashMap<String, usize>,
+    /// The guests (indexes, in order) whose facts name each host, by name, whether or not the
+    /// host's facts are given.
+    guests_of: HashMap<String, Vec<usize>>,
+    /// Per guest: the index in `hosts` of the host its facts name, once that host is read.
+    sources: Vec<Option<usize>>,
     shape_of: HashMap<String, usize>,
     maps_by_dir: HashMap<Option<PathBuf>, Rc<CpuMapCache>>,
 }
@@ -328,6 +351,8 @@ impl Fleet {
             classes: Vec::new(),
             shapes: Vec::new(),
             passthrough_shapes: Vec::new(),
+            passthroughs: Vec::new(),
+            passthrough_of: HashMap::new(),
             groups: std::cell::RefCell::default(),
             policy,
             none: Policy {
@@ -337,6 +362,9 @@ impl Fleet {
             verdicts: std::cell::RefCell::default(),
             maps: maps.clone(),
             class_of: HashMap::new(),
+            host_of: HashMap::new(),
+            guests_of: HashMap::new(),
+            sources: Vec::new(),
             shape_of: HashMap::new(),
             maps_by_dir: HashMap::new(),
         };
@@ -398,11 +426,11 @@ impl Fleet {
         (key, caps_cpu): (String, Option<CapsCpu>),
         map_dir: Option<&Path>,
     ) -> Result<(), FleetError> {
-        if let Some(other) = self.hosts.iter().find(|h| h.name == name) {
+        if let Some(other) = self.host_of.get(&name) {
             return Err(FleetError::DuplicateHost {
                 name,
                 path,
-                other: other.path.clone(),
+                other: self.hosts[*other].path.clone(),
             });
         }
         let k = (key, map_dir.map(Path::to_path_buf));
@@ -424,6 +452,11 @@ impl Fleet {
             self.class_of.insert(k, self.classes.len() - 1);
             self.classes.len() - 1
         };
+        // Its guests read before it (their facts came first) learn where they are.
+        for g in self.guests_of.get(&name).into_iter().flatten() {
+            self.sources[*g] = Some(self.hosts.len());
+        }
+        self.host_of.insert(name.clone(), self.hosts.len());
         self.hosts.push(FleetHost {
             name,
             path,
@@ -442,14 +475,32 @@ impl Fleet {
             // under hardware virtualisation "is functionally identical to host-passthrough"
             // (libvirt's formatdomain; QEMU's `-cpu max` under KVM is `-cpu host`): the same
             // group. Under TCG it is QEMU's emulated CPU, the same on every host of a QEMU.
+            // Read here once, for every group question of the shape.
             let maybe =
                 facts.domain.contains("host-passthrough") || facts.domain.contains("maximum");
             let passthrough = maybe
-                && Domain::parse(&facts.domain, "guest facts")
-                    .is_ok_and(|d| crate::destination::group::passthrough_mode(&d).is_some());
+                .then(|| Domain::parse(&facts.domain, "guest facts").ok())
+                .flatten()
+                .and_then(|d| Passthrough::of(&d))
+                .map(|p| {
+                    let n = self.passthroughs.len();
+                    *self.passthrough_of.entry(p).or_insert_with_key(|p| {
+                        self.passthroughs.push(p.clone());
+                        n
+                    })
+                });
             self.passthrough_shapes.push(passthrough);
             next
         });
+        if let Some(h) = &facts.host {
+            let here = self.guests_of.entry(h.clone()).or_default();
+            here.push(self.guests.len());
+        }
+        let source = facts
+            .host
+            .as_ref()
+            .and_then(|h| self.host_of.get(h).copied());
+        self.sources.push(source);
         self.guests.push(FleetGuest { facts, shape });
     }
 
@@ -458,32 +509,18 @@ impl Fleet {
     /// # Errors
     /// [`FleetError::UnknownHost`].
     pub fn host_index(&self, name: &str) -> Result<usize, FleetError> {
-        self.hosts
-            .iter()
-            .position(|h| h.name == name)
+        self.host_of
+            .get(name)
+            .copied()
             .ok_or_else(|| FleetError::UnknownHost(name.to_string()))
     }
 
     /// Why host `h` cannot run guest `g` (empty: it runs there). Judged once per (guest
     /// shape, host class) and kept; a running host-passthrough guest's migration group
-    /// ([`passthrough_group`]) depends on its source host too, and is added after.
+    /// ([`Passthrough::group`]) depends on its source host too, and is added after.
     #[must_use]
     pub fn reasons(&self, g: usize, h: usize) -> Rc<Vec<Reason>> {
-        let key = (self.guests[g].shape, self.hosts[h].class);
-        let cached = self.verdicts.borrow().get(&key).cloned();
-        let r = cached.unwrap_or_else(|| {
-            let class = &self.classes[key.1];
-            let guest = &self.guests[g].facts;
-            let r = Rc::new(judge_shape(
-                &guest.domain,
-                &self.none,
-                &class.host,
-                &class.map,
-                arrival(guest.state),
-            ));
-            self.verdicts.borrow_mut().insert(key, r.clone());
-            r
-        });
+        let r = self.verdict(g, h);
         // A guest of an arch the host does not run has that one reason.
         let other_arch = r.iter().any(|x| x.code == Code::ArchUnsupported);
         match self.group_reason(g, h).filter(|_| !other_arch) {
@@ -496,56 +533,95 @@ impl Fleet {
         }
     }
 
-    /// The `passthrough-group` reason of running guest `g` migrating to host `h`
-    /// ([`passthrough_group`]), judged once per (guest shape, source class, host class): hosts
-    /// of one class have the same CPU, and the names are put in after.
+    /// Whether host `h` runs guest `g`: [`Fleet::reasons`] is empty, told without writing a
+    /// reason's sentence (the views that count pairs ask it for every pair).
+    #[must_use]
+    pub fn runs(&self, g: usize, h: usize) -> bool {
+        self.verdict(g, h).is_empty() && self.group(g, h, |_| ()).is_none()
+    }
+
+    /// The judge's reasons for guest `g`'s shape on host `h`'s class, judged on first use.
+    fn verdict(&self, g: usize, h: usize) -> Rc<Vec<Reason>> {
+        let (shape, c) = (self.guests[g].shape, self.hosts[h].class);
+        let cached = self
+            .verdicts
+            .borrow()
+            .get(c)
+            .and_then(|row| row.get(shape).cloned().flatten());
+        cached.unwrap_or_else(|| {
+            let class = &self.classes[c];
+            let guest = &self.guests[g].facts;
+            let r = Rc::new(judge_shape(
+                &guest.domain,
+                &self.none,
+                &class.host,
+                &class.map,
+                arrival(guest.state),
+            ));
+            let mut verdicts = self.verdicts.borrow_mut();
+            if verdicts.len() <= c {
+                verdicts.resize_with(c + 1, Vec::new);
+            }
+            let row = &mut verdicts[c];
+            if row.len() <= shape {
+                row.resize(shape + 1, None);
+            }
+            row[shape] = Some(r.clone());
+            r
+        })
+    }
+
+    /// The `passthrough-group` reason of running guest `g` migrating to host `h`, its host
+    /// names put in.
     fn group_reason(&self, g: usize, h: usize) -> Option<Reason> {
+        let src = self.guests[g].facts.host.as_deref();
+        let dest = &self.hosts[h].name;
+        self.group(g, h, |r| Reason {
+            code: r.code,
+            message: r
+                .message
+                .replace(SOURCE, src.unwrap_or_default())
+                .replace(DEST, dest),
+        })
+    }
+
+    /// `then` of the `passthrough-group` reason of running guest `g` migrating to host `h`
+    /// ([`Passthrough::group`]), its host names as the markers [`SOURCE`] and [`DEST`]; None
+    /// when there is none. Judged once per (passthrough CPU, source class, host class): hosts
+    /// of one class have the same CPU.
+    fn group<T>(&self, g: usize, h: usize, then: impl FnOnce(&Reason) -> T) -> Option<T> {
         let guest = &self.guests[g];
-        if !self.passthrough_shapes[guest.shape] || !running(guest) {
-            return None;
-        }
-        let src = guest.facts.host.as_deref();
-        let src_index = src.and_then(|n| self.hosts.iter().position(|x| x.name == n));
-        let dest = &self.hosts[h];
+        let kind = self.passthrough_shapes[guest.shape].filter(|_| running(guest))?;
+        let src_index = self.sources[g];
         // The host itself: nothing moves.
         if src_index == Some(h) {
             return None;
         }
-        let src_key = match (src, src_index) {
-            (None, _) => None,
-            (Some(n), None) => Some(Err(n.to_string())),
-            (Some(_), Some(i)) => Some(Ok(self.hosts[i].class)),
+        let src_key = match (&guest.facts.host, src_index) {
+            (None, _) => SourceKey::Unknown,
+            (Some(_), None) => SourceKey::Missing,
+            (Some(_), Some(i)) => SourceKey::Class(self.hosts[i].class),
         };
-        let key = (guest.shape, src_key, dest.class);
-        let named = |r: Option<Reason>| {
-            r.map(|r| Reason {
-                code: r.code,
-                message: r
-                    .message
-                    .replace(SOURCE, src.unwrap_or_default())
-                    .replace(DEST, &dest.name),
-            })
-        };
+        let dest_class = self.hosts[h].class;
+        let key = (kind, src_key, dest_class);
         if let Some(r) = self.groups.borrow().get(&key) {
-            return named(r.clone());
+            return r.as_ref().map(then);
         }
-        let source = match (src, src_index) {
-            (None, _) => Source::Unknown,
-            (Some(n), None) => Source::Missing(n),
-            (Some(_), Some(i)) => {
-                Source::Host(SOURCE, self.classes[self.hosts[i].class].passthrough_cpu())
-            }
+        let source = match src_key {
+            SourceKey::Unknown => Source::Unknown,
+            SourceKey::Missing => Source::Missing(SOURCE),
+            SourceKey::Class(c) => Source::Host(SOURCE, self.classes[c].passthrough_cpu()),
         };
-        let dest_cpu = self.classes[dest.class].passthrough_cpu();
-        let r = Domain::parse(&guest.facts.domain, "guest facts")
-            .ok()
-            .and_then(|dom| passthrough_group(&dom, source, DEST, dest_cpu))
+        let dest_cpu = self.classes[dest_class].passthrough_cpu();
+        let r = self.passthroughs[kind]
+            .group(source, DEST, dest_cpu)
             .map(|f| Reason {
                 code: f.code,
                 message: f.message,
             });
-        self.groups.borrow_mut().insert(key, r.clone());
-        named(r)
+        let answer = r.as_ref().map(then);
+        self.groups.borrow_mut().insert(key, r);
+        answer
     }
 
     /// The policy of no rule: what the judge uses (guests as they are).
@@ -565,13 +641,20 @@ impl Fleet {
             .or_else(|| host.machines.first().map(|m| m.arch.as_str()))
     }
 
+    /// The host guest `g` is on (an index in [`Fleet::hosts`]): the one its facts name, when
+    /// that host's facts are given.
+    #[must_use]
+    pub fn source(&self, g: usize) -> Option<usize> {
+        self.sources[g]
+    }
+
     /// The guests on host `h` (their facts name it).
     #[must_use]
     pub fn guests_on(&self, h: usize) -> Vec<usize> {
-        let name = &self.hosts[h].name;
-        (0..self.guests.len())
-            .filter(|g| self.guests[*g].facts.host.as_deref() == Some(name.as_str()))
-            .collect()
+        self.guests_of
+            .get(&self.hosts[h].name)
+            .cloned()
+            .unwrap_or_default()
     }
 }
 

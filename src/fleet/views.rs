@@ -55,7 +55,7 @@ pub fn cannot_count(fleet: &Fleet) -> usize {
     (0..fleet.guests.len())
         .map(|g| {
             (0..fleet.hosts.len())
-                .filter(|h| !fleet.reasons(g, *h).is_empty())
+                .filter(|h| !fleet.runs(g, *h))
                 .count()
         })
         .sum()
@@ -115,20 +115,23 @@ pub fn drain(fleet: &Fleet, h: usize) -> Vec<Leaving> {
 pub fn untakeable(fleet: &Fleet) -> Vec<usize> {
     (0..fleet.hosts.len())
         .map(|h| {
-            let name = fleet.hosts[h].name.as_str();
             (0..fleet.guests.len())
-                .filter(|g| fleet.guests[*g].facts.host.as_deref() != Some(name))
-                .filter(|g| !fleet.reasons(*g, h).is_empty())
+                .filter(|g| fleet.source(*g) != Some(h))
+                .filter(|g| !fleet.runs(*g, h))
                 .count()
         })
         .collect()
 }
 
-/// The guests that cannot leave each host. Indexed like [`Fleet::hosts`].
+/// The guests that cannot leave each host ([`Leaving::stuck`] of [`drain`]: no other host runs
+/// them). Indexed like [`Fleet::hosts`].
 #[must_use]
 pub fn undrainable(fleet: &Fleet) -> Vec<usize> {
     (0..fleet.hosts.len())
-        .map(|h| drain(fleet, h).iter().filter(|l| l.stuck()).count())
+        .map(|h| {
+            let stuck = |g: &usize| !(0..fleet.hosts.len()).any(|o| o != h && fleet.runs(*g, o));
+            fleet.guests_on(h).iter().filter(|g| stuck(g)).count()
+        })
         .collect()
 }
 

@@ -638,6 +638,7 @@ mod tests {
             f.message
         );
         for cpu in [
+            "<cpu mode='custom' match='minimum' check='full'><model>486</model><feature policy='forbid' name='lm'/></cpu>",
             "<cpu mode='custom' match='exact' check='full'><model>486</model><feature policy='forbid' name='hypervisor'/></cpu>",
         ] {
             let m = incompatible(&host, "kvm", cpu).unwrap_or_else(|| panic!("{cpu}"));

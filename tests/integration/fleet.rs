@@ -632,6 +632,18 @@ fn pair_reasons(v: &Value) -> BTreeMap<(String, String), Vec<(String, String)>> 
         .collect()
 }
 
+/// The `passthrough-group` reason of guest `g` on host `h` among `pair_reasons`, if any.
+fn group_reason(
+    got: &BTreeMap<(String, String), Vec<(String, String)>>,
+    g: &str,
+    h: &str,
+) -> Option<String> {
+    got[&(g.to_string(), h.to_string())]
+        .iter()
+        .find(|(c, _)| c == "passthrough-group")
+        .map(|(_, m)| m.clone())
+}
+
 /// A host-passthrough guest migrates only inside its group of identical CPUs, judged on real
 /// host CPUs (libvirt's CPU test data, each as `virsh capabilities` gives it, with libvirt
 /// 12.8's cpu_map): it may go to a second host of the same CPU, not to another Haswell-EP
@@ -686,12 +698,7 @@ fn host_passthrough_guests_migrate_only_inside_their_group() {
         .run();
     out.status(1);
     let got = pair_reasons(&json(&out));
-    let group = |g: &str, h: &str| -> Option<String> {
-        got[&(g.to_string(), h.to_string())]
-            .iter()
-            .find(|(c, _)| c == "passthrough-group")
-            .map(|(_, m)| m.clone())
-    };
+    let group = |g: &str, h: &str| group_reason(&got, g, h);
     assert_eq!(group("pt", "e5-2650-v3"), None);
     assert_eq!(group("pt", "e5-2650-v3-twin"), None);
     assert!(got[&("pt".into(), "e5-2650-v3-twin".into())].is_empty());
@@ -1101,4 +1108,119 @@ fn a_capabilities_only_host_is_judged_against_its_physical_cpu() {
         "{}",
         out.stdout
     );
+}
+
+/// The migration group of running host-passthrough guests, whatever the order of the facts
+/// and whatever their source: guest facts given before their host's facts are still on that
+/// host (drain lists them, their group is that host's CPU); a host whose CPU lacks one feature
+/// (bookworm's capabilities without `sha-ni`) is another group for a guest that keeps the
+/// feature, not for one whose `<cpu>` turns it off (guests alike but for that answer apart); a
+/// guest whose host has no facts is said so on every host, its host named. Two files naming one
+/// host, or a new host named as one of the fleet, are bad input.
+#[test]
+fn host_passthrough_groups_follow_each_guests_own_source_and_cpu() {
+    let t = Scratch::new("fleet-passthrough-sources");
+    let hosts = hosts_dir(&t, "hosts", &["bookworm", "trixie"]);
+    let bookworm = std::fs::read_to_string(hosts.join("bookworm.xml")).unwrap();
+    assert!(bookworm.contains("<feature name='sha-ni'/>"));
+    let lacking = bookworm
+        .replace("<feature name='sha-ni'/>", "")
+        .replace("name='bookworm'", "name='bookworm-no-sha'");
+    t.write("hosts/bookworm-no-sha.xml", lacking);
+    let pt = "<cpu mode='host-passthrough' check='none' migratable='on'/>";
+    let pt_off = "<cpu mode='host-passthrough' check='none' migratable='on'><feature policy='disable' name='sha-ni'/></cpu>";
+    let guests = t.write(
+        "bookworm.guests.xml",
+        guest_facts(
+            "bookworm",
+            &[
+                ("pt", "running", kvm_guest("pt", "x86_64", "pc-q35-5.2", pt)),
+                (
+                    "pt-sha-off",
+                    "running",
+                    kvm_guest("pt-sha-off", "x86_64", "pc-q35-5.2", pt_off),
+                ),
+            ],
+        ),
+    );
+    let gone = t.write(
+        "gone.guests.xml",
+        guest_facts(
+            "gone",
+            &[(
+                "pt-gone",
+                "running",
+                kvm_guest("pt-gone", "x86_64", "pc-q35-5.2", pt),
+            )],
+        ),
+    );
+    let bookworm_map = format!(
+        "bookworm-no-sha={}",
+        s(&generation_facts("bookworm").join("cpu_map"))
+    );
+    // The guests first, then their hosts.
+    let facts = [guests.clone(), gone.clone(), hosts.clone()];
+    let v = fleet_json(&["--cpu-map", &bookworm_map], &facts, 1);
+    let got = pair_reasons(&v);
+    let group = |g: &str, h: &str| group_reason(&got, g, h);
+    let rule = "a running host-passthrough guest sees its host's CPU as is and migrates only to a host of the same CPU (libvirt: between hosts not identical in hardware and microcode the guest may hang or crash): ";
+    for h in ["bookworm", "trixie"] {
+        assert_eq!(group("pt", h), None, "pt on {h}");
+        assert_eq!(group("pt-sha-off", h), None, "pt-sha-off on {h}");
+    }
+    assert_eq!(
+        group("pt", "bookworm-no-sha").as_deref(),
+        Some(format!("{rule}bookworm and bookworm-no-sha differ: features only on bookworm: sha-ni (each host's capabilities host CPU)").as_str())
+    );
+    assert_eq!(group("pt-sha-off", "bookworm-no-sha"), None);
+    for h in ["bookworm", "bookworm-no-sha", "trixie"] {
+        assert_eq!(
+            group("pt-gone", h).as_deref(),
+            Some(format!("{rule}its source host gone has no facts among those given, so whether {h}'s CPU is the same cannot be told").as_str()),
+        );
+    }
+    // Drain bookworm: its guests, read before it; pt only to trixie.
+    let v = fleet_json(
+        &["--cpu-map", &bookworm_map, "--drain", "bookworm"],
+        &facts,
+        0,
+    );
+    let leaving: Vec<(&str, Vec<&str>)> = v["guests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            let to = g["destinations"].as_array().unwrap();
+            let to = to.iter().map(|h| h.as_str().unwrap()).collect();
+            (g["guest"].as_str().unwrap(), to)
+        })
+        .collect();
+    assert_eq!(
+        leaving,
+        [
+            ("pt", vec!["trixie"]),
+            ("pt-sha-off", vec!["bookworm-no-sha", "trixie"])
+        ]
+    );
+    // One host in two files; a new host of a name the fleet has.
+    let twin = t.write(
+        "twin.xml",
+        std::fs::read_to_string(hosts.join("trixie.xml")).unwrap(),
+    );
+    for args in [
+        vec![s(&hosts), s(&twin)],
+        vec!["--admit".to_string(), s(&twin), s(&hosts)],
+    ] {
+        let out = run_fleet(&args);
+        out.status(2);
+        assert!(out.stdout.is_empty(), "{}", out.stdout);
+        assert!(
+            out.stderr.contains(&format!(
+                "twin.xml: names host 'trixie' as {} does already; one file per host",
+                s(&hosts.join("trixie.xml"))
+            )),
+            "{}",
+            out.stderr
+        );
+    }
 }
