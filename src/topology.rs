@@ -186,6 +186,19 @@ pub fn read_vcpu(vcpu: Node<'_, '_>) -> Result<VcpuCount, String> {
     })
 }
 
+/// The ids of `<vcpus>`' entries with `enabled='yes'` below the maximum `max`, in the list's
+/// order (libvirt's `<vcpus>`: the vCPUs it starts; entries it would refuse are left to the
+/// vCPU checks).
+pub fn enabled_vcpu_ids<'a>(vcpus: Node<'a, 'a>, max: u32) -> impl Iterator<Item = u32> + 'a {
+    vcpus
+        .children()
+        .filter(|e| {
+            crate::xml::is_libvirt_element(*e, "vcpu") && e.attribute("enabled") == Some("yes")
+        })
+        .filter_map(|e| e.attribute("id")?.trim().parse::<u32>().ok())
+        .filter(move |id| *id < max)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

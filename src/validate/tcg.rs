@@ -31,8 +31,8 @@ use crate::finding::{Code, Finding, Severity};
 use crate::host::Sourced;
 use crate::libvirt::cpu::{CpuCheck, CpuMode, FeaturePolicy, guaranteed_features};
 use crate::libvirt::version::QemuVersion;
-use crate::topology::Topology;
-use crate::xml::{child, is_libvirt_element};
+use crate::topology::{Topology, enabled_vcpu_ids};
+use crate::xml::child;
 use roxmltree::Node;
 use std::collections::BTreeSet;
 
@@ -94,12 +94,7 @@ fn online_vcpus(dom: &Domain<'_>, current: u32, max: u32) -> u32 {
     let Some(list) = child(dom.root(), "vcpus") else {
         return current.min(max);
     };
-    list.children()
-        .filter(|e| is_libvirt_element(*e, "vcpu") && e.attribute("enabled") == Some("yes"))
-        .filter_map(|e| e.attribute("id")?.trim().parse::<u32>().ok())
-        .filter(|id| *id < max)
-        .max()
-        .map_or(1, |id| id + 1)
+    enabled_vcpu_ids(list, max).max().map_or(1, |id| id + 1)
 }
 
 /// How many vCPUs libvirt starts: `current`, or with a `<vcpus>` list its entries with
@@ -109,15 +104,7 @@ fn enabled_vcpus(dom: &Domain<'_>, current: u32, max: u32) -> u32 {
     let Some(list) = child(dom.root(), "vcpus") else {
         return current.min(max);
     };
-    let on = list
-        .children()
-        .filter(|e| is_libvirt_element(*e, "vcpu") && e.attribute("enabled") == Some("yes"))
-        .filter(|e| {
-            e.attribute("id")
-                .and_then(|i| i.trim().parse::<u32>().ok())
-                .is_some_and(|i| i < max)
-        })
-        .count();
+    let on = enabled_vcpu_ids(list, max).count();
     u32::try_from(on).unwrap_or(max).clamp(1, max)
 }
 

@@ -24,7 +24,7 @@ use crate::libvirt::arch::is_x86;
 use crate::machine::{QEMU_MAX_VCPUS, is_q35};
 use crate::policy::{IommuStrategy, Plan, Ruled, TopologyStrategy, VcpuMax};
 use crate::topology::{Topology, VcpuCount, X86_XAPIC_LIMIT, read_vcpu};
-use crate::xml::{child, is_libvirt_element, written_attributes};
+use crate::xml::{child, written_attributes};
 use follow::{numa_cover, regenerate_vcpus};
 use iommu::add_iommu;
 use roxmltree::Node;
@@ -233,15 +233,7 @@ fn read_counts<'a, 't>(
     let Some(list) = child(root, "vcpus") else {
         return Some((Some(vcpu_node), c));
     };
-    let enabled = list
-        .children()
-        .filter(|e| is_libvirt_element(*e, "vcpu") && e.attribute("enabled") == Some("yes"))
-        .filter(|e| {
-            e.attribute("id")
-                .and_then(|v| v.trim().parse::<u32>().ok())
-                .is_some_and(|id| id < c.max)
-        })
-        .count();
+    let enabled = crate::topology::enabled_vcpu_ids(list, c.max).count();
     let current = u32::try_from(enabled).unwrap_or(c.current).max(1);
     Some((Some(vcpu_node), VcpuCount { current, ..c }))
 }
