@@ -244,6 +244,17 @@ pub(super) fn check(
     if check == CpuCheck::None {
         return false;
     }
+    // A model or feature libvirt does not know is refused at define (`cpu-model-unknown`,
+    // `cpu-feature-unknown` say so): nothing is compared at start.
+    let unknown_model = child(cpu, "model")
+        .and_then(crate::domain::model_name)
+        .is_some_and(|m| facts.model_features(&m).is_none());
+    let unknown_feature = crate::domain::cpu_features(cpu)
+        .iter()
+        .any(|(f, _)| !facts.feature_known(f));
+    if unknown_model || unknown_feature {
+        return false;
+    }
     let path = Path::new("the domain XML");
     // A CPU libvirt refuses to read: the `<cpu>` checks say why.
     let Ok(guest) = guest_cpu(dom.text, path) else {
@@ -569,6 +580,13 @@ mod tests {
                     None,
                     "{policy}"
                 );
+            }
+            // A feature or model libvirt does not know is refused at define, for that alone.
+            for cpu in [
+                "<cpu match='exact' check='full'><model>Nehalem</model><feature policy='require' name='nosuchfeat'/></cpu>",
+                "<cpu match='exact' check='full'><model>NoSuchModel</model></cpu>",
+            ] {
+                assert_eq!(full(cpu), None, "{cpu}");
             }
             let tcg = findings(
                 &host,

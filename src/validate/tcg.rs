@@ -129,7 +129,11 @@ pub(super) fn check_vcpus(
         return;
     }
     check_apic_ids(dom, max, current, facts, out);
-    check_cpu_hotplug(enabled_vcpus(dom, current, max), max, facts, out);
+    let online = enabled_vcpus(dom, current, max);
+    // `current='0'` is refused (`vcpu-current`): no guest to hot-plug into.
+    if current > 0 {
+        check_cpu_hotplug(online, max, facts, out);
+    }
 }
 
 /// The APIC-ID rule of TCG (module docs): `tcg-vcpu-limit` when this QEMU (or an unknown one)

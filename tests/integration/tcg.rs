@@ -846,6 +846,18 @@ fn tcg_cpu_hotplug_is_lost_on_qemu_5_1_to_7_2_0() {
         assert_eq!(check(&kvm, Some(qemu)), None, "KVM, QEMU {qemu}");
     }
     assert_eq!(check(&room, None), None, "an unknown QEMU is no evidence");
+    // current='0' is refused (vcpu-current): no guest, no hot-plug warning.
+    let zero = four("zero.xml", "<vcpu current='0'>4</vcpu>", "qemu");
+    let out = Cmd::new(&["check", "--no-qemu-caps-cache", "--policy", &s(&empty)])
+        .args(&["--qemu-version", "6.2.0"])
+        .arg(s(&zero))
+        .run();
+    assert!(
+        out.stdout.contains("error[vcpu-current]") && warned(&out).is_none(),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
     // A <vcpus> list with a hole (vCPU 1 off below enabled ones; libvirt 9.0 starts it with 3
     // online): the room is one vCPU, counted by the enabled entries, not the highest id.
     let hole = four(
