@@ -134,12 +134,7 @@ fn agrees(line: &str, code: &str, message: &str) -> bool {
 #[test]
 #[ignore = "needs the host's libvirtd and a usable /dev/kvm: .ci/run starts libvirtd"]
 fn kvm_custom_cpu_checks_agree_with_virsh_start() {
-    if !crate::libvirt::dev_kvm_usable() {
-        assert!(
-            std::env::var("VCP_REQUIRE_KVM").as_deref() != Ok("1"),
-            "VCP_REQUIRE_KVM=1 but /dev/kvm is absent or not usable (chmod 666 /dev/kvm)"
-        );
-        eprintln!("kvm: SKIP: /dev/kvm is absent or not usable (chmod 666 /dev/kvm)");
+    if !crate::libvirt::kvm_or_skip("kvm") {
         return;
     }
     let host = oracles().into_iter().next().expect("the host's libvirt");
@@ -478,12 +473,7 @@ fn kvm_generation(
 #[test]
 #[ignore = "needs the libvirt generations and a usable /dev/kvm: .ci/run builds and starts them"]
 fn producers_kvm_against_virsh_create() {
-    if !crate::libvirt::dev_kvm_usable() {
-        assert!(
-            std::env::var("VCP_REQUIRE_KVM").as_deref() != Ok("1"),
-            "VCP_REQUIRE_KVM=1 but /dev/kvm is absent or not usable (chmod 666 /dev/kvm)"
-        );
-        eprintln!("kvm-producers: SKIP: /dev/kvm is absent or not usable (chmod 666 /dev/kvm)");
+    if !crate::libvirt::kvm_or_skip("kvm-producers") {
         return;
     }
     let started = Instant::now();

@@ -113,6 +113,21 @@ pub(crate) fn dev_kvm_usable() -> bool {
         .is_ok()
 }
 
+/// Whether a KVM oracle can run: `/dev/kvm` usable. Without it, a failure under
+/// `VCP_REQUIRE_KVM=1` (CI), else a `SKIP` line on stderr naming `what` (the tests asking are
+/// `#[ignore]`d with that reason by default).
+pub(crate) fn kvm_or_skip(what: &str) -> bool {
+    if dev_kvm_usable() {
+        return true;
+    }
+    assert!(
+        std::env::var("VCP_REQUIRE_KVM").as_deref() != Ok("1"),
+        "{what}: VCP_REQUIRE_KVM=1 but /dev/kvm is absent or not usable (chmod 666 /dev/kvm)"
+    );
+    eprintln!("{what}: SKIP: /dev/kvm is absent or not usable (chmod 666 /dev/kvm)");
+    false
+}
+
 /// The facts of an x86_64 KVM/TCG domain, or None for any other document.
 fn x86_kvm_or_tcg(text: &str) -> Option<&'static str> {
     let doc = roxmltree::Document::parse(text).ok()?;
