@@ -130,8 +130,16 @@ pub(super) fn check_vcpus(
     }
     check_apic_ids(dom, max, current, facts, out);
     let online = enabled_vcpus(dom, current, max);
-    // `current='0'` is refused (`vcpu-current`): no guest to hot-plug into.
-    if current > 0 {
+    // `current='0'` is refused (`vcpu-current`): no guest to hot-plug into. With a `<vcpus>`
+    // list only an entry `enabled='no' hotpluggable='yes'` can be hot-plugged.
+    let pluggable = child(dom.root(), "vcpus").is_none_or(|list| {
+        list.children().any(|e| {
+            crate::xml::is_libvirt_element(e, "vcpu")
+                && e.attribute("enabled") == Some("no")
+                && e.attribute("hotpluggable") == Some("yes")
+        })
+    });
+    if current > 0 && pluggable {
         check_cpu_hotplug(online, max, facts, out);
     }
 }

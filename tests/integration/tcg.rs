@@ -858,4 +858,15 @@ fn tcg_cpu_hotplug_is_lost_on_qemu_5_1_to_7_2_0() {
     );
     let w = check(&hole, Some("5.2.0")).expect("a hole in <vcpus> is room to hot-plug");
     assert!(w.contains("the guest keeps its 3 vCPU(s)"), "{w}");
+    // No disabled vCPU is hotpluggable: nothing can be hot-plugged, nothing to warn of.
+    let fixed = four(
+        "fixed.xml",
+        "<vcpu current='3'>4</vcpu>\n  <vcpus>\n    <vcpu id='0' enabled='yes' hotpluggable='no' order='1'/>\n    <vcpu id='1' enabled='no' hotpluggable='no'/>\n    <vcpu id='2' enabled='yes' hotpluggable='yes' order='2'/>\n    <vcpu id='3' enabled='yes' hotpluggable='yes' order='3'/>\n  </vcpus>",
+        "qemu",
+    );
+    let out = Cmd::new(&["check", "--no-qemu-caps-cache", "--policy", &s(&empty)])
+        .args(&["--qemu-version", "5.2.0"])
+        .arg(s(&fixed))
+        .run();
+    assert!(warned(&out).is_none(), "{}{}", out.stdout, out.stderr);
 }
