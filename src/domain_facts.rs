@@ -70,6 +70,9 @@ pub struct DomainFacts<'h> {
     /// `check='partial'` ([`crate::validate::kvm`]), when the host's capabilities and cpu_map
     /// give it.
     pub kvm_start: Option<crate::validate::kvm::KvmStartHost<'h>>,
+    /// An AMD host whose QEMU aborts a KVM CPU carrying `arch-capabilities`
+    /// ([`crate::validate::arch_caps`]), when its facts say so.
+    pub arch_caps: Option<crate::validate::arch_caps::ArchCapsHost>,
     /// The domain's arch, virt type, and the arch of the host that runs it
     /// ([`crate::libvirt::arch::host_arch`]), for the CPU modes libvirt offers.
     arch: String,
@@ -143,6 +146,7 @@ impl<'h> DomainFacts<'h> {
             libvirt,
             tcg: TcgFacts::gather(dom, plan, host, domcaps),
             kvm_start: crate::validate::kvm::gather(dom, plan, host),
+            arch_caps: crate::validate::arch_caps::gather(dom, host),
             arch: arch.to_string(),
             virt_type: vt.to_string(),
             host_arch: crate::libvirt::arch::host_arch(),

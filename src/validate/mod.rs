@@ -11,6 +11,7 @@
 //! start (APIC IDs that need x2APIC, the guest CPU against what TCG emulates). Checks never change the document and
 //! read host facts from [`DomainFacts`] only.
 
+pub mod arch_caps;
 mod cpu;
 mod iommu;
 pub mod kvm;
@@ -72,5 +73,6 @@ pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> Vec<F
     vcpu::check(dom, facts, &mut out);
     iommu::check(dom, facts, &mut out);
     cpu::check(dom, cpus.first().copied(), plan, facts, &mut out);
+    arch_caps::check(dom, facts, &mut out);
     out
 }
