@@ -84,6 +84,30 @@ pub fn cpu_data(
 /// may list them (`virsh capabilities` decodes them from CPUID); a guest CPU never has them.
 pub const QEMU_DROPPED_FEATURES: [&str; 5] = ["cmt", "mbm_total", "mbm_local", "osxsave", "ospke"];
 
+/// Features QEMU sets in a guest's CPUID from its vCPU topology, whatever the CPU model says:
+/// `ht` (CPUID 1 EDX bit 28) and `cmp_legacy` (0x80000001 ECX bit 1), set only with more than
+/// one logical CPU per package (more than one core for `cmp_legacy`). From QEMU 10.0.1 on (the
+/// series "i386/cpu: Set up CPUID_HT in x86_cpu_expand_features()", QEMU 5979f50fa9fd, in the
+/// stable 10.0.1) KVM and TCG alike build them so, and libvirt then finds a one-vCPU guest CPU
+/// that required them without them: the hook's `started` check said "the started CPU lacks
+/// required features: missing cmp_legacy" for a cluster CPU on QEMU 11.1 of an AMD host, whose
+/// host-model CPU requires `cmp_legacy`. A cluster CPU is for every guest of the cluster, of any
+/// topology, so [`leave_out_topology`] takes them out of it: leaving them out costs a guest
+/// nothing, QEMU sets them where its topology has them.
+pub const QEMU_TOPOLOGY_FEATURES: [&str; 2] = ["ht", "cmp_legacy"];
+
+/// `b` without [`QEMU_TOPOLOGY_FEATURES`] among the features it requires (no libvirt model has
+/// them, so none is disabled). Returns the ones it had, in the order of the constant.
+pub fn leave_out_topology(b: &mut Baseline) -> Vec<String> {
+    let had: Vec<String> = QEMU_TOPOLOGY_FEATURES
+        .iter()
+        .filter(|f| b.cpu.require.iter().any(|r| r == *f))
+        .map(|f| (*f).to_string())
+        .collect();
+    b.cpu.require.retain(|f| !had.contains(f));
+    had
+}
+
 /// `cpu` without [`QEMU_DROPPED_FEATURES`].
 fn drop_qemu_unknown(mut cpu: Decoded) -> Decoded {
     for list in [&mut cpu.require, &mut cpu.disable] {

@@ -42,7 +42,9 @@ pub fn render(report: &ClusterReport, format: BaselineFormat) -> String {
 /// The JSON object of a report: `arch`, `model`, `vendor`, `require`, `disable`, `level`,
 /// `hosts` (each `name`, `source`, `level`, `lacks`: level name → missing features) and
 /// `groups` (lists of host names); `kvm_left_out` (`features`, `hosts`) only when features KVM
-/// never gives a guest were left out ([`ClusterReport::kvm_left_out`]). `model`, `vendor` and
+/// never gives a guest were left out ([`ClusterReport::kvm_left_out`]); `topology_left_out` (a
+/// list) only when features QEMU derives from the topology were
+/// ([`ClusterReport::topology_left_out`]). `model`, `vendor` and
 /// `level` are null when there is none (off x86; `vendor` also when the hosts' vendors differ or
 /// one names none).
 #[must_use]
@@ -81,6 +83,9 @@ pub fn json(report: &ClusterReport) -> serde_json::Value {
     if let Some(k) = &report.kvm_left_out {
         v["kvm_left_out"] = serde_json::json!({"features": k.features, "hosts": k.hosts});
     }
+    if !report.topology_left_out.is_empty() {
+        v["topology_left_out"] = serde_json::json!(report.topology_left_out);
+    }
     v
 }
 
@@ -112,6 +117,13 @@ fn header(report: &ClusterReport, comment: &str) -> String {
     }
     if let Some(k) = &report.kvm_left_out {
         let _ = writeln!(s, "{comment} {}", k.sentence());
+    }
+    if !report.topology_left_out.is_empty() {
+        let _ = writeln!(
+            s,
+            "{comment} {}",
+            super::report::topology_sentence(&report.topology_left_out)
+        );
     }
     s
 }
@@ -311,6 +323,9 @@ fn notes(report: &ClusterReport) -> Vec<String> {
     }
     if let Some(k) = &report.kvm_left_out {
         notes.push(k.sentence());
+    }
+    if !report.topology_left_out.is_empty() {
+        notes.push(super::report::topology_sentence(&report.topology_left_out));
     }
     for (host, n, some) in &report.model_limits {
         notes.push(format!(

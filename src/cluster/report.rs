@@ -95,6 +95,20 @@ pub struct ClusterReport {
     /// when nothing was left out (always when every host has domcapabilities, whose
     /// `host-model` never lists them).
     pub kvm_left_out: Option<KvmLeftOut>,
+    /// The features QEMU derives from a guest's vCPU topology
+    /// ([`super::baseline::QEMU_TOPOLOGY_FEATURES`]) the hosts' common CPU required, left out
+    /// of the baseline (a guest of one vCPU does not keep them on QEMU 10.0.1 and later); empty
+    /// when it had none.
+    pub topology_left_out: Vec<String>,
+}
+
+/// The sentence of [`ClusterReport::topology_left_out`] for reports and explanations.
+#[must_use]
+pub fn topology_sentence(features: &[String]) -> String {
+    format!(
+        "left out of the baseline: {}: QEMU sets them from each guest's vCPU topology (QEMU 10.0.1 and later leave them out of a guest of one vCPU, and the hook's started check would find them missing), so a cluster CPU does not require them",
+        features.join(", ")
+    )
 }
 
 /// What [`ClusterReport::kvm_left_out`] took out of a baseline, and because of which hosts.
@@ -182,6 +196,7 @@ pub fn analyze(
         left_out: Vec::new(),
         model_limits: model_limits(hosts),
         kvm_left_out: None,
+        topology_left_out: Vec::new(),
     };
     match (is_x86(&arch), map) {
         (true, Some(map)) => x86(&mut report, hosts, map, *opts)?,
@@ -273,6 +288,7 @@ fn x86(
             });
         }
     }
+    report.topology_left_out = super::baseline::leave_out_topology(&mut b);
     report.features = b
         .effective_features(map)
         .into_iter()

@@ -101,7 +101,7 @@ fn guest(name: &str, cpu: &str) -> String {
 /// sentence; "guest CPU doesn't match specification: extra features: ..., missing features: ..."
 /// is `kvm-check-full` naming every missing feature, and `hypervisor` when libvirt names it
 /// extra (the other extra features are not predicted).
-fn agrees(line: &str, code: &str, message: &str) -> bool {
+pub(crate) fn agrees(line: &str, code: &str, message: &str) -> bool {
     if let Some((_, reason)) = line.split_once("the CPU is incompatible with host CPU: ") {
         let missing = "Host CPU does not provide required features: ";
         let said = message.split(" (").next().unwrap_or_default();

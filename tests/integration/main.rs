@@ -25,6 +25,7 @@ mod hook;
 mod hostile;
 mod journal;
 mod kvm;
+mod kvm_truth;
 mod libvirt;
 mod machines;
 mod modes;

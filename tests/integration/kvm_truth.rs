@@ -1,0 +1,188 @@
+//! The tool's KVM start verdicts against what a real AMD EPYC host's libvirt answered, on any
+//! machine: `../shared/corpus/kvm-truth/amd-epyc-nested/GENERATION/` holds that host's
+//! `virsh capabilities`, `virsh domcapabilities` and, in `truth.jsonl`, `virsh create --paused`
+//! of every custom model of its kvm domcapabilities under `check='partial'` and `'full'`, under
+//! `match='minimum'`, the modes, QEMU's default CPU and the x86-64-v2 rewrite: started, or
+//! libvirt's error (the corpus's README).
+//!
+//! Each case is judged by `virt-cpu-policy check` with that generation's facts as the daemon
+//! publishes them (capabilities, the kvm domcapabilities of the case's machine type, the
+//! generation's cpu_map from `tests/data/generations`, its libvirt and QEMU releases), and must
+//! agree with libvirt:
+//!
+//! * started: no error, and no `kvm-arch-capabilities` warning;
+//! * refused by libvirt's CPU checks ("the CPU is incompatible with host CPU", "guest CPU doesn't
+//!   match specification"): `cpu-incompatible` or `kvm-check-full` saying libvirt's reason
+//!   ([`crate::kvm`]'s agreement);
+//! * aborted by QEMU on MSR 0x10a: the `kvm-arch-capabilities` warning, and no error;
+//! * refused for anything else (libvirt 7.0's "Invalid mode attribute 'maximum'"): an error.
+//!
+//! So this oracle judges the AMD answers on an Intel machine too, and `kvm.rs` judges the
+//! machine's own libvirt: green on one vendor means green on the other.
+
+use crate::harness::{Cmd, Scratch, root, s, shared_corpus};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The recorded host.
+const HOST: &str = "kvm-truth/amd-epyc-nested";
+
+/// A diskless KVM guest named `name` of machine type `machine` with `cpu` (the corpus's README:
+/// 64 MiB, one vCPU).
+fn guest(machine: &str, cpu: &str) -> String {
+    format!(
+        "<domain type='kvm'>\n  <name>truth</name>\n  <memory unit='MiB'>64</memory>\n  <vcpu>1</vcpu>\n  <os>\n    <type arch='x86_64' machine='{machine}'>hvm</type>\n  </os>\n  {cpu}\n  <devices>\n    <console type='pty'/>\n    <memballoon model='none'/>\n  </devices>\n</domain>\n"
+    )
+}
+
+/// The libvirt release of generation `g` (`libvirt X.Y.Z` of `tests/data/generations/G/version`:
+/// the recorded `version` is `virsh version` of one client, which names no daemon) and the QEMU
+/// release the recorded host ran (`Running hypervisor: QEMU X.Y.Z` of its `version`).
+fn versions(g: &str, dir: &Path) -> (String, String) {
+    let find = |file: &Path, prefix: &str| {
+        let text = std::fs::read_to_string(file).expect("a version file");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| panic!("{}: no {prefix}", file.display()))
+    };
+    let ours = root().join("tests/data/generations").join(g).join("version");
+    (
+        find(&ours, "libvirt "),
+        find(&dir.join("version"), "Running hypervisor: QEMU "),
+    )
+}
+
+/// How one case came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Class {
+    /// Started, and the tool found no error.
+    Starts,
+    /// Refused by libvirt, the tool's error saying the same.
+    Refused,
+    /// Refused by libvirt's CPU check and by the tool's error for that check, their lists of
+    /// features differing: under `check='full'`, and for a model libvirt 11.3 compares with
+    /// what KVM gives, libvirt lists what QEMU's KVM dropped, which the tool predicts from
+    /// domcapabilities' host-model CPU (a superset: QEMU drops more, `f16c`, `rdrand`,
+    /// `xsaveopt`... on this host), and the record keeps 600 characters of the message.
+    RefusedOtherList,
+    /// QEMU's MSR 0x10a abort, warned of.
+    MsrWarned,
+    /// Refused by libvirt for what no CPU check says (an unknown mode), the tool refusing too.
+    OtherRefused,
+    /// Anything else: a disagreement.
+    Disagree,
+}
+
+#[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
+fn kvm_verdicts_agree_with_a_recorded_amd_host() {
+    let base = shared_corpus().join(HOST);
+    let tmp = Scratch::new("kvm-truth");
+    let policy = tmp.write("empty.toml", "version = 1\n");
+    let mut failures = Vec::new();
+    let mut total = 0;
+    for g in ["bullseye", "bookworm", "trixie", "forky"] {
+        let dir = base.join(g);
+        let (libvirt, qemu) = versions(g, &dir);
+        let cpu_map = root().join("tests/data/generations").join(g).join("cpu_map");
+        let truth = std::fs::read_to_string(dir.join("truth.jsonl")).expect("truth.jsonl");
+        let mut counts: BTreeMap<Class, usize> = BTreeMap::new();
+        for line in truth.lines().filter(|l| !l.trim().is_empty()) {
+            let case: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            let text = |k: &str| case[k].as_str().unwrap_or_default().to_string();
+            let (label, machine, cpu) = (text("case"), text("machine"), text("cpu"));
+            let started = case["started"].as_bool().expect("started");
+            let error = text("error");
+            let domcaps = dir.join(format!("domcapabilities-x86_64-{machine}-kvm.xml"));
+            let out = Cmd::new(&["check", "--format", "json", "--no-qemu-caps-cache"])
+                .args(&["--policy", &s(&policy)])
+                .args(&["--caps", &s(&dir.join("capabilities.xml"))])
+                .args(&["--caps", &s(&domcaps)])
+                .args(&["--cpu-map", &s(&cpu_map)])
+                .args(&["--libvirt-version", &libvirt, "--qemu-version", &qemu])
+                .stdin(guest(&machine, &cpu))
+                .run();
+            let v: serde_json::Value = serde_json::from_str(&out.stdout)
+                .unwrap_or_else(|e| panic!("{g} {label}: check's JSON: {e}: {}", out.stderr));
+            let findings: Vec<(String, String, String)> = v["findings"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|f| {
+                    let t = |k: &str| f[k].as_str().unwrap_or_default().to_string();
+                    (t("severity"), t("code"), t("message"))
+                })
+                .collect();
+            let errors: Vec<&(String, String, String)> =
+                findings.iter().filter(|f| f.0 == "error").collect();
+            let warned = findings.iter().any(|f| f.1 == "kvm-arch-capabilities");
+            let cpu_refusal = error
+                .lines()
+                .map(|l| l.trim_start_matches("error: "))
+                .find(|l| {
+                    l.contains("the CPU is incompatible with host CPU")
+                        || l.contains("guest CPU doesn't match specification")
+                });
+            let class = if started {
+                if errors.is_empty() && !warned {
+                    Class::Starts
+                } else {
+                    Class::Disagree
+                }
+            } else if crate::kvm::msr_abort(&error) {
+                if errors.is_empty() && warned {
+                    Class::MsrWarned
+                } else {
+                    Class::Disagree
+                }
+            } else if let Some(l) = cpu_refusal {
+                let code = if l.contains("guest CPU doesn't match specification") {
+                    "kvm-check-full"
+                } else {
+                    "cpu-incompatible"
+                };
+                let agree = errors
+                    .iter()
+                    .any(|(_, code, m)| crate::kvm::agrees(l, code, m));
+                if agree {
+                    Class::Refused
+                } else if errors.iter().any(|(_, c, _)| c == code) {
+                    Class::RefusedOtherList
+                } else {
+                    Class::Disagree
+                }
+            } else if !errors.is_empty() {
+                Class::OtherRefused
+            } else {
+                Class::Disagree
+            };
+            *counts.entry(class).or_insert(0) += 1;
+            total += 1;
+            if class == Class::Disagree {
+                let said: Vec<String> = findings
+                    .iter()
+                    .map(|(sev, code, m)| format!("{sev}[{code}]: {m}"))
+                    .collect();
+                failures.push(format!(
+                    "{g} {label} ({cpu}): libvirt {}; tool {said:?}",
+                    if started {
+                        "started".to_string()
+                    } else {
+                        crate::producers::reason(&error)
+                    }
+                ));
+            }
+        }
+        eprintln!("kvm-truth: {g} (libvirt {libvirt}, QEMU {qemu}): {counts:?}");
+    }
+    eprintln!(
+        "kvm-truth: {total} cases of a recorded AMD host, {} disagree",
+        failures.len()
+    );
+    assert!(total > 0, "no case in {}", base.display());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
