@@ -13,6 +13,7 @@
 //! `machines.rs`; the QEMU release and what its TCG gives in `qemu.rs`.
 
 mod cpu_map;
+pub mod cpuid;
 mod machines;
 mod qemu;
 
