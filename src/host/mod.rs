@@ -62,10 +62,10 @@ pub struct Host {
     /// The (arch, virt type) pairs of guests the capabilities given list
     /// ([`crate::libvirt::capabilities::Capabilities::guest_types`]); empty without capabilities.
     pub guest_types: Vec<(String, String)>,
-    /// The host's physical CPU, `<host><cpu>` of the first capabilities given (a `virsh
-    /// capabilities` document or a `<hostFacts>` holding one), with that file: what a host known
-    /// without domcapabilities is judged against ([`crate::destination::compare_cpu`]).
-    pub host_cpu: Option<Sourced<CpuDef>>,
+    /// `<host><cpu>` of the first capabilities given; see [`Host::host_cpu`].
+    given_host_cpu: Option<Sourced<CpuDef>>,
+    /// This machine's CPU decoded from CPUID, on first ask; see [`Host::host_cpu`].
+    decoded_host_cpu: std::cell::OnceCell<std::result::Result<Sourced<CpuDef>, String>>,
     /// Files read, in order.
     pub files: Vec<String>,
     /// libvirt's QEMU capability cache, read lazily when a machine limit is needed.
@@ -254,7 +254,8 @@ impl Host {
             machines: Vec::new(),
             domcaps: Vec::new(),
             guest_types: Vec::new(),
-            host_cpu: None,
+            given_host_cpu: None,
+            decoded_host_cpu: std::cell::OnceCell::new(),
             files: Vec::new(),
             qemu_cache: QemuCache::new(match &opts.qemu_cache {
                 Some(p) if p.as_os_str().is_empty() => None,
@@ -422,12 +423,94 @@ impl Host {
     /// Keeps `c`'s `<host><cpu>` (read from `file`) unless an earlier file gave one: the first
     /// file wins, as for machine types.
     fn keep_host_cpu(&mut self, c: &crate::libvirt::capabilities::Capabilities, file: &str) {
-        if self.host_cpu.is_none() {
-            self.host_cpu = c.host_cpu.clone().map(|value| Sourced {
+        if self.given_host_cpu.is_none() {
+            self.given_host_cpu = c.host_cpu.clone().map(|value| Sourced {
                 value,
                 source: format!("capabilities host CPU, {file}"),
             });
         }
+    }
+
+    /// The host's physical CPU, as `virsh capabilities` shows it in `<host><cpu>`: what a host
+    /// known without domcapabilities is judged against ([`crate::destination::compare_cpu`]),
+    /// and what libvirt compares a KVM custom CPU with at start ([`crate::validate::kvm`]).
+    ///
+    /// * `<host><cpu>` of the first capabilities given (a `virsh capabilities` document or a
+    ///   `<hostFacts>` holding one), with that file as its source;
+    /// * else, when this machine is the judged host ([`HostOptions::only_given_facts`] false),
+    ///   is x86_64 and libvirt's cpu_map directory is in use ([`Host::cpu_map_dir`]; the
+    ///   built-in table has no CPUID bits), this machine's CPUID decoded as libvirt decodes it
+    ///   (`virCPUx86GetHost`: [`cpuid::this_machine`], [`X86Map::decode_host`]), on the first
+    ///   ask only (loading the cpu_map as CPUID data costs a few milliseconds, which a guest
+    ///   start whose CPU needs no comparison does not pay);
+    /// * else None ([`Host::host_cpu_unknown`] says why).
+    ///
+    /// [`X86Map::decode_host`]: crate::libvirt::cpu_map::x86::X86Map::decode_host
+    #[must_use]
+    pub fn host_cpu(&self) -> Option<&Sourced<CpuDef>> {
+        self.given_host_cpu
+            .as_ref()
+            .or_else(|| self.decoded_host_cpu().as_ref().ok())
+    }
+
+    /// Whether [`Host::host_cpu`] may give a CPU of `arch`, asked without decoding this
+    /// machine's CPUID: a given host CPU of that arch, or this machine's, x86_64, still to be
+    /// decoded (or decoded). A decoding that then fails leaves [`Host::host_cpu`] None.
+    #[must_use]
+    pub fn may_know_host_cpu(&self, arch: &str) -> bool {
+        if let Some(given) = &self.given_host_cpu {
+            return given.value.arch.as_deref() == Some(arch);
+        }
+        match self.decoded_host_cpu.get() {
+            Some(decoded) => decoded
+                .as_ref()
+                .is_ok_and(|c| c.value.arch.as_deref() == Some(arch)),
+            None => {
+                !self.only_given_facts
+                    && arch == "x86_64"
+                    && crate::libvirt::arch::host_arch() == "x86_64"
+                    && self.cpu_map_dir.is_some()
+            }
+        }
+    }
+
+    /// Why [`Host::host_cpu`] is None, one sentence; None when it is known.
+    #[must_use]
+    pub fn host_cpu_unknown(&self) -> Option<&str> {
+        if self.given_host_cpu.is_some() {
+            return None;
+        }
+        self.decoded_host_cpu().as_ref().err().map(String::as_str)
+    }
+
+    /// This machine's CPU from CPUID, decoded once (see [`Host::host_cpu`]), or why not.
+    fn decoded_host_cpu(&self) -> &std::result::Result<Sourced<CpuDef>, String> {
+        self.decoded_host_cpu.get_or_init(|| {
+            if self.only_given_facts {
+                return Err("not given (give capabilities with --caps: the judged host is not this machine)".into());
+            }
+            let arch = crate::libvirt::arch::host_arch();
+            if arch != "x86_64" {
+                return Err(format!("not given (give capabilities with --caps: this machine's CPU is decoded from CPUID on x86_64 only, not {arch})"));
+            }
+            let Some(dir) = &self.cpu_map_dir else {
+                return Err("not given (give capabilities with --caps: decoding this machine's CPUID needs libvirt's cpu_map, which is not in use)".into());
+            };
+            let map = crate::libvirt::cpu_map::x86::X86Map::load(dir)
+                .map_err(|e| format!("this machine's CPUID not decoded: {e}"))?;
+            let raw = cpuid::this_machine(&map)
+                .ok_or_else(|| format!("this machine's CPUID cannot be read on {arch}"))?;
+            let value = map
+                .decode_host(&raw)
+                .map_err(|e| format!("this machine's CPUID not decoded: {e}"))?;
+            Ok(Sourced {
+                value,
+                source: format!(
+                    "CPUID of this machine, decoded with libvirt's cpu_map at {} (virCPUx86GetHost)",
+                    dir.display()
+                ),
+            })
+        })
     }
 
     /// The host's online CPU count: the override, else `sysconf(_SC_NPROCESSORS_ONLN)`, asked once

@@ -52,9 +52,7 @@ use crate::domain::{Domain, cpu_mode};
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
 use crate::host::Host;
-use crate::host::Sourced;
 use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu::CpuDef;
 use crate::libvirt::cpu::{CpuCheck, CpuMatch, CpuMode, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::X86Map;
 use crate::libvirt::domcaps::DomCaps;
@@ -69,8 +67,11 @@ use std::sync::OnceLock;
 /// neither (loading libvirt's cpu_map as CPUID data costs the hook about 4 ms).
 #[derive(Debug, Clone)]
 pub struct KvmStartHost<'h> {
-    /// The host's capabilities CPU, when given.
-    physical: Option<&'h Sourced<CpuDef>>,
+    /// The host, whose own CPU ([`Host::host_cpu`]) is asked only when the map is loaded: this
+    /// machine's is decoded from CPUID then, not for a guest that needs no comparison.
+    host: &'h Host,
+    /// The guest's arch: the host CPU is compared with only when it is of that arch.
+    arch: String,
     /// KVM's domcapabilities with a host-model CPU, when given.
     domcaps: Option<&'h DomCaps>,
     /// libvirt's cpu_map directory.
@@ -102,7 +103,11 @@ impl KvmStartHost<'_> {
                 let map = X86Map::load(&self.dir).ok()?;
                 let domcaps = self.domcaps;
                 let adds = domcaps.and_then(|d| d.host_model.as_ref().map(|hm| (hm, &d.source)));
-                let full = self.physical.map(|physical| {
+                let physical = self
+                    .host
+                    .host_cpu()
+                    .filter(|c| c.value.arch.as_deref() == Some(self.arch.as_str()));
+                let full = physical.map(|physical| {
                     let source = match adds {
                         Some((_, d)) => format!(
                             "{}, with the features QEMU's KVM adds per {d}",
@@ -144,18 +149,17 @@ pub fn gather<'h>(dom: &Domain<'_>, plan: &Plan, host: &'h Host) -> Option<KvmSt
     if !models && plan.model.is_none() {
         return None;
     }
-    let physical = host
-        .host_cpu
-        .as_ref()
-        .filter(|c| c.value.arch.as_deref() == Some(dom.arch()));
+    // Whether the host's own CPU can be known, without decoding this machine's CPUID now.
+    let physical = host.may_know_host_cpu(dom.arch());
     let domcaps = host
         .domcaps_for(dom.arch(), "kvm", dom.machine())
         .filter(|d| d.host_model.is_some());
-    if physical.is_none() && domcaps.is_none() {
+    if !physical && domcaps.is_none() {
         return None;
     }
     Some(KvmStartHost {
-        physical,
+        host,
+        arch: dom.arch().to_owned(),
         domcaps,
         dir: host.cpu_map_dir.clone()?,
         loaded: OnceLock::new(),
