@@ -66,6 +66,8 @@ pub struct Host {
     given_host_cpu: Option<Sourced<CpuDef>>,
     /// This machine's CPU decoded from CPUID, on first ask; see [`Host::host_cpu`].
     decoded_host_cpu: std::cell::OnceCell<std::result::Result<Sourced<CpuDef>, String>>,
+    /// The cpu_map as CPUID data, on first ask; see [`Host::x86_map`].
+    x86_map: std::cell::OnceCell<std::result::Result<crate::libvirt::cpu_map::x86::X86Map, String>>,
     /// Files read, in order.
     pub files: Vec<String>,
     /// libvirt's QEMU capability cache, read lazily when a machine limit is needed.
@@ -256,6 +258,7 @@ impl Host {
             guest_types: Vec::new(),
             given_host_cpu: None,
             decoded_host_cpu: std::cell::OnceCell::new(),
+            x86_map: std::cell::OnceCell::new(),
             files: Vec::new(),
             qemu_cache: QemuCache::new(match &opts.qemu_cache {
                 Some(p) if p.as_os_str().is_empty() => None,
@@ -438,8 +441,9 @@ impl Host {
     /// * `<host><cpu>` of the first capabilities given (a `virsh capabilities` document or a
     ///   `<hostFacts>` holding one), with that file as its source;
     /// * else, when this machine is the judged host ([`HostOptions::only_given_facts`] false),
-    ///   is x86_64 and libvirt's cpu_map directory is in use ([`Host::cpu_map_dir`]; the
-    ///   built-in table has no CPUID bits), this machine's CPUID decoded as libvirt decodes it
+    ///   is x86_64 and its libvirt's cpu_map directory ([`DEFAULT_CPU_MAP`]) is in use
+    ///   ([`Host::cpu_map_dir`]; the built-in table has no CPUID bits, another directory may be
+    ///   another libvirt's), this machine's CPUID decoded as libvirt decodes it
     ///   (`virCPUx86GetHost`: [`cpuid::this_machine`], [`X86Map::decode_host`]), on the first
     ///   ask only (loading the cpu_map as CPUID data costs a few milliseconds, which a guest
     ///   start whose CPU needs no comparison does not pay);
@@ -469,9 +473,37 @@ impl Host {
                 !self.only_given_facts
                     && arch == "x86_64"
                     && crate::libvirt::arch::host_arch() == "x86_64"
-                    && self.cpu_map_dir.is_some()
+                    && self.own_cpu_map()
             }
         }
+    }
+
+    /// libvirt's cpu_map in use ([`Host::cpu_map_dir`]) as CPUID data, loaded on the first ask
+    /// (about 3 ms) and kept, for whoever compares CPUs as libvirt does: this machine's CPU
+    /// decoding ([`Host::host_cpu`]) and the KVM start comparison ([`crate::validate::kvm`]).
+    ///
+    /// # Errors
+    /// The loader's sentence ([`crate::libvirt::cpu_map::CpuMapError`]), or that the built-in
+    /// table (no CPUID bits) is in use.
+    pub fn x86_map(&self) -> std::result::Result<&crate::libvirt::cpu_map::x86::X86Map, String> {
+        self.x86_map
+            .get_or_init(|| match &self.cpu_map_dir {
+                Some(dir) => {
+                    crate::libvirt::cpu_map::x86::X86Map::load(dir).map_err(|e| e.to_string())
+                }
+                None => Err("the built-in cpu_map table has no CPUID data".into()),
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Whether the cpu_map in use is this machine's libvirt's ([`DEFAULT_CPU_MAP`]): the map
+    /// `virsh capabilities` decodes this machine's CPU with. A directory named with `--cpu-map`
+    /// or `[host] cpu_map` may be another libvirt's (a dry run, the tests' recorded map): this
+    /// machine's CPU decoded with it is no capabilities this machine shows, and would make the
+    /// judgement depend on the machine the tool runs on.
+    fn own_cpu_map(&self) -> bool {
+        self.cpu_map_dir.as_deref() == Some(Path::new(DEFAULT_CPU_MAP))
     }
 
     /// Why [`Host::host_cpu`] is None, one sentence; None when it is known.
@@ -496,7 +528,11 @@ impl Host {
             let Some(dir) = &self.cpu_map_dir else {
                 return Err("not given (give capabilities with --caps: decoding this machine's CPUID needs libvirt's cpu_map, which is not in use)".into());
             };
-            let map = crate::libvirt::cpu_map::x86::X86Map::load(dir)
+            if !self.own_cpu_map() {
+                return Err(format!("not given (give capabilities with --caps: this machine's CPUID is decoded only with its libvirt's cpu_map, {DEFAULT_CPU_MAP}, not {})", dir.display()));
+            }
+            let map = self
+                .x86_map()
                 .map_err(|e| format!("this machine's CPUID not decoded: {e}"))?;
             let raw = cpuid::this_machine(&map)
                 .ok_or_else(|| format!("this machine's CPUID cannot be read on {arch}"))?;
