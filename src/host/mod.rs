@@ -534,7 +534,7 @@ impl Host {
             let map = self
                 .x86_map()
                 .map_err(|e| format!("this machine's CPUID not decoded: {e}"))?;
-            let raw = cpuid::this_machine(&map)
+            let raw = cpuid::this_machine(map)
                 .ok_or_else(|| format!("this machine's CPUID cannot be read on {arch}"))?;
             let value = map
                 .decode_host(&raw)

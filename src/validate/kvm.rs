@@ -119,7 +119,7 @@ impl KvmStartHost<'_> {
                         &physical.source,
                         &physical.value,
                         adds.map(|(hm, _)| hm),
-                        &map,
+                        map,
                     );
                     (host, source)
                 });
