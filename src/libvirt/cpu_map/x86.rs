@@ -16,13 +16,15 @@ use super::{
     CpuMapError, Mark, ModelElement, arch_entries, include_path, invalid, parse, read_file,
     x86_arch,
 };
-use crate::libvirt::cpudata::X86CpuData;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 mod decode;
+mod signature;
 
 pub use decode::{DecodeFor, FeatureList, HostDecodeError};
+pub use signature::X86Signature;
+use signature::signatures;
 
 /// A set of CPUID/MSR bits of one [`X86Map`] (libvirt's `virCPUx86Data`), as a bit set over the
 /// bits the map's features use. Every value made by one map has the same length; mixing the data
@@ -137,31 +139,6 @@ pub struct X86Model {
     /// `x86ModelParseSignatures` does): the CPUs it is named after. Decoding a host CPU prefers
     /// a model whose signature is the CPU's (`x86DecodeUseCandidate`).
     pub signatures: Vec<X86Signature>,
-}
-
-/// One `<signature family=F model=M [stepping=S]>` of a model (libvirt's `virCPUx86Signature`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct X86Signature {
-    /// The CPU family (`family`, as [`X86CpuData::signature`] computes it).
-    pub family: u32,
-    /// The CPU model number (`model`).
-    pub model: u32,
-    /// The steppings it covers as a bit mask (bit N: stepping N; `stepping='0-4'` written by
-    /// libvirt 9.5 and later for Skylake-Server and its successors), None for every stepping.
-    pub steppings: Option<u16>,
-}
-
-impl X86Signature {
-    /// Whether a CPU of `family`, `model` and `stepping` is this signature's (libvirt's
-    /// `virCPUx86SignaturesMatch` for one signature).
-    #[must_use]
-    pub fn matches(&self, family: u32, model: u32, stepping: u32) -> bool {
-        self.family == family
-            && self.model == model
-            && self
-                .steppings
-                .is_none_or(|s| stepping < 16 && s & (1 << stepping) != 0)
-    }
 }
 
 /// libvirt's x86 CPU map, loaded from a `cpu_map` directory (see the module docs).
@@ -292,63 +269,6 @@ impl X86Map {
     #[must_use]
     pub fn has_vendor(&self, name: &str) -> bool {
         self.vendors.iter().any(|(v, _)| v == name)
-    }
-
-    /// The vendor whose string CPUID leaf 0 gives in `raw` (ebx, edx, ecx: `GenuineIntel`,
-    /// `AuthenticAMD`...): the first vendor of the map, in load order, whose string's bits are
-    /// all set there (libvirt's `x86DataToVendor`). None when no vendor's string is there.
-    #[must_use]
-    pub fn vendor_of(&self, raw: &X86CpuData) -> Option<&str> {
-        let [_, ebx, ecx, edx] = raw.cpuid(0, 0)?;
-        self.vendors
-            .iter()
-            .find(|(_, [b, d, c])| ebx & b == *b && edx & d == *d && ecx & c == *c)
-            .map(|(name, _)| name.as_str())
-    }
-
-    /// The map's data for the raw CPUID and MSR registers `raw`: every bit a feature of the map
-    /// uses that `raw` sets (a leaf given twice counts with the bits of both, as libvirt's
-    /// `virCPUx86DataAdd` ORs them); bits no feature uses are left out, since no decoding looks
-    /// at them.
-    #[must_use]
-    pub fn data_of(&self, raw: &X86CpuData) -> CpuData {
-        let mut data = self.empty_data();
-        let mut put = |kind: u8, leaf: u32, sub: u32, regs: [(u8, u32); 4]| {
-            for (reg, value) in regs {
-                for bit in (0..32u8).filter(|b| value & (1 << b) != 0) {
-                    if let Some(i) = self.bit_index.get(&(kind, leaf, sub, reg, bit)) {
-                        data.set(*i);
-                    }
-                }
-            }
-        };
-        for c in &raw.cpuid {
-            put(
-                0,
-                c.eax_in,
-                c.ecx_in,
-                [(0, c.eax), (1, c.ebx), (2, c.ecx), (3, c.edx)],
-            );
-        }
-        for m in &raw.msrs {
-            put(1, m.index, 0, [(0, m.eax), (3, m.edx), (1, 0), (2, 0)]);
-        }
-        data
-    }
-
-    /// The (leaf, sub-leaf) pairs of CPUID the map's features use, sorted: what must be asked
-    /// of a CPU to decode it.
-    #[must_use]
-    pub fn cpuid_leaves(&self) -> Vec<(u32, u32)> {
-        let mut leaves: Vec<(u32, u32)> = self
-            .bit_index
-            .keys()
-            .filter(|k| k.0 == 0)
-            .map(|k| (k.1, k.2))
-            .collect();
-        leaves.sort_unstable();
-        leaves.dedup();
-        leaves
     }
 
     /// An empty data set of this map.
@@ -602,62 +522,13 @@ impl Loader {
     }
 }
 
-/// The `<signature>` children of the model `name` (libvirt's `x86ModelParseSignatures`).
-///
-/// # Errors
-/// [`CpuMapError::Invalid`] for a missing or non-numeric `family` or `model`, or a `stepping`
-/// that is not a list of numbers and ranges below 16 (libvirt: "Invalid CPU signature ... in
-/// model %s").
-fn signatures(
-    path: &Path,
-    name: &str,
-    node: roxmltree::Node<'_, '_>,
-) -> Result<Vec<X86Signature>, CpuMapError> {
-    let mut out = Vec::new();
-    for sig in node.children().filter(|n| n.has_tag_name("signature")) {
-        let steppings = match sig.attribute("stepping") {
-            None => None,
-            Some(text) => Some(stepping_mask(text).ok_or_else(|| {
-                invalid(
-                    path,
-                    format!("Invalid CPU signature stepping '{text}' in model {name}"),
-                )
-            })?),
-        };
-        out.push(X86Signature {
-            family: attr_u32(path, sig, "family")?,
-            model: attr_u32(path, sig, "model")?,
-            steppings,
-        });
-    }
-    Ok(out)
-}
-
-/// A `stepping` list (`0-4`, `5,7`, `10-11`: libvirt's bitmap syntax without negation) as a
-/// bit mask; None when it is not one or names a stepping above 15.
-fn stepping_mask(text: &str) -> Option<u16> {
-    let mut mask = 0u16;
-    for part in text.split(',').map(str::trim) {
-        let (lo, hi) = match part.split_once('-') {
-            Some((a, b)) => (a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?),
-            None => {
-                let n = part.parse::<u32>().ok()?;
-                (n, n)
-            }
-        };
-        if lo > hi || hi > 15 {
-            return None;
-        }
-        for s in lo..=hi {
-            mask |= 1 << s;
-        }
-    }
-    Some(mask)
-}
-
 /// A required unsigned attribute, read as libvirt's `virXMLPropUInt` with base 0 does
 /// (`0x` hexadecimal, a leading `0` octal, else decimal).
-fn attr_u32(path: &Path, node: roxmltree::Node<'_, '_>, name: &str) -> Result<u32, CpuMapError> {
+pub(super) fn attr_u32(
+    path: &Path,
+    node: roxmltree::Node<'_, '_>,
+    name: &str,
+) -> Result<u32, CpuMapError> {
     let value = node.attribute(name).ok_or_else(|| {
         invalid(
             path,

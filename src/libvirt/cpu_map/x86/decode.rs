@@ -47,6 +47,63 @@ pub enum HostDecodeError {
 }
 
 impl X86Map {
+    /// The vendor whose string CPUID leaf 0 gives in `raw` (ebx, edx, ecx: `GenuineIntel`,
+    /// `AuthenticAMD`...): the first vendor of the map, in load order, whose string's bits are
+    /// all set there (libvirt's `x86DataToVendor`). None when no vendor's string is there.
+    #[must_use]
+    pub fn vendor_of(&self, raw: &X86CpuData) -> Option<&str> {
+        let [_, ebx, ecx, edx] = raw.cpuid(0, 0)?;
+        self.vendors
+            .iter()
+            .find(|(_, [b, d, c])| ebx & b == *b && edx & d == *d && ecx & c == *c)
+            .map(|(name, _)| name.as_str())
+    }
+
+    /// The map's data for the raw CPUID and MSR registers `raw`: every bit a feature of the map
+    /// uses that `raw` sets (a leaf given twice counts with the bits of both, as libvirt's
+    /// `virCPUx86DataAdd` ORs them); bits no feature uses are left out, since no decoding looks
+    /// at them.
+    #[must_use]
+    pub fn data_of(&self, raw: &X86CpuData) -> CpuData {
+        let mut data = self.empty_data();
+        let mut put = |kind: u8, leaf: u32, sub: u32, regs: [(u8, u32); 4]| {
+            for (reg, value) in regs {
+                for bit in (0..32u8).filter(|b| value & (1 << b) != 0) {
+                    if let Some(i) = self.bit_index.get(&(kind, leaf, sub, reg, bit)) {
+                        data.set(*i);
+                    }
+                }
+            }
+        };
+        for c in &raw.cpuid {
+            put(
+                0,
+                c.eax_in,
+                c.ecx_in,
+                [(0, c.eax), (1, c.ebx), (2, c.ecx), (3, c.edx)],
+            );
+        }
+        for m in &raw.msrs {
+            put(1, m.index, 0, [(0, m.eax), (3, m.edx), (1, 0), (2, 0)]);
+        }
+        data
+    }
+
+    /// The (leaf, sub-leaf) pairs of CPUID the map's features use, sorted: what must be asked
+    /// of a CPU to decode it.
+    #[must_use]
+    pub fn cpuid_leaves(&self) -> Vec<(u32, u32)> {
+        let mut leaves: Vec<(u32, u32)> = self
+            .bit_index
+            .keys()
+            .filter(|k| k.0 == 0)
+            .map(|k| (k.1, k.2))
+            .collect();
+        leaves.sort_unstable();
+        leaves.dedup();
+        leaves
+    }
+
     /// The models a CPU of `vendor` may be named after, newest first (the map's load order
     /// reversed, as libvirt walks it): those of another vendor are skipped (a vendor-neutral
     /// model, such as `qemu64`, stays; with no vendor every model stays), and so are those the
