@@ -175,7 +175,7 @@ pub fn judge(
         findings,
         arch: arch_missing(&p.dom, host),
         machine,
-        cpu: compare_cpu(&p.dom, text, &p.facts, host.host_cpu.as_ref(), map, arrival),
+        cpu: compare_cpu(&p.dom, text, &p.facts, host.host_cpu(), map, arrival),
     }
 }
 

@@ -58,6 +58,7 @@ pub(super) fn text(policy: &Policy, host: &Host, models: usize, verbose: bool) -
         "unknown (give --qemu-version, or let the tool read a current file of libvirt's QEMU capability cache); x86 TCG guests are then judged as under QEMU before 9.0: no vCPU with an APIC ID of 255 or more",
     ));
     s.push_str(&fact_line("host CPUs", host.cpus(), "unknown"));
+    s.push_str(&host_cpu_line(host, verbose));
     s.push_str(&fact_line(
         "KVM max vCPUs",
         host.kvm_limit(),
@@ -115,6 +116,28 @@ fn cpu_map_version(
         }
         _ => String::new(),
     }
+}
+
+/// `host CPU: MODEL, VENDOR, N features beyond the model (from SOURCE)`, the features listed
+/// under `--verbose`; or why the host's own CPU is unknown.
+fn host_cpu_line(host: &Host, verbose: bool) -> String {
+    let Some(cpu) = host.host_cpu() else {
+        let why = host.host_cpu_unknown().unwrap_or("unknown");
+        return format!("host CPU: {why}\n");
+    };
+    let c = &cpu.value;
+    let mut line = format!(
+        "host CPU: {}, {}, {} features beyond the model (from {})\n",
+        c.model.as_deref().unwrap_or("no model"),
+        c.vendor.as_deref().unwrap_or("no vendor"),
+        c.features.len(),
+        cpu.source
+    );
+    if verbose && !c.features.is_empty() {
+        let names: Vec<&str> = c.features.iter().map(|(n, _)| n.as_str()).collect();
+        let _ = writeln!(line, "  features: {}", names.join(" "));
+    }
+    line
 }
 
 fn fact_line<T: std::fmt::Display>(name: &str, fact: Option<&Sourced<T>>, unknown: &str) -> String {
@@ -436,6 +459,10 @@ pub(super) fn json(policy: &Policy, host: &Host, models: usize) -> Value {
             source: v.source,
         }).as_ref()),
         "host_cpus": fact_json(host.cpus()),
+        "host_cpu": host.host_cpu().map(|c| json!({
+            "value": {"arch": c.value.arch, "model": c.value.model, "vendor": c.value.vendor,
+                      "features": c.value.features.iter().map(|(n, _)| n).collect::<Vec<_>>()},
+            "source": c.source})),
         "kvm_max_vcpus": fact_json(host.kvm_limit()),
         "capability_files": host.files,
         "qemu_caps_cache": host.qemu_cache().dir(),

@@ -17,7 +17,7 @@
 
 use super::ClusterError;
 use crate::libvirt::cpu::{CpuDef, FeaturePolicy};
-use crate::libvirt::cpu_map::x86::{CpuData, X86Map, X86Model};
+use crate::libvirt::cpu_map::x86::{CpuData, DecodeFor, FeatureList, X86Map, X86Model};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -303,9 +303,6 @@ pub fn baseline(
     })
 }
 
-/// A candidate's feature list: (name, disabled) in libvirt's order (`x86DataToCPU`).
-type FeatureList = Vec<(String, bool)>;
-
 /// Decodes `data` into a guest CPU (libvirt's `x86Decode` for a guest CPU definition, with the
 /// vendor `vendor` and the preferred models `preferred`).
 ///
@@ -320,19 +317,11 @@ pub fn decode(
     opts: &BaselineOptions<'_>,
 ) -> Result<Decoded, ClusterError> {
     let mut best: Option<(&X86Model, FeatureList)> = None;
-    for model in map.models().iter().rev() {
+    for model in map.decode_candidates(vendor, DecodeFor::Guest) {
         if opts.usable.is_some_and(|u| !u.contains(&model.name)) {
             continue;
         }
-        if let (Some(v), Some(mv)) = (vendor, &model.vendor) {
-            if v != mv {
-                continue;
-            }
-        }
-        if !model.decode_guest {
-            continue;
-        }
-        let list = candidate(map, data, model);
+        let list = map.candidate_features(data, model, DecodeFor::Guest);
         let is_preferred = preferred.contains(&model.name.as_str());
         if is_preferred && preferred.len() == 1 {
             best = Some((model, list));
@@ -361,27 +350,6 @@ pub fn decode(
         require: require.into_iter().map(|(n, _)| n).collect(),
         disable: disable.into_iter().map(|(n, _)| n).collect(),
     })
-}
-
-/// `model`'s feature list for `data`: what the data has beyond the model (required), then what
-/// the model has beyond the data (disabled), then the model's removed features not yet listed.
-fn candidate(map: &X86Map, data: &CpuData, model: &X86Model) -> FeatureList {
-    let mut list: FeatureList = map
-        .decode_features(&data.minus(&model.data))
-        .into_iter()
-        .map(|n| (n.to_owned(), false))
-        .collect();
-    list.extend(
-        map.decode_features(&model.data.minus(data))
-            .into_iter()
-            .map(|n| (n.to_owned(), true)),
-    );
-    for removed in &model.removed {
-        if !list.iter().any(|(n, _)| n == removed) {
-            list.push((removed.clone(), true));
-        }
-    }
-    list
 }
 
 /// libvirt's score of a guest candidate (`virCPUx86CompareCandidateFeatureList`): (total,

@@ -13,7 +13,9 @@
 //! `machines.rs`; the QEMU release and what its TCG gives in `qemu.rs`.
 
 mod cpu_map;
+pub mod cpuid;
 mod machines;
+mod own_cpu;
 mod qemu;
 
 pub use machines::{DeprecatedMachine, MachineLimit};
@@ -61,10 +63,12 @@ pub struct Host {
     /// The (arch, virt type) pairs of guests the capabilities given list
     /// ([`crate::libvirt::capabilities::Capabilities::guest_types`]); empty without capabilities.
     pub guest_types: Vec<(String, String)>,
-    /// The host's physical CPU, `<host><cpu>` of the first capabilities given (a `virsh
-    /// capabilities` document or a `<hostFacts>` holding one), with that file: what a host known
-    /// without domcapabilities is judged against ([`crate::destination::compare_cpu`]).
-    pub host_cpu: Option<Sourced<CpuDef>>,
+    /// `<host><cpu>` of the first capabilities given; see [`Host::host_cpu`].
+    given_host_cpu: Option<Sourced<CpuDef>>,
+    /// This machine's CPU decoded from CPUID, on first ask; see [`Host::host_cpu`].
+    decoded_host_cpu: std::cell::OnceCell<std::result::Result<Sourced<CpuDef>, String>>,
+    /// The cpu_map as CPUID data, on first ask; see [`Host::x86_map`].
+    x86_map: std::cell::OnceCell<std::result::Result<crate::libvirt::cpu_map::x86::X86Map, String>>,
     /// Files read, in order.
     pub files: Vec<String>,
     /// libvirt's QEMU capability cache, read lazily when a machine limit is needed.
@@ -253,7 +257,9 @@ impl Host {
             machines: Vec::new(),
             domcaps: Vec::new(),
             guest_types: Vec::new(),
-            host_cpu: None,
+            given_host_cpu: None,
+            decoded_host_cpu: std::cell::OnceCell::new(),
+            x86_map: std::cell::OnceCell::new(),
             files: Vec::new(),
             qemu_cache: QemuCache::new(match &opts.qemu_cache {
                 Some(p) if p.as_os_str().is_empty() => None,
@@ -421,8 +427,8 @@ impl Host {
     /// Keeps `c`'s `<host><cpu>` (read from `file`) unless an earlier file gave one: the first
     /// file wins, as for machine types.
     fn keep_host_cpu(&mut self, c: &crate::libvirt::capabilities::Capabilities, file: &str) {
-        if self.host_cpu.is_none() {
-            self.host_cpu = c.host_cpu.clone().map(|value| Sourced {
+        if self.given_host_cpu.is_none() {
+            self.given_host_cpu = c.host_cpu.clone().map(|value| Sourced {
                 value,
                 source: format!("capabilities host CPU, {file}"),
             });

@@ -9,6 +9,7 @@
 //!   domcapabilities (reader and writer);
 //! * [`cpu`]: a `<cpu>` definition and libvirt's words for its attributes;
 //! * [`cpu_map`]: libvirt's x86 cpu_map (vendors, features as CPUID bits, models), one loader;
+//! * [`cpudata`]: raw x86 CPUID and MSR registers, and libvirt's `<cpudata>` dump of them;
 //! * [`arch`] and [`version`]: libvirt's architecture names and release numbers.
 //!
 //! Every host fact the tool uses comes through here, whoever asks (`Host` for one host, the
@@ -23,6 +24,7 @@ pub mod arch;
 pub mod capabilities;
 pub mod cpu;
 pub mod cpu_map;
+pub mod cpudata;
 pub mod domcaps;
 pub mod host_facts;
 pub mod qemu_caps;

@@ -52,16 +52,14 @@ use crate::domain::{Domain, cpu_mode};
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
 use crate::host::Host;
-use crate::host::Sourced;
 use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu::CpuDef;
 use crate::libvirt::cpu::{CpuCheck, CpuMatch, CpuMode, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::X86Map;
 use crate::libvirt::domcaps::DomCaps;
 use crate::policy::Plan;
 use crate::xml::child;
 use roxmltree::Node;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 /// The host CPUs a KVM guest's custom CPU is compared with at start, and the cpu_map to compare
@@ -69,21 +67,20 @@ use std::sync::OnceLock;
 /// neither (loading libvirt's cpu_map as CPUID data costs the hook about 4 ms).
 #[derive(Debug, Clone)]
 pub struct KvmStartHost<'h> {
-    /// The host's capabilities CPU, when given.
-    physical: Option<&'h Sourced<CpuDef>>,
+    /// The host, whose own CPU ([`Host::host_cpu`]) is asked only when the map is loaded: this
+    /// machine's is decoded from CPUID then, not for a guest that needs no comparison.
+    host: &'h Host,
+    /// The guest's arch: the host CPU is compared with only when it is of that arch.
+    arch: String,
     /// KVM's domcapabilities with a host-model CPU, when given.
     domcaps: Option<&'h DomCaps>,
-    /// libvirt's cpu_map directory.
-    dir: PathBuf,
     /// What [`KvmStartHost::loaded`] made.
     loaded: OnceLock<Option<Loaded>>,
 }
 
-/// The map and the two host CPUs, once loaded.
+/// The two host CPUs, once made (the map is the host's: [`Host::x86_map`]).
 #[derive(Debug, Clone)]
 struct Loaded {
-    /// libvirt's x86 cpu_map as CPUID data.
-    map: X86Map,
     /// libvirt's "full" host CPU ([`ClusterHost::started_kvm_compare`]) and where it came from,
     /// for messages ("capabilities host CPU, caps.xml, with the features QEMU's KVM adds per
     /// domcaps.xml"): what `check='partial'` compares with. None without capabilities.
@@ -96,13 +93,20 @@ struct Loaded {
 impl KvmStartHost<'_> {
     /// The map and host CPUs, loaded now if they were not; None when the cpu_map cannot be
     /// read (its own findings say so).
-    fn loaded(&self) -> Option<&Loaded> {
-        self.loaded
+    fn loaded(&self) -> Option<(&X86Map, &Loaded)> {
+        // The host's map: loaded once for this comparison and the decoding of this machine's
+        // CPU ([`Host::host_cpu`]).
+        let map = self.host.x86_map().ok()?;
+        let loaded = self
+            .loaded
             .get_or_init(|| {
-                let map = X86Map::load(&self.dir).ok()?;
                 let domcaps = self.domcaps;
                 let adds = domcaps.and_then(|d| d.host_model.as_ref().map(|hm| (hm, &d.source)));
-                let full = self.physical.map(|physical| {
+                let physical = self
+                    .host
+                    .host_cpu()
+                    .filter(|c| c.value.arch.as_deref() == Some(self.arch.as_str()));
+                let full = physical.map(|physical| {
                     let source = match adds {
                         Some((_, d)) => format!(
                             "{}, with the features QEMU's KVM adds per {d}",
@@ -115,19 +119,16 @@ impl KvmStartHost<'_> {
                         &physical.source,
                         &physical.value,
                         adds.map(|(hm, _)| hm),
-                        &map,
+                        map,
                     );
                     (host, source)
                 });
                 let host_model =
                     domcaps.map(|d| (ClusterHost::from_domcaps("this host", d), d.source.clone()));
-                Some(Loaded {
-                    map,
-                    full,
-                    host_model,
-                })
+                Some(Loaded { full, host_model })
             })
-            .as_ref()
+            .as_ref()?;
+        Some((map, loaded))
     }
 }
 
@@ -144,20 +145,20 @@ pub fn gather<'h>(dom: &Domain<'_>, plan: &Plan, host: &'h Host) -> Option<KvmSt
     if !models && plan.model.is_none() {
         return None;
     }
-    let physical = host
-        .host_cpu
-        .as_ref()
-        .filter(|c| c.value.arch.as_deref() == Some(dom.arch()));
+    // Whether the host's own CPU can be known, without decoding this machine's CPUID now.
+    let physical = host.may_know_host_cpu(dom.arch());
     let domcaps = host
         .domcaps_for(dom.arch(), "kvm", dom.machine())
         .filter(|d| d.host_model.is_some());
-    if physical.is_none() && domcaps.is_none() {
+    if !physical && domcaps.is_none() {
         return None;
     }
+    // libvirt's cpu_map directory, loaded on first use ([`Host::x86_map`]).
+    host.cpu_map_dir.as_ref()?;
     Some(KvmStartHost {
-        physical,
+        host,
+        arch: dom.arch().to_owned(),
         domcaps,
-        dir: host.cpu_map_dir.clone()?,
         loaded: OnceLock::new(),
     })
 }
@@ -281,10 +282,9 @@ fn compare_at_start(
     if plain_usable(start, guest) {
         return false;
     }
-    let Some(loaded) = start.loaded() else {
+    let Some((map, loaded)) = start.loaded() else {
         return false;
     };
-    let map = &loaded.map;
     let via_kvm = guest
         .cpu
         .model
@@ -380,11 +380,13 @@ fn check_full(start: &KvmStartHost<'_>, guest: &GuestCpu, out: &mut Vec<Finding>
         .then(|| start.loaded())
         .flatten();
     let (missing, per) = match loaded {
-        Some(Loaded {
+        Some((
             map,
-            host_model: Some((host, source)),
-            ..
-        }) => match compare(map, host, guest, path) {
+            Loaded {
+                host_model: Some((host, source)),
+                ..
+            },
+        )) => match compare(map, host, guest, path) {
             Ok(c) if !c.missing.is_empty() => (c.missing, format!("; missing per {source}")),
             _ => (Vec::new(), String::new()),
         },

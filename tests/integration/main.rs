@@ -22,6 +22,7 @@ mod generations;
 mod golden;
 mod harness;
 mod hook;
+mod hostcpu;
 mod hostile;
 mod journal;
 mod kvm;

@@ -19,6 +19,13 @@ use super::{
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+mod decode;
+mod signature;
+
+pub use decode::{DecodeFor, FeatureList, HostDecodeError};
+pub use signature::X86Signature;
+use signature::signatures;
+
 /// A set of CPUID/MSR bits of one [`X86Map`] (libvirt's `virCPUx86Data`), as a bit set over the
 /// bits the map's features use. Every value made by one map has the same length; mixing the data
 /// of two maps is a logic error (the sets would not line up) and is never done.
@@ -128,6 +135,10 @@ pub struct X86Model {
     /// treats them as features beyond the model (seen: `virsh cpu-baseline` of a host `Penryn`
     /// plus `vmx-activity-hlt` requires `vmx-activity-hlt`).
     pub added: Vec<String>,
+    /// Its `<signature>`s, own or inherited (a model's own replace its ancestor's, as libvirt's
+    /// `x86ModelParseSignatures` does): the CPUs it is named after. Decoding a host CPU prefers
+    /// a model whose signature is the CPU's (`x86DecodeUseCandidate`).
+    pub signatures: Vec<X86Signature>,
 }
 
 /// libvirt's x86 CPU map, loaded from a `cpu_map` directory (see the module docs).
@@ -137,9 +148,12 @@ pub struct X86Map {
     nbits: usize,
     features: Vec<X86Feature>,
     feature_index: HashMap<String, usize>,
-    vendors: Vec<String>,
+    /// Vendor names with their CPUID leaf 0 registers (ebx, edx, ecx), in load order.
+    vendors: Vec<(String, [u32; 3])>,
     models: Vec<X86Model>,
     model_index: HashMap<String, usize>,
+    /// Every CPUID/MSR bit a feature uses, with its number in [`CpuData`].
+    bit_index: HashMap<BitKey, u32>,
 }
 
 /// Where a CPUID or MSR bit lives: (0 = CPUID / 1 = MSR, leaf or MSR index, sub-leaf, register
@@ -151,7 +165,7 @@ struct Loader {
     bits: HashMap<BitKey, u32>,
     features: Vec<(String, Vec<u32>, bool)>,
     feature_index: HashMap<String, usize>,
-    vendors: Vec<String>,
+    vendors: Vec<(String, [u32; 3])>,
     models: Vec<RawModel>,
     model_index: HashMap<String, usize>,
 }
@@ -167,6 +181,7 @@ struct RawModel {
     names: Vec<String>,
     removed: Vec<String>,
     added: Vec<String>,
+    signatures: Vec<X86Signature>,
 }
 
 impl X86Map {
@@ -253,7 +268,7 @@ impl X86Map {
     /// Whether `name` is a vendor of the map (`Intel`, `AMD`, `Hygon`...).
     #[must_use]
     pub fn has_vendor(&self, name: &str) -> bool {
-        self.vendors.iter().any(|v| v == name)
+        self.vendors.iter().any(|(v, _)| v == name)
     }
 
     /// An empty data set of this map.
@@ -319,11 +334,11 @@ impl Loader {
 
     fn vendor(&mut self, path: &Path, node: roxmltree::Node<'_, '_>) -> Result<(), CpuMapError> {
         let name = super::required_name(path, node)?;
-        if self.vendors.iter().any(|v| v == name) {
+        if self.vendors.iter().any(|(v, _)| v == name) {
             return Err(invalid(path, format!("CPU vendor {name} already defined")));
         }
-        match node.attribute("string") {
-            Some(s) if s.len() == 12 => {}
+        let string = match node.attribute("string") {
+            Some(s) if s.len() == 12 => s.as_bytes(),
             Some(s) => return Err(invalid(path, format!("Invalid CPU vendor string '{s}'"))),
             None => {
                 return Err(invalid(
@@ -331,8 +346,13 @@ impl Loader {
                     format!("Missing vendor string for CPU vendor {name}"),
                 ));
             }
-        }
-        self.vendors.push(name.to_owned());
+        };
+        // CPUID leaf 0 gives the string in ebx, edx, ecx, four bytes each, little-endian
+        // (libvirt's `virCPUx86VendorToData`).
+        let reg =
+            |i: usize| u32::from_le_bytes([string[i], string[i + 1], string[i + 2], string[i + 3]]);
+        self.vendors
+            .push((name.to_owned(), [reg(0), reg(4), reg(8)]));
         Ok(())
     }
 
@@ -405,6 +425,7 @@ impl Loader {
             names: Vec::new(),
             removed: Vec::new(),
             added: Vec::new(),
+            signatures: Vec::new(),
         };
         if let Some(parent) = element.parent {
             let Some(ancestor) = self.model_index.get(parent).map(|i| &self.models[*i]) else {
@@ -417,9 +438,14 @@ impl Loader {
             model.vendor.clone_from(&ancestor.vendor);
             model.bits.clone_from(&ancestor.bits);
             model.names.clone_from(&ancestor.names);
+            model.signatures.clone_from(&ancestor.signatures);
+        }
+        let own = signatures(path, name, node)?;
+        if !own.is_empty() {
+            model.signatures = own;
         }
         if let Some(vendor) = element.vendor {
-            if !self.vendors.iter().any(|v| v == vendor) {
+            if !self.vendors.iter().any(|(v, _)| v == vendor) {
                 return Err(invalid(
                     path,
                     format!("Unknown vendor {vendor} referenced by CPU model {name}"),
@@ -487,16 +513,22 @@ impl Loader {
                     feature_names: m.names.clone(),
                     removed: m.removed.clone(),
                     added: m.added.clone(),
+                    signatures: m.signatures.clone(),
                 })
                 .collect(),
             model_index: self.model_index,
+            bit_index: self.bits,
         }
     }
 }
 
 /// A required unsigned attribute, read as libvirt's `virXMLPropUInt` with base 0 does
 /// (`0x` hexadecimal, a leading `0` octal, else decimal).
-fn attr_u32(path: &Path, node: roxmltree::Node<'_, '_>, name: &str) -> Result<u32, CpuMapError> {
+pub(super) fn attr_u32(
+    path: &Path,
+    node: roxmltree::Node<'_, '_>,
+    name: &str,
+) -> Result<u32, CpuMapError> {
     let value = node.attribute(name).ok_or_else(|| {
         invalid(
             path,
