@@ -158,9 +158,13 @@ impl<'h> DomainFacts<'h> {
     /// table ([`crate::modes::builtin_supported`]); None when neither says.
     #[must_use]
     pub fn mode_supported(&self, mode: CpuMode) -> Option<bool> {
+        // libvirt 7.0 refuses the mode at define whatever its domcapabilities say: they do not
+        // list `maximum` at all (seen: Debian 11's 7.0.0, "Invalid mode attribute 'maximum'").
+        if mode == CpuMode::Maximum && self.lacks(VersionRule::MaximumMode) {
+            return Some(false);
+        }
         match self.domcaps {
             Some(d) => Some(d.supports(mode)),
-            None if mode == CpuMode::Maximum && self.lacks(VersionRule::MaximumMode) => Some(false),
             None => {
                 crate::modes::builtin_supported(mode, &self.arch, &self.virt_type, self.host_arch)
             }

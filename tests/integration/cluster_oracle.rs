@@ -980,6 +980,22 @@ fn kvm_never_features_against(o: &Oracle) {
     }
 }
 
+/// Whether `check` of the KVM guest `xml` with the oracle's own facts (kvm domcapabilities, its
+/// QEMU release, its cpu_map) warns `kvm-arch-capabilities`.
+fn arch_capabilities_warned(o: &Oracle, dir: &Scratch, xml: &str) -> bool {
+    let dc = o.virsh(&["domcapabilities", "--virttype", "kvm"]);
+    assert!(dc.ok, "virsh domcapabilities --virttype kvm: {}", dc.stderr);
+    let domcaps = dir.write("domcapabilities-kvm.xml", &dc.stdout);
+    let policy = dir.write("empty.toml", "version = 1\n");
+    let out = Cmd::new(&["check", "--format", "json", "--no-qemu-caps-cache"])
+        .args(&["--qemu-version", &crate::tcg::qemu_version(o)])
+        .args(&["--caps", &s(&domcaps), "--policy", &s(&policy)])
+        .args(&o.tool_args())
+        .stdin(xml)
+        .run();
+    out.stdout.contains("\"kvm-arch-capabilities\"")
+}
+
 /// `virsh create` of `guest` (a `guest()` document) as a small diskless KVM guest on the host's
 /// libvirt: it starts, or, when `refused` names a feature, libvirt refuses it at start naming
 /// that feature. The guest is destroyed at once (a transient domain is then gone).
@@ -997,9 +1013,32 @@ fn starts_under_kvm(o: &Oracle, dir: &Scratch, guest: &str, refused: Option<&str
             "<memory unit='MiB'>64</memory><vcpu>1</vcpu>",
             1,
         );
-    let file = dir.write(&format!("{name}.xml"), xml);
-    let v = o.virsh(&["create", &s(&file)]);
+    let file = dir.write(&format!("{name}.xml"), &xml);
+    let mut v = o.virsh(&["create", &s(&file)]);
     let _ = o.virsh(&["destroy", &name]);
+    if !v.ok && refused.is_none() && crate::kvm::msr_abort(&v.stderr) {
+        // QEMU aborted on MSR 0x10a after libvirt's checks passed: an AMD host whose QEMU is
+        // older than 10.1 and a CPU with arch-capabilities. The tool warns of it with this
+        // host's facts, and the same CPU without arch-capabilities is what is judged here.
+        assert!(
+            arch_capabilities_warned(o, dir, &xml),
+            "{}: QEMU aborted on MSR 0x10a and the tool did not warn (kvm-arch-capabilities): {}",
+            o.label,
+            v.stderr
+        );
+        eprintln!(
+            "{}: QEMU aborted the baseline on MSR 0x10a, as the tool warns (kvm-arch-capabilities); started again with arch-capabilities disabled",
+            o.label
+        );
+        let without = xml.replacen(
+            "</cpu>",
+            "<feature policy='disable' name='arch-capabilities'/></cpu>",
+            1,
+        );
+        let file = dir.write(&format!("{name}-no-arch-capabilities.xml"), without);
+        v = o.virsh(&["create", &s(&file)]);
+        let _ = o.virsh(&["destroy", &name]);
+    }
     match refused {
         None => assert!(
             v.ok,

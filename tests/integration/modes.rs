@@ -69,7 +69,9 @@ fn libvirt_verdict(o: &Oracle, dir: &Scratch, name: &str, xml: &str) -> Result<b
         // libvirt offered the mode and started QEMU, which aborted on MSR 0x10a: an AMD host
         // whose QEMU is older than 10.1 (`kvm-arch-capabilities`, judged against real starts
         // in kvm.rs). The mode is offered.
-        eprintln!("modes: {name}: QEMU aborted on MSR 0x10a (arch-capabilities on AMD): libvirt offered the mode");
+        eprintln!(
+            "modes: {name}: QEMU aborted on MSR 0x10a (arch-capabilities on AMD): libvirt offered the mode"
+        );
         Ok(true)
     } else if started.stderr.contains("is not supported by hypervisor") {
         Ok(false)

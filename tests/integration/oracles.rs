@@ -352,11 +352,22 @@ fn check_inside(oracle: &Oracle, file: &str, policy: &str) -> serde_json::Value 
         let name = format!("/tmp/virt-cpu-policy-{}", std::process::id());
         let inside = oracle.path(&name);
         std::fs::copy(crate::harness::bin(), &inside).expect("copy the tool into the root");
-        let o = oracle
-            .command(&name)
-            .args(["check", "--format", "json", "--policy", policy, file])
-            .output()
-            .expect("run the tool in the root");
+        // A test thread forking while the copy's file was open for writing leaves that
+        // descriptor open in its child until the child's exec: the copy cannot be run until
+        // then ("Text file busy", ETXTBSY). Tried again after a moment.
+        let mut tries = 0;
+        let o = loop {
+            let o = oracle
+                .command(&name)
+                .args(["check", "--format", "json", "--policy", policy, file])
+                .output()
+                .expect("run the tool in the root");
+            tries += 1;
+            if tries == 20 || !String::from_utf8_lossy(&o.stderr).contains("Text file busy") {
+                break o;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
         let _ = std::fs::remove_file(inside);
         crate::harness::Output::from(o)
     };
