@@ -20,7 +20,8 @@
 //! `Broadwell-noTSX-IBRS` on 7.0 and 9.0 and `Icelake-Server-v2` on 11.3 and 12.8), so on x86 a
 //! CPU is its model's features plus the listed ones, expanded through its own host's cpu_map,
 //! and only the features both hosts' cpu_maps define are compared (a feature one libvirt cannot
-//! name is no fact about its host); elsewhere (aarch64) the model and the listed features are
+//! name is no fact about its host, nor are the bits of an MSR its libvirt did not read:
+//! [`HostCpu::unread`]); elsewhere (aarch64) the model and the listed features are
 //! compared as written. QEMU's version and the kernel are not part of the group: the facts
 //! hold no more of them than the machine types, which keep the device model, and on one CPU
 //! host-passthrough KVM guests migrate live between QEMU 5.2, 7.2, 10.0 and 11.1
@@ -72,6 +73,12 @@ pub struct HostCpu {
     pub cpu_map: Option<PathBuf>,
     /// The host's libvirt, when its facts say (`<hostFacts libvirt=...>`); set by the caller.
     pub libvirt: Option<LibvirtVersion>,
+    /// The features of an MSR of which the host lists none (x86 with a cpu_map): its libvirt did
+    /// not read that MSR, so they are no fact about its host. libvirt 9.0 reads
+    /// `IA32_ARCH_CAPABILITIES` only when CPUID 7.0 EDX bit 29 says it exists, which AMD CPUs
+    /// never set; libvirt 11.3 lists its bits (`rdctl-no`, `mds-no`...) on the same AMD host
+    /// (seen on one machine: a host-passthrough guest migrated live between the two).
+    pub unread: BTreeSet<String>,
 }
 
 impl HostCpu {
@@ -90,6 +97,7 @@ impl HostCpu {
     ) -> Result<HostCpu, String> {
         let arch = cpu.arch.clone().ok_or("its host CPU names no <arch>")?;
         let listed = || cpu.features.iter().map(|(f, _)| f.clone()).collect();
+        let mut unread = BTreeSet::new();
         let map = map.filter(|_| crate::libvirt::arch::is_x86(&arch));
         let (features, known) = match map {
             Some(map) => {
@@ -106,9 +114,25 @@ impl HostCpu {
                 for f in cpu.features.iter().filter_map(|(f, _)| map.feature(f)) {
                     data.add(&f.data);
                 }
-                let names = map.feature_names(&data).into_iter().map(str::to_string);
+                let names: BTreeSet<String> = map
+                    .feature_names(&data)
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect();
+                let read: BTreeSet<u32> = map
+                    .features()
+                    .iter()
+                    .filter(|f| names.contains(&f.name))
+                    .filter_map(|f| f.msr)
+                    .collect();
+                unread = map
+                    .features()
+                    .iter()
+                    .filter(|f| f.msr.is_some_and(|m| !read.contains(&m)))
+                    .map(|f| f.name.clone())
+                    .collect();
                 let known = map.features().iter().map(|f| f.name.clone()).collect();
-                (names.collect(), Some(known))
+                (names, Some(known))
             }
             None => (listed(), None),
         };
@@ -122,6 +146,7 @@ impl HostCpu {
             known,
             cpu_map: map.map(|m| m.source().to_path_buf()),
             libvirt: None,
+            unread,
         })
     }
 
@@ -215,6 +240,8 @@ impl HostCpu {
         }
         let compared = |f: &&String| {
             !own.contains(*f)
+                && !self.unread.contains(*f)
+                && !other.unread.contains(*f)
                 && self.known.as_ref().is_none_or(|k| k.contains(*f))
                 && other.known.as_ref().is_none_or(|k| k.contains(*f))
         };

@@ -101,6 +101,9 @@ pub struct X86Feature {
     /// False for `migratable='no'` (`invtsc`, `xsaves` in libvirt 9.0): libvirt drops such
     /// features from a baseline asked with `--migratable` (`x86FeatureIsMigratable`).
     pub migratable: bool,
+    /// The MSR index of an `<msr>` feature (`0x10a`, `IA32_ARCH_CAPABILITIES`, for `rdctl-no`,
+    /// `mds-no`...); None for a CPUID one.
+    pub msr: Option<u32>,
 }
 
 /// One `<model>` of the map.
@@ -163,7 +166,7 @@ type BitKey = (u8, u32, u32, u8, u8);
 /// The map being built: bit numbering plus what is loaded so far.
 struct Loader {
     bits: HashMap<BitKey, u32>,
-    features: Vec<(String, Vec<u32>, bool)>,
+    features: Vec<(String, Vec<u32>, bool, Option<u32>)>,
     feature_index: HashMap<String, usize>,
     vendors: Vec<(String, [u32; 3])>,
     models: Vec<RawModel>,
@@ -363,6 +366,7 @@ impl Loader {
         }
         let mut bits = Vec::new();
         let mut items = 0;
+        let mut msr = None;
         for item in node.children().filter(roxmltree::Node::is_element) {
             let (kind, regs): (u8, &[&str]) = match item.tag_name().name() {
                 "alias" => continue,
@@ -382,7 +386,9 @@ impl Loader {
                     opt_u32(path, item, "ecx_in")?,
                 )
             } else {
-                (attr_u32(path, item, "index")?, 0)
+                let index = attr_u32(path, item, "index")?;
+                msr = Some(index);
+                (index, 0)
             };
             for (reg, attr) in regs.iter().enumerate().filter(|(_, a)| !a.is_empty()) {
                 let value = opt_u32(path, item, attr)?;
@@ -402,7 +408,7 @@ impl Loader {
         let migratable = node.attribute("migratable") != Some("no");
         self.feature_index
             .insert(name.to_owned(), self.features.len());
-        self.features.push((name.to_owned(), bits, migratable));
+        self.features.push((name.to_owned(), bits, migratable, msr));
         Ok(())
     }
 
@@ -492,10 +498,11 @@ impl Loader {
             features: self
                 .features
                 .iter()
-                .map(|(name, bits, migratable)| X86Feature {
+                .map(|(name, bits, migratable, msr)| X86Feature {
                     name: name.clone(),
                     data: data(bits),
                     migratable: *migratable,
+                    msr: *msr,
                 })
                 .collect(),
             feature_index: self.feature_index,
