@@ -389,6 +389,47 @@ impl Passthrough {
 
 #[cfg(test)]
 mod tests {
+    /// One AMD CPU as libvirt 9.0 lists it (no IA32_ARCH_CAPABILITIES bit: it reads the MSR
+    /// only when CPUID says it exists) and as libvirt 11.3 does (`rdctl-no`, `mds-no` of that
+    /// MSR): one migration group; a CPUID feature only one lists is still a difference.
+    #[test]
+    fn an_msr_one_host_did_not_read_is_no_difference() {
+        let map = crate::libvirt::cpu_map::x86::X86Map::load(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data/generations/bookworm/cpu_map"),
+        )
+        .unwrap();
+        let host = |features: &[&str]| {
+            let cpu = CpuDef {
+                arch: Some("x86_64".into()),
+                model: Some("kvm64".into()),
+                vendor: Some("AMD".into()),
+                features: features
+                    .iter()
+                    .map(|f| ((*f).to_string(), FeaturePolicy::Require))
+                    .collect(),
+                ..CpuDef::default()
+            };
+            HostCpu::new(
+                &cpu,
+                Some("family 25 model 17 stepping 1"),
+                Some("1"),
+                Some(&map),
+            )
+            .unwrap()
+        };
+        let none = BTreeSet::new();
+        let v90 = host(&["avx2"]);
+        let v113 = host(&["avx2", "rdctl-no", "mds-no"]);
+        assert!(v90.unread.contains("rdctl-no") && !v113.unread.contains("rdctl-no"));
+        assert!(v90.differences(&v113, &none, "a", "b").is_empty());
+        let more = host(&["avx2", "avx512f", "rdctl-no"]);
+        assert_eq!(
+            v113.differences(&more, &none, "a", "b"),
+            ["features only on b: avx512f"]
+        );
+    }
+
     use super::*;
 
     fn host(xml: &str) -> CpuDef {
@@ -410,6 +451,7 @@ mod tests {
             known: Some(BTreeSet::new()),
             cpu_map: Some(PathBuf::from(map)),
             libvirt: libvirt.map(|v| v.parse().unwrap()),
+            unread: BTreeSet::new(),
         };
         let a = cpu("/a", Some("9.0.0"));
         let hint = a.cpu_map_hint(&cpu("/b", Some("9.0.0")), "x", "y").unwrap();
