@@ -423,7 +423,7 @@ mod tests {
         let v113 = host(&["avx2", "rdctl-no", "mds-no"]);
         assert!(v90.unread.contains("rdctl-no") && !v113.unread.contains("rdctl-no"));
         assert!(v90.differences(&v113, &none, "a", "b").is_empty());
-        let more = host(&["avx2", "avx512f", "rdctl-no"]);
+        let more = host(&["avx2", "avx512f", "rdctl-no", "mds-no"]);
         assert_eq!(
             v113.differences(&more, &none, "a", "b"),
             ["features only on b: avx512f"]
