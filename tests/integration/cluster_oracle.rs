@@ -191,6 +191,12 @@ fn tool_baseline(o: &Oracle, names: &CpuMap, files: &[PathBuf], migratable: bool
     for d in list("disable") {
         features.remove(&d);
     }
+    // The one departure the report names: `ht` and `cmp_legacy`, which QEMU derives from each
+    // guest's topology, are left out of the cluster CPU (`topology_left_out`); libvirt's
+    // baseline keeps them. Put back, the rest must be libvirt's.
+    if j.get("topology_left_out").is_some() {
+        features.extend(list("topology_left_out"));
+    }
     Tool {
         answer: Answer::Cpu {
             model,
@@ -1030,11 +1036,18 @@ fn starts_under_kvm(o: &Oracle, dir: &Scratch, guest: &str, refused: Option<&str
             "{}: QEMU aborted the baseline on MSR 0x10a, as the tool warns (kvm-arch-capabilities); started again with arch-capabilities disabled",
             o.label
         );
-        let without = xml.replacen(
-            "</cpu>",
-            "<feature policy='disable' name='arch-capabilities'/></cpu>",
-            1,
-        );
+        let without = if xml.contains("name='arch-capabilities'") {
+            xml.replace(
+                "policy='require' name='arch-capabilities'",
+                "policy='disable' name='arch-capabilities'",
+            )
+        } else {
+            xml.replacen(
+                "</cpu>",
+                "<feature policy='disable' name='arch-capabilities'/></cpu>",
+                1,
+            )
+        };
         let file = dir.write(&format!("{name}-no-arch-capabilities.xml"), without);
         v = o.virsh(&["create", &s(&file)]);
         let _ = o.virsh(&["destroy", &name]);
