@@ -62,7 +62,8 @@ pub struct Guest {
 }
 
 impl Guest {
-    /// The verdict (`conforms`, `needs-rewrite`, `cannot-conform`, `out-of-scope`).
+    /// The verdict (`conforms`, `needs-rewrite`, `cannot-conform`, `out-of-scope`,
+    /// `not-compared`).
     #[must_use]
     pub fn verdict(&self) -> Verdict {
         Verdict::of(&self.outcome)
@@ -91,6 +92,8 @@ pub struct Totals {
     pub cannot_conform: usize,
     /// Guests of a type the tool does not handle.
     pub out_of_scope: usize,
+    /// Guests a start check could not be made for ([`Verdict::NotCompared`]).
+    pub not_compared: usize,
     /// Files that could not be read or judged.
     pub unreadable: usize,
 }
@@ -111,6 +114,7 @@ impl Totals {
                     Verdict::NeedsRewrite => t.needs_rewrite += 1,
                     Verdict::CannotConform => t.cannot_conform += 1,
                     Verdict::OutOfScope => t.out_of_scope += 1,
+                    Verdict::NotCompared => t.not_compared += 1,
                 },
             }
         }
@@ -260,7 +264,7 @@ pub fn rules_involved(o: &Outcome, plan: &Plan) -> Vec<String> {
             .collect(),
         Verdict::NeedsRewrite => o.changes.iter().map(|c| c.rule.clone()).collect(),
         Verdict::Conforms => plan.matched.clone(),
-        Verdict::OutOfScope => Vec::new(),
+        Verdict::OutOfScope | Verdict::NotCompared => Vec::new(),
     };
     let mut seen = BTreeSet::new();
     names

@@ -564,6 +564,9 @@ fn report_text(o: &Outcome) -> String {
             o.changes.len()
         ),
         Verdict::Conforms => format!("{label}: conforms\n"),
+        Verdict::NotCompared => format!(
+            "{label}: not compared (nothing refused, but a check libvirt makes at start was not made: the finding names the fact it needs)\n"
+        ),
     };
     if verdict != Verdict::CannotConform {
         for c in &o.changes {

@@ -19,6 +19,7 @@
 use crate::cpu::default_model;
 use crate::domain::{Domain, cpu_features};
 use crate::host::{DeprecatedMachine, Host, MachineLimit, Sourced};
+use crate::libvirt::arch::is_x86;
 use crate::libvirt::cpu::CpuMode;
 use crate::libvirt::domcaps::DomCaps;
 use crate::libvirt::version::LibvirtVersion;
@@ -70,6 +71,9 @@ pub struct DomainFacts<'h> {
     /// `check='partial'` ([`crate::validate::kvm`]), when the host's capabilities and cpu_map
     /// give it.
     pub kvm_start: Option<crate::validate::kvm::KvmStartHost<'h>>,
+    /// Why [`DomainFacts::kvm_start`] is None for an x86 KVM domain with a model
+    /// ([`crate::validate::kvm::missing`]), for the `not-compared` finding.
+    pub kvm_start_missing: Option<String>,
     /// An AMD host whose QEMU aborts a KVM CPU carrying `arch-capabilities`
     /// ([`crate::validate::arch_caps`]), when its facts say so.
     pub arch_caps: Option<crate::validate::arch_caps::ArchCapsHost>,
@@ -120,6 +124,7 @@ impl<'h> DomainFacts<'h> {
             .is_some_and(|m| m.value == VcpuMax::Host)
             .then(|| host.cpus().cloned())
             .flatten();
+        let kvm_start = crate::validate::kvm::gather(dom, plan, host);
         DomainFacts {
             models,
             unknown_features,
@@ -145,7 +150,10 @@ impl<'h> DomainFacts<'h> {
             ),
             libvirt,
             tcg: TcgFacts::gather(dom, plan, host, domcaps),
-            kvm_start: crate::validate::kvm::gather(dom, plan, host),
+            kvm_start_missing: (kvm_start.is_none() && vt == "kvm" && is_x86(arch))
+                .then(|| crate::validate::kvm::missing(dom, plan, host))
+                .flatten(),
+            kvm_start,
             arch_caps: crate::validate::arch_caps::gather(dom, host),
             arch: arch.to_string(),
             virt_type: vt.to_string(),

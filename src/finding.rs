@@ -111,6 +111,10 @@ pub enum Code {
     IommuModel,
     /// `iommu-no-devices`: More than 255 vCPUs need an IOMMU, and the domain has no `<devices>`.
     IommuNoDevices,
+    /// `not-compared`: a check libvirt makes (the comparison of a KVM custom CPU with the host's
+    /// own CPU at start) needed a fact the tool does not have, named in the message: nothing is
+    /// claimed either way, and the verdict is `not-compared` unless something else decides it.
+    NotCompared,
     /// `kvm-arch-capabilities`: a KVM guest CPU that carries `arch-capabilities` on an AMD host
     /// whose QEMU is older than 10.1: QEMU writes MSR 0x10a, KVM refuses it on AMD, and QEMU
     /// aborts at start ("failed to set MSR 0x10a"). A warning: the fact behind it is QEMU's, not
@@ -200,7 +204,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 68] = [
+    pub const ALL: [Code; 69] = [
         Code::ArchUnsupported,
         Code::ClusterFeature,
         Code::ClusterLevel,
@@ -245,6 +249,7 @@ impl Code {
         Code::MachineUnsupported,
         Code::MachineVcpuLimit,
         Code::MemoryHotplugNuma,
+        Code::NotCompared,
         Code::NumaCellEmpty,
         Code::NumaCoverage,
         Code::NumaInvalid,
@@ -318,6 +323,7 @@ impl Code {
             Code::MachineUnsupported => "machine-unsupported",
             Code::MachineVcpuLimit => "machine-vcpu-limit",
             Code::MemoryHotplugNuma => "memory-hotplug-numa",
+            Code::NotCompared => "not-compared",
             Code::NumaCellEmpty => "numa-cell-empty",
             Code::NumaCoverage => "numa-coverage",
             Code::NumaInvalid => "numa-invalid",

@@ -388,7 +388,16 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Deci
     }
     let o = rewrite_pipeline(&p, "the domain XML", policy)?;
     if !o.changed && !o.has_errors() {
-        return Ok(allowed(guest, Phase::Prepare, "conforms"));
+        // Not compared (a fact missing, the `not-compared` warning logged above): let through
+        // under any `on_violation`, since libvirt makes that comparison itself as it starts
+        // the guest, and refuses it there if it must.
+        let not_compared = crate::report::Verdict::of(&o) == crate::report::Verdict::NotCompared;
+        let reason = if not_compared {
+            "not compared (a start check needed a fact this host's facts lack, named in the not-compared warning; libvirt makes it itself at start)"
+        } else {
+            "conforms"
+        };
+        return Ok(allowed(guest, Phase::Prepare, reason));
     }
     let policy_unmet = findings.iter().any(|f| POLICY_CODES.contains(&f.code));
     if !policy_unmet && !o.has_errors() && builtin_only(&o.changes) {

@@ -243,7 +243,7 @@ fn register_gauges(reg: &mut Registry, g: &Gauges) {
     let guests = Family::<Labels, Gauge>::default();
     reg.register(
         "virt_cpu_policy_guests",
-        "Stored guest definitions by verdict (conforms, needs-rewrite, cannot-conform, out-of-scope)",
+        "Stored guest definitions by verdict (conforms, needs-rewrite, cannot-conform, out-of-scope, not-compared)",
         guests.clone(),
     );
     for v in Verdict::ALL {

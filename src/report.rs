@@ -2,7 +2,8 @@
 //! `audit`, the metrics and the daemon all say about a rewrite's [`Outcome`], in one place.
 //!
 //! Exit codes (docs/exit-codes.md): 0 conforms (or out of scope), 1 cannot conform, 2 bad
-//! input, 3 conforms only after a rewrite.
+//! input, 3 conforms only after a rewrite, 4 not compared (`check`: a start check needed a fact
+//! the tool does not have).
 
 use crate::change::Change;
 use crate::policy::{Mode, Policy};
@@ -17,6 +18,9 @@ pub const EXIT_REFUSED: i32 = 1;
 pub const EXIT_BAD_INPUT: i32 = 2;
 /// Exit code (`check`): conforms only after a rewrite.
 pub const EXIT_NEEDS_REWRITE: i32 = 3;
+/// Exit code (`check`, `audit`): nothing found against the policy or libvirt's rules, but a check
+/// libvirt makes at start was not made for want of a fact (`not-compared`).
+pub const EXIT_NOT_COMPARED: i32 = 4;
 
 /// Version of the JSON reports (`check`, `rewrite --explain --format json`, `host`, `audit`,
 /// `baseline`); docs/json.md documents each field.
@@ -35,15 +39,20 @@ pub enum Verdict {
     CannotConform,
     /// `out-of-scope`: a domain type the tool does not handle (`xen`, `lxc`...).
     OutOfScope,
+    /// `not-compared`: nothing to change and nothing refused, but a check libvirt makes at start
+    /// needed a fact the tool does not have (a `not-compared` finding names it): neither
+    /// "conforms" nor "cannot" is claimed.
+    NotCompared,
 }
 
 impl Verdict {
     /// Every verdict, in the order the metrics list them.
-    pub const ALL: [Verdict; 4] = [
+    pub const ALL: [Verdict; 5] = [
         Verdict::Conforms,
         Verdict::NeedsRewrite,
         Verdict::CannotConform,
         Verdict::OutOfScope,
+        Verdict::NotCompared,
     ];
 
     /// The verdict on a rewrite's outcome.
@@ -55,6 +64,12 @@ impl Verdict {
             Verdict::CannotConform
         } else if o.changed {
             Verdict::NeedsRewrite
+        } else if o
+            .findings
+            .iter()
+            .any(|f| f.code == crate::finding::Code::NotCompared)
+        {
+            Verdict::NotCompared
         } else {
             Verdict::Conforms
         }
@@ -68,17 +83,19 @@ impl Verdict {
             Verdict::NeedsRewrite => "needs-rewrite",
             Verdict::CannotConform => "cannot-conform",
             Verdict::OutOfScope => "out-of-scope",
+            Verdict::NotCompared => "not-compared",
         }
     }
 
     /// The exit code `check` gives it: 0 conforms or out of scope, 1 cannot conform, 3 needs a
-    /// rewrite.
+    /// rewrite, 4 not compared.
     #[must_use]
     pub fn exit_code(self) -> i32 {
         match self {
             Verdict::Conforms | Verdict::OutOfScope => EXIT_OK,
             Verdict::CannotConform => EXIT_REFUSED,
             Verdict::NeedsRewrite => EXIT_NEEDS_REWRITE,
+            Verdict::NotCompared => EXIT_NOT_COMPARED,
         }
     }
 }

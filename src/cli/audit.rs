@@ -54,6 +54,8 @@ fn exit_code(t: &Totals) -> i32 {
         EXIT_REFUSED
     } else if t.needs_rewrite > 0 {
         EXIT_NEEDS_REWRITE
+    } else if t.not_compared > 0 {
+        crate::report::EXIT_NOT_COMPARED
     } else {
         EXIT_OK
     }
@@ -160,9 +162,15 @@ fn text(entries: &[Entry], t: &Totals) -> String {
     if unknown_level {
         s.push_str("note: LEVEL ? for host-model/host-passthrough guests: give this host's `virsh domcapabilities` with --caps FILE\n");
     }
+    // The not-compared count only when there are some: the line is otherwise as it was.
+    let not_compared = if t.not_compared > 0 {
+        format!(", {} not-compared", t.not_compared)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         s,
-        "totals: {} files, {} conforms, {} needs-rewrite, {} cannot-conform, {} out-of-scope, {} unreadable",
+        "totals: {} files, {} conforms, {} needs-rewrite, {} cannot-conform, {} out-of-scope{not_compared}, {} unreadable",
         t.files, t.conforms, t.needs_rewrite, t.cannot_conform, t.out_of_scope, t.unreadable
     );
     s
@@ -238,6 +246,7 @@ fn json(entries: &[Entry], t: &Totals, policy: &Policy, code: i32) -> Value {
             "needs-rewrite": t.needs_rewrite,
             "cannot-conform": t.cannot_conform,
             "out-of-scope": t.out_of_scope,
+            "not-compared": t.not_compared,
             "unreadable": t.unreadable,
         },
         "exit": code,

@@ -313,7 +313,7 @@ fn check_model_usable(
     }
     let what = if vt == "kvm" && super::tcg::check_of(cpu, CpuMode::Custom, vt) == CpuCheck::Partial
     {
-        "KVM cannot give all its features: with check='partial' libvirt compares the guest CPU with this host's own CPU, not with what KVM gives, so the guest starts and QEMU silently drops them (its live XML disables them)"
+        "KVM cannot give all its features: with check='partial' libvirt compares the guest CPU with this host's own CPU, not with what KVM gives; what the host's CPU has and KVM lacks, QEMU silently drops at start (the live XML disables it), and what the host's CPU lacks too, libvirt refuses (cpu-incompatible; not-compared when the host's CPU is not known)"
     } else {
         "features the host lacks fail the start (check='partial'/'full') or are dropped silently"
     };

@@ -163,6 +163,39 @@ pub fn gather<'h>(dom: &Domain<'_>, plan: &Plan, host: &'h Host) -> Option<KvmSt
     })
 }
 
+/// Why [`gather`] found nothing to compare the x86 KVM domain `dom`'s custom CPU with (under
+/// `plan`), as a phrase naming the missing fact (for `not-compared`): libvirt's cpu_map not in
+/// use, or neither the host's own CPU nor KVM's host-model CPU known. None when no CPU of it
+/// names a model (nothing is compared). Decodes nothing: [`gather`] answered when this
+/// machine's CPU could be decoded.
+#[must_use]
+pub fn missing(dom: &Domain<'_>, plan: &Plan, host: &Host) -> Option<String> {
+    let models = dom.cpus().iter().any(|c| child(*c, "model").is_some());
+    if !models && plan.model.is_none() {
+        return None;
+    }
+    if host.cpu_map_dir.is_none() {
+        return Some(format!(
+            "libvirt's cpu_map is not in use ({}), and the comparison is made on its CPUID data",
+            host.cpu_map_note
+                .as_deref()
+                .unwrap_or("the built-in table has no CPUID data")
+        ));
+    }
+    let own = if host.may_know_host_cpu(dom.arch()) {
+        host.host_cpu_unknown()
+            .unwrap_or("of another arch")
+            .to_string()
+    } else {
+        host.host_cpu_unknown()
+            .unwrap_or("no capabilities host CPU given")
+            .to_string()
+    };
+    Some(format!(
+        "the host's own CPU is not known: {own}; nor is what KVM gives: no kvm domcapabilities with a host-model CPU"
+    ))
+}
+
 /// Whether `guest` is a model KVM's domcapabilities list `usable='yes'` with no vendor and no
 /// feature required or forbidden beyond it: KVM gives all of it, so neither check can refuse it
 /// for features (the host's own CPU has what KVM gives), and nothing needs loading.
@@ -231,9 +264,6 @@ pub(super) fn check(
     facts: &DomainFacts<'_>,
     out: &mut Vec<Finding>,
 ) -> bool {
-    let Some(start) = &facts.kvm_start else {
-        return false;
-    };
     if dom.virt_type() != "kvm" || cpu_mode(cpu) != Some(CpuMode::Custom) {
         return false;
     }
@@ -261,13 +291,51 @@ pub(super) fn check(
     let Ok(guest) = guest_cpu(dom.text, path) else {
         return false;
     };
+    if !is_x86(dom.arch()) {
+        return false;
+    }
+    let Some(start) = &facts.kvm_start else {
+        let why = facts
+            .kvm_start_missing
+            .as_deref()
+            .unwrap_or("the host's CPU is not known");
+        out.push(not_compared(&guest, check, why));
+        return false;
+    };
     // libvirt compares the guest CPU with the host's under `check='partial'` and `'full'` alike
     // before QEMU starts (`qemuProcessUpdateGuestCPU`: "the CPU is incompatible with host
     // CPU"); under `'full'` it then compares the CPU QEMU built (`qemuProcessVerifyCPU`).
-    if !given_by_kvm(start, &guest, facts) && compare_at_start(start, &guest, check, out) {
-        return true;
+    if !given_by_kvm(start, &guest, facts) {
+        match compare_at_start(start, &guest, check, out) {
+            Compared::Refused => return true,
+            Compared::Passed => {}
+            Compared::Not(why) => out.push(not_compared(&guest, check, &why)),
+        }
     }
     check == CpuCheck::Full && check_full(start, &guest, out)
+}
+
+/// What [`compare_at_start`] came to.
+enum Compared {
+    /// libvirt refuses the start: the finding is out.
+    Refused,
+    /// The comparison passes (or is not libvirt's to make).
+    Passed,
+    /// Not made: the fact it needs, as a phrase.
+    Not(String),
+}
+
+/// The `not-compared` finding for `guest` under `check`: `why` names the missing fact.
+fn not_compared(guest: &GuestCpu, check: CpuCheck, why: &str) -> Finding {
+    let model = guest.cpu.model.as_deref().unwrap_or("?");
+    Finding::warning(
+        Code::NotCompared,
+        format!(
+            "not compared: libvirt compares this CPU (model {model}, check='{}' under KVM) with the host's own CPU when it starts the guest, and refuses it when the host lacks a feature it requires; {why}",
+            check.as_str()
+        ),
+        "give the host's virsh capabilities and virsh domcapabilities (--caps, a <hostFacts>, or the daemon's snapshot), or run the tool on the host with its libvirt's cpu_map (/usr/share/libvirt/cpu_map)",
+    )
 }
 
 /// libvirt's comparison at start of the guest CPU with the host's own CPU (module docs), under
@@ -277,13 +345,16 @@ fn compare_at_start(
     guest: &GuestCpu,
     check: CpuCheck,
     out: &mut Vec<Finding>,
-) -> bool {
+) -> Compared {
     let path = Path::new("the domain XML");
     if plain_usable(start, guest) {
-        return false;
+        return Compared::Passed;
     }
     let Some((map, loaded)) = start.loaded() else {
-        return false;
+        return Compared::Not(format!(
+            "libvirt's cpu_map could not be read as CPUID data ({})",
+            start.host.x86_map().err().unwrap_or_default()
+        ));
     };
     let via_kvm = guest
         .cpu
@@ -306,13 +377,24 @@ fn compare_at_start(
             .map(|(h, s)| (h, format!("this host's own CPU ({s})")))
     };
     let Some((host, source)) = against else {
-        return false;
+        return Compared::Not(if via_kvm {
+            "what KVM gives, which libvirt compares this model with, is not known (no kvm domcapabilities with a host-model CPU)".to_string()
+        } else {
+            format!(
+                "the host's own CPU is not known: {}",
+                start
+                    .host
+                    .host_cpu_unknown()
+                    .unwrap_or("no capabilities host CPU of the guest's arch")
+            )
+        });
     };
-    let Ok(c) = compare(map, host, guest, path) else {
-        return false;
+    let c = match compare(map, host, guest, path) {
+        Ok(c) => c,
+        Err(e) => return Compared::Not(format!("the comparison could not be made ({e})")),
     };
     if c.verdict != Compatibility::Incompatible {
-        return false;
+        return Compared::Passed;
     }
     // At start libvirt names the first forbidden feature the host has, in the guest's order
     // (seen: "Host CPU provides forbidden feature 'lm'"; `virsh hypervisor-cpu-compare` lists
@@ -330,7 +412,7 @@ fn compare_at_start(
         // corpus's Skylake-Client-IBRS with match='exact' likewise): `kvm-check-full`, here for
         // match='minimum', by check_full for exact and strict.
         if guest.matching != CpuMatch::Minimum {
-            return false;
+            return Compared::Passed;
         }
         out.push(Finding::error(
             Code::KvmCheckFull,
@@ -340,7 +422,7 @@ fn compare_at_start(
             ),
             "require only features this host's CPU has (virsh capabilities), choose a model it provides, or run the guest on a host that has them",
         ));
-        return true;
+        return Compared::Refused;
     }
     let reason = match forbidden {
         Some((f, _)) => format!("Host CPU provides forbidden feature '{f}'"),
@@ -358,7 +440,7 @@ fn compare_at_start(
             "require only features this host's CPU has (virsh capabilities), choose a model it provides, or run the guest on a host that has them"
         },
     ));
-    true
+    Compared::Refused
 }
 
 /// `check='full'` under KVM, `match` exact or strict (module docs): the CPU QEMU's KVM builds

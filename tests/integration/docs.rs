@@ -438,17 +438,19 @@ fn tool(dir: PathBuf, args: &[&str]) -> Scenario {
     Box::new(move |_| run_in(&dir, &args).code)
 }
 
-/// `audit` of a directory holding a copy of `file` (in the repository), with `policy`.
-fn audit_of(file: &'static str, policy: &'static str) -> Scenario {
+/// `audit` of a directory holding a copy of `file` (in the repository), with `policy`, and
+/// with the recorded cpu_map when `recorded_map` (then this machine's CPU is not decoded).
+fn audit_of(file: &'static str, policy: &'static str, recorded_map: bool) -> Scenario {
     Box::new(move |t: &Scratch| {
-        let dir = t.path(&format!("audit-{}", file.replace('/', "_")));
+        let dir = t.path(&format!("audit-{}-{recorded_map}", file.replace('/', "_")));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::copy(root().join(file), dir.join("guest.xml")).unwrap();
-        Cmd::new(&["audit", "--no-qemu-caps-cache", "--policy"])
-            .arg(s(&root().join(policy)))
-            .arg(s(&dir))
-            .run()
-            .code
+        let mut c = Cmd::new(&["audit", "--no-qemu-caps-cache", "--policy"]);
+        c = c.arg(s(&root().join(policy)));
+        if recorded_map {
+            c = c.args(&["--cpu-map", &s(&golden_cpu_map())]);
+        }
+        c.arg(s(&dir)).run().code
     })
 }
 
@@ -483,6 +485,7 @@ fn every_documented_exit_code_happens() {
     let default = "packaging/policy.toml";
     let cloudstack = "examples/cloudstack-default-cpu.xml";
     let conforming = "tests/cases/conforming-identical/input.xml";
+    let passthrough = "tests/cases/host-passthrough-self-closing-kvm/input.xml";
     let cannot = "tests/cases/policy-unknown-model/input.xml";
     let cannot_policy = "tests/cases/policy-unknown-model/policy.toml";
     let malformed = "tests/cases/malformed-xml/input.xml";
@@ -553,10 +556,19 @@ fn every_documented_exit_code_happens() {
         ("rewrite", 0, judge("rewrite", default, conforming)),
         ("rewrite", 1, judge("rewrite", cannot_policy, cannot)),
         ("rewrite", 2, judge("rewrite", default, malformed)),
-        ("check", 0, judge("check", default, conforming)),
+        // A KVM custom CPU with a model is compared with the host's own CPU, which is this
+        // machine's only with its libvirt's cpu_map: a host-passthrough guest conforms anywhere.
+        ("check", 0, judge("check", default, passthrough)),
         ("check", 1, judge("check", cannot_policy, cannot)),
         ("check", 2, judge("check", default, malformed)),
         ("check", 3, judge("check", default, cloudstack)),
+        // The recorded cpu_map is not this machine's libvirt's: its CPU is not decoded, and no
+        // capabilities are given.
+        (
+            "check",
+            4,
+            with_map(&["check", "--policy", &p(default), &p(conforming)]),
+        ),
         (
             "host",
             0,
@@ -633,14 +645,15 @@ fn every_documented_exit_code_happens() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         add(cmd, code, tool(r.clone(), &args));
     }
-    let audits: [(i32, &'static str, &'static str); 4] = [
-        (0, conforming, default),
-        (1, cannot, cannot_policy),
-        (2, malformed, default),
-        (3, cloudstack, default),
+    let audits: [(i32, &'static str, &'static str, bool); 5] = [
+        (0, passthrough, default, false),
+        (1, cannot, cannot_policy, false),
+        (2, malformed, default, false),
+        (3, cloudstack, default, false),
+        (4, conforming, default, true),
     ];
-    for (code, file, policy) in audits {
-        add("audit", code, audit_of(file, policy));
+    for (code, file, policy, recorded_map) in audits {
+        add("audit", code, audit_of(file, policy, recorded_map));
     }
     add("hook", 0, hook(p(default), cloudstack));
     add("hook", 1, hook(s(&deny), cloudstack));
