@@ -55,6 +55,9 @@ pub enum Code {
     /// hook on migrate or restore, and a KVM custom CPU under `check='partial'` that libvirt
     /// refuses at start ("the CPU is incompatible with host CPU: ...").
     CpuIncompatible,
+    /// `cpu-invtsc`: a guest CPU requiring `invtsc` where the vCPU QEMU builds has none (TCG;
+    /// KVM whose host-model CPU lacks it): "host doesn't support invariant TSC".
+    CpuInvtsc,
     /// `cpu-level`: The guest CPU does not reach the policy's psABI level.
     CpuLevel,
     /// `cpu-map-unreadable`: A cpu_map model file could not be read; the built-in table answered.
@@ -204,7 +207,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 69] = [
+    pub const ALL: [Code; 70] = [
         Code::ArchUnsupported,
         Code::ClusterFeature,
         Code::ClusterLevel,
@@ -216,6 +219,7 @@ impl Code {
         Code::CpuFeatureUnknown,
         Code::CpuFeaturesWithoutModel,
         Code::CpuIncompatible,
+        Code::CpuInvtsc,
         Code::CpuLevel,
         Code::CpuMapUnreadable,
         Code::CpuMatchHostModel,
@@ -290,6 +294,7 @@ impl Code {
             Code::CpuFeatureUnknown => "cpu-feature-unknown",
             Code::CpuFeaturesWithoutModel => "cpu-features-without-model",
             Code::CpuIncompatible => "cpu-incompatible",
+            Code::CpuInvtsc => "cpu-invtsc",
             Code::CpuLevel => "cpu-level",
             Code::CpuMapUnreadable => "cpu-map-unreadable",
             Code::CpuMatchHostModel => "cpu-match-host-model",

@@ -13,7 +13,7 @@ impl Host {
     ///
     /// * `<host><cpu>` of the first capabilities given (a `virsh capabilities` document or a
     ///   `<hostFacts>` holding one), with that file as its source;
-    /// * else, when this machine is the judged host ([`HostOptions::only_given_facts`] false),
+    /// * else, when this machine is the judged host ([`super::HostOptions::only_given_facts`] false),
     ///   is x86_64 and its libvirt's cpu_map directory ([`DEFAULT_CPU_MAP`]) is in use
     ///   ([`Host::cpu_map_dir`]; the built-in table has no CPUID bits, another directory may be
     ///   another libvirt's), this machine's CPUID decoded as libvirt decodes it

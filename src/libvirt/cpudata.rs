@@ -89,7 +89,7 @@ impl X86CpuData {
     /// # Errors
     /// libvirt's words: "XML does not contain expected 'cpudata' element" for another root,
     /// "CPU data for arch X is not x86" for `arch` other than `x86`, "no x86 CPU data found"
-    /// without any entry, "failed to parse cpuid[N]" / "failed to parse msr[N]" (N counts both
+    /// without any entry, "failed to parse cpuid\[N\]" / "failed to parse msr\[N\]" (N counts both
     /// kinds from 0) for an entry with a missing or non-hexadecimal value.
     pub fn read(root: Node<'_, '_>) -> Result<X86CpuData, String> {
         if !is_libvirt_element(root, "cpudata") {

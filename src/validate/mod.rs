@@ -13,6 +13,7 @@
 
 pub mod arch_caps;
 mod cpu;
+mod invtsc;
 mod iommu;
 pub mod kvm;
 pub(crate) mod tcg;
@@ -74,5 +75,6 @@ pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> Vec<F
     iommu::check(dom, facts, &mut out);
     cpu::check(dom, cpus.first().copied(), plan, facts, &mut out);
     arch_caps::check(dom, facts, &mut out);
+    invtsc::check(dom, facts, &mut out);
     out
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 /// One `<signature family=F model=M [stepping=S]>` of a model (libvirt's `virCPUx86Signature`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct X86Signature {
-    /// The CPU family (`family`, as [`X86CpuData::signature`] computes it).
+    /// The CPU family (`family`, as [`crate::libvirt::cpudata::X86CpuData::signature`] computes it).
     pub family: u32,
     /// The CPU model number (`model`).
     pub model: u32,
