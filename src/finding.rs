@@ -100,6 +100,9 @@ pub enum Code {
     Internal,
     /// `ioapic-split`: Interrupt remapping without a split I/O APIC.
     IoapicSplit,
+    /// `iommu-acpi`: A virtio IOMMU in an x86 guest without ACPI: "IOMMU device: 'virtio'
+    /// requires ACPI".
+    IommuAcpi,
     /// `iommu-driver`: `<driver>` attributes the IOMMU's model does not take (Intel's on a virtio
     /// IOMMU).
     IommuDriver,
@@ -207,7 +210,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 70] = [
+    pub const ALL: [Code; 71] = [
         Code::ArchUnsupported,
         Code::ClusterFeature,
         Code::ClusterLevel,
@@ -238,6 +241,7 @@ impl Code {
         Code::HostLevel,
         Code::Internal,
         Code::IoapicSplit,
+        Code::IommuAcpi,
         Code::IommuDriver,
         Code::IommuEim,
         Code::IommuIntremap,
@@ -313,6 +317,7 @@ impl Code {
             Code::HostLevel => "host-level",
             Code::Internal => "internal",
             Code::IoapicSplit => "ioapic-split",
+            Code::IommuAcpi => "iommu-acpi",
             Code::IommuDriver => "iommu-driver",
             Code::IommuEim => "iommu-eim",
             Code::IommuIntremap => "iommu-intremap",

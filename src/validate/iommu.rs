@@ -39,8 +39,29 @@ pub(super) fn check(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Fin
             // libvirt stops at the parser: nothing else of the element is judged.
             continue;
         }
+        check_virtio_acpi(dom, out);
         check_virtio_driver(iommu, facts, out);
     }
+}
+
+/// A virtio IOMMU of an x86 guest without ACPI: libvirt refuses it at define, "IOMMU device:
+/// 'virtio' requires ACPI" (`qemuValidateDomainDeviceDefIOMMU`; seen with libvirt 9.0, 11.3 and
+/// 12.8 for a q35 guest without `<features><acpi/>`; an Intel IOMMU is defined without it).
+fn check_virtio_acpi(dom: &Domain<'_>, out: &mut Vec<Finding>) {
+    if !crate::libvirt::arch::is_x86(dom.arch()) {
+        return;
+    }
+    let acpi = child(dom.root(), "features")
+        .and_then(|f| child(f, "acpi"))
+        .is_some_and(|a| a.attribute("state") != Some("off"));
+    if acpi {
+        return;
+    }
+    out.push(Finding::error(
+        Code::IommuAcpi,
+        "IOMMU device: 'virtio' requires ACPI (libvirt refuses the domain at define: the guest has no <features><acpi/>)",
+        "add <acpi/> to <features> (the virtio IOMMU is described to the guest through ACPI's VIOT table)",
+    ));
 }
 
 /// A virtio IOMMU's `<driver>`: Intel's attributes are refused ("iommu model 'virtio' doesn't
