@@ -583,6 +583,7 @@ mod tests {
                 "virt_cpu_policy_guests{verdict=\"cannot-conform\"} 6",
                 "virt_cpu_policy_guests{verdict=\"conforms\"} 1",
                 "virt_cpu_policy_guests{verdict=\"needs-rewrite\"} 7",
+                "virt_cpu_policy_guests{verdict=\"not-compared\"} 0",
                 "virt_cpu_policy_guests{verdict=\"out-of-scope\"} 0",
             ]
         );

@@ -709,7 +709,7 @@ mod tests {
             .unwrap();
         assert_eq!(f.severity, Severity::Warning);
         assert!(
-            f.message.contains("QEMU silently drops them"),
+            f.message.contains("QEMU silently drops at start"),
             "{}",
             f.message
         );
