@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 fn main() {
     shared_corpus();
+    usr_bin_time();
     let src = "src/cpu/x86_features.txt";
     println!("cargo:rerun-if-changed={src}");
     let text = std::fs::read_to_string(src).expect("read src/cpu/x86_features.txt");
@@ -60,5 +61,18 @@ fn shared_corpus() {
     println!("cargo:rerun-if-changed=../shared/corpus");
     if std::path::Path::new("../shared/corpus").is_dir() {
         println!("cargo:rustc-cfg=vcp_shared_corpus");
+    }
+}
+
+/// Sets the cfg `vcp_usr_bin_time` when `/usr/bin/time` (Debian's package `time`) is installed:
+/// the hostile-input tests that bound a run's peak RSS measure it with `time -f %M` and are
+/// `#[cfg_attr(not(vcp_usr_bin_time), ignore = "...")]` without it, reported as ignored rather
+/// than failing on a fresh machine (`.ci/run` installs it, and runs them with
+/// `--include-ignored`: there a missing `time` is a failure).
+fn usr_bin_time() {
+    println!("cargo:rustc-check-cfg=cfg(vcp_usr_bin_time)");
+    println!("cargo:rerun-if-changed=/usr/bin/time");
+    if std::path::Path::new("/usr/bin/time").is_file() {
+        println!("cargo:rustc-cfg=vcp_usr_bin_time");
     }
 }

@@ -341,6 +341,10 @@ fn hundred_mb() -> Vec<u8> {
 const BIG_RSS_LIMIT_KIB: i64 = 64 * 1024;
 
 #[test]
+#[cfg_attr(
+    not(vcp_usr_bin_time),
+    ignore = "needs /usr/bin/time (Debian package time) to measure peak RSS: .ci/run installs it"
+)]
 fn hundred_mb_on_stdin_is_refused_fast_in_bounded_memory() {
     for cmd in ["rewrite", "check"] {
         let r = run_bounded(
@@ -364,6 +368,10 @@ fn hundred_mb_on_stdin_is_refused_fast_in_bounded_memory() {
 }
 
 #[test]
+#[cfg_attr(
+    not(vcp_usr_bin_time),
+    ignore = "needs /usr/bin/time (Debian package time) to measure peak RSS: .ci/run installs it"
+)]
 fn hundred_mb_file_is_refused_fast_in_bounded_memory() {
     let dir = Scratch::new("100mb");
     let f = dir.write("big.xml", hundred_mb());
@@ -394,6 +402,10 @@ fn hundred_mb_file_is_refused_fast_in_bounded_memory() {
 }
 
 #[test]
+#[cfg_attr(
+    not(vcp_usr_bin_time),
+    ignore = "needs /usr/bin/time (Debian package time) to measure peak RSS: .ci/run installs it"
+)]
 fn hundred_mb_to_the_hook_is_drained_and_follows_on_error() {
     // libvirt writes the whole XML: the hook drains it (no EPIPE for libvirt) and, the input being
     // over the limit, follows on_error (deny here: exit 1, one line naming the limit).
@@ -440,6 +452,10 @@ fn hundred_mb_to_the_hook_is_drained_and_follows_on_error() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+#[cfg_attr(
+    not(vcp_usr_bin_time),
+    ignore = "needs /usr/bin/time (Debian package time) to measure peak RSS: .ci/run installs it"
+)]
 fn deep_nesting_100000_levels_is_no_stack_overflow() {
     let depth = 100_000;
     let open: String = "<a>".repeat(depth);
@@ -1193,6 +1209,10 @@ fn policy_fifo_does_not_hang() {
 }
 
 #[test]
+#[cfg_attr(
+    not(vcp_usr_bin_time),
+    ignore = "needs /usr/bin/time (Debian package time) to measure peak RSS: .ci/run installs it"
+)]
 fn policy_of_10_mb_is_refused_fast() {
     let dir = Scratch::new("pol-10mb");
     // Valid TOML all the way: a comment of 10 MB after a valid policy.
@@ -1443,6 +1463,10 @@ fn fact_file_runs(dir: &Scratch, file: &Path) -> Vec<Vec<String>> {
 }
 
 #[test]
+#[cfg_attr(
+    not(vcp_usr_bin_time),
+    ignore = "needs /usr/bin/time (Debian package time) to measure peak RSS: .ci/run installs it"
+)]
 fn host_fact_files_that_are_fifos_devices_or_huge_are_exit_2_at_once() {
     let dir = Scratch::new("facts-odd");
     for (file, why) in bad_fact_files(&dir) {
@@ -1610,6 +1634,10 @@ fn hook_with_a_host_facts_fifo_or_device_follows_on_error_at_once() {
 }
 
 #[test]
+#[cfg_attr(
+    not(vcp_usr_bin_time),
+    ignore = "needs /usr/bin/time (Debian package time) to measure peak RSS: .ci/run installs it"
+)]
 fn oversized_qemu_capability_cache_file_is_skipped_unread() {
     // A cache file that names the emulator in its head, then runs to 300 MB (sparse): skipped as
     // a corrupt one is, without reading 300 MB first.

@@ -60,7 +60,7 @@ content:
 guests:
   description:
     - This host's guest facts (C(<guestFacts>), what C(virt-cpu-policy fleet) judges), or null
-      from a virt-cpu-policyd that publishes none. Returned, not written to O(publish_dir): the
+      from a virt-cpu-policyd that publishes none. Returned, not written to O(publish_dir), since the
       daemon keeps that file current itself, and a guest's state changes from run to run.
   returned: success
   type: str
