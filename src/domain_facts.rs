@@ -124,7 +124,7 @@ impl<'h> DomainFacts<'h> {
             .is_some_and(|m| m.value == VcpuMax::Host)
             .then(|| host.cpus().cloned())
             .flatten();
-        let kvm_start = crate::validate::kvm::gather(dom, plan, host);
+        let kvm_start = crate::validate::kvm::gather(dom, host);
         DomainFacts {
             models,
             unknown_features,
@@ -151,7 +151,7 @@ impl<'h> DomainFacts<'h> {
             libvirt,
             tcg: TcgFacts::gather(dom, plan, host, domcaps),
             kvm_start_missing: (kvm_start.is_none() && vt == "kvm" && is_x86(arch))
-                .then(|| crate::validate::kvm::missing(dom, plan, host))
+                .then(|| crate::validate::kvm::missing(dom, host))
                 .flatten(),
             kvm_start,
             arch_caps: crate::validate::arch_caps::gather(dom, host),

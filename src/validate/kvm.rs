@@ -56,7 +56,6 @@ use crate::libvirt::arch::is_x86;
 use crate::libvirt::cpu::{CpuCheck, CpuMatch, CpuMode, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::X86Map;
 use crate::libvirt::domcaps::DomCaps;
-use crate::policy::Plan;
 use crate::xml::child;
 use roxmltree::Node;
 use std::path::Path;
@@ -132,19 +131,17 @@ impl KvmStartHost<'_> {
     }
 }
 
-/// The facts for this module's checks, gathered only for an x86 KVM domain whose CPU can be
-/// custom with a model (the document's, or the policy's), on a host whose capabilities give its
-/// CPU or whose domcapabilities give KVM's host-model CPU, and whose cpu_map is libvirt's own
-/// directory; None otherwise.
+/// The facts for this module's checks, gathered for an x86 KVM domain (whatever its CPU: a
+/// rewrite may write a model into it) on a host whose capabilities give its CPU (or whose own
+/// CPU can be decoded) or whose domcapabilities give KVM's host-model CPU, and whose cpu_map is
+/// libvirt's own directory; None otherwise ([`missing`] says why). Nothing is loaded here.
 #[must_use]
-pub fn gather<'h>(dom: &Domain<'_>, plan: &Plan, host: &'h Host) -> Option<KvmStartHost<'h>> {
+pub fn gather<'h>(dom: &Domain<'_>, host: &'h Host) -> Option<KvmStartHost<'h>> {
     if dom.virt_type() != "kvm" || !is_x86(dom.arch()) {
         return None;
     }
-    let models = dom.cpus().iter().any(|c| child(*c, "model").is_some());
-    if !models && plan.model.is_none() {
-        return None;
-    }
+    // Gathered whatever the CPU: a rewrite may write a model (QEMU's default one, for a level)
+    // into a CPU that had none. Nothing is decoded or loaded here.
     // Whether the host's own CPU can be known, without decoding this machine's CPUID now.
     let physical = host.may_know_host_cpu(dom.arch());
     let domcaps = host
@@ -163,17 +160,12 @@ pub fn gather<'h>(dom: &Domain<'_>, plan: &Plan, host: &'h Host) -> Option<KvmSt
     })
 }
 
-/// Why [`gather`] found nothing to compare the x86 KVM domain `dom`'s custom CPU with (under
-/// `plan`), as a phrase naming the missing fact (for `not-compared`): libvirt's cpu_map not in
-/// use, or neither the host's own CPU nor KVM's host-model CPU known. None when no CPU of it
-/// names a model (nothing is compared). Decodes nothing: [`gather`] answered when this
-/// machine's CPU could be decoded.
+/// Why [`gather`] found nothing to compare the x86 KVM domain `dom`'s custom CPU with, as a
+/// phrase naming the missing fact (for `not-compared`): libvirt's cpu_map not in use, or
+/// neither the host's own CPU nor KVM's host-model CPU known. Decodes nothing: [`gather`]
+/// answered when this machine's CPU could be decoded.
 #[must_use]
-pub fn missing(dom: &Domain<'_>, plan: &Plan, host: &Host) -> Option<String> {
-    let models = dom.cpus().iter().any(|c| child(*c, "model").is_some());
-    if !models && plan.model.is_none() {
-        return None;
-    }
+pub fn missing(dom: &Domain<'_>, host: &Host) -> Option<String> {
     if host.cpu_map_dir.is_none() {
         return Some(format!(
             "libvirt's cpu_map is not in use ({}), and the comparison is made on its CPUID data",

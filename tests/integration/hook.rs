@@ -1159,7 +1159,13 @@ fn unopenable_log_file_is_said_and_the_decision_goes_to_stderr() {
         let out = run(conforming("i-2-14-VM"));
         out.status(0);
         assert_eq!(out.stdout, "");
-        let lines: Vec<&str> = out.stderr.lines().collect();
+        // The hook's warnings (here `not-compared`: no snapshot gives this host's CPU) go the
+        // same way, before the decision.
+        let lines: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| !l.contains(" WARN "))
+            .collect();
         assert_eq!(lines.len(), 2, "{}", out.stderr);
         assert!(
             lines[0].starts_with(&said) && lines[0].ends_with("; logging to stderr"),
