@@ -104,7 +104,9 @@ impl KvmStartHost<'_> {
                 let physical = self
                     .host
                     .host_cpu()
-                    .filter(|c| c.value.arch.as_deref() == Some(self.arch.as_str()));
+                    .filter(|c| c.value.arch.as_deref() == Some(self.arch.as_str()))
+                    // A host CPU naming no model carries no CPUID facts to compare with.
+                    .filter(|c| c.value.model.is_some());
                 let full = physical.map(|physical| {
                     let source = match adds {
                         Some((_, d)) => format!(
@@ -377,7 +379,7 @@ fn compare_at_start(
                 start
                     .host
                     .host_cpu_unknown()
-                    .unwrap_or("no capabilities host CPU of the guest's arch")
+                    .unwrap_or("no capabilities host CPU of the guest's arch that names a model")
             )
         });
     };
