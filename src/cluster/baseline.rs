@@ -108,6 +108,25 @@ pub fn leave_out_topology(b: &mut Baseline) -> Vec<String> {
     had
 }
 
+/// `b` without `arch-capabilities` and its bits
+/// ([`crate::cpu::ARCH_CAPABILITIES_BITS`]) among the features it requires, when
+/// the hosts are AMD's (`vendor`): KVM emulates the MSR on AMD, QEMU before 10.1 aborts a guest
+/// whose CPU carries it ("failed to set MSR 0x10a"), and QEMU 10.1 leaves it out of AMD guests
+/// by default, so no guest of an AMD cluster keeps it (`src/validate/arch_caps.rs`). Returns the
+/// ones it had, in the order of `arch-capabilities` then its bits.
+pub fn leave_out_arch_capabilities(b: &mut Baseline, vendor: Option<&str>) -> Vec<String> {
+    if vendor != Some("AMD") {
+        return Vec::new();
+    }
+    let had: Vec<String> = std::iter::once("arch-capabilities")
+        .chain(crate::cpu::ARCH_CAPABILITIES_BITS)
+        .filter(|f| b.cpu.require.iter().any(|r| r == f))
+        .map(str::to_string)
+        .collect();
+    b.cpu.require.retain(|f| !had.contains(f));
+    had
+}
+
 /// `cpu` without [`QEMU_DROPPED_FEATURES`].
 fn drop_qemu_unknown(mut cpu: Decoded) -> Decoded {
     for list in [&mut cpu.require, &mut cpu.disable] {

@@ -86,6 +86,9 @@ pub fn json(report: &ClusterReport) -> serde_json::Value {
     if !report.topology_left_out.is_empty() {
         v["topology_left_out"] = serde_json::json!(report.topology_left_out);
     }
+    if !report.arch_capabilities_left_out.is_empty() {
+        v["arch_capabilities_left_out"] = serde_json::json!(report.arch_capabilities_left_out);
+    }
     v
 }
 
@@ -123,6 +126,13 @@ fn header(report: &ClusterReport, comment: &str) -> String {
             s,
             "{comment} {}",
             super::report::topology_sentence(&report.topology_left_out)
+        );
+    }
+    if !report.arch_capabilities_left_out.is_empty() {
+        let _ = writeln!(
+            s,
+            "{comment} {}",
+            super::report::arch_capabilities_sentence(&report.arch_capabilities_left_out)
         );
     }
     s
@@ -326,6 +336,11 @@ fn notes(report: &ClusterReport) -> Vec<String> {
     }
     if !report.topology_left_out.is_empty() {
         notes.push(super::report::topology_sentence(&report.topology_left_out));
+    }
+    if !report.arch_capabilities_left_out.is_empty() {
+        notes.push(super::report::arch_capabilities_sentence(
+            &report.arch_capabilities_left_out,
+        ));
     }
     for (host, n, some) in &report.model_limits {
         notes.push(format!(

@@ -100,6 +100,18 @@ pub struct ClusterReport {
     /// of the baseline (a guest of one vCPU does not keep them on QEMU 10.0.1 and later); empty
     /// when it had none.
     pub topology_left_out: Vec<String>,
+    /// `arch-capabilities` and its bits, left out of an AMD cluster's baseline
+    /// ([`super::baseline::leave_out_arch_capabilities`]); empty when it had none.
+    pub arch_capabilities_left_out: Vec<String>,
+}
+
+/// The sentence of [`ClusterReport::arch_capabilities_left_out`] for reports and explanations.
+#[must_use]
+pub fn arch_capabilities_sentence(features: &[String]) -> String {
+    format!(
+        "left out of the baseline: {}: on AMD hosts QEMU before 10.1 aborts a guest whose CPU carries them (\"failed to set MSR 0x10a\"), and QEMU 10.1 leaves them out by default",
+        features.join(", ")
+    )
 }
 
 /// The sentence of [`ClusterReport::topology_left_out`] for reports and explanations.
@@ -197,6 +209,7 @@ pub fn analyze(
         model_limits: model_limits(hosts),
         kvm_left_out: None,
         topology_left_out: Vec::new(),
+        arch_capabilities_left_out: Vec::new(),
     };
     match (is_x86(&arch), map) {
         (true, Some(map)) => x86(&mut report, hosts, map, *opts)?,
@@ -289,6 +302,14 @@ fn x86(
         }
     }
     report.topology_left_out = super::baseline::leave_out_topology(&mut b);
+    let vendor = b.cpu.vendor.clone().or_else(|| {
+        // The hosts' one vendor when the baseline does not name it (not every host did).
+        let mut v = hosts.iter().filter_map(|h| h.cpu.as_ref()?.vendor.clone());
+        let first = v.next()?;
+        v.all(|x| x == first).then_some(first)
+    });
+    report.arch_capabilities_left_out =
+        super::baseline::leave_out_arch_capabilities(&mut b, vendor.as_deref());
     report.features = b
         .effective_features(map)
         .into_iter()

@@ -115,6 +115,32 @@ pub fn subtract_kvm_never<'m, T>(
     }
 }
 
+/// The features of the `IA32_ARCH_CAPABILITIES` MSR (0x10a) (libvirt's `x86_features.xml`, `<msr
+/// index='0x0000010a'>`, as libvirt 12.8 lists them). QEMU aborts only when the MSR it writes is
+/// not zero: a CPU carrying `arch-capabilities` with none of these bits starts (seen: `Westmere`
+/// requiring `arch-capabilities` alone, on QEMU 5.2, 7.2 and 10.0 on AMD).
+pub const ARCH_CAPABILITIES_BITS: [&str; 19] = [
+    "rdctl-no",
+    "ibrs-all",
+    "rsba",
+    "skip-l1dfl-vmentry",
+    "ssb-no",
+    "mds-no",
+    "pschange-mc-no",
+    "tsx-ctrl",
+    "taa-no",
+    "sbdr-ssdp-no",
+    "fbsdp-no",
+    "psdp-no",
+    "fb-clear",
+    "bhi-no",
+    "pbrsb-no",
+    "gds-no",
+    "rfds-no",
+    "rfds-clear",
+    "its-no",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

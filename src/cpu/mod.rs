@@ -8,7 +8,9 @@ mod kvm;
 mod level;
 
 pub use features::{is_known_x86_feature, normalize_feature};
-pub use kvm::{KVM_NEVER_GIVES, NeverDisabled, kvm_never_gives, subtract_kvm_never};
+pub use kvm::{
+    ARCH_CAPABILITIES_BITS, KVM_NEVER_GIVES, NeverDisabled, kvm_never_gives, subtract_kvm_never,
+};
 pub use level::Level;
 
 /// The QEMU default CPU model libvirt uses when a domain names none, by guest arch (QEMU

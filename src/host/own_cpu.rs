@@ -76,7 +76,13 @@ impl Host {
     /// machine's CPU decoded with it is no capabilities this machine shows, and would make the
     /// judgement depend on the machine the tool runs on.
     fn own_cpu_map(&self) -> bool {
-        self.cpu_map_dir.as_deref() == Some(Path::new(DEFAULT_CPU_MAP))
+        // Compared as the directories they are (`/usr/share/libvirt/../libvirt/cpu_map`, a link),
+        // not as text.
+        let own = |p: &Path| std::fs::canonicalize(p).ok();
+        self.cpu_map_dir.as_deref().is_some_and(|d| {
+            d == Path::new(DEFAULT_CPU_MAP)
+                || own(d).is_some_and(|c| Some(c) == own(Path::new(DEFAULT_CPU_MAP)))
+        })
     }
 
     /// Why [`Host::host_cpu`] is None, one sentence; None when it is known.

@@ -16,6 +16,12 @@
 //!   `host-passthrough` and `maximum` (which take what KVM gives) on a machine type before 10.1
 //!   (`pc-q35-5.2`, `pc-q35-10.0`, `pc-i440fx-9.2` abort; `pc-q35-10.1`, `q35` start).
 //!
+//! * any QEMU: a custom CPU whose model or features carry `arch-capabilities` and one of its
+//!   bits (`Cooperlake`, or `mds-no` required beside it), and a `host-passthrough` CPU that asks
+//!   for `arch-capabilities`, abort whatever the machine type (QEMU honours what is asked for).
+//!
+//! QEMU aborts only when the MSR it writes is not zero: `arch-capabilities` alone, with none of
+//! its bits, starts (`Westmere` requiring it, on QEMU 5.2, 7.2 and 10.0).
 //! `<feature policy='disable' name='arch-capabilities'/>` in the `<cpu>` starts every one of
 //! them (seen on QEMU 5.2, 7.2 and 10.0).
 //!
@@ -45,29 +51,22 @@ pub const QEMU_HIDES_ARCH_CAPABILITIES_ON_AMD: QemuVersion = QemuVersion(Libvirt
 /// The feature, in libvirt's spelling (`x86_features.xml`: CPUID 7.0 EDX bit 29).
 const FEATURE: &str = "arch-capabilities";
 
-/// Which guest CPUs carry `arch-capabilities` on the host ([`gather`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Carriers {
-    /// QEMU before 10.1: every CPU that has it, by its mode, model or features, KVM's
-    /// host-model CPU requiring it.
-    Every,
-    /// QEMU 10.1 and later on a machine type before 10.1: the CPUs that take what KVM gives,
-    /// `host-passthrough` and `maximum`, besides a `<feature>` that asks for it.
-    HostBased,
-}
+pub use crate::cpu::ARCH_CAPABILITIES_BITS;
 
-/// The host facts behind the warning, gathered only when they say it can happen: an x86 KVM
-/// guest, domcapabilities whose host-model CPU is AMD's, and a QEMU release before
-/// [`QEMU_HIDES_ARCH_CAPABILITIES_ON_AMD`] (with a host-model CPU requiring
-/// `arch-capabilities`), or from it on with a machine type before 10.1.
+/// The host facts behind the warning, gathered for an x86 KVM guest when domcapabilities' KVM
+/// host-model CPU is AMD's and the QEMU release is known.
 #[derive(Debug, Clone)]
 pub struct ArchCapsHost {
     /// The host's QEMU release and where it came from.
     pub qemu: Sourced<QemuVersion>,
     /// The domcapabilities file that says the host is AMD (and what KVM gives).
     pub domcaps: String,
-    /// Which CPUs carry it.
-    pub carriers: Carriers,
+    /// Whether KVM's host-model CPU requires `arch-capabilities` (QEMU before 10.1): then
+    /// `host-model` and `match='minimum'` carry it, with its bits.
+    pub host_model_has_it: bool,
+    /// Whether QEMU gives `host-passthrough` and `maximum` the MSR: before 10.1, or from 10.1 on
+    /// for a machine type before 10.1 (`x-arch-cap-always-on`).
+    pub host_based_have_it: bool,
     /// The machine type, for the message.
     pub machine: String,
 }
@@ -82,7 +81,7 @@ fn machine_release(machine: &str) -> Option<(u32, u32)> {
     Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
-/// [`ArchCapsHost`] for `dom` on `host`, or None when a fact is missing or says it cannot happen.
+/// [`ArchCapsHost`] for `dom` on `host`, or None when a fact is missing or the host is not AMD.
 #[must_use]
 pub fn gather(dom: &Domain<'_>, host: &Host) -> Option<ArchCapsHost> {
     if dom.virt_type() != "kvm" || !is_x86(dom.arch()) {
@@ -94,58 +93,80 @@ pub fn gather(dom: &Domain<'_>, host: &Host) -> Option<ArchCapsHost> {
         return None;
     }
     let qemu = host.qemu_version(dom.arch(), dom.emulator().as_deref())?;
-    let carriers = if qemu.value < QEMU_HIDES_ARCH_CAPABILITIES_ON_AMD {
-        let gives = hm
-            .features
-            .iter()
-            .any(|(f, p)| f == FEATURE && *p == FeaturePolicy::Require);
-        gives.then_some(Carriers::Every)?
-    } else {
-        // An alias names QEMU's newest machine type, never one before 10.1 here.
-        let old = machine_release(dom.machine()).is_some_and(|r| r < (10, 1));
-        old.then_some(Carriers::HostBased)?
-    };
+    let host_model_has_it = hm
+        .features
+        .iter()
+        .any(|(f, p)| f == FEATURE && *p == FeaturePolicy::Require);
+    // An alias names QEMU's newest machine type, never one before 10.1 from QEMU 10.1 on.
+    let old_machine = machine_release(dom.machine()).is_some_and(|r| r < (10, 1));
+    let host_based_have_it = qemu.value < QEMU_HIDES_ARCH_CAPABILITIES_ON_AMD || old_machine;
     Some(ArchCapsHost {
         qemu,
         domcaps: domcaps.source.clone(),
-        carriers,
+        host_model_has_it,
+        host_based_have_it,
         machine: dom.machine().to_string(),
     })
 }
 
-/// Why the guest CPU `cpu` carries `arch-capabilities` on a host of `carriers` (a phrase for
-/// the message), or None when it does not: a `<feature>` that asks for it; the modes that take
-/// what KVM gives (`host-passthrough`, `maximum`); with [`Carriers::Every`] also `host-model`,
-/// `match='minimum'` (libvirt adds the host-model CPU's features) and a model that has it; never
-/// when a `<feature>` disables or forbids it.
-fn carries(cpu: Node<'_, '_>, carriers: Carriers, facts: &DomainFacts<'_>) -> Option<&'static str> {
+/// Whether `name` is required by `features` (the `<feature>` list: no policy, `require`,
+/// `force` or `optional`) or by the model's `model_features`, and not disabled or forbidden.
+fn has(
+    name: &str,
+    features: &[(String, Option<FeaturePolicy>)],
+    model_features: Option<&std::collections::BTreeSet<String>>,
+) -> bool {
+    match features.iter().find(|(f, _)| f == name).map(|(_, p)| *p) {
+        Some(Some(FeaturePolicy::Disable | FeaturePolicy::Forbid)) => false,
+        Some(_) => true,
+        None => model_features.is_some_and(|m| m.contains(name)),
+    }
+}
+
+/// Why the guest CPU `cpu` makes QEMU write a non-zero MSR 0x10a on `host` (a phrase for the
+/// message), or None: `host-passthrough` and `maximum` where QEMU gives them the MSR (or the
+/// CPU asks for `arch-capabilities`); `host-model` and `match='minimum'` where KVM's host-model
+/// CPU requires it; a custom CPU whose model or features carry `arch-capabilities` and one of
+/// its bits ([`ARCH_CAPABILITIES_BITS`]), on any QEMU. Never when a `<feature>` disables or
+/// forbids `arch-capabilities`.
+fn carries(
+    cpu: Node<'_, '_>,
+    host: &ArchCapsHost,
+    facts: &DomainFacts<'_>,
+) -> Option<&'static str> {
     let features = cpu_features(cpu);
     let named = features.iter().find(|(f, _)| f == FEATURE).map(|(_, p)| *p);
-    match named {
-        Some(Some(FeaturePolicy::Disable | FeaturePolicy::Forbid)) => return None,
-        Some(_) => return Some("its <feature name='arch-capabilities'>"),
-        None => {}
+    if matches!(
+        named,
+        Some(Some(FeaturePolicy::Disable | FeaturePolicy::Forbid))
+    ) {
+        return None;
     }
-    match (cpu_mode(cpu)?, carriers) {
-        (CpuMode::HostPassthrough, _) => Some("host-passthrough: KVM gives it"),
-        (CpuMode::Maximum, _) => Some("maximum: KVM gives it"),
-        (_, Carriers::HostBased) => None,
-        (CpuMode::HostModel, Carriers::Every) => {
+    let explicit = named.is_some();
+    match cpu_mode(cpu)? {
+        CpuMode::HostPassthrough | CpuMode::Maximum if host.host_based_have_it || explicit => {
+            Some("it takes what KVM gives, arch-capabilities with its bits")
+        }
+        CpuMode::HostModel if host.host_model_has_it => {
             Some("host-model: KVM's host-model CPU requires it")
         }
-        (CpuMode::Custom, Carriers::Every) => {
-            let model = child(cpu, "model").and_then(model_name)?;
-            if CpuMatch::parse(cpu.attribute("match").unwrap_or("exact")) == Some(CpuMatch::Minimum)
-            {
+        CpuMode::Custom => {
+            let model = child(cpu, "model").and_then(model_name);
+            let minimum = CpuMatch::parse(cpu.attribute("match").unwrap_or("exact"))
+                == Some(CpuMatch::Minimum);
+            if model.is_some() && minimum && host.host_model_has_it {
                 return Some(
                     "match='minimum': libvirt adds the features of KVM's host-model CPU, which requires it",
                 );
             }
-            facts
-                .model_features(&model)
-                .is_some_and(|f| f.contains(FEATURE))
-                .then_some("its model has it")
+            let model_features = model.as_deref().and_then(|m| facts.model_features(m));
+            let bits = ARCH_CAPABILITIES_BITS
+                .iter()
+                .any(|b| has(b, &features, model_features));
+            (has(FEATURE, &features, model_features) && bits)
+                .then_some("its model or features carry it with some of its bits")
         }
+        _ => None,
     }
 }
 
@@ -154,36 +175,29 @@ pub(super) fn check(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Fin
     let Some(host) = &facts.arch_caps else {
         return;
     };
-    let Some(why) = dom
-        .cpus()
-        .first()
-        .and_then(|c| carries(*c, host.carriers, facts))
-    else {
+    let Some(why) = dom.cpus().first().and_then(|c| carries(*c, host, facts)) else {
         return;
     };
     let v = host.qemu.value;
     let hides = QEMU_HIDES_ARCH_CAPABILITIES_ON_AMD;
-    let (because, fix) = match host.carriers {
-        Carriers::Every => (
-            format!("QEMU before {hides} writes MSR 0x10a"),
-            format!(
-                "add <feature policy='disable' name='arch-capabilities'/> to the <cpu> (starts on QEMU 5.2, 7.2 and 10.0 on AMD), or run QEMU {hides} or later, which leaves it out on AMD"
-            ),
-        ),
-        Carriers::HostBased => (
-            format!(
-                "QEMU keeps it for machine type {} (before 10.1: x-arch-cap-always-on) and writes MSR 0x10a",
-                host.machine
-            ),
-            "add <feature policy='disable' name='arch-capabilities'/> to the <cpu>, or move the guest to a machine type of 10.1 or later at a planned restart".to_string(),
-        ),
+    let when = if v < hides {
+        format!("QEMU before {hides} writes MSR 0x10a for it")
+    } else if machine_release(&host.machine).is_some_and(|r| r < (10, 1)) {
+        format!(
+            "QEMU keeps it for machine type {} (before 10.1: x-arch-cap-always-on) and writes MSR 0x10a",
+            host.machine
+        )
+    } else {
+        "QEMU writes MSR 0x10a for a CPU that asks for it".to_string()
     };
     out.push(Finding::warning(
         Code::KvmArchCapabilities,
         format!(
-            "QEMU {v} cannot start this CPU on this AMD host: it carries arch-capabilities ({why}), {because}, which KVM on AMD refuses, so QEMU aborts at start (\"failed to set MSR 0x10a\"; QEMU {v} per {}, AMD per {})",
+            "QEMU {v} cannot start this CPU on this AMD host: it carries arch-capabilities ({why}), {when}, which KVM on AMD refuses, so QEMU aborts at start (\"failed to set MSR 0x10a\"; QEMU {v} per {}, AMD per {})",
             host.qemu.source, host.domcaps
         ),
-        fix,
+        format!(
+            "add <feature policy='disable' name='arch-capabilities'/> to the <cpu> (starts on QEMU 5.2, 7.2 and 10.0 on AMD); from QEMU {hides} on, a machine type of 10.1 or later leaves it out of host-passthrough and maximum"
+        ),
     ));
 }

@@ -12,17 +12,18 @@
 //!
 //! The error is `cpu-invtsc`.
 
-use crate::domain::{Domain, cpu_features, cpu_mode};
+use crate::domain::{Domain, cpu_features};
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
 use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu::{CpuMode, FeaturePolicy};
+use crate::libvirt::cpu::FeaturePolicy;
 
 /// The feature, in libvirt's spelling (`x86_features.xml`: CPUID 0x80000007 EDX bit 8).
 const FEATURE: &str = "invtsc";
 
-/// `cpu-invtsc` for the first `<cpu>` of `dom` when it requires `invtsc` (`require` or `force`)
-/// and the vCPU QEMU builds has none (module docs).
+/// `cpu-invtsc` for the first `<cpu>` of `dom`, of any mode (a `maximum` or `host-model` CPU
+/// asking for it too), when it requires `invtsc` (`require` or `force`) and the vCPU QEMU builds
+/// has none (module docs).
 pub(super) fn check(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     if !is_x86(dom.arch()) {
         return;
@@ -30,9 +31,6 @@ pub(super) fn check(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Fin
     let Some(cpu) = dom.cpus().first().copied() else {
         return;
     };
-    if cpu_mode(cpu) != Some(CpuMode::Custom) {
-        return;
-    }
     let required = cpu_features(cpu).iter().any(|(f, p)| {
         f == FEATURE
             && matches!(

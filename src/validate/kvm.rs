@@ -289,6 +289,11 @@ pub(super) fn check(
         return false;
     }
     let Some(start) = &facts.kvm_start else {
+        // Under check='full' the `hypervisor` bit QEMU's KVM adds is refused whatever the host:
+        // that needs no fact.
+        if check == CpuCheck::Full && check_full(None, &guest, out) {
+            return true;
+        }
         let why = facts
             .kvm_start_missing
             .as_deref()
@@ -306,7 +311,7 @@ pub(super) fn check(
             Compared::Not(why) => out.push(not_compared(&guest, check, &why)),
         }
     }
-    check == CpuCheck::Full && check_full(start, &guest, out)
+    check == CpuCheck::Full && check_full(Some(start), &guest, out)
 }
 
 /// What [`compare_at_start`] came to.
@@ -441,8 +446,9 @@ fn compare_at_start(
 /// has `hypervisor` unless the CPU written names it, and lacks what KVM's host-model CPU
 /// (domcapabilities) lacks: `kvm-check-full` when either is so. With `match='minimum'` this part
 /// finds nothing (seen):
-/// libvirt updates such a CPU to what the host gives.
-fn check_full(start: &KvmStartHost<'_>, guest: &GuestCpu, out: &mut Vec<Finding>) -> bool {
+/// libvirt updates such a CPU to what the host gives. Without the host's facts (`start` None)
+/// only the `hypervisor` bit is judged: it needs none.
+fn check_full(start: Option<&KvmStartHost<'_>>, guest: &GuestCpu, out: &mut Vec<Finding>) -> bool {
     if guest.matching == CpuMatch::Minimum {
         return false;
     }
@@ -452,9 +458,9 @@ fn check_full(start: &KvmStartHost<'_>, guest: &GuestCpu, out: &mut Vec<Finding>
     // before).
     let extra = !guest.cpu.features.iter().any(|(f, _)| f == "hypervisor");
     let path = Path::new("the domain XML");
-    let loaded = (!plain_usable(start, guest))
-        .then(|| start.loaded())
-        .flatten();
+    let loaded = start
+        .filter(|s| !plain_usable(s, guest))
+        .and_then(|s| s.loaded());
     let (missing, per) = match loaded {
         Some((
             map,

@@ -191,11 +191,15 @@ fn tool_baseline(o: &Oracle, names: &CpuMap, files: &[PathBuf], migratable: bool
     for d in list("disable") {
         features.remove(&d);
     }
-    // The one departure the report names: `ht` and `cmp_legacy`, which QEMU derives from each
+    // The departures the report names: `ht` and `cmp_legacy`, which QEMU derives from each
     // guest's topology, are left out of the cluster CPU (`topology_left_out`); libvirt's
     // baseline keeps them. Put back, the rest must be libvirt's.
     if j.get("topology_left_out").is_some() {
         features.extend(list("topology_left_out"));
+    }
+    // And `arch-capabilities` with its bits, left out of an AMD cluster's CPU.
+    if j.get("arch_capabilities_left_out").is_some() {
+        features.extend(list("arch_capabilities_left_out"));
     }
     Tool {
         answer: Answer::Cpu {

@@ -312,12 +312,12 @@ fn json_keys_are_the_documented_ones() {
     let v = json_of(&out, &out.stdout);
     let mut baseline = BTreeSet::new();
     key_paths(&v, "", &["hosts[].lacks"], &mut baseline);
-    // An AMD host whose CPU lists `cmp_legacy`, which the baseline leaves out
-    // (`topology_left_out`).
+    // An AMD host whose CPU lists `cmp_legacy` and `arch-capabilities` with a bit, which the
+    // baseline leaves out (`topology_left_out`, `arch_capabilities_left_out`).
     let amd = t.path("amd-host.xml");
     std::fs::write(
         &amd,
-        "<cpu>\n  <arch>x86_64</arch>\n  <model>EPYC</model>\n  <vendor>AMD</vendor>\n  <feature name='cmp_legacy'/>\n</cpu>\n",
+        "<cpu>\n  <arch>x86_64</arch>\n  <model>EPYC</model>\n  <vendor>AMD</vendor>\n  <feature name='cmp_legacy'/>\n  <feature name='arch-capabilities'/>\n  <feature name='mds-no'/>\n</cpu>\n",
     )
     .unwrap();
     let out = Cmd::new(&["baseline", "--format", "json", "--cpu-map", &map])
