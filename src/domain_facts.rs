@@ -76,7 +76,7 @@ pub struct DomainFacts<'h> {
     pub kvm_start_missing: Option<String>,
     /// An AMD host whose QEMU aborts a KVM CPU carrying `arch-capabilities`
     /// ([`crate::validate::arch_caps`]), when its facts say so.
-    pub arch_caps: Option<crate::validate::arch_caps::ArchCapsHost>,
+    pub arch_caps: Option<crate::validate::arch_caps::ArchCapsHost<'h>>,
     /// The domain's arch, virt type, and the arch of the host that runs it
     /// ([`crate::libvirt::arch::host_arch`]), for the CPU modes libvirt offers.
     arch: String,

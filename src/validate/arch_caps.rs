@@ -39,6 +39,7 @@ use crate::libvirt::cpu::{CpuMatch, CpuMode, FeaturePolicy};
 use crate::libvirt::version::{LibvirtVersion, QemuVersion};
 use crate::xml::child;
 use roxmltree::Node;
+use std::sync::OnceLock;
 
 /// The first QEMU that leaves `arch-capabilities` out of a KVM guest CPU on an AMD host, for
 /// machine types of its own release and later: 10.1.0 (module docs).
@@ -54,21 +55,47 @@ const FEATURE: &str = "arch-capabilities";
 pub use crate::cpu::ARCH_CAPABILITIES_BITS;
 
 /// The host facts behind the warning, gathered for an x86 KVM guest when domcapabilities' KVM
-/// host-model CPU is AMD's and the QEMU release is known.
+/// host-model CPU is AMD's. The QEMU release is read from the host ([`Host::qemu_version`]: the
+/// QEMU capability cache, for the hook at every guest start) only for a CPU that may carry
+/// `arch-capabilities`, on first need.
 #[derive(Debug, Clone)]
-pub struct ArchCapsHost {
-    /// The host's QEMU release and where it came from.
-    pub qemu: Sourced<QemuVersion>,
+pub struct ArchCapsHost<'h> {
+    /// The host, asked for its QEMU release.
+    host: &'h Host,
+    /// The guest's arch and `<emulator>`, for that question.
+    arch: String,
+    emulator: Option<String>,
+    /// The QEMU release, once asked.
+    qemu: OnceLock<Option<Sourced<QemuVersion>>>,
     /// The domcapabilities file that says the host is AMD (and what KVM gives).
     pub domcaps: String,
     /// Whether KVM's host-model CPU requires `arch-capabilities` (QEMU before 10.1): then
     /// `host-model` and `match='minimum'` carry it, with its bits.
     pub host_model_has_it: bool,
-    /// Whether QEMU gives `host-passthrough` and `maximum` the MSR: before 10.1, or from 10.1 on
-    /// for a machine type before 10.1 (`x-arch-cap-always-on`).
-    pub host_based_have_it: bool,
+    /// Whether the machine type is a versioned one before 10.1: QEMU gives `host-passthrough`
+    /// and `maximum` the MSR there whatever its release (`x-arch-cap-always-on` from 10.1 on).
+    pub old_machine: bool,
     /// The machine type, for the message.
     pub machine: String,
+}
+
+impl ArchCapsHost<'_> {
+    /// The host's QEMU release and where it came from, read on first need; None when no source
+    /// gives it.
+    fn qemu(&self) -> Option<&Sourced<QemuVersion>> {
+        self.qemu
+            .get_or_init(|| self.host.qemu_version(&self.arch, self.emulator.as_deref()))
+            .as_ref()
+    }
+
+    /// Whether QEMU gives `host-passthrough` and `maximum` the MSR: before 10.1, or from 10.1 on
+    /// for a machine type before 10.1. None when the release is needed and not known.
+    fn host_based_have_it(&self) -> Option<bool> {
+        if self.old_machine {
+            return Some(true);
+        }
+        Some(self.qemu()?.value < QEMU_HIDES_ARCH_CAPABILITIES_ON_AMD)
+    }
 }
 
 /// The release of a versioned x86 machine type (`pc-q35-10.0`, `pc-i440fx-5.2`: (10, 0),
@@ -81,9 +108,10 @@ fn machine_release(machine: &str) -> Option<(u32, u32)> {
     Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
-/// [`ArchCapsHost`] for `dom` on `host`, or None when a fact is missing or the host is not AMD.
+/// [`ArchCapsHost`] for `dom` on `host`, or None when the host is not known to be AMD. Reads
+/// nothing but the domcapabilities already loaded.
 #[must_use]
-pub fn gather(dom: &Domain<'_>, host: &Host) -> Option<ArchCapsHost> {
+pub fn gather<'h>(dom: &Domain<'_>, host: &'h Host) -> Option<ArchCapsHost<'h>> {
     if dom.virt_type() != "kvm" || !is_x86(dom.arch()) {
         return None;
     }
@@ -92,19 +120,19 @@ pub fn gather(dom: &Domain<'_>, host: &Host) -> Option<ArchCapsHost> {
     if hm.vendor.as_deref() != Some("AMD") {
         return None;
     }
-    let qemu = host.qemu_version(dom.arch(), dom.emulator().as_deref())?;
     let host_model_has_it = hm
         .features
         .iter()
         .any(|(f, p)| f == FEATURE && *p == FeaturePolicy::Require);
-    // An alias names QEMU's newest machine type, never one before 10.1 from QEMU 10.1 on.
-    let old_machine = machine_release(dom.machine()).is_some_and(|r| r < (10, 1));
-    let host_based_have_it = qemu.value < QEMU_HIDES_ARCH_CAPABILITIES_ON_AMD || old_machine;
     Some(ArchCapsHost {
-        qemu,
+        host,
+        arch: dom.arch().to_string(),
+        emulator: dom.emulator(),
+        qemu: OnceLock::new(),
         domcaps: domcaps.source.clone(),
         host_model_has_it,
-        host_based_have_it,
+        // An alias names QEMU's newest machine type, never one before 10.1 from QEMU 10.1 on.
+        old_machine: machine_release(dom.machine()).is_some_and(|r| r < (10, 1)),
         machine: dom.machine().to_string(),
     })
 }
@@ -144,7 +172,9 @@ fn carries(
     }
     let explicit = named.is_some();
     match cpu_mode(cpu)? {
-        CpuMode::HostPassthrough | CpuMode::Maximum if host.host_based_have_it || explicit => {
+        CpuMode::HostPassthrough | CpuMode::Maximum
+            if explicit || host.host_based_have_it() == Some(true) =>
+        {
             Some("it takes what KVM gives, arch-capabilities with its bits")
         }
         CpuMode::HostModel if host.host_model_has_it => {
@@ -178,7 +208,11 @@ pub(super) fn check(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Fin
     let Some(why) = dom.cpus().first().and_then(|c| carries(*c, host, facts)) else {
         return;
     };
-    let v = host.qemu.value;
+    // The release the message names (and the fix depends on): without it, nothing is said.
+    let Some(qemu) = host.qemu() else {
+        return;
+    };
+    let v = qemu.value;
     let hides = QEMU_HIDES_ARCH_CAPABILITIES_ON_AMD;
     let when = if v < hides {
         format!("QEMU before {hides} writes MSR 0x10a for it")
@@ -194,7 +228,7 @@ pub(super) fn check(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Fin
         Code::KvmArchCapabilities,
         format!(
             "QEMU {v} cannot start this CPU on this AMD host: it carries arch-capabilities ({why}), {when}, which KVM on AMD refuses, so QEMU aborts at start (\"failed to set MSR 0x10a\"; QEMU {v} per {}, AMD per {})",
-            host.qemu.source, host.domcaps
+            qemu.source, host.domcaps
         ),
         format!(
             "add <feature policy='disable' name='arch-capabilities'/> to the <cpu> (starts on QEMU 5.2, 7.2 and 10.0 on AMD); from QEMU {hides} on, a machine type of 10.1 or later leaves it out of host-passthrough and maximum"
