@@ -99,10 +99,18 @@ pub const QEMU_TOPOLOGY_FEATURES: [&str; 2] = ["ht", "cmp_legacy"];
 /// `b` without [`QEMU_TOPOLOGY_FEATURES`] among the features it requires (no libvirt model has
 /// them, so none is disabled). Returns the ones it had, in the order of the constant.
 pub fn leave_out_topology(b: &mut Baseline) -> Vec<String> {
-    let had: Vec<String> = QEMU_TOPOLOGY_FEATURES
-        .iter()
-        .filter(|f| b.cpu.require.iter().any(|r| r == *f))
-        .map(|f| (*f).to_string())
+    leave_out_required(b, QEMU_TOPOLOGY_FEATURES)
+}
+
+/// `b` without those of `names` it requires; returns them, in the order of `names`.
+fn leave_out_required<'n>(
+    b: &mut Baseline,
+    names: impl IntoIterator<Item = &'n str>,
+) -> Vec<String> {
+    let had: Vec<String> = names
+        .into_iter()
+        .filter(|f| b.cpu.require.iter().any(|r| r == f))
+        .map(str::to_string)
         .collect();
     b.cpu.require.retain(|f| !had.contains(f));
     had
@@ -118,13 +126,10 @@ pub fn leave_out_arch_capabilities(b: &mut Baseline, vendor: Option<&str>) -> Ve
     if vendor != Some("AMD") {
         return Vec::new();
     }
-    let had: Vec<String> = std::iter::once("arch-capabilities")
-        .chain(crate::cpu::ARCH_CAPABILITIES_BITS)
-        .filter(|f| b.cpu.require.iter().any(|r| r == f))
-        .map(str::to_string)
-        .collect();
-    b.cpu.require.retain(|f| !had.contains(f));
-    had
+    leave_out_required(
+        b,
+        std::iter::once("arch-capabilities").chain(crate::cpu::ARCH_CAPABILITIES_BITS),
+    )
 }
 
 /// `cpu` without [`QEMU_DROPPED_FEATURES`].
