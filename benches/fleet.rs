@@ -8,7 +8,7 @@
 //! Whole-process figures for 100 × 1,000 and 1,000 × 10,000 are `benches/process/fleet`'s.
 //!
 //! The hosts are the four generations' captured facts (`tests/data/generations`, libvirt 7.0,
-//! 9.0, 11.3, 12.8) round robin under distinct names, each with its own generation's cpu_map;
+//! 9.0, 11.3, 12.8) round robin under distinct names and capabilities `<uuid>`s, each with its own generation's cpu_map;
 //! the guests are small TCG and KVM domains of 25 shapes (named and versioned models,
 //! host-model, maximum, machine types old and new), 10 on each host. In the 200 × 2,000 fleet
 //! every guest has one of 8 vCPU counts (200 shapes), every fourth is a running
@@ -32,8 +32,10 @@ use virt_cpu_policy::policy::Policy;
 
 const GENERATIONS: [&str; 4] = ["bullseye", "bookworm", "trixie", "forky"];
 
-/// One generation's `<hostFacts>` named `name`.
-fn host_facts(root: &Path, g: &str, name: &str) -> String {
+/// One generation's `<hostFacts>` named `name`, with host number `n`'s own capabilities
+/// `<uuid>`, as every real host has (hosts alike in everything the judge reads are one class
+/// whatever their `<uuid>`).
+fn host_facts(root: &Path, g: &str, name: &str, n: usize) -> String {
     let d = root.join("tests/data/generations").join(g);
     let version = std::fs::read_to_string(d.join("version")).expect("version");
     let libvirt = version
@@ -46,7 +48,11 @@ fn host_facts(root: &Path, g: &str, name: &str) -> String {
         "domcapabilities-x86_64-q35-kvm.xml",
         "domcapabilities-x86_64-q35-qemu.xml",
     ] {
-        let text = std::fs::read_to_string(d.join(f)).expect("facts");
+        let mut text = std::fs::read_to_string(d.join(f)).expect("facts");
+        if let Some(start) = text.find("<uuid>") {
+            let end = start + text[start..].find("</uuid>").expect("</uuid>");
+            text.replace_range(start + 6..end, &format!("00000000-0000-4000-8000-{n:012x}"));
+        }
         doc.push_str(
             text.split_once("?>")
                 .map_or(text.as_str(), |(_, b)| b)
@@ -131,7 +137,11 @@ fn write_fleet(
     for h in 0..hosts {
         let g = GENERATIONS[h % 4];
         let name = format!("h{h}");
-        std::fs::write(dir.join(format!("{name}.xml")), host_facts(root, g, &name)).expect("write");
+        std::fs::write(
+            dir.join(format!("{name}.xml")),
+            host_facts(root, g, &name, h),
+        )
+        .expect("write");
         maps.push((
             name.clone(),
             root.join("tests/data/generations").join(g).join("cpu_map"),

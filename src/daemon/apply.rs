@@ -13,6 +13,7 @@ use crate::report::Verdict;
 use crate::rewrite::rewrite;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 use virt::connect::Connect;
 use virt::domain::Domain as VirDomain;
 
@@ -33,6 +34,10 @@ pub enum Report {
     },
     /// Cannot be made to conform, or libvirt refused the new definition.
     Refused(String),
+    /// libvirt does not keep the rewritten definition: read back after the define, the stored
+    /// definition needs the very rewrite that was defined. Left alone until its definition
+    /// changes ([`Applied::stored`] is what libvirt keeps).
+    NotKept,
     /// A transient guest: it has no stored definition; left alone.
     Transient,
 }
@@ -53,6 +58,13 @@ pub struct Applied {
     /// Why the guest could not be made to conform;
     /// None when it conforms now, or merely would change (dry run, audit mode).
     pub failure: Option<FailureReason>,
+    /// A hash of the stored definition last read (`DefaultHasher`): after a
+    /// [`Report::NotKept`], what libvirt keeps in place of the rewrite.
+    pub stored: Option<u64>,
+    /// For a definition rewritten: the time from the last read of the stored definition (which
+    /// found it as judged) to the return of the define, the window in which another client's
+    /// define would be overwritten (libvirt has no compare-and-set).
+    pub window: Option<Duration>,
 }
 
 impl Applied {
@@ -68,6 +80,21 @@ impl Applied {
             rules: Vec::new(),
             code,
             failure,
+            stored: None,
+            window: None,
+        }
+    }
+
+    /// The report of a stored definition `xml` that libvirt keeps in place of the rewrite.
+    fn not_kept(xml: &str) -> Applied {
+        Applied {
+            report: Report::NotKept,
+            verdict: Some(Verdict::NeedsRewrite),
+            rules: Vec::new(),
+            code: Some("libvirt"),
+            failure: Some(FailureReason::Define),
+            stored: Some(stored_hash(xml)),
+            window: None,
         }
     }
 
@@ -92,10 +119,12 @@ pub fn apply_one(
     backup_dir: &Path,
     dry_run: bool,
 ) -> Report {
-    apply_judged(conn, dom, policy, host, backup_dir, dry_run).report
+    apply_judged(conn, dom, policy, host, backup_dir, dry_run, None).report
 }
 
-/// [`apply_one`], with what the metrics and the journal need ([`Applied`]).
+/// [`apply_one`], with what the metrics and the journal need ([`Applied`]), and nothing
+/// defined when the stored definition is still the one libvirt kept in place of an earlier
+/// rewrite (`not_kept`, the [`Applied::stored`] of that [`Report::NotKept`]).
 pub fn apply_judged(
     conn: &Connect,
     dom: &VirDomain,
@@ -103,46 +132,167 @@ pub fn apply_judged(
     host: &Host,
     backup_dir: &Path,
     dry_run: bool,
+    not_kept: Option<u64>,
 ) -> Applied {
-    let (name, xml) = match stored_definition(dom) {
-        Ok(d) => d,
-        Err(unjudged) => return *unjudged,
+    let step = Step {
+        conn,
+        dom,
+        policy,
+        host,
+        backup_dir,
+        dry_run,
     };
-    let outcome = match rewrite(&xml, &format!("the definition of '{name}'"), policy, host) {
-        Ok(o) => o,
-        Err(e) => {
-            return Applied::unjudged(
-                Report::Refused(e.to_string()),
-                Some(e.code()),
-                Some(FailureReason::Unreadable),
-            );
-        }
-    };
-    let error = outcome
-        .findings
-        .iter()
-        .find(|f| f.severity == crate::finding::Severity::Error);
-    let (report, failure) = if let Some(f) = error {
-        let cannot = FailureReason::CannotConform;
-        (Report::Refused(f.to_string()), Some(cannot))
-    } else if !outcome.changed {
-        (Report::Unchanged, None)
-    } else if policy.mode == crate::policy::Mode::Audit {
-        let why = "would change, but the policy's mode is audit";
-        (Report::Refused(why.into()), None)
-    } else {
-        let new = &outcome.output;
-        define_rewritten(conn, dom, &name, &xml, new, backup_dir, dry_run)
-    };
-    Applied {
-        report,
-        verdict: Some(Verdict::of(&outcome)),
-        rules: crate::audit::rules_involved(&outcome, &crate::policy::Plan::default()),
-        code: error.map(|f| f.code.as_str()),
-        failure,
+    step.run(not_kept, &TestHold)
+}
+
+/// How many definitions of one guest one step judges when other clients define it meanwhile;
+/// after that the step gives up, and the guest's next DEFINED event brings it back.
+const ATTEMPTS: usize = 5;
+
+/// The places another client's define can land in a step, for tests: between the read that is
+/// judged and the read that is compared right before the define, and right after the define.
+pub(crate) trait Between {
+    /// After the definition was read, judged and backed up, before it is read again.
+    fn before_define(&self, _name: &str) {}
+    /// After the rewrite was defined, before it is read back.
+    fn after_define(&self, _name: &str) {}
+}
+
+/// `VIRT_CPU_POLICYD_TEST_HOLD_MS=N`: hold N ms before the read right before the define, logged
+/// (`test hold`), so that an end-to-end test can land a define in that window
+/// (`tests/e2e/daemon`). For tests only; unset, nothing waits.
+struct TestHold;
+
+impl Between for TestHold {
+    fn before_define(&self, name: &str) {
+        let Some(ms) = std::env::var("VIRT_CPU_POLICYD_TEST_HOLD_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        else {
+            return;
+        };
+        tracing::info!(guest = %name, "{name}: test hold, {ms} ms before the definition is read again (VIRT_CPU_POLICYD_TEST_HOLD_MS)");
+        std::thread::sleep(Duration::from_millis(ms));
     }
 }
 
+/// The hash of a stored definition, to know it again (not kept across runs).
+#[must_use]
+pub(super) fn stored_hash(xml: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    xml.hash(&mut h);
+    h.finish()
+}
+
+/// One guest's step: what [`apply_judged`] is given.
+struct Step<'a> {
+    conn: &'a Connect,
+    dom: &'a VirDomain,
+    policy: &'a Policy,
+    host: &'a Host,
+    backup_dir: &'a Path,
+    dry_run: bool,
+}
+
+/// A rewrite defined: its report, and the definition read back right after.
+struct Defined {
+    report: Report,
+    window: Duration,
+    read_back: String,
+}
+
+impl Step<'_> {
+    /// Judge the stored definition and define its rewrite, never over a definition this step
+    /// did not judge: when another client defined the guest since it was read, that definition
+    /// is judged instead; when the definition read back after the define is another client's,
+    /// it is judged in turn; when it is one libvirt made of the rewrite and that needs the same
+    /// rewrite again, the step stops ([`Report::NotKept`]).
+    fn run(&self, not_kept: Option<u64>, between: &dyn Between) -> Applied {
+        let (name, mut xml) = match stored_definition(self.dom) {
+            Ok(d) => d,
+            Err(unjudged) => return *unjudged,
+        };
+        if not_kept == Some(stored_hash(&xml)) {
+            return Applied::not_kept(&xml);
+        }
+        // The last rewrite this step defined, should a newer definition then conform.
+        let mut last: Option<(Report, Duration)> = None;
+        for _ in 0..ATTEMPTS {
+            let what = format!("the definition of '{name}'");
+            let outcome = match rewrite(&xml, &what, self.policy, self.host) {
+                Ok(o) => o,
+                Err(e) => {
+                    return Applied::unjudged(
+                        Report::Refused(e.to_string()),
+                        Some(e.code()),
+                        Some(FailureReason::Unreadable),
+                    );
+                }
+            };
+            let error = outcome
+                .findings
+                .iter()
+                .find(|f| f.severity == crate::finding::Severity::Error);
+            let mut applied = Applied {
+                report: Report::Unchanged,
+                verdict: Some(Verdict::of(&outcome)),
+                rules: crate::audit::rules_involved(&outcome, &crate::policy::Plan::default()),
+                code: error.map(|f| f.code.as_str()),
+                failure: None,
+                stored: Some(stored_hash(&xml)),
+                window: None,
+            };
+            if let Some(f) = error {
+                applied.report = Report::Refused(f.to_string());
+                applied.failure = Some(FailureReason::CannotConform);
+                return applied;
+            }
+            if !outcome.changed {
+                // A newer definition, defined by another client after this step's own, conforms.
+                if let Some((report, window)) = last {
+                    applied.report = report;
+                    applied.window = Some(window);
+                    applied.verdict = Some(Verdict::NeedsRewrite);
+                }
+                return applied;
+            }
+            if self.policy.mode == crate::policy::Mode::Audit {
+                let why = "would change, but the policy's mode is audit";
+                applied.report = Report::Refused(why.into());
+                return applied;
+            }
+            let new = &outcome.output;
+            match self.define(&name, &xml, new, between) {
+                Ok(Ok(d)) => match self.rewritten(&name, &d.read_back) {
+                    None => {
+                        applied.report = d.report;
+                        applied.window = Some(d.window);
+                        return applied;
+                    }
+                    // libvirt stored the rewrite so that it needs the same again.
+                    Some(again) if again == *new => return Applied::not_kept(&d.read_back),
+                    // Another client defined the guest right after this step: judge that.
+                    Some(_) => {
+                        last = Some((d.report, d.window));
+                        xml = d.read_back;
+                    }
+                },
+                // Another client defined the guest since it was read: judge that instead.
+                Ok(Err(now)) => xml = now,
+                Err((report, failure)) => {
+                    applied.report = report;
+                    applied.failure = failure;
+                    return applied;
+                }
+            }
+        }
+        let why = format!(
+            "defined by another client {ATTEMPTS} times while being rewritten; judged again at its next define"
+        );
+        Applied::unjudged(Report::Refused(why), Some("libvirt"), None)
+    }
+}
 /// A persistent guest's name and stored definition (with secrets); else what [`apply_judged`]
 /// reports for it (a transient guest, or one libvirt cannot give).
 fn stored_definition(dom: &VirDomain) -> Result<(String, String), Box<Applied>> {
@@ -165,56 +315,89 @@ fn stored_definition(dom: &VirDomain) -> Result<(String, String), Box<Applied>> 
     Ok((name, xml))
 }
 
-/// Back the guest's `old` definition up and define the `new` one (under `dry_run`, neither):
-/// the report, and the failure reason when the backup or the define failed.
-fn define_rewritten(
-    conn: &Connect,
-    dom: &VirDomain,
-    name: &str,
-    old: &str,
-    new: &str,
-    backup_dir: &Path,
-    dry_run: bool,
-) -> (Report, Option<FailureReason>) {
-    let running = dom.is_active().unwrap_or(false);
-    let diff = similar::TextDiff::from_lines(old, new)
-        .unified_diff()
-        .header(&format!("{name} (stored)"), &format!("{name} (conforming)"))
-        .to_string();
-    if dry_run {
-        let changed = Report::Changed {
-            running,
-            backup: None,
-            diff,
-        };
-        return (changed, None);
+impl Step<'_> {
+    /// The rewrite of definition `xml` when it needs one; None when it conforms, or cannot be
+    /// judged or made to conform (its own DEFINED event brings it back).
+    fn rewritten(&self, name: &str, xml: &str) -> Option<String> {
+        let what = format!("the definition of '{name}'");
+        let o = rewrite(xml, &what, self.policy, self.host).ok()?;
+        let error = o
+            .findings
+            .iter()
+            .any(|f| f.severity == crate::finding::Severity::Error);
+        (o.changed && !error).then_some(o.output)
     }
-    let uuid = dom.uuid_string().unwrap_or_default();
-    let backup = match write_backup(backup_dir, name, &uuid, old) {
-        Ok(p) => p,
-        Err(e) => {
-            let why = format!("cannot write the backup, nothing defined: {e}");
-            return (Report::Refused(why), Some(FailureReason::Backup));
+
+    /// Back the guest's `old` definition up and define the `new` one, unless the stored
+    /// definition is no longer `old` right before the define: then `Ok(Err(now))`, nothing
+    /// defined and the backup removed. Under `dry_run`, neither: `Err` of the report. `Err`:
+    /// the report and the failure reason when the backup, the define or a read failed.
+    fn define(
+        &self,
+        name: &str,
+        old: &str,
+        new: &str,
+        between: &dyn Between,
+    ) -> Result<Result<Defined, String>, Failed> {
+        let running = self.dom.is_active().unwrap_or(false);
+        let diff = similar::TextDiff::from_lines(old, new)
+            .unified_diff()
+            .header(&format!("{name} (stored)"), &format!("{name} (conforming)"))
+            .to_string();
+        if self.dry_run {
+            let changed = Report::Changed {
+                running,
+                backup: None,
+                diff,
+            };
+            return Err((changed, None));
         }
-    };
-    match conn.define_domain_xml(new) {
-        Ok(_) => (
-            Report::Changed {
+        let uuid = self.dom.uuid_string().unwrap_or_default();
+        let backup = write_backup(self.backup_dir, name, &uuid, old).map_err(|e| {
+            let why = format!("cannot write the backup, nothing defined: {e}");
+            (Report::Refused(why), Some(FailureReason::Backup))
+        })?;
+        between.before_define(name);
+        let now = stored_xml(self.dom).map_err(|e| {
+            let why = format!("cannot read the definition again before the define: {e}");
+            (Report::Refused(why), Some(FailureReason::Unreadable))
+        })?;
+        let read = Instant::now();
+        if now != old {
+            // Not a definition this step replaced: no backup of it.
+            let _ = std::fs::remove_file(&backup);
+            return Ok(Err(now));
+        }
+        if let Err(e) = self.conn.define_domain_xml(new) {
+            let why = format!(
+                "libvirt refused the rewritten definition (old one kept, backup {}): {e}",
+                backup.display()
+            );
+            return Err((Report::Refused(why), Some(FailureReason::Define)));
+        }
+        let window = read.elapsed();
+        between.after_define(name);
+        let read_back = stored_xml(self.dom).map_err(|e| {
+            let why = format!(
+                "defined (backup {}), but cannot read it back: {e}",
+                backup.display()
+            );
+            (Report::Refused(why), Some(FailureReason::Unreadable))
+        })?;
+        Ok(Ok(Defined {
+            report: Report::Changed {
                 running,
                 backup: Some(backup),
                 diff,
             },
-            None,
-        ),
-        Err(e) => (
-            Report::Refused(format!(
-                "libvirt refused the rewritten definition (old one kept, backup {}): {e}",
-                backup.display()
-            )),
-            Some(FailureReason::Define),
-        ),
+            window,
+            read_back,
+        }))
     }
 }
+
+/// A step that ends without a define to read back: its report and failure reason.
+type Failed = (Report, Option<FailureReason>);
 
 /// Write `xml` to `DIR/NAME-UUID-TIMESTAMP.xml`, mode 0600 (it holds secrets), directory 0700.
 fn write_backup(dir: &Path, name: &str, uuid: &str, xml: &str) -> std::io::Result<PathBuf> {
@@ -281,6 +464,9 @@ pub(super) fn describe(name: &str, r: &Report) -> String {
             }
         }
         Report::Refused(why) => format!("{name}: refused: {why}"),
+        Report::NotKept => format!(
+            "{name}: refused: libvirt does not keep the rewritten definition (read back after the define, it needs the same rewrite again); left alone until its definition changes"
+        ),
         Report::Transient => {
             format!("{name}: transient guest, left alone (it has no stored definition)")
         }
@@ -389,6 +575,8 @@ pub(super) mod tests {
             rules: vec!["x86-64-v2 baseline".into()],
             code: failure.map(|_| "cpu-level"),
             failure,
+            stored: None,
+            window: None,
         }
     }
 
@@ -401,7 +589,7 @@ pub(super) mod tests {
     }
 
     /// libvirt's test driver runs inside this process: a connection without a libvirtd.
-    const TEST_URI: &str = "test:///default";
+    pub(super) const TEST_URI: &str = "test:///default";
 
     #[test]
     fn the_connected_libvirt_version_wins_over_files_and_the_override_over_it() {
@@ -447,3 +635,6 @@ pub(super) mod tests {
         std::fs::remove_dir_all(&dir).ok();
     }
 }
+
+#[cfg(test)]
+mod races;

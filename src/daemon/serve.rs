@@ -11,7 +11,8 @@ use crate::host::Host;
 use crate::libvirt::version::LibvirtVersion;
 use crate::metrics::FailureReason;
 use crate::policy::Policy;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,21 +20,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use virt::domain::Domain as VirDomain;
 
-/// Per-guest memory of our own defines. Our own `define` raises a DEFINED event, whose
-/// reconciliation finds the guest conforming (the rewrite is idempotent); should libvirt not keep
-/// a rewritten definition, the event-driven path would loop, so a guest changed
-/// [`LOOP_CHANGES`] times within [`LOOP_WINDOW`] by events is left alone until the next full
-/// reconciliation, with one error logged.
+/// The guests whose rewrite libvirt does not keep ([`Report::NotKept`]): by name, the hash of
+/// the stored definition libvirt keeps in its place. Such a guest is judged again when its stored
+/// definition changes (another client defined it: a new definition to judge) and at every full
+/// reconciliation, never because events came: an orchestrator that defines often is not a loop.
 #[derive(Default)]
 struct Recent {
-    changed: HashMap<String, Vec<Instant>>,
-    suspended: BTreeSet<String>,
+    not_kept: HashMap<String, u64>,
 }
-
-/// Event-driven changes of one guest that make a loop.
-const LOOP_CHANGES: usize = 3;
-/// The window they must fall in.
-const LOOP_WINDOW: Duration = Duration::from_secs(10);
 
 /// Reconcile `names` (from events) or every guest (`None`: start, timer, SIGHUP, reconnect);
 /// `fleet` keeps each guest's state and the counters for the metrics.
@@ -46,10 +40,8 @@ fn reconcile(
     recent: &mut Recent,
     fleet: &mut Fleet,
 ) {
-    let from_event = names.is_some();
-    if !from_event {
-        recent.suspended.clear();
-        recent.changed.clear();
+    if names.is_none() {
+        recent.not_kept.clear();
         fleet.guests.clear();
     }
     fleet.counters.reconciles += 1;
@@ -57,12 +49,12 @@ fn reconcile(
         None => session.conn.list_all_domains(0).unwrap_or_default(),
         Some(ns) => ns
             .iter()
-            .filter(|n| !recent.suspended.contains(*n))
             .filter_map(|n| {
                 let d = session.conn.lookup_domain_by_name(n).ok();
                 if d.is_none() {
                     // Gone (undefined meanwhile): no longer counted.
                     fleet.guests.remove(n);
+                    recent.not_kept.remove(n);
                 }
                 d
             })
@@ -70,22 +62,18 @@ fn reconcile(
     };
     for d in doms {
         let name = d.name().unwrap_or_default();
-        if from_event {
-            let times = recent.changed.entry(name.clone()).or_default();
-            times.retain(|t| t.elapsed() < LOOP_WINDOW);
-            if times.len() >= LOOP_CHANGES {
-                recent.suspended.insert(name.clone());
-                tracing::error!(guest = %name, "changed {LOOP_CHANGES} times within {} s: libvirt does not keep the rewritten definition; left alone until the next full reconciliation", LOOP_WINDOW.as_secs());
+        let known = recent.not_kept.get(&name).copied();
+        let applied = apply_judged(&session.conn, &d, policy, host, backup_dir, false, known);
+        if applied.report == Report::NotKept {
+            // Told once per definition libvirt keeps.
+            if known == applied.stored {
                 continue;
             }
-        }
-        let applied = apply_judged(&session.conn, &d, policy, host, backup_dir, false);
-        if from_event && matches!(applied.report, Report::Changed { .. }) {
-            recent
-                .changed
-                .entry(name.clone())
-                .or_default()
-                .push(Instant::now());
+            if let Some(h) = applied.stored {
+                recent.not_kept.insert(name.clone(), h);
+            }
+        } else {
+            recent.not_kept.remove(&name);
         }
         log_applied(&name, "reconcile", &applied);
         fleet.record(&name, &applied);
@@ -106,6 +94,7 @@ pub(super) fn log_applied(name: &str, operation: &str, a: &Applied) {
         }
         (Report::Refused(_), Some(_)) => (Decision::DaemonFailed, Level::WARN),
         (Report::Refused(_), None) => (Decision::DaemonAuditOnly, Level::WARN),
+        (Report::NotKept, _) => (Decision::DaemonFailed, Level::ERROR),
     };
     let rules = a.rules.join(", ");
     let fields = crate::log::Fields {
@@ -120,7 +109,16 @@ pub(super) fn log_applied(name: &str, operation: &str, a: &Applied) {
         code: a.code,
         decision: kind.name(),
     };
-    crate::log::decision(kind, level, &fields, &describe(name, &a.report));
+    let mut message = describe(name, &a.report);
+    if let Some(w) = a.window {
+        // The window another client's define would be lost in (docs/daemon.md).
+        let _ = write!(
+            message,
+            "; defined {:.1} ms after the definition was last read",
+            w.as_secs_f64() * 1e3
+        );
+    }
+    crate::log::decision(kind, level, &fields, &message);
 }
 
 /// SIGHUP (reload) and SIGTERM/SIGINT (stop), as flags the main loop polls.
@@ -221,6 +219,9 @@ impl Daemon<'_> {
         tracing::info!("{}", version_used(&host));
         self.reconcile(session, None, &host);
         let mut next_full = Instant::now() + self.interval;
+        // Guests defined, by the time of their last DEFINED event: each judged once its
+        // definitions have been quiet for QUIET.
+        let mut pending: HashMap<String, Instant> = HashMap::new();
         loop {
             if signals.stop() {
                 tracing::info!("stopping on SIGTERM/SIGINT");
@@ -241,25 +242,43 @@ impl Daemon<'_> {
                 self.reconcile(session, None, &host);
                 next_full = Instant::now() + self.interval;
             }
-            match rx.recv_timeout(Duration::from_millis(100)) {
+            // Wake for the next guest whose definitions went quiet, else every 100 ms.
+            let wait = pending
+                .values()
+                .map(|t| (*t + QUIET).saturating_duration_since(Instant::now()))
+                .min()
+                .unwrap_or(Duration::MAX)
+                .min(Duration::from_millis(100));
+            match rx.recv_timeout(wait) {
                 Ok(Event::Defined(name)) => {
-                    let Some(names) = coalesce(name, rx) else {
+                    if !queue(name, rx, &mut pending) {
                         tracing::warn!("libvirt connection closed; reconnecting");
                         return After::Reconnect;
-                    };
-                    self.reconcile(session, Some(&names), &host);
+                    }
                 }
                 Ok(Event::Closed) => {
                     tracing::warn!("libvirt connection closed; reconnecting");
                     return After::Reconnect;
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if !session.conn.is_alive().unwrap_or(false) {
+                    if pending.is_empty() && !session.conn.is_alive().unwrap_or(false) {
                         tracing::warn!("libvirt connection is dead; reconnecting");
                         return After::Reconnect;
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => return After::Exit(2),
+            }
+            let mut due: Vec<String> = pending
+                .iter()
+                .filter(|(_, t)| t.elapsed() >= QUIET)
+                .map(|(n, _)| n.clone())
+                .collect();
+            if !due.is_empty() {
+                due.sort();
+                for n in &due {
+                    pending.remove(n);
+                }
+                self.reconcile(session, Some(&due), &host);
             }
         }
     }
@@ -365,19 +384,29 @@ impl Daemon<'_> {
     }
 }
 
-/// A burst of events: `first` and every name already queued, sorted and unique; None when the
-/// connection closed meanwhile.
-fn coalesce(first: String, rx: &mpsc::Receiver<Event>) -> Option<Vec<String>> {
-    let mut names = vec![first];
+/// How long a guest's definitions must be quiet before it is judged: an orchestrator's defines
+/// in quick succession (Nova's at resize, volume attach, hard reboot; a client retrying) are
+/// over, and the daemon's define does not land among them, where it could replace one it has
+/// not read (libvirt has no compare-and-set: docs/daemon.md).
+const QUIET: Duration = Duration::from_millis(500);
+
+/// Notes the DEFINED event of `first` and of every name already queued in `pending` (the time
+/// of each guest's last); false when the connection closed meanwhile.
+fn queue(
+    first: String,
+    rx: &mpsc::Receiver<Event>,
+    pending: &mut HashMap<String, Instant>,
+) -> bool {
+    pending.insert(first, Instant::now());
     while let Ok(ev) = rx.try_recv() {
         match ev {
-            Event::Defined(n) => names.push(n),
-            Event::Closed => return None,
+            Event::Defined(n) => {
+                pending.insert(n, Instant::now());
+            }
+            Event::Closed => return false,
         }
     }
-    names.sort();
-    names.dedup();
-    Some(names)
+    true
 }
 
 pub(super) fn cmd_daemon(cli: &Cli, a: &DaemonArgs) -> i32 {

@@ -20,6 +20,7 @@
 
 pub mod format;
 pub mod guest;
+mod read;
 pub mod views;
 
 use crate::cluster::ClusterError;
@@ -28,11 +29,11 @@ use crate::destination::{Arrival, CpuMapCache, judge};
 use crate::domain::Domain;
 use crate::finding::Code;
 use crate::host::{Host, HostOptions};
-use crate::libvirt::cpu::CpuDef;
 use crate::libvirt::version::LibvirtVersion;
 use crate::pipeline::Pipeline;
 use crate::policy::Policy;
 use guest::{GuestFacts, GuestState};
+use read::{CapsCpu, Input, expand, read_input};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -124,6 +125,8 @@ type Verdicts = Vec<Vec<Option<Rc<Vec<Reason>>>>>;
 /// Hosts of the same facts: one [`Host`], one cpu_map.
 struct HostClass {
     host: Host,
+    /// The facts file of its first host, which `host` was read from (and its reasons name).
+    path: PathBuf,
     map: Rc<CpuMapCache>,
     /// Its capabilities' host CPU, as read.
     caps_cpu: Option<CapsCpu>,
@@ -150,24 +153,6 @@ impl HostClass {
             })
             .as_ref()
             .map_err(String::as_str)
-    }
-}
-
-/// A capabilities' `<host><cpu>` with its signature and microcode.
-#[derive(Debug, Clone)]
-struct CapsCpu {
-    cpu: CpuDef,
-    signature: Option<String>,
-    microcode: Option<String>,
-}
-
-impl CapsCpu {
-    fn of(c: &crate::libvirt::capabilities::Capabilities) -> Option<CapsCpu> {
-        Some(CapsCpu {
-            cpu: c.host_cpu.clone()?,
-            signature: c.host_signature.clone(),
-            microcode: c.host_microcode.clone(),
-        })
     }
 }
 
@@ -252,87 +237,6 @@ impl Fleet {
             .filter(|(h, _)| !matched.contains(h))
             .map(|(h, _)| h.clone())
             .collect()
-    }
-}
-
-/// What one facts file holds.
-enum Input {
-    Host {
-        name: String,
-        libvirt: Option<LibvirtVersion>,
-        /// The facts without the host's name: hosts with the same are one class.
-        key: String,
-        /// Its capabilities' host CPU.
-        cpu: Option<CapsCpu>,
-    },
-    Guests(Vec<GuestFacts>),
-}
-
-/// Every file of `paths`: files as given, directories as their `*.xml` entries, sorted.
-fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, FleetError> {
-    let mut files = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            let list = crate::readfile::xml_entries(p)
-                .map_err(|e| ClusterError::facts(p, &format!("cannot list the directory: {e}")))?;
-            files.extend(list);
-        } else {
-            files.push(p.clone());
-        }
-    }
-    Ok(files)
-}
-
-/// Reads one facts file.
-fn read_input(path: &Path) -> Result<Input, FleetError> {
-    let bytes = crate::readfile::read_regular(path, crate::readfile::MAX_FACT_BYTES)
-        .map_err(crate::Error::from)?;
-    let what = path.display().to_string();
-    let text = crate::xml::decode(&bytes, &what)?;
-    let doc = crate::xml::parse_xml(text, &what)?;
-    let root = doc.root_element();
-    let facts = |message: String| FleetError::from(ClusterError::facts(path, &message));
-    let stem = || {
-        path.file_name()
-            .map(|n| n.to_string_lossy())
-            .map(|n| n.strip_suffix(".xml").unwrap_or(&n).to_string())
-            .unwrap_or_default()
-    };
-    match root.tag_name().name() {
-        guest::ROOT => guest::read(root, &what).map(Input::Guests).map_err(facts),
-        "domain" | "domstatus" => guest::from_domain_document(root, &what)
-            .map(|g| Input::Guests(vec![g]))
-            .map_err(facts),
-        crate::libvirt::host_facts::ROOT => {
-            let f = crate::libvirt::host_facts::HostFacts::read(root, &what).map_err(facts)?;
-            // The facts after the root's start tag: the same for hosts that differ by name only.
-            let body = root
-                .first_child()
-                .map_or("", |c| &text[c.range().start..root.range().end]);
-            Ok(Input::Host {
-                name: f.name.unwrap_or_else(stem),
-                libvirt: f.libvirt,
-                key: body.to_string(),
-                cpu: f.capabilities.as_ref().and_then(CapsCpu::of),
-            })
-        }
-        "capabilities" | "domainCapabilities" => {
-            let caps = if root.tag_name().name() == "capabilities" {
-                let c = crate::libvirt::capabilities::Capabilities::read(root, &what);
-                Some(c.map_err(facts)?)
-            } else {
-                None
-            };
-            Ok(Input::Host {
-                name: stem(),
-                libvirt: None,
-                key: text.to_string(),
-                cpu: caps.as_ref().and_then(CapsCpu::of),
-            })
-        }
-        other => Err(facts(format!(
-            "<{other}> is neither host facts (<hostFacts>, <capabilities>, <domainCapabilities>) nor guest facts (<guestFacts>, <domain>, <domstatus>)"
-        ))),
     }
 }
 
@@ -445,6 +349,7 @@ impl Fleet {
                 .clone();
             self.classes.push(HostClass {
                 host,
+                path: path.clone(),
                 map,
                 caps_cpu,
                 passthrough: std::cell::OnceCell::new(),
@@ -521,6 +426,11 @@ impl Fleet {
     #[must_use]
     pub fn reasons(&self, g: usize, h: usize) -> Rc<Vec<Reason>> {
         let r = self.verdict(g, h);
+        let r = if self.own_file(h).is_some() && r.iter().any(|x| self.names_class_file(h, x)) {
+            Rc::new(self.in_own_words(h, (*r).clone()))
+        } else {
+            r
+        };
         // A guest of an arch the host does not run has that one reason.
         let other_arch = r.iter().any(|x| x.code == Code::ArchUnsupported);
         match self.group_reason(g, h).filter(|_| !other_arch) {
@@ -531,6 +441,37 @@ impl Fleet {
             }
             None => r,
         }
+    }
+
+    /// Host `h`'s facts file and its class's, when they differ (the class's judge names the
+    /// class's).
+    fn own_file(&self, h: usize) -> Option<(String, String)> {
+        let host = &self.hosts[h];
+        let class = &self.classes[host.class];
+        (class.path != host.path).then(|| {
+            (
+                class.path.display().to_string(),
+                host.path.display().to_string(),
+            )
+        })
+    }
+
+    fn names_class_file(&self, h: usize, r: &Reason) -> bool {
+        let class = &self.classes[self.hosts[h].class];
+        r.message.contains(&*class.path.to_string_lossy())
+    }
+
+    /// `reasons` of host `h`'s class, each naming `h`'s own facts file where it names the file
+    /// the class was read from: what `h`'s own facts would have said.
+    pub(crate) fn in_own_words(&self, h: usize, mut reasons: Vec<Reason>) -> Vec<Reason> {
+        if let Some((class, own)) = self.own_file(h) {
+            for r in &mut reasons {
+                if r.message.contains(&class) {
+                    r.message = r.message.replace(&class, &own);
+                }
+            }
+        }
+        reasons
     }
 
     /// Whether host `h` runs guest `g`: [`Fleet::reasons`] is empty, told without writing a

@@ -294,6 +294,7 @@ fn cluster_model(
         &class.map,
         crate::destination::Arrival::Start,
     );
+    let reasons = fleet.in_own_words(h, reasons);
     ClusterModel { what, cpu, reasons }
 }
 
@@ -331,16 +332,23 @@ pub fn upgrade(fleet: &Fleet, h: usize, to: usize, policy: &Policy) -> Vec<Upgra
         .map(|guest| {
             let facts = &fleet.guests[guest].facts;
             let definition = facts.definition.as_deref().unwrap_or(&facts.domain);
-            let reasons = Rc::new(super::judge_shape(
-                definition,
-                fleet.policy_none(),
-                &class.host,
-                &class.map,
-                crate::destination::Arrival::Start,
+            let reasons = Rc::new(fleet.in_own_words(
+                to,
+                super::judge_shape(
+                    definition,
+                    fleet.policy_none(),
+                    &class.host,
+                    &class.map,
+                    crate::destination::Arrival::Start,
+                ),
             ));
             let fix = (!reasons.is_empty())
                 .then(|| fix(definition, policy, fleet, &class.host, &class.map))
-                .flatten();
+                .flatten()
+                .map(|f| Fix {
+                    remaining: fleet.in_own_words(to, f.remaining),
+                    ..f
+                });
             Upgraded {
                 guest,
                 reasons,

@@ -1224,3 +1224,78 @@ fn host_passthrough_groups_follow_each_guests_own_source_and_cpu() {
         );
     }
 }
+
+/// Hosts alike in everything the judge reads are judged as one (a fleet of a thousand real hosts
+/// costs a few judgements), yet each in its own words, and never hosts that differ in a judged
+/// fact: three copies of libvirt 7.0's facts, one with its own `<uuid>` and NUMA topology (what
+/// every real host has of its own), one that also lacks the machine type `pc-q35-5.2`.
+#[test]
+fn hosts_alike_in_what_is_judged_are_one_kind_each_named_by_its_own_file() {
+    let t = Scratch::new("fleet-host-kinds");
+    let first = host_facts(&t, "hosts", "bullseye");
+    let doc = std::fs::read_to_string(&first).unwrap();
+    assert!(doc.contains("<uuid>") && doc.contains("<topology>"));
+    let uuid = &doc[doc.find("<uuid>").unwrap()..doc.find("</uuid>").unwrap()];
+    let own = doc
+        .replacen("name='bullseye'", "name='twin'", 1)
+        .replacen(uuid, "<uuid>00000000-0000-4000-8000-000000000002", 1)
+        .replacen(
+            "<topology>",
+            "<topology><!-- this host's own NUMA cells -->",
+            1,
+        );
+    t.write("hosts/twin.xml", own.clone());
+    let less = own
+        .replacen("name='twin'", "name='older'", 1)
+        .replace("<machine maxCpus='288'>pc-q35-5.2</machine>", "")
+        .replace(
+            "<machine canonical='pc-q35-5.2' maxCpus='288'>q35</machine>",
+            "",
+        );
+    t.write("hosts/older.xml", less);
+    let guests = guest_facts(
+        "elsewhere",
+        &[
+            ("on-5.2", "shutoff", guest("on-5.2", "pc-q35-5.2", "")),
+            ("on-9.2", "shutoff", guest("on-9.2", "pc-q35-9.2", "")),
+        ],
+    );
+    t.write("guests.xml", guests);
+    let args = [
+        "--cpu-map".to_string(),
+        format!("twin={}", s(&generation_facts("bullseye").join("cpu_map"))),
+        "--cpu-map".to_string(),
+        format!("older={}", s(&generation_facts("bullseye").join("cpu_map"))),
+    ];
+    let mut all: Vec<String> = args.to_vec();
+    all.extend(["--format", "json"].map(String::from));
+    all.extend([s(&t.path("hosts")), s(&t.path("guests.xml"))]);
+    let out = run_fleet(&all);
+    out.status(1);
+    let got = pair_reasons(&json(&out));
+    let reasons = |g: &str, h: &str| got[&(g.to_string(), h.to_string())].clone();
+    // The twin: the first host's verdicts, its own file named where the first's is.
+    for g in ["on-5.2", "on-9.2"] {
+        let mine: Vec<(String, String)> = reasons(g, "bullseye")
+            .into_iter()
+            .map(|(c, m)| (c, m.replace(&s(&first), &s(&t.path("hosts/twin.xml")))))
+            .collect();
+        assert_eq!(reasons(g, "twin"), mine, "{g}");
+    }
+    let refused = reasons("on-9.2", "twin");
+    assert!(
+        refused.iter().any(|(c, m)| c == "machine-unsupported"
+            && m.contains(&s(&t.path("hosts/twin.xml")))
+            && !m.contains(&s(&first))),
+        "{refused:#?}"
+    );
+    // A machine type fewer: another kind of host.
+    assert!(reasons("on-5.2", "bullseye").is_empty());
+    let older = reasons("on-5.2", "older");
+    assert!(
+        older.iter().any(|(c, m)| c == "machine-unsupported"
+            && m.contains("pc-q35-5.2")
+            && m.contains(&s(&t.path("hosts/older.xml")))),
+        "{older:#?}"
+    );
+}

@@ -1,0 +1,142 @@
+//! Reading the fleet's facts files: each a host (its judged facts as a key, its capabilities'
+//! host CPU) or guests ([`super::guest`]).
+
+use super::FleetError;
+use super::guest::{self, GuestFacts};
+use crate::cluster::ClusterError;
+use crate::libvirt::cpu::CpuDef;
+use crate::libvirt::version::LibvirtVersion;
+use std::path::{Path, PathBuf};
+
+/// A capabilities' `<host><cpu>` with its signature and microcode.
+#[derive(Debug, Clone)]
+pub(super) struct CapsCpu {
+    pub(super) cpu: CpuDef,
+    pub(super) signature: Option<String>,
+    pub(super) microcode: Option<String>,
+}
+
+impl CapsCpu {
+    pub(super) fn of(c: &crate::libvirt::capabilities::Capabilities) -> Option<CapsCpu> {
+        Some(CapsCpu {
+            cpu: c.host_cpu.clone()?,
+            signature: c.host_signature.clone(),
+            microcode: c.host_microcode.clone(),
+        })
+    }
+}
+
+/// What one facts file holds.
+pub(super) enum Input {
+    Host {
+        name: String,
+        libvirt: Option<LibvirtVersion>,
+        /// The facts without the host's name: hosts with the same are one class.
+        key: String,
+        /// Its capabilities' host CPU.
+        cpu: Option<CapsCpu>,
+    },
+    Guests(Vec<GuestFacts>),
+}
+
+/// Every file of `paths`: files as given, directories as their `*.xml` entries, sorted.
+pub(super) fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, FleetError> {
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let list = crate::readfile::xml_entries(p)
+                .map_err(|e| ClusterError::facts(p, &format!("cannot list the directory: {e}")))?;
+            files.extend(list);
+        } else {
+            files.push(p.clone());
+        }
+    }
+    Ok(files)
+}
+
+/// Reads one facts file.
+pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
+    let bytes = crate::readfile::read_regular(path, crate::readfile::MAX_FACT_BYTES)
+        .map_err(crate::Error::from)?;
+    let what = path.display().to_string();
+    let text = crate::xml::decode(&bytes, &what)?;
+    let doc = crate::xml::parse_xml(text, &what)?;
+    let root = doc.root_element();
+    let facts = |message: String| FleetError::from(ClusterError::facts(path, &message));
+    let stem = || {
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .map(|n| n.strip_suffix(".xml").unwrap_or(&n).to_string())
+            .unwrap_or_default()
+    };
+    match root.tag_name().name() {
+        guest::ROOT => guest::read(root, &what).map(Input::Guests).map_err(facts),
+        "domain" | "domstatus" => guest::from_domain_document(root, &what)
+            .map(|g| Input::Guests(vec![g]))
+            .map_err(facts),
+        crate::libvirt::host_facts::ROOT => {
+            let f = crate::libvirt::host_facts::HostFacts::read(root, &what).map_err(facts)?;
+            let key = judged_key(f.libvirt.as_ref(), f.capabilities.as_ref(), &f.domcaps);
+            Ok(Input::Host {
+                name: f.name.unwrap_or_else(stem),
+                libvirt: f.libvirt,
+                key,
+                cpu: f.capabilities.as_ref().and_then(CapsCpu::of),
+            })
+        }
+        "capabilities" => {
+            let caps = crate::libvirt::capabilities::Capabilities::read(root, &what);
+            let caps = caps.map_err(facts)?;
+            Ok(Input::Host {
+                name: stem(),
+                libvirt: None,
+                key: judged_key(None, Some(&caps), &[]),
+                cpu: CapsCpu::of(&caps),
+            })
+        }
+        "domainCapabilities" => {
+            let dc = crate::libvirt::domcaps::DomCaps::read(root, &what).map_err(facts)?;
+            Ok(Input::Host {
+                name: stem(),
+                libvirt: None,
+                key: judged_key(None, None, std::slice::from_ref(&dc)),
+                cpu: None,
+            })
+        }
+        other => Err(facts(format!(
+            "<{other}> is neither host facts (<hostFacts>, <capabilities>, <domainCapabilities>) nor guest facts (<guestFacts>, <domain>, <domstatus>)"
+        ))),
+    }
+}
+
+/// What the judge reads of a host's facts, as a key: hosts alike in it are one class, judged
+/// once. The facts as the readers of libvirt's documents give them (the libvirt version; the
+/// capabilities' host CPU with its signature and microcode, machine types and guest types; each
+/// domcapabilities' arch, virt type, machine type, emulator, vCPU limit, CPU modes, host-model
+/// CPU, models and blockers), never the documents' text: what libvirt writes and the tool does
+/// not read (a host's `<uuid>`, NUMA topology, security labels, caches, TSC frequency) would
+/// make every real host a class of its own. The file names of machine types and domcapabilities are left out: a reason
+/// naming it is given each host's own ([`Fleet::reasons`]).
+fn judged_key(
+    libvirt: Option<&LibvirtVersion>,
+    caps: Option<&crate::libvirt::capabilities::Capabilities>,
+    domcaps: &[crate::libvirt::domcaps::DomCaps],
+) -> String {
+    use std::fmt::Write as _;
+    let caps = caps.map(|c| {
+        let mut c = c.clone();
+        for m in &mut c.machines {
+            m.source.clear();
+        }
+        c
+    });
+    let mut key = format!("{libvirt:?}\n{caps:?}\n");
+    for d in domcaps {
+        let d = crate::libvirt::domcaps::DomCaps {
+            source: String::new(),
+            ..d.clone()
+        };
+        let _ = writeln!(key, "{d:?}");
+    }
+    key
+}
