@@ -25,8 +25,8 @@ use criterion::Criterion;
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
-use virt_cpu_policy::fleet::format::{matrix_text, prometheus};
-use virt_cpu_policy::fleet::views::{cannot_count, matrix, undrainable, untakeable};
+use virt_cpu_policy::fleet::format::{matrix_text_to, prometheus, summary_text};
+use virt_cpu_policy::fleet::views::{cannot_count, tally, tally_by_pairs, undrainable, untakeable};
 use virt_cpu_policy::fleet::{CpuMaps, Fleet};
 use virt_cpu_policy::policy::Policy;
 
@@ -231,33 +231,40 @@ fn main() {
         },
     );
     c.bench_function(
-        "200 x 2,000 with host-passthrough guests: read and the text matrix",
+        "200 x 2,000 with host-passthrough guests: read and the text summary",
         |b| {
             b.iter(|| {
                 let fleet = Fleet::read(&paths, Policy::builtin(), &maps).expect("fleet");
-                let pairs = matrix(&fleet);
-                black_box(matrix_text(&fleet, &pairs, &undrainable(&fleet)))
+                let t = tally(&fleet);
+                summary_text(&fleet, &t, &mut std::io::sink()).expect("sink");
+                black_box(t)
             });
         },
     );
     // The pairs' own work: the same views with every verdict known.
     let fleet = Fleet::read(&paths, Policy::builtin(), &maps).expect("fleet");
     let _ = cannot_count(&fleet);
-    c.bench_function(
-        "200 x 2,000 again, every verdict known: the prometheus view's counts",
-        |b| {
-            b.iter(|| {
-                let cannot = cannot_count(&fleet);
-                black_box((cannot, undrainable(&fleet), untakeable(&fleet)))
-            });
-        },
+    // The counts by kind of host against the same counted pair by pair, side by side.
+    let t = tally(&fleet);
+    assert_eq!(
+        (t.cannot, t.untakeable.clone(), t.undrainable.clone()),
+        tally_by_pairs(&fleet),
+        "the counts by kind differ from the counts by pair"
     );
     c.bench_function(
-        "200 x 2,000 again, every verdict known: the text matrix",
+        "200 x 2,000 again, every verdict known: the counts by kind of host",
+        |b| b.iter(|| black_box(tally(&fleet))),
+    );
+    c.bench_function(
+        "200 x 2,000 again, every verdict known: the counts pair by pair",
+        |b| b.iter(|| black_box(tally_by_pairs(&fleet))),
+    );
+    c.bench_function(
+        "200 x 2,000 again, every verdict known: the text of every pair (--pairs)",
         |b| {
             b.iter(|| {
-                let pairs = matrix(&fleet);
-                black_box(matrix_text(&fleet, &pairs, &undrainable(&fleet)))
+                let t = tally(&fleet);
+                matrix_text_to(&fleet, &t, &mut std::io::sink()).expect("sink");
             });
         },
     );

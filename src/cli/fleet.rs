@@ -11,7 +11,7 @@
 use super::{EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED, Failure, write_stdout};
 use crate::fleet::format as fmt;
 use crate::fleet::guest::{CONFIG_DIR, STATE_DIR, document, gather, published_name};
-use crate::fleet::views::{admit, cannot_count, drain, matrix, undrainable, untakeable, upgrade};
+use crate::fleet::views::{admit, drain, tally, upgrade};
 use crate::fleet::{CpuMaps, Fleet, FleetError};
 use crate::policy::Policy;
 use clap::{Args, ValueEnum};
@@ -40,6 +40,11 @@ pub struct FleetArgs {
     /// node_exporter's textfile collector.
     #[arg(long, value_enum, default_value = "text")]
     pub format: FleetFormat,
+    /// Every guest × host pair, each with its reasons (text, and JSON of schema version 1),
+    /// instead of the summary: per host its counts, per guest the hosts that run it and, per
+    /// kind of host that cannot, the reasons once.
+    #[arg(long, conflicts_with_all = ["drain", "admit", "upgrade"])]
+    pub pairs: bool,
     /// The policy whose rewrite `--upgrade` proposes and whose pinned models `--admit` judges
     /// (default: /etc/virt-cpu-policy/policy.toml if it exists, else the built-in policy).
     /// Guests are judged as they are, never as the policy would make them.
@@ -160,10 +165,9 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
         warn_unused_maps(&fleet);
     }
     if let FleetFormat::Prometheus = a.format {
-        let cannot = cannot_count(&fleet);
-        let (stuck, refused) = (undrainable(&fleet), untakeable(&fleet));
-        let text = fmt::prometheus(&fleet, cannot, &stuck, &refused);
-        return finish(&text, &cannot_pairs(cannot));
+        let t = tally(&fleet);
+        let text = fmt::prometheus(&fleet, t.cannot, &t.undrainable, &t.untakeable);
+        return finish(&text, &cannot_pairs(t.cannot));
     }
     let json = matches!(a.format, FleetFormat::Json);
     if let Some(h) = &a.drain {
@@ -242,14 +246,26 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
         };
         return finish(&text, &cannot);
     }
-    let pairs = matrix(&fleet);
-    let text = if json {
-        json_text(&fmt::matrix_json(&fleet, &pairs))
-    } else {
-        fmt::matrix_text(&fleet, &pairs, &undrainable(&fleet))
+    matrix(&fleet, json, a.pairs)
+}
+
+/// The matrix view: summarised, or every pair (`--pairs`), written as it is made.
+fn matrix(fleet: &Fleet, json: bool, pairs: bool) -> Result<i32, Failure> {
+    let t = tally(fleet);
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = match (json, pairs) {
+        (true, true) => fmt::matrix_json_to(fleet, &mut out),
+        (true, false) => fmt::summary_json(fleet, &t, &mut out),
+        (false, true) => fmt::matrix_text_to(fleet, &t, &mut out),
+        (false, false) => fmt::summary_text(fleet, &t, &mut out),
     };
-    let cannot = pairs.iter().filter(|p| !p.runs()).count();
-    finish(&text, &cannot_pairs(cannot))
+    written
+        .and_then(|()| std::io::Write::flush(&mut out))
+        .map_err(|e| Failure {
+            code: EXIT_BAD_INPUT,
+            message: Some(format!("cannot write to standard output: {e}")),
+        })?;
+    finish("", &cannot_pairs(t.cannot))
 }
 
 /// A warning per `--cpu-map HOST=DIR` whose HOST no facts file named (a typo judges that host

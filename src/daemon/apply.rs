@@ -34,9 +34,11 @@ pub enum Report {
     },
     /// Cannot be made to conform, or libvirt refused the new definition.
     Refused(String),
-    /// libvirt does not keep the rewritten definition: read back after the define, the stored
-    /// definition needs the very rewrite that was defined. Left alone until its definition
-    /// changes ([`Applied::stored`] is what libvirt keeps).
+    /// The definition comes back as it was after each rewrite: the daemon replaced this very
+    /// content [`COMES_BACK`] times within [`COMES_BACK_WITHIN`] (libvirt does not keep the
+    /// rewrite, or another client restores its own definition after each). Left alone until
+    /// its content changes ([`Applied::stored`] is that content's hash), and judged again at the
+    /// next full reconciliation.
     NotKept,
     /// A transient guest: it has no stored definition; left alone.
     Transient,
@@ -119,12 +121,34 @@ pub fn apply_one(
     backup_dir: &Path,
     dry_run: bool,
 ) -> Report {
-    apply_judged(conn, dom, policy, host, backup_dir, dry_run, None).report
+    let mut replaced = Replaced::default();
+    apply_judged(conn, dom, policy, host, backup_dir, dry_run, &mut replaced).report
 }
 
-/// [`apply_one`], with what the metrics and the journal need ([`Applied`]), and nothing
-/// defined when the stored definition is still the one libvirt kept in place of an earlier
-/// rewrite (`not_kept`, the [`Applied::stored`] of that [`Report::NotKept`]).
+/// How many times the daemon replaces one content of a guest's definition within
+/// [`COMES_BACK_WITHIN`] before it leaves that content alone ([`Report::NotKept`]).
+pub const COMES_BACK: usize = 3;
+
+/// The window of [`COMES_BACK`].
+pub const COMES_BACK_WITHIN: Duration = Duration::from_secs(60);
+
+/// The contents of one guest's definition the daemon replaced, each a hash with the time: what
+/// tells a definition that keeps coming back as it was (a fight) from new definitions, however
+/// many come (an orchestrator that defines often).
+#[derive(Debug, Default, Clone)]
+pub struct Replaced(Vec<(u64, Instant)>);
+
+impl Replaced {
+    /// How often content `hash` was replaced within [`COMES_BACK_WITHIN`].
+    fn times(&mut self, hash: u64) -> usize {
+        self.0.retain(|(_, t)| t.elapsed() < COMES_BACK_WITHIN);
+        self.0.iter().filter(|(h, _)| *h == hash).count()
+    }
+}
+
+/// [`apply_one`], with what the metrics and the journal need ([`Applied`]); `replaced` is the
+/// guest's history of replaced contents, kept across steps by the daemon (a fresh one for
+/// `apply`).
 pub fn apply_judged(
     conn: &Connect,
     dom: &VirDomain,
@@ -132,7 +156,7 @@ pub fn apply_judged(
     host: &Host,
     backup_dir: &Path,
     dry_run: bool,
-    not_kept: Option<u64>,
+    replaced: &mut Replaced,
 ) -> Applied {
     let step = Step {
         conn,
@@ -142,7 +166,7 @@ pub fn apply_judged(
         backup_dir,
         dry_run,
     };
-    step.run(not_kept, &TestHold)
+    step.run(replaced, &TestHold)
 }
 
 /// How many definitions of one guest one step judges when other clients define it meanwhile;
@@ -205,17 +229,15 @@ struct Defined {
 impl Step<'_> {
     /// Judge the stored definition and define its rewrite, never over a definition this step
     /// did not judge: when another client defined the guest since it was read, that definition
-    /// is judged instead; when the definition read back after the define is another client's,
-    /// it is judged in turn; when it is one libvirt made of the rewrite and that needs the same
-    /// rewrite again, the step stops ([`Report::NotKept`]).
-    fn run(&self, not_kept: Option<u64>, between: &dyn Between) -> Applied {
+    /// is judged instead; when the definition read back after the define needs a rewrite
+    /// (another client's define right after, or libvirt's own of the rewrite), it is judged in
+    /// turn; a content replaced [`COMES_BACK`] times already is left alone
+    /// ([`Report::NotKept`]).
+    fn run(&self, replaced: &mut Replaced, between: &dyn Between) -> Applied {
         let (name, mut xml) = match stored_definition(self.dom) {
             Ok(d) => d,
             Err(unjudged) => return *unjudged,
         };
-        if not_kept == Some(stored_hash(&xml)) {
-            return Applied::not_kept(&xml);
-        }
         // The last rewrite this step defined, should a newer definition then conform.
         let mut last: Option<(Report, Duration)> = None;
         for _ in 0..ATTEMPTS {
@@ -262,22 +284,25 @@ impl Step<'_> {
                 applied.report = Report::Refused(why.into());
                 return applied;
             }
-            let new = &outcome.output;
-            match self.define(&name, &xml, new, between) {
-                Ok(Ok(d)) => match self.rewritten(&name, &d.read_back) {
-                    None => {
+            let hash = stored_hash(&xml);
+            if replaced.times(hash) >= COMES_BACK {
+                return Applied::not_kept(&xml);
+            }
+            if !self.dry_run {
+                replaced.0.push((hash, Instant::now()));
+            }
+            match self.define(&name, &xml, &outcome.output, between) {
+                Ok(Ok(d)) => {
+                    if !self.needs_rewrite(&name, &d.read_back) {
                         applied.report = d.report;
                         applied.window = Some(d.window);
                         return applied;
                     }
-                    // libvirt stored the rewrite so that it needs the same again.
-                    Some(again) if again == *new => return Applied::not_kept(&d.read_back),
-                    // Another client defined the guest right after this step: judge that.
-                    Some(_) => {
-                        last = Some((d.report, d.window));
-                        xml = d.read_back;
-                    }
-                },
+                    // Another client defined the guest right after this step, or libvirt did
+                    // not keep the rewrite: judge what is stored.
+                    last = Some((d.report, d.window));
+                    xml = d.read_back;
+                }
                 // Another client defined the guest since it was read: judge that instead.
                 Ok(Err(now)) => xml = now,
                 Err((report, failure)) => {
@@ -316,16 +341,17 @@ fn stored_definition(dom: &VirDomain) -> Result<(String, String), Box<Applied>> 
 }
 
 impl Step<'_> {
-    /// The rewrite of definition `xml` when it needs one; None when it conforms, or cannot be
-    /// judged or made to conform (its own DEFINED event brings it back).
-    fn rewritten(&self, name: &str, xml: &str) -> Option<String> {
+    /// Whether definition `xml` needs a rewrite the policy can make (one that cannot be judged
+    /// or made to conform is left to its own DEFINED event).
+    fn needs_rewrite(&self, name: &str, xml: &str) -> bool {
         let what = format!("the definition of '{name}'");
-        let o = rewrite(xml, &what, self.policy, self.host).ok()?;
-        let error = o
-            .findings
-            .iter()
-            .any(|f| f.severity == crate::finding::Severity::Error);
-        (o.changed && !error).then_some(o.output)
+        rewrite(xml, &what, self.policy, self.host).is_ok_and(|o| {
+            o.changed
+                && !o
+                    .findings
+                    .iter()
+                    .any(|f| f.severity == crate::finding::Severity::Error)
+        })
     }
 
     /// Back the guest's `old` definition up and define the `new` one, unless the stored
@@ -359,6 +385,15 @@ impl Step<'_> {
         })?;
         between.before_define(name);
         let now = stored_xml(self.dom).map_err(|e| {
+            // Nothing replaced: no backup.
+            let _ = std::fs::remove_file(&backup);
+            if matches!(
+                e.code(),
+                virt::enumutil::Enum::Known(virt::error::ErrorNumber::NoDomain)
+            ) {
+                // Undefined meanwhile: no stored definition to keep conforming.
+                return (Report::Transient, None);
+            }
             let why = format!("cannot read the definition again before the define: {e}");
             (Report::Refused(why), Some(FailureReason::Unreadable))
         })?;
@@ -465,7 +500,8 @@ pub(super) fn describe(name: &str, r: &Report) -> String {
         }
         Report::Refused(why) => format!("{name}: refused: {why}"),
         Report::NotKept => format!(
-            "{name}: refused: libvirt does not keep the rewritten definition (read back after the define, it needs the same rewrite again); left alone until its definition changes"
+            "{name}: refused: its definition came back as it was after {COMES_BACK} rewrites within {} s (libvirt does not keep the rewrite, or another client restores its own definition after each); left alone until its definition changes",
+            COMES_BACK_WITHIN.as_secs()
         ),
         Report::Transient => {
             format!("{name}: transient guest, left alone (it has no stored definition)")

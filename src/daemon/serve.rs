@@ -2,7 +2,7 @@
 //! a reconnect, and each guest libvirt says was defined (its lifecycle events), until SIGTERM;
 //! each decision logged with its journal fields, the metrics written after each reconciliation.
 
-use super::apply::{Applied, Report, apply_judged, describe, host_for, version_used};
+use super::apply::{Applied, Replaced, Report, apply_judged, describe, host_for, version_used};
 use super::cli::{Cli, DaemonArgs};
 use super::fleet::Fleet;
 use super::session::{Event, Session, start_libvirt_event_loop};
@@ -20,13 +20,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use virt::domain::Domain as VirDomain;
 
-/// The guests whose rewrite libvirt does not keep ([`Report::NotKept`]): by name, the hash of
-/// the stored definition libvirt keeps in its place. Such a guest is judged again when its stored
-/// definition changes (another client defined it: a new definition to judge) and at every full
-/// reconciliation, never because events came: an orchestrator that defines often is not a loop.
+/// Per guest, the contents of its definition the daemon replaced ([`Replaced`]: a content that
+/// keeps coming back is left alone, [`Report::NotKept`]) and the one it said so of (said once).
+/// Keyed on what is stored, never on how many events came: an orchestrator that defines often
+/// is not a loop. Forgotten at each full reconciliation, which judges every guest afresh.
 #[derive(Default)]
 struct Recent {
-    not_kept: HashMap<String, u64>,
+    replaced: HashMap<String, Replaced>,
+    told: HashMap<String, u64>,
 }
 
 /// Reconcile `names` (from events) or every guest (`None`: start, timer, SIGHUP, reconnect);
@@ -41,7 +42,8 @@ fn reconcile(
     fleet: &mut Fleet,
 ) {
     if names.is_none() {
-        recent.not_kept.clear();
+        recent.replaced.clear();
+        recent.told.clear();
         fleet.guests.clear();
     }
     fleet.counters.reconciles += 1;
@@ -54,7 +56,8 @@ fn reconcile(
                 if d.is_none() {
                     // Gone (undefined meanwhile): no longer counted.
                     fleet.guests.remove(n);
-                    recent.not_kept.remove(n);
+                    recent.replaced.remove(n);
+                    recent.told.remove(n);
                 }
                 d
             })
@@ -62,18 +65,18 @@ fn reconcile(
     };
     for d in doms {
         let name = d.name().unwrap_or_default();
-        let known = recent.not_kept.get(&name).copied();
-        let applied = apply_judged(&session.conn, &d, policy, host, backup_dir, false, known);
+        let replaced = recent.replaced.entry(name.clone()).or_default();
+        let applied = apply_judged(&session.conn, &d, policy, host, backup_dir, false, replaced);
         if applied.report == Report::NotKept {
-            // Told once per definition libvirt keeps.
-            if known == applied.stored {
+            // Told once per content that keeps coming back.
+            if recent.told.get(&name) == applied.stored.as_ref() {
                 continue;
             }
             if let Some(h) = applied.stored {
-                recent.not_kept.insert(name.clone(), h);
+                recent.told.insert(name.clone(), h);
             }
         } else {
-            recent.not_kept.remove(&name);
+            recent.told.remove(&name);
         }
         log_applied(&name, "reconcile", &applied);
         fleet.record(&name, &applied);

@@ -1,12 +1,13 @@
 //! The fleet's views as text for people, JSON (docs/json.md, "fleet") and Prometheus series
 //! (docs/metrics.md, "The fleet").
 
-use super::views::{Admission, Leaving, Pair, Upgraded};
+use super::views::{Admission, Leaving, Pair, Tally, Upgraded, class_members};
 use super::{Fleet, Reason, running};
 use crate::cluster::cpu::ClusterCpu;
 use crate::report::JSON_SCHEMA_VERSION;
 use serde_json::{Value, json};
 use std::fmt::Write as _;
+use std::io::Write;
 
 /// `runs` or `cannot`.
 fn verdict(reasons: &[Reason]) -> &'static str {
@@ -31,81 +32,9 @@ fn pair_json(fleet: &Fleet, p: &Pair) -> Value {
     })
 }
 
-/// The matrix as JSON: `{"schema_version", "pairs": [{"guest", "host", "verdict", "reasons":
-/// [{"code", "message"}]}]}`.
-#[must_use]
-pub fn matrix_json(fleet: &Fleet, pairs: &[Pair]) -> Value {
-    json!({
-        "schema_version": JSON_SCHEMA_VERSION,
-        "pairs": pairs.iter().map(|p| pair_json(fleet, p)).collect::<Vec<_>>(),
-    })
-}
-
 /// `N guest(s)`.
 fn guests(n: usize) -> String {
     format!("{n} guest{}", if n == 1 { "" } else { "s" })
-}
-
-/// The matrix for people: a line per host (its libvirt, its guests, the guests of the fleet it
-/// runs and those it cannot, the guests that cannot leave it), then every pair that cannot,
-/// with its reasons.
-#[must_use]
-pub fn matrix_text(fleet: &Fleet, pairs: &[Pair], undrainable: &[usize]) -> String {
-    let width = fleet
-        .hosts
-        .iter()
-        .map(|h| h.name.chars().count())
-        .max()
-        .unwrap_or(4)
-        .max(4);
-    let mut s = format!(
-        "{:width$}  {:8}  {:>6}  {:>6}  {:>6}  {:>6}\n",
-        "host", "libvirt", "guests", "runs", "cannot", "stuck"
-    );
-    // Each host's (runs, cannot), in one pass over the pairs (not one per host).
-    let mut counts = vec![(0usize, 0usize); fleet.hosts.len()];
-    for p in pairs {
-        if let Some((r, c)) = counts.get_mut(p.host) {
-            *if p.runs() { r } else { c } += 1;
-        }
-    }
-    for (h, host) in fleet.hosts.iter().enumerate() {
-        let (runs, cannot) = counts[h];
-        let _ = writeln!(
-            s,
-            "{:width$}  {:8}  {:>6}  {:>6}  {:>6}  {:>6}",
-            host.name,
-            host.libvirt
-                .map_or_else(|| "?".to_string(), |v| v.to_string()),
-            fleet.guests_on(h).len(),
-            runs,
-            cannot,
-            undrainable[h]
-        );
-    }
-    let total = pairs.len();
-    let cannot: Vec<&Pair> = pairs.iter().filter(|p| !p.runs()).collect();
-    let _ = writeln!(
-        s,
-        "\n{} × {} host{}: {} pair{} run, {} cannot",
-        guests(fleet.guests.len()),
-        fleet.hosts.len(),
-        if fleet.hosts.len() == 1 { "" } else { "s" },
-        total - cannot.len(),
-        if total - cannot.len() == 1 { "" } else { "s" },
-        cannot.len()
-    );
-    for p in cannot {
-        let _ = writeln!(
-            s,
-            "  {} on {}: cannot",
-            fleet.guests[p.guest].facts.name, fleet.hosts[p.host].name
-        );
-        for r in p.reasons.iter() {
-            let _ = writeln!(s, "    [{}] {}", r.code.as_str(), r.message);
-        }
-    }
-    s
 }
 
 /// A drain as JSON: `{"schema_version", "host", "guests": [{"guest", "state", "stuck",
@@ -419,4 +348,277 @@ pub fn prometheus(
     // Writing into a String cannot fail; the encoder's only error is the writer's.
     let _ = prometheus_text::encode(&mut out, &reg);
     crate::metrics::sorted_series(&out)
+}
+
+/// The hosts of one kind (a host class, [`super::views::class_members`]) that cannot run one
+/// guest: how many, the first three, and the one of that kind that does run it (the guest's own
+/// host, where nothing migrates), if any.
+struct Group {
+    kind: usize,
+    cannot: usize,
+    named: Vec<usize>,
+    except: Option<usize>,
+}
+
+/// Guest `g`'s groups of hosts that cannot run it, one per kind, kinds in order.
+fn cannot_groups(fleet: &Fleet, members: &[Vec<usize>], g: usize) -> Vec<Group> {
+    let src = fleet.source(g);
+    members
+        .iter()
+        .enumerate()
+        .filter(|(c, _)| !fleet.runs_in(g, *c))
+        .filter_map(|(kind, m)| {
+            let except = src.filter(|s| fleet.class_of(*s) == kind && fleet.runs(g, *s));
+            let cannot = m.len() - usize::from(except.is_some());
+            (cannot > 0).then(|| Group {
+                kind,
+                cannot,
+                named: m
+                    .iter()
+                    .copied()
+                    .filter(|h| Some(*h) != except)
+                    .take(3)
+                    .collect(),
+                except,
+            })
+        })
+        .collect()
+}
+
+/// The per-host table of the matrix views: each host's libvirt, its guests, the guests of the
+/// fleet it runs and those it cannot, the guests that cannot leave it.
+fn host_table(fleet: &Fleet, t: &Tally) -> String {
+    let width = fleet
+        .hosts
+        .iter()
+        .map(|h| h.name.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let mut s = format!(
+        "{:width$}  {:8}  {:>6}  {:>6}  {:>6}  {:>6}\n",
+        "host", "libvirt", "guests", "runs", "cannot", "stuck"
+    );
+    for (h, host) in fleet.hosts.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "{:width$}  {:8}  {:>6}  {:>6}  {:>6}  {:>6}",
+            host.name,
+            host.libvirt
+                .map_or_else(|| "?".to_string(), |v| v.to_string()),
+            fleet.guests_on(h).len(),
+            t.runs[h],
+            fleet.guests.len() - t.runs[h],
+            t.undrainable[h]
+        );
+    }
+    let total = fleet.guests.len() * fleet.hosts.len();
+    let _ = writeln!(
+        s,
+        "\n{} × {} host{}: {} pair{} run, {} cannot",
+        guests(fleet.guests.len()),
+        fleet.hosts.len(),
+        if fleet.hosts.len() == 1 { "" } else { "s" },
+        total - t.cannot,
+        if total - t.cannot == 1 { "" } else { "s" },
+        t.cannot
+    );
+    s
+}
+
+/// `h1, h5, h9 and 245 more`.
+fn some_hosts(fleet: &Fleet, named: &[usize], all: usize) -> String {
+    let mut s = named
+        .iter()
+        .map(|h| fleet.hosts[*h].name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if all > named.len() {
+        let _ = write!(s, " and {} more", all - named.len());
+    }
+    s
+}
+
+/// The matrix summarised for people, written to `out` as it is made: the per-host table and the
+/// totals, then each guest that some host cannot run, with the count of hosts that run it and,
+/// per kind of host that cannot (hosts alike in what the judge reads), how many, three of them
+/// named, and the reasons (as the first named host's facts give them). `fleet --pairs` gives
+/// every pair ([`matrix_text_to`]).
+///
+/// # Errors
+/// The writer's.
+pub fn summary_text(fleet: &Fleet, t: &Tally, out: &mut dyn Write) -> std::io::Result<()> {
+    out.write_all(host_table(fleet, t).as_bytes())?;
+    let members = class_members(fleet);
+    let hosts = fleet.hosts.len();
+    for (g, guest) in fleet.guests.iter().enumerate() {
+        if t.runs_on[g] == hosts {
+            continue;
+        }
+        let on = guest
+            .facts
+            .host
+            .as_ref()
+            .map_or_else(String::new, |h| format!(", on {h}"));
+        let mut s = format!(
+            "  {} ({}{on}): runs on {} of {hosts} hosts, cannot on {}\n",
+            guest.facts.name,
+            guest.facts.state.as_str(),
+            t.runs_on[g],
+            hosts - t.runs_on[g]
+        );
+        for group in cannot_groups(fleet, &members, g) {
+            let _ = writeln!(
+                s,
+                "    {} host{} of kind {} ({}):",
+                group.cannot,
+                if group.cannot == 1 { "" } else { "s" },
+                group.kind,
+                some_hosts(fleet, &group.named, group.cannot)
+            );
+            for r in fleet.reasons(g, group.named[0]).iter() {
+                let _ = writeln!(s, "      [{}] {}", r.code.as_str(), r.message);
+            }
+        }
+        out.write_all(s.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The schema version of the summarised matrix ([`summary_json`]); `fleet --pairs` gives the
+/// matrix of [`JSON_SCHEMA_VERSION`].
+pub const SUMMARY_SCHEMA_VERSION: u32 = 2;
+
+/// The matrix summarised as one JSON object, written to `out` as it is made (bounded memory
+/// whatever the fleet): `{"schema_version": 2, "kinds": [{"kind", "hosts": [HOST]}], "hosts":
+/// [{"host", "libvirt", "kind", "guests", "runs", "cannot", "stuck"}], "pairs": {"runs",
+/// "cannot"}, "guests": [{"guest", "state", "host", "runs_on", "cannot": [{"kind", "hosts",
+/// "except": [HOST], "reasons"}]}]}` (docs/json.md).
+///
+/// # Errors
+/// The writer's.
+pub fn summary_json(fleet: &Fleet, t: &Tally, out: &mut dyn Write) -> std::io::Result<()> {
+    let members = class_members(fleet);
+    let name = |h: usize| fleet.hosts[h].name.clone();
+    let kinds: Vec<Value> = members
+        .iter()
+        .enumerate()
+        .map(|(k, m)| json!({"kind": k, "hosts": m.iter().map(|h| name(*h)).collect::<Vec<_>>()}))
+        .collect();
+    let hosts: Vec<Value> = (0..fleet.hosts.len())
+        .map(|h| {
+            json!({
+                "host": name(h),
+                "libvirt": fleet.hosts[h].libvirt.map(|v| v.to_string()),
+                "kind": fleet.class_of(h),
+                "guests": fleet.guests_on(h).len(),
+                "runs": t.runs[h],
+                "cannot": fleet.guests.len() - t.runs[h],
+                "stuck": t.undrainable[h],
+            })
+        })
+        .collect();
+    let total = fleet.guests.len() * fleet.hosts.len();
+    let head = json!({
+        "schema_version": SUMMARY_SCHEMA_VERSION,
+        "kinds": kinds,
+        "hosts": hosts,
+        "pairs": {"runs": total - t.cannot, "cannot": t.cannot},
+    });
+    // The head's keys, then "guests" streamed: one object, keys in order.
+    let head = serde_json::to_string(&head)?;
+    out.write_all(&head.as_bytes()[..head.len() - 1])?;
+    out.write_all(b",\"guests\":[")?;
+    for (g, guest) in fleet.guests.iter().enumerate() {
+        let cannot: Vec<Value> = cannot_groups(fleet, &members, g)
+            .into_iter()
+            .map(|group| {
+                json!({
+                    "kind": group.kind,
+                    "hosts": group.cannot,
+                    "except": group.except.map(name).into_iter().collect::<Vec<_>>(),
+                    "reasons": reasons_json(&fleet.reasons(g, group.named[0])),
+                })
+            })
+            .collect();
+        let v = json!({
+            "guest": guest.facts.name,
+            "state": guest.facts.state.as_str(),
+            "host": guest.facts.host,
+            "runs_on": t.runs_on[g],
+            "cannot": cannot,
+        });
+        if g > 0 {
+            out.write_all(b",")?;
+        }
+        serde_json::to_writer(&mut *out, &v)?;
+    }
+    out.write_all(b"]}\n")
+}
+
+/// Every pair as JSON, `{"pairs": [{"guest", "host", "verdict", "reasons": [{"code",
+/// "message"}]}], "schema_version": 1}` (pretty-printed, as `fleet --pairs --format json` always
+/// wrote it), written to `out` pair by pair without holding the document.
+///
+/// # Errors
+/// The writer's.
+pub fn matrix_json_to(fleet: &Fleet, out: &mut dyn Write) -> std::io::Result<()> {
+    out.write_all(b"{\n  \"pairs\": [")?;
+    let mut first = true;
+    for guest in 0..fleet.guests.len() {
+        for host in 0..fleet.hosts.len() {
+            let p = Pair {
+                guest,
+                host,
+                reasons: fleet.reasons(guest, host),
+            };
+            let text = serde_json::to_string_pretty(&pair_json(fleet, &p))?;
+            out.write_all(if first { b"\n" } else { b",\n" })?;
+            first = false;
+            for (i, line) in text.lines().enumerate() {
+                if i > 0 {
+                    out.write_all(b"\n")?;
+                }
+                out.write_all(b"    ")?;
+                out.write_all(line.as_bytes())?;
+            }
+        }
+    }
+    let close = if first { "]" } else { "\n  ]" };
+    write!(
+        out,
+        "{close},\n  \"schema_version\": {JSON_SCHEMA_VERSION}\n}}\n"
+    )
+}
+
+/// Every pair for people (`fleet --pairs`): the per-host table and the totals, then every pair
+/// that cannot run, with its reasons; written to `out` guest by guest, without holding the
+/// pairs.
+///
+/// # Errors
+/// The writer's.
+pub fn matrix_text_to(fleet: &Fleet, t: &Tally, out: &mut dyn Write) -> std::io::Result<()> {
+    out.write_all(host_table(fleet, t).as_bytes())?;
+    for guest in 0..fleet.guests.len() {
+        if t.runs_on[guest] == fleet.hosts.len() {
+            continue;
+        }
+        let mut s = String::new();
+        for host in 0..fleet.hosts.len() {
+            let reasons = fleet.reasons(guest, host);
+            if reasons.is_empty() {
+                continue;
+            }
+            let _ = writeln!(
+                s,
+                "  {} on {}: cannot",
+                fleet.guests[guest].facts.name, fleet.hosts[host].name
+            );
+            for r in reasons.iter() {
+                let _ = writeln!(s, "    [{}] {}", r.code.as_str(), r.message);
+            }
+        }
+        out.write_all(s.as_bytes())?;
+    }
+    Ok(())
 }

@@ -180,7 +180,8 @@ pub struct Fleet {
     none: Policy,
     verdicts: std::cell::RefCell<Verdicts>,
     maps: CpuMaps,
-    class_of: HashMap<(String, Option<PathBuf>), usize>,
+    /// Each class's judged facts and cpu_map, to find a host's class ([`read::Judged`]).
+    class_of: Vec<(Box<read::Judged>, Option<PathBuf>)>,
     /// The index in `hosts` of each host name (names are unique: [`FleetError::DuplicateHost`]).
     host_of: HashMap<String, usize>,
     /// The guests (indexes, in order) whose facts name each host, by name, whether or not the
@@ -265,15 +266,15 @@ impl Fleet {
             },
             verdicts: std::cell::RefCell::default(),
             maps: maps.clone(),
-            class_of: HashMap::new(),
+            class_of: Vec::new(),
             host_of: HashMap::new(),
             guests_of: HashMap::new(),
             sources: Vec::new(),
             shape_of: HashMap::new(),
             maps_by_dir: HashMap::new(),
         };
-        for path in expand(paths)? {
-            match read_input(&path)? {
+        for (path, input) in read::read_all(expand(paths)?) {
+            match input? {
                 Input::Host {
                     name,
                     libvirt,
@@ -327,7 +328,7 @@ impl Fleet {
         name: String,
         path: PathBuf,
         libvirt: Option<LibvirtVersion>,
-        (key, caps_cpu): (String, Option<CapsCpu>),
+        (key, caps_cpu): (Box<read::Judged>, Option<CapsCpu>),
         map_dir: Option<&Path>,
     ) -> Result<(), FleetError> {
         if let Some(other) = self.host_of.get(&name) {
@@ -337,15 +338,19 @@ impl Fleet {
                 other: self.hosts[*other].path.clone(),
             });
         }
-        let k = (key, map_dir.map(Path::to_path_buf));
-        let class = if let Some(c) = self.class_of.get(&k) {
-            *c
+        let map_dir = map_dir.map(Path::to_path_buf);
+        let known = self
+            .class_of
+            .iter()
+            .position(|(k, d)| *d == map_dir && *k == key);
+        let class = if let Some(c) = known {
+            c
         } else {
-            let host = remote_host(&path, map_dir)?;
+            let host = remote_host(&path, map_dir.as_deref())?;
             let map = self
                 .maps_by_dir
-                .entry(map_dir.map(Path::to_path_buf))
-                .or_insert_with(|| Rc::new(CpuMapCache::new(map_dir)))
+                .entry(map_dir.clone())
+                .or_insert_with(|| Rc::new(CpuMapCache::new(map_dir.as_deref())))
                 .clone();
             self.classes.push(HostClass {
                 host,
@@ -354,7 +359,7 @@ impl Fleet {
                 caps_cpu,
                 passthrough: std::cell::OnceCell::new(),
             });
-            self.class_of.insert(k, self.classes.len() - 1);
+            self.class_of.push((key, map_dir));
             self.classes.len() - 1
         };
         // Its guests read before it (their facts came first) learn where they are.
@@ -483,7 +488,31 @@ impl Fleet {
 
     /// The judge's reasons for guest `g`'s shape on host `h`'s class, judged on first use.
     fn verdict(&self, g: usize, h: usize) -> Rc<Vec<Reason>> {
-        let (shape, c) = (self.guests[g].shape, self.hosts[h].class);
+        self.verdict_in(g, self.hosts[h].class)
+    }
+
+    /// The number of host classes (hosts alike in what the judge reads).
+    #[must_use]
+    pub fn class_count(&self) -> usize {
+        self.classes.len()
+    }
+
+    /// Host `h`'s class, an index below [`Fleet::class_count`].
+    #[must_use]
+    pub fn class_of(&self, h: usize) -> usize {
+        self.hosts[h].class
+    }
+
+    /// Whether guest `g` runs on the hosts of class `c`, its own source host apart (a running
+    /// guest's own host needs no migration: [`Fleet::runs`] there asks its verdict only).
+    #[must_use]
+    pub fn runs_in(&self, g: usize, c: usize) -> bool {
+        self.verdict_in(g, c).is_empty() && self.group_in(g, c, |_| ()).is_none()
+    }
+
+    /// The judge's reasons for guest `g`'s shape on class `c`, judged on first use.
+    fn verdict_in(&self, g: usize, c: usize) -> Rc<Vec<Reason>> {
+        let shape = self.guests[g].shape;
         let cached = self
             .verdicts
             .borrow()
@@ -531,19 +560,28 @@ impl Fleet {
     /// when there is none. Judged once per (passthrough CPU, source class, host class): hosts
     /// of one class have the same CPU.
     fn group<T>(&self, g: usize, h: usize, then: impl FnOnce(&Reason) -> T) -> Option<T> {
+        // The host itself: nothing moves.
+        if self.sources[g] == Some(h) {
+            return None;
+        }
+        self.group_in(g, self.hosts[h].class, then)
+    }
+
+    /// [`Fleet::group`] on a host of class `dest_class` other than the guest's own.
+    fn group_in<T>(
+        &self,
+        g: usize,
+        dest_class: usize,
+        then: impl FnOnce(&Reason) -> T,
+    ) -> Option<T> {
         let guest = &self.guests[g];
         let kind = self.passthrough_shapes[guest.shape].filter(|_| running(guest))?;
         let src_index = self.sources[g];
-        // The host itself: nothing moves.
-        if src_index == Some(h) {
-            return None;
-        }
         let src_key = match (&guest.facts.host, src_index) {
             (None, _) => SourceKey::Unknown,
             (Some(_), None) => SourceKey::Missing,
             (Some(_), Some(i)) => SourceKey::Class(self.hosts[i].class),
         };
-        let dest_class = self.hosts[h].class;
         let key = (kind, src_key, dest_class);
         if let Some(r) = self.groups.borrow().get(&key) {
             return r.as_ref().map(then);

@@ -7,6 +7,7 @@ use crate::cluster::ClusterError;
 use crate::libvirt::cpu::CpuDef;
 use crate::libvirt::version::LibvirtVersion;
 use std::path::{Path, PathBuf};
+use std::thread;
 
 /// A capabilities' `<host><cpu>` with its signature and microcode.
 #[derive(Debug, Clone)]
@@ -31,8 +32,8 @@ pub(super) enum Input {
     Host {
         name: String,
         libvirt: Option<LibvirtVersion>,
-        /// The facts without the host's name: hosts with the same are one class.
-        key: String,
+        /// What the judge reads of it: hosts alike in it are one class.
+        key: Box<Judged>,
         /// Its capabilities' host CPU.
         cpu: Option<CapsCpu>,
     },
@@ -76,12 +77,12 @@ pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
             .map_err(facts),
         crate::libvirt::host_facts::ROOT => {
             let f = crate::libvirt::host_facts::HostFacts::read(root, &what).map_err(facts)?;
-            let key = judged_key(f.libvirt.as_ref(), f.capabilities.as_ref(), &f.domcaps);
+            let cpu = f.capabilities.as_ref().and_then(CapsCpu::of);
             Ok(Input::Host {
                 name: f.name.unwrap_or_else(stem),
                 libvirt: f.libvirt,
-                key,
-                cpu: f.capabilities.as_ref().and_then(CapsCpu::of),
+                key: Judged::boxed(f.libvirt, f.capabilities, f.domcaps),
+                cpu,
             })
         }
         "capabilities" => {
@@ -90,8 +91,8 @@ pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
             Ok(Input::Host {
                 name: stem(),
                 libvirt: None,
-                key: judged_key(None, Some(&caps), &[]),
                 cpu: CapsCpu::of(&caps),
+                key: Judged::boxed(None, Some(caps), Vec::new()),
             })
         }
         "domainCapabilities" => {
@@ -99,7 +100,7 @@ pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
             Ok(Input::Host {
                 name: stem(),
                 libvirt: None,
-                key: judged_key(None, None, std::slice::from_ref(&dc)),
+                key: Judged::boxed(None, None, vec![dc]),
                 cpu: None,
             })
         }
@@ -109,34 +110,90 @@ pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
     }
 }
 
-/// What the judge reads of a host's facts, as a key: hosts alike in it are one class, judged
-/// once. The facts as the readers of libvirt's documents give them (the libvirt version; the
-/// capabilities' host CPU with its signature and microcode, machine types and guest types; each
+/// What the judge reads of a host's facts: hosts alike in it are one class, judged once. The
+/// facts as the readers of libvirt's documents give them (the libvirt version; the capabilities'
+/// host CPU with its signature and microcode, machine types and guest types; each
 /// domcapabilities' arch, virt type, machine type, emulator, vCPU limit, CPU modes, host-model
 /// CPU, models and blockers), never the documents' text: what libvirt writes and the tool does
 /// not read (a host's `<uuid>`, NUMA topology, security labels, caches, TSC frequency) would
-/// make every real host a class of its own. The file names of machine types and domcapabilities are left out: a reason
-/// naming it is given each host's own ([`Fleet::reasons`]).
-fn judged_key(
-    libvirt: Option<&LibvirtVersion>,
-    caps: Option<&crate::libvirt::capabilities::Capabilities>,
-    domcaps: &[crate::libvirt::domcaps::DomCaps],
-) -> String {
-    use std::fmt::Write as _;
-    let caps = caps.map(|c| {
-        let mut c = c.clone();
-        for m in &mut c.machines {
+/// make every real host a class of its own. The file names of machine types and
+/// domcapabilities are left out: a reason naming one is given each host's own
+/// ([`super::Fleet::reasons`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Judged {
+    libvirt: Option<LibvirtVersion>,
+    caps: Option<crate::libvirt::capabilities::Capabilities>,
+    domcaps: Vec<crate::libvirt::domcaps::DomCaps>,
+}
+
+impl Judged {
+    fn boxed(
+        libvirt: Option<LibvirtVersion>,
+        mut caps: Option<crate::libvirt::capabilities::Capabilities>,
+        mut domcaps: Vec<crate::libvirt::domcaps::DomCaps>,
+    ) -> Box<Judged> {
+        for m in caps.iter_mut().flat_map(|c| &mut c.machines) {
             m.source.clear();
         }
-        c
-    });
-    let mut key = format!("{libvirt:?}\n{caps:?}\n");
-    for d in domcaps {
-        let d = crate::libvirt::domcaps::DomCaps {
-            source: String::new(),
-            ..d.clone()
-        };
-        let _ = writeln!(key, "{d:?}");
+        for d in &mut domcaps {
+            d.source.clear();
+        }
+        Box::new(Judged {
+            libvirt,
+            caps,
+            domcaps,
+        })
     }
-    key
+}
+
+/// Files read at once: the facts of a batch are in memory together.
+const BATCH: usize = 256;
+
+/// Every file of `files` read ([`read_input`]), in order, the files of each batch of [`BATCH`]
+/// spread over the machine's cores (a thousand hosts' facts are 100 MB of XML to parse).
+pub(super) fn read_all(
+    files: Vec<PathBuf>,
+) -> impl Iterator<Item = (PathBuf, Result<Input, FleetError>)> {
+    let workers = thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(8);
+    let mut files = files.into_iter().peekable();
+    std::iter::from_fn(move || {
+        files.peek()?;
+        let batch: Vec<PathBuf> = files.by_ref().take(BATCH).collect();
+        let mut read: Vec<Option<Result<Input, FleetError>>> = Vec::new();
+        read.resize_with(batch.len(), || None);
+        if workers < 2 || batch.len() < 2 {
+            for (slot, path) in read.iter_mut().zip(&batch) {
+                *slot = Some(read_input(path));
+            }
+        } else {
+            thread::scope(|scope| {
+                let batch = &batch;
+                let handles: Vec<_> = (0..workers)
+                    .map(|w| {
+                        scope.spawn(move || {
+                            (w..batch.len())
+                                .step_by(workers)
+                                .map(|i| (i, read_input(&batch[i])))
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                for h in handles {
+                    // A reader that panicked is a bug: let it show as one.
+                    for (i, r) in h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)) {
+                        read[i] = Some(r);
+                    }
+                }
+            });
+        }
+        Some(
+            batch
+                .into_iter()
+                .zip(read.into_iter().flatten())
+                .collect::<Vec<_>>(),
+        )
+    })
+    .flatten()
 }

@@ -49,16 +49,90 @@ pub fn matrix(fleet: &Fleet) -> Vec<Pair> {
     out
 }
 
-/// How many guest × host pairs cannot run (the matrix, counted without keeping it).
+/// The matrix counted by host class ([`Fleet::runs_in`]): every figure of the views that count
+/// pairs, in guests × classes steps (a fleet of a thousand hosts of four kinds costs four per
+/// guest), the same as counting every pair ([`Fleet::runs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tally {
+    /// Per guest: the hosts that run it.
+    pub runs_on: Vec<usize>,
+    /// Per host: the guests of the fleet it runs.
+    pub runs: Vec<usize>,
+    /// Per host: the guests on another host (or of unknown host) that it cannot run.
+    pub untakeable: Vec<usize>,
+    /// Per host: the guests on it that no other host runs (they cannot leave).
+    pub undrainable: Vec<usize>,
+    /// The guest × host pairs that cannot run.
+    pub cannot: usize,
+}
+
+/// The hosts of each class, in order.
 #[must_use]
-pub fn cannot_count(fleet: &Fleet) -> usize {
-    (0..fleet.guests.len())
-        .map(|g| {
-            (0..fleet.hosts.len())
-                .filter(|h| !fleet.runs(g, *h))
+pub fn class_members(fleet: &Fleet) -> Vec<Vec<usize>> {
+    let mut members = vec![Vec::new(); fleet.class_count()];
+    for h in 0..fleet.hosts.len() {
+        members[fleet.class_of(h)].push(h);
+    }
+    members
+}
+
+/// The fleet's [`Tally`].
+#[must_use]
+pub fn tally(fleet: &Fleet) -> Tally {
+    let (guests, hosts) = (fleet.guests.len(), fleet.hosts.len());
+    let members = class_members(fleet);
+    let mut class_runs = vec![0usize; members.len()];
+    let mut runs_on = vec![0usize; guests];
+    // At a guest's own host, its verdict alone decides (nothing migrates): the class's answer
+    // is corrected there.
+    let mut own_runs = vec![0usize; hosts];
+    let mut own_class_runs = vec![0usize; hosts];
+    let mut own_cannot = vec![0usize; hosts];
+    for (g, n) in runs_on.iter_mut().enumerate() {
+        for (c, m) in members.iter().enumerate() {
+            if fleet.runs_in(g, c) {
+                class_runs[c] += 1;
+                *n += m.len();
+            }
+        }
+        if let Some(src) = fleet.source(g) {
+            let (own, class) = (fleet.runs(g, src), fleet.runs_in(g, fleet.class_of(src)));
+            own_runs[src] += usize::from(own);
+            own_class_runs[src] += usize::from(class);
+            own_cannot[src] += usize::from(!own);
+            *n = *n + usize::from(own) - usize::from(class);
+        }
+    }
+    let runs: Vec<usize> = (0..hosts)
+        .map(|h| class_runs[fleet.class_of(h)] + own_runs[h] - own_class_runs[h])
+        .collect();
+    let untakeable = (0..hosts)
+        .map(|h| guests - runs[h] - own_cannot[h])
+        .collect();
+    let undrainable = (0..hosts)
+        .map(|h| {
+            let own = |g: usize| usize::from(fleet.runs(g, h));
+            fleet
+                .guests_on(h)
+                .iter()
+                .filter(|g| runs_on[**g] == own(**g))
                 .count()
         })
-        .sum()
+        .collect();
+    let cannot = guests * hosts - runs_on.iter().sum::<usize>();
+    Tally {
+        runs_on,
+        runs,
+        untakeable,
+        undrainable,
+        cannot,
+    }
+}
+
+/// How many guest × host pairs cannot run ([`Tally::cannot`]).
+#[must_use]
+pub fn cannot_count(fleet: &Fleet) -> usize {
+    tally(fleet).cannot
 }
 
 /// One guest of a drained host.
@@ -109,30 +183,45 @@ pub fn drain(fleet: &Fleet, h: usize) -> Vec<Leaving> {
         .collect()
 }
 
-/// The guests each host cannot take: guests on another host (or of unknown host) that it
-/// cannot run. Indexed like [`Fleet::hosts`].
+/// The guests each host cannot take ([`Tally::untakeable`]). Indexed like [`Fleet::hosts`].
 #[must_use]
 pub fn untakeable(fleet: &Fleet) -> Vec<usize> {
-    (0..fleet.hosts.len())
+    tally(fleet).untakeable
+}
+
+/// The guests that cannot leave each host ([`Tally::undrainable`]: no other host runs them).
+/// Indexed like [`Fleet::hosts`].
+#[must_use]
+pub fn undrainable(fleet: &Fleet) -> Vec<usize> {
+    tally(fleet).undrainable
+}
+
+/// [`cannot_count`], [`untakeable`] and [`undrainable`] counted pair by pair, as the views
+/// did before [`tally`]: the oracle of its tests and benchmark.
+#[must_use]
+pub fn tally_by_pairs(fleet: &Fleet) -> (usize, Vec<usize>, Vec<usize>) {
+    let cannot = (0..fleet.guests.len())
+        .map(|g| {
+            (0..fleet.hosts.len())
+                .filter(|h| !fleet.runs(g, *h))
+                .count()
+        })
+        .sum();
+    let untakeable = (0..fleet.hosts.len())
         .map(|h| {
             (0..fleet.guests.len())
                 .filter(|g| fleet.source(*g) != Some(h))
                 .filter(|g| !fleet.runs(*g, h))
                 .count()
         })
-        .collect()
-}
-
-/// The guests that cannot leave each host ([`Leaving::stuck`] of [`drain`]: no other host runs
-/// them). Indexed like [`Fleet::hosts`].
-#[must_use]
-pub fn undrainable(fleet: &Fleet) -> Vec<usize> {
-    (0..fleet.hosts.len())
+        .collect();
+    let undrainable = (0..fleet.hosts.len())
         .map(|h| {
             let stuck = |g: &usize| !(0..fleet.hosts.len()).any(|o| o != h && fleet.runs(*g, o));
             fleet.guests_on(h).iter().filter(|g| stuck(g)).count()
         })
-        .collect()
+        .collect();
+    (cannot, untakeable, undrainable)
 }
 
 /// The cluster's CPU as it is and as it would be with a new host.
@@ -224,8 +313,16 @@ pub fn admit(
     let mut all = others.clone();
     all.extend(files.iter().cloned());
     let source = "the fleet's hosts";
-    let before = ClusterCpu::of(Some(&others), source, cpu_map);
-    let after = ClusterCpu::of(Some(&all), "the fleet's hosts with the new one", cpu_map);
+    // The two baselines read the hosts' facts each: on two cores at once.
+    let (before, after) = std::thread::scope(|scope| {
+        let after = scope
+            .spawn(|| ClusterCpu::of(Some(&all), "the fleet's hosts with the new one", cpu_map));
+        let before = ClusterCpu::of(Some(&others), source, cpu_map);
+        let after = after
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e));
+        (before, after)
+    });
     let mut models = Vec::new();
     if let Ok(b) = &before {
         models.push(cluster_model(

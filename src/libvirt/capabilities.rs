@@ -32,7 +32,7 @@ pub struct MachineType {
 }
 
 /// One `virsh capabilities` document.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Capabilities {
     /// `<host><cpu>`, read as a host CPU ([`CpuType::Host`]); None when the document has none.
     pub host_cpu: Option<CpuDef>,

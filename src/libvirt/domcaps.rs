@@ -9,7 +9,7 @@ use roxmltree::Node;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One `virsh domcapabilities` document.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DomCaps {
     /// `<arch>`.
     pub arch: String,

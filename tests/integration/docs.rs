@@ -395,8 +395,9 @@ fn fleet_json_keys_are_the_documented_ones(t: &Scratch, doc: &str) {
         "version = 1\n[[rule]]\nname = \"tcg\"\nmatch = { type = \"qemu\" }\ncpu.mode = \"host-model\"\n",
     );
     let dir = s(&t.path("fleet"));
-    let views: [(&str, Vec<String>); 4] = [
+    let views: [(&str, Vec<String>); 5] = [
         ("`fleet --format json`", vec![]),
+        ("`fleet --pairs --format json`", vec!["--pairs".into()]),
         (
             "`fleet --drain HOST --format json`",
             vec!["--drain".into(), "old".into()],

@@ -93,10 +93,93 @@ fn hosts_dir(t: &Scratch, dir: &str, gens: &[&str]) -> PathBuf {
 fn fleet_json(view: &[&str], facts: &[PathBuf], status: i32) -> Value {
     let mut args: Vec<String> = view.iter().map(|a| a.to_string()).collect();
     args.extend(["--format".to_string(), "json".to_string()]);
+    if !view
+        .iter()
+        .any(|a| ["--drain", "--admit", "--upgrade"].contains(a))
+    {
+        // The matrix: every pair.
+        args.push("--pairs".to_string());
+        summary_agrees_with_pairs(&args, facts);
+    }
     args.extend(facts.iter().map(|f| s(f)));
     let out = run_fleet(&args);
     out.status(status);
     json(&out)
+}
+
+/// The summary (`fleet --format json`) says what the pairs (`--pairs`, of the same `args`
+/// otherwise, `facts` last) say: each host's counts, each guest's hosts that run it, and per kind
+/// of host that cannot, the hosts that cannot and their reasons (as the first such host's).
+#[track_caller]
+fn summary_agrees_with_pairs(args: &[String], facts: &[PathBuf]) {
+    let mut summary_args: Vec<String> = args.iter().filter(|a| *a != "--pairs").cloned().collect();
+    summary_args.extend(facts.iter().map(|f| s(f)));
+    let mut pair_args = args.to_vec();
+    pair_args.extend(facts.iter().map(|f| s(f)));
+    let (sum, pairs) = (run_fleet(&summary_args), run_fleet(&pair_args));
+    assert_eq!(sum.code, pairs.code, "{}", sum.stderr);
+    assert_eq!(sum.stderr, pairs.stderr);
+    let (sum, got) = (json(&sum), pair_reasons(&json(&pairs)));
+    assert_eq!(sum["schema_version"], 2);
+    let kinds: BTreeMap<u64, Vec<String>> = sum["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            let hosts = k["hosts"].as_array().unwrap();
+            (
+                k["kind"].as_u64().unwrap(),
+                hosts
+                    .iter()
+                    .map(|h| h.as_str().unwrap().to_string())
+                    .collect(),
+            )
+        })
+        .collect();
+    let runs = |g: &str, h: &str| got[&(g.to_string(), h.to_string())].is_empty();
+    let guests: Vec<String> = sum["guests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["guest"].as_str().unwrap().to_string())
+        .collect();
+    for h in sum["hosts"].as_array().unwrap() {
+        let name = h["host"].as_str().unwrap();
+        let n = guests.iter().filter(|g| runs(g, name)).count();
+        assert_eq!(h["runs"].as_u64().unwrap() as usize, n, "{h}");
+        assert_eq!(
+            h["cannot"].as_u64().unwrap() as usize,
+            guests.len() - n,
+            "{h}"
+        );
+    }
+    let all_hosts: Vec<&String> = kinds.values().flatten().collect();
+    for g in sum["guests"].as_array().unwrap() {
+        let name = g["guest"].as_str().unwrap();
+        let n = all_hosts.iter().filter(|h| runs(name, h)).count();
+        assert_eq!(g["runs_on"].as_u64().unwrap() as usize, n, "{g}");
+        let mut covered = 0;
+        for c in g["cannot"].as_array().unwrap() {
+            let members = &kinds[&c["kind"].as_u64().unwrap()];
+            let except: Vec<&str> = c["except"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e.as_str().unwrap())
+                .collect();
+            let cannot: Vec<&String> = members
+                .iter()
+                .filter(|h| !except.contains(&h.as_str()))
+                .collect();
+            assert!(cannot.iter().all(|h| !runs(name, h)), "{g}");
+            assert!(except.iter().all(|h| runs(name, h)), "{g}");
+            assert_eq!(c["hosts"].as_u64().unwrap() as usize, cannot.len(), "{g}");
+            let first = &got[&(name.to_string(), cannot[0].clone())];
+            assert_eq!(&reasons_of(&c["reasons"]), first, "{g}");
+            covered += cannot.len();
+        }
+        assert_eq!(covered + n, all_hosts.len(), "{g}");
+    }
 }
 
 /// A guest (name, machine type, `<cpu>`) and the generations that refuse it, each with the code.
@@ -608,26 +691,29 @@ fn kvm_guest(name: &str, arch: &str, machine: &str, cpu: &str) -> String {
         .replace("qemu-system-x86_64", &format!("qemu-system-{arch}"))
 }
 
-/// Every pair's reasons from `fleet --format json`: (guest, host) → [(code, message)].
+/// A JSON list of reasons as (code, message).
+fn reasons_of(v: &Value) -> Vec<(String, String)> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["code"].as_str().unwrap().to_string(),
+                r["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Every pair's reasons from `fleet --pairs --format json`: (guest, host) → [(code, message)].
 fn pair_reasons(v: &Value) -> BTreeMap<(String, String), Vec<(String, String)>> {
     v["pairs"]
         .as_array()
         .unwrap()
         .iter()
         .map(|p| {
-            let reasons = p["reasons"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| {
-                    (
-                        r["code"].as_str().unwrap().to_string(),
-                        r["message"].as_str().unwrap().to_string(),
-                    )
-                })
-                .collect();
             let name = |k: &str| p[k].as_str().unwrap().to_string();
-            ((name("guest"), name("host")), reasons)
+            ((name("guest"), name("host")), reasons_of(&p["reasons"]))
         })
         .collect()
 }
@@ -691,11 +777,18 @@ fn host_passthrough_guests_migrate_only_inside_their_group() {
         ),
     );
     let forky_map = s(&generation_facts("forky").join("cpu_map"));
-    let out = Cmd::new(&["fleet", "--format", "json", "--cpu-map", &forky_map])
-        .arg(s(&t.path("hosts")))
-        .arg(s(&t.path("e5.guests.xml")))
-        .arg(s(&t.path("lone.xml")))
-        .run();
+    let out = Cmd::new(&[
+        "fleet",
+        "--format",
+        "json",
+        "--pairs",
+        "--cpu-map",
+        &forky_map,
+    ])
+    .arg(s(&t.path("hosts")))
+    .arg(s(&t.path("e5.guests.xml")))
+    .arg(s(&t.path("lone.xml")))
+    .run();
     out.status(1);
     let got = pair_reasons(&json(&out));
     let group = |g: &str, h: &str| group_reason(&got, g, h);
@@ -769,7 +862,7 @@ fn hosts_that_differ_only_through_cpu_maps_are_told_so() {
             args.extend(["--cpu-map".to_string(), m.to_string()]);
         }
         let out = Cmd::new(&args)
-            .args(&["--format", "json"])
+            .args(&["--format", "json", "--pairs"])
             .arg(s(hosts))
             .arg(s(&guests))
             .run();
@@ -1031,11 +1124,18 @@ fn a_capabilities_only_host_is_judged_against_its_physical_cpu() {
     }
     let trixie_map = s(&generation_facts("trixie").join("cpu_map"));
     let bookworm_map = s(&generation_facts("bookworm").join("cpu_map"));
-    let out = Cmd::new(&["fleet", "--format", "json", "--cpu-map", &trixie_map])
-        .arg(s(&bookworm))
-        .arg(s(&epyc))
-        .arg(s(&t.path("guests")))
-        .run();
+    let out = Cmd::new(&[
+        "fleet",
+        "--format",
+        "json",
+        "--pairs",
+        "--cpu-map",
+        &trixie_map,
+    ])
+    .arg(s(&bookworm))
+    .arg(s(&epyc))
+    .arg(s(&t.path("guests")))
+    .run();
     out.status(1);
     let got = pair_reasons(&json(&out));
     let on = |g: &str, h: &str| got[&(g.to_string(), h.to_string())].clone();
@@ -1268,7 +1368,7 @@ fn hosts_alike_in_what_is_judged_are_one_kind_each_named_by_its_own_file() {
         format!("older={}", s(&generation_facts("bullseye").join("cpu_map"))),
     ];
     let mut all: Vec<String> = args.to_vec();
-    all.extend(["--format", "json"].map(String::from));
+    all.extend(["--format", "json", "--pairs"].map(String::from));
     all.extend([s(&t.path("hosts")), s(&t.path("guests.xml"))]);
     let out = run_fleet(&all);
     out.status(1);

@@ -25,12 +25,14 @@ struct Orchestrator<'a> {
     conn: &'a Connect,
     xml: String,
     before: bool,
-    done: Cell<bool>,
+    /// How many more times it defines.
+    left: Cell<usize>,
 }
 
 impl Orchestrator<'_> {
     fn define(&self) {
-        if !self.done.replace(true) {
+        if self.left.get() > 0 {
+            self.left.set(self.left.get() - 1);
             self.conn.define_domain_xml(&self.xml).unwrap();
         }
     }
@@ -87,7 +89,7 @@ impl Fixture {
             backup_dir: &self.backups,
             dry_run: false,
         };
-        step.run(None, between)
+        step.run(&mut Replaced::default(), between)
     }
 
     fn stored(&self) -> String {
@@ -126,7 +128,7 @@ fn a_define_between_the_read_and_the_define_is_judged_not_overwritten() {
         conn: &f.conn,
         xml: guest("vcp-race-before", "second"),
         before: true,
-        done: Cell::new(false),
+        left: Cell::new(1),
     };
     let a = f.run(&other);
     assert!(matches!(a.report, Report::Changed { .. }), "{a:?}");
@@ -151,7 +153,7 @@ fn a_define_right_after_the_daemons_own_is_judged_in_turn() {
         conn: &f.conn,
         xml: guest("vcp-race-after", "third"),
         before: false,
-        done: Cell::new(false),
+        left: Cell::new(1),
     };
     let a = f.run(&other);
     assert!(matches!(a.report, Report::Changed { .. }), "{a:?}");
@@ -165,22 +167,30 @@ fn a_define_right_after_the_daemons_own_is_judged_in_turn() {
 }
 
 #[test]
-fn a_rewrite_stored_back_as_it_was_is_not_kept_and_known_again() {
-    let f = Fixture::new("vcp-race-notkept");
-    // libvirt "keeping" the old definition: the same content defined again right after.
+fn a_definition_restored_once_is_rewritten_again_one_that_keeps_coming_back_is_left_alone() {
+    let f = Fixture::new("vcp-race-back");
     let old = f.stored();
-    let other = Orchestrator {
+    // Another client restores its definition right after the daemon's define, once: judged
+    // again and rewritten, both replaced definitions kept.
+    let once = Orchestrator {
         conn: &f.conn,
         xml: old.clone(),
         before: false,
-        done: Cell::new(false),
+        left: Cell::new(1),
     };
-    let a = f.run(&other);
-    assert_eq!(a.report, Report::NotKept, "{a:?}");
-    assert_eq!(a.stored, Some(stored_hash(&old)));
-    assert_eq!(a.failure, Some(FailureReason::Define));
-    // Known again: nothing defined, nothing backed up.
-    let before = f.backups().len();
+    let a = f.run(&once);
+    assert!(matches!(a.report, Report::Changed { .. }), "{a:?}");
+    assert!(f.conforms());
+    assert_eq!(f.backups().len(), 2);
+    // One that restores it after every define (or a libvirt that does not keep the rewrite):
+    // replaced COMES_BACK times, then left alone, with the content's hash.
+    f.conn.define_domain_xml(&old).unwrap();
+    let always = Orchestrator {
+        conn: &f.conn,
+        xml: old.clone(),
+        before: false,
+        left: Cell::new(usize::MAX),
+    };
     let step = Step {
         conn: &f.conn,
         dom: &f.dom,
@@ -189,15 +199,39 @@ fn a_rewrite_stored_back_as_it_was_is_not_kept_and_known_again() {
         backup_dir: &f.backups,
         dry_run: false,
     };
-    let again = step.run(a.stored, &TestHold);
+    let mut replaced = Replaced::default();
+    let b = step.run(&mut replaced, &always);
+    assert_eq!(b.report, Report::NotKept, "{b:?}");
+    assert_eq!(b.stored, Some(stored_hash(&old)));
+    assert_eq!(b.failure, Some(FailureReason::Define));
+    assert_eq!(f.backups().len(), 2 + COMES_BACK);
+    // Known again: nothing defined, nothing backed up.
+    let again = step.run(&mut replaced, &TestHold);
     assert_eq!(again.report, Report::NotKept);
-    assert_eq!(f.backups().len(), before);
+    assert_eq!(f.backups().len(), 2 + COMES_BACK);
     assert_eq!(f.stored(), old);
     // A new definition from someone else is judged and rewritten.
     f.conn
-        .define_domain_xml(&guest("vcp-race-notkept", "fourth"))
+        .define_domain_xml(&guest("vcp-race-back", "fourth"))
         .unwrap();
-    let next = step.run(a.stored, &TestHold);
+    let next = step.run(&mut replaced, &TestHold);
     assert!(matches!(next.report, Report::Changed { .. }), "{next:?}");
     assert!(f.conforms() && f.stored().contains("fourth"));
+}
+
+/// A guest undefined between the daemon's read and its define: nothing defined, no backup, no
+/// failure.
+#[test]
+fn a_guest_undefined_meanwhile_is_left_alone_without_a_failure() {
+    struct Undefine<'a>(&'a VirDomain);
+    impl Between for Undefine<'_> {
+        fn before_define(&self, _: &str) {
+            self.0.undefine().unwrap();
+        }
+    }
+    let f = Fixture::new("vcp-race-gone");
+    let a = f.run(&Undefine(&f.dom));
+    assert_eq!(a.report, Report::Transient, "{a:?}");
+    assert_eq!(a.failure, None);
+    assert!(f.backups().is_empty(), "{:?}", f.backups());
 }
