@@ -80,8 +80,9 @@ pub enum Command {
     /// cluster's CPU as Nova placement traits (a provider config document) or CloudStack host
     /// tags.
     Traits(traits::TraitsArgs),
-    /// Every guest × every host of a fleet, each host judged with its own facts: `runs` or
-    /// `cannot`, with every reason; `--drain HOST` (exit 1 when a guest cannot leave),
+    /// Every guest × every host of a fleet, each host judged with its own facts: per host its
+    /// counts, per guest the hosts that run it and why the others cannot (`--pairs`: every pair,
+    /// `runs` or `cannot` with every reason); `--drain HOST` (exit 1 when a guest cannot leave),
     /// `--admit FACTS`, `--upgrade HOST --to FACTS`. Exit 0 all run, 1 some cannot, 2 bad input.
     Fleet(FleetArgs),
     /// Write this host's guest facts (`--guests`: from libvirt's stored definitions and status

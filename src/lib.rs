@@ -15,6 +15,7 @@
 // Shared records and knowledge, imported by everything below them. (Blank lines keep rustfmt
 // from sorting the modules: the order is the import order.)
 pub mod finding;
+pub mod parallel;
 pub mod readfile;
 
 pub mod change;

@@ -158,6 +158,14 @@ fn json_text(v: &serde_json::Value) -> String {
 
 /// Runs `fleet`.
 pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
+    if a.pairs && matches!(a.format, FleetFormat::Prometheus) {
+        return Err(Failure {
+            code: EXIT_BAD_INPUT,
+            message: Some(
+                "--pairs is for the text and JSON views; --format prometheus writes counts".into(),
+            ),
+        });
+    }
     let policy = Policy::load(a.policy.as_deref())?;
     let maps = cpu_maps(&a.cpu_map)?;
     let mut fleet = Fleet::read(&a.facts, policy, &maps)?;

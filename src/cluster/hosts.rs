@@ -257,11 +257,14 @@ pub fn read_hosts(paths: &[PathBuf]) -> Result<Vec<ClusterHost>, ClusterError> {
         } else {
             vec![path.clone()]
         };
-        for file in files {
-            let host = read_host(&file)?;
+        for (file, host) in files
+            .iter()
+            .zip(crate::parallel::map_ordered(&files, |f| read_host(f)))
+        {
+            let host = host?;
             if let Some(other) = hosts.iter().find(|h| h.name == host.name) {
                 return Err(ClusterError::facts(
-                    &file,
+                    file,
                     &format!(
                         "names host '{}' as {} does already; one file per host",
                         host.name,

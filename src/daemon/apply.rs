@@ -42,6 +42,8 @@ pub enum Report {
     NotKept,
     /// A transient guest: it has no stored definition; left alone.
     Transient,
+    /// Undefined by another client while the step judged it: nothing defined, nothing backed up.
+    Undefined,
 }
 
 /// What [`apply_judged`] found: the [`Report`], and for the metrics and the journal the stored
@@ -129,20 +131,37 @@ pub fn apply_one(
 /// [`COMES_BACK_WITHIN`] before it leaves that content alone ([`Report::NotKept`]).
 pub const COMES_BACK: usize = 3;
 
-/// The window of [`COMES_BACK`].
-pub const COMES_BACK_WITHIN: Duration = Duration::from_secs(60);
+/// The window of [`COMES_BACK`]: a fight (libvirt dropping the rewrite, a client restoring its
+/// XML on each rewrite) brings the content back within a second; an orchestrator that
+/// redefines its XML now and then (Nova's hard reboots) does not, and each of its defines is
+/// rewritten.
+pub const COMES_BACK_WITHIN: Duration = Duration::from_secs(10);
 
 /// The contents of one guest's definition the daemon replaced, each a hash with the time: what
 /// tells a definition that keeps coming back as it was (a fight) from new definitions, however
 /// many come (an orchestrator that defines often).
 #[derive(Debug, Default, Clone)]
-pub struct Replaced(Vec<(u64, Instant)>);
+pub struct Replaced {
+    /// The contents defined over, with when.
+    defined: Vec<(u64, Instant)>,
+    /// The content left alone ([`Report::NotKept`]) until another is stored.
+    left_alone: Option<u64>,
+}
 
 impl Replaced {
-    /// How often content `hash` was replaced within [`COMES_BACK_WITHIN`].
+    /// How often content `hash` was defined over within [`COMES_BACK_WITHIN`].
     fn times(&mut self, hash: u64) -> usize {
-        self.0.retain(|(_, t)| t.elapsed() < COMES_BACK_WITHIN);
-        self.0.iter().filter(|(h, _)| *h == hash).count()
+        self.defined
+            .retain(|(_, t)| t.elapsed() < COMES_BACK_WITHIN);
+        self.defined.iter().filter(|(h, _)| *h == hash).count()
+    }
+
+    /// Whether content `hash` is the one left alone; another content ends it.
+    fn leaves_alone(&mut self, hash: u64) -> bool {
+        if self.left_alone.is_some_and(|h| h != hash) {
+            self.left_alone = None;
+        }
+        self.left_alone == Some(hash)
     }
 }
 
@@ -285,14 +304,13 @@ impl Step<'_> {
                 return applied;
             }
             let hash = stored_hash(&xml);
-            if replaced.times(hash) >= COMES_BACK {
+            if replaced.leaves_alone(hash) || replaced.times(hash) >= COMES_BACK {
+                replaced.left_alone = Some(hash);
                 return Applied::not_kept(&xml);
-            }
-            if !self.dry_run {
-                replaced.0.push((hash, Instant::now()));
             }
             match self.define(&name, &xml, &outcome.output, between) {
                 Ok(Ok(d)) => {
+                    replaced.defined.push((hash, Instant::now()));
                     if !self.needs_rewrite(&name, &d.read_back) {
                         applied.report = d.report;
                         applied.window = Some(d.window);
@@ -312,10 +330,17 @@ impl Step<'_> {
                 }
             }
         }
-        let why = format!(
-            "defined by another client {ATTEMPTS} times while being rewritten; judged again at its next define"
-        );
-        Applied::unjudged(Report::Refused(why), Some("libvirt"), None)
+        Applied {
+            report: Report::Refused(format!(
+                "defined by another client {ATTEMPTS} times while being rewritten, nothing defined; judged again once its defines pause"
+            )),
+            verdict: Some(Verdict::NeedsRewrite),
+            rules: Vec::new(),
+            code: Some("libvirt"),
+            failure: Some(FailureReason::Define),
+            stored: Some(stored_hash(&xml)),
+            window: None,
+        }
     }
 }
 /// A persistent guest's name and stored definition (with secrets); else what [`apply_judged`]
@@ -392,7 +417,7 @@ impl Step<'_> {
                 virt::enumutil::Enum::Known(virt::error::ErrorNumber::NoDomain)
             ) {
                 // Undefined meanwhile: no stored definition to keep conforming.
-                return (Report::Transient, None);
+                return (Report::Undefined, None);
             }
             let why = format!("cannot read the definition again before the define: {e}");
             (Report::Refused(why), Some(FailureReason::Unreadable))
@@ -506,6 +531,7 @@ pub(super) fn describe(name: &str, r: &Report) -> String {
         Report::Transient => {
             format!("{name}: transient guest, left alone (it has no stored definition)")
         }
+        Report::Undefined => format!("{name}: undefined meanwhile, nothing defined"),
     }
 }
 
@@ -577,7 +603,7 @@ pub(super) fn cmd_apply(cli: &Cli, a: &ApplyArgs) -> i32 {
                 out.push_str(diff);
             }
         }
-        if matches!(r, Report::Refused(_)) {
+        if matches!(r, Report::Refused(_) | Report::NotKept) {
             code = 1;
         }
         out.push_str(&describe(&name, &r));

@@ -31,7 +31,7 @@ impl Fleet {
             *self.counters.failures.entry(reason).or_default() += 1;
         }
         match (a.verdict_after(), &a.report) {
-            (_, Report::Transient) => {
+            (_, Report::Transient | Report::Undefined) => {
                 self.guests.remove(name);
             }
             (Some(v), _) => {

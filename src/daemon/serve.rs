@@ -90,7 +90,7 @@ pub(super) fn log_applied(name: &str, operation: &str, a: &Applied) {
     use tracing::Level;
     let (kind, level) = match (&a.report, a.failure) {
         (Report::Unchanged, _) => (Decision::DaemonUnchanged, Level::DEBUG),
-        (Report::Transient, _) => (Decision::DaemonTransient, Level::DEBUG),
+        (Report::Transient | Report::Undefined, _) => (Decision::DaemonTransient, Level::DEBUG),
         (Report::Changed { .. }, _) => (Decision::DaemonRewritten, Level::INFO),
         (Report::Refused(_), Some(FailureReason::CannotConform)) => {
             (Decision::DaemonCannotConform, Level::WARN)
@@ -105,7 +105,7 @@ pub(super) fn log_applied(name: &str, operation: &str, a: &Applied) {
         operation,
         verdict: match (a.verdict, &a.report) {
             (Some(v), _) => v.as_str(),
-            (None, Report::Transient) => "transient",
+            (None, Report::Transient | Report::Undefined) => "transient",
             (None, _) => "error",
         },
         rule: (!rules.is_empty()).then_some(rules.as_str()),

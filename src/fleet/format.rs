@@ -519,16 +519,14 @@ pub fn summary_json(fleet: &Fleet, t: &Tally, out: &mut dyn Write) -> std::io::R
         })
         .collect();
     let total = fleet.guests.len() * fleet.hosts.len();
-    let head = json!({
-        "schema_version": SUMMARY_SCHEMA_VERSION,
-        "kinds": kinds,
-        "hosts": hosts,
-        "pairs": {"runs": total - t.cannot, "cannot": t.cannot},
-    });
-    // The head's keys, then "guests" streamed: one object, keys in order.
-    let head = serde_json::to_string(&head)?;
-    out.write_all(&head.as_bytes()[..head.len() - 1])?;
-    out.write_all(b",\"guests\":[")?;
+    // One object, keys in the documented order, "guests" streamed last.
+    write!(
+        out,
+        "{{\"schema_version\":{SUMMARY_SCHEMA_VERSION},\"kinds\":{},\"hosts\":{},\"pairs\":{},\"guests\":[",
+        Value::Array(kinds),
+        Value::Array(hosts),
+        json!({"runs": total - t.cannot, "cannot": t.cannot}),
+    )?;
     for (g, guest) in fleet.guests.iter().enumerate() {
         let cannot: Vec<Value> = cannot_groups(fleet, &members, g)
             .into_iter()

@@ -125,8 +125,6 @@ type Verdicts = Vec<Vec<Option<Rc<Vec<Reason>>>>>;
 /// Hosts of the same facts: one [`Host`], one cpu_map.
 struct HostClass {
     host: Host,
-    /// The facts file of its first host, which `host` was read from (and its reasons name).
-    path: PathBuf,
     map: Rc<CpuMapCache>,
     /// Its capabilities' host CPU, as read.
     caps_cpu: Option<CapsCpu>,
@@ -354,7 +352,6 @@ impl Fleet {
                 .clone();
             self.classes.push(HostClass {
                 host,
-                path: path.clone(),
                 map,
                 caps_cpu,
                 passthrough: std::cell::OnceCell::new(),
@@ -431,7 +428,7 @@ impl Fleet {
     #[must_use]
     pub fn reasons(&self, g: usize, h: usize) -> Rc<Vec<Reason>> {
         let r = self.verdict(g, h);
-        let r = if self.own_file(h).is_some() && r.iter().any(|x| self.names_class_file(h, x)) {
+        let r = if r.iter().any(|x| x.message.contains(FACTS)) {
             Rc::new(self.in_own_words(h, (*r).clone()))
         } else {
             r
@@ -448,35 +445,20 @@ impl Fleet {
         }
     }
 
-    /// Host `h`'s facts file and its class's, when they differ (the class's judge names the
-    /// class's).
-    fn own_file(&self, h: usize) -> Option<(String, String)> {
-        let host = &self.hosts[h];
-        let class = &self.classes[host.class];
-        (class.path != host.path).then(|| {
-            (
-                class.path.display().to_string(),
-                host.path.display().to_string(),
-            )
-        })
-    }
-
-    fn names_class_file(&self, h: usize, r: &Reason) -> bool {
-        let class = &self.classes[self.hosts[h].class];
-        r.message.contains(&*class.path.to_string_lossy())
-    }
-
-    /// `reasons` of host `h`'s class, each naming `h`'s own facts file where it names the file
-    /// the class was read from: what `h`'s own facts would have said.
+    /// `reasons` of host `h`'s class, each naming `h`'s own facts file where the class's judge
+    /// names its placeholder ([`FACTS`]): what `h`'s own facts would have said.
     pub(crate) fn in_own_words(&self, h: usize, mut reasons: Vec<Reason>) -> Vec<Reason> {
-        if let Some((class, own)) = self.own_file(h) {
-            for r in &mut reasons {
-                if r.message.contains(&class) {
-                    r.message = r.message.replace(&class, &own);
-                }
-            }
+        for r in &mut reasons {
+            self.own_text(h, &mut r.message);
         }
         reasons
+    }
+
+    /// `text` of host `h`'s class's judge, naming `h`'s own facts file for the placeholder.
+    pub(crate) fn own_text(&self, h: usize, text: &mut String) {
+        if text.contains(FACTS) {
+            *text = text.replace(FACTS, &self.hosts[h].path.display().to_string());
+        }
     }
 
     /// Whether host `h` runs guest `g`: [`Fleet::reasons`] is empty, told without writing a
@@ -637,6 +619,10 @@ impl Fleet {
     }
 }
 
+/// Stands for a host's facts file in its class's judge ([`Host::relabel_file`]): each host's own
+/// is put in ([`Fleet::in_own_words`]).
+const FACTS: &str = "\u{1}facts\u{1}";
+
 /// Stands for the source host's name in a kept `passthrough-group` reason (no host name has a
 /// control character).
 const SOURCE: &str = "\u{1}source\u{1}";
@@ -659,12 +645,14 @@ fn shape_key(domain: &str) -> String {
 /// A [`Host`] of another machine's facts file: its cpu_map `map_dir` (else the built-in table),
 /// never this machine's kernel or QEMU capability cache.
 fn remote_host(path: &Path, map_dir: Option<&Path>) -> Result<Host, FleetError> {
-    Host::discover(&HostOptions::of_facts(
+    let mut host = Host::discover(&HostOptions::of_facts(
         vec![path.to_path_buf()],
         map_dir.map(Path::to_path_buf),
         None,
     ))
-    .map_err(|e| ClusterError::facts(path, &e.to_string()).into())
+    .map_err(|e| FleetError::from(ClusterError::facts(path, &e.to_string())))?;
+    host.relabel_file(&path.display().to_string(), FACTS);
+    Ok(host)
 }
 
 /// The judge ([`crate::destination::judge`]) on one guest shape and one host: the reasons it

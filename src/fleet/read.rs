@@ -7,7 +7,6 @@ use crate::cluster::ClusterError;
 use crate::libvirt::cpu::CpuDef;
 use crate::libvirt::version::LibvirtVersion;
 use std::path::{Path, PathBuf};
-use std::thread;
 
 /// A capabilities' `<host><cpu>` with its signature and microcode.
 #[derive(Debug, Clone)]
@@ -150,50 +149,16 @@ impl Judged {
 const BATCH: usize = 256;
 
 /// Every file of `files` read ([`read_input`]), in order, the files of each batch of [`BATCH`]
-/// spread over the machine's cores (a thousand hosts' facts are 100 MB of XML to parse).
+/// spread over the machine's cores ([`crate::parallel::map_ordered`]).
 pub(super) fn read_all(
     files: Vec<PathBuf>,
 ) -> impl Iterator<Item = (PathBuf, Result<Input, FleetError>)> {
-    let workers = thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(8);
     let mut files = files.into_iter().peekable();
     std::iter::from_fn(move || {
         files.peek()?;
         let batch: Vec<PathBuf> = files.by_ref().take(BATCH).collect();
-        let mut read: Vec<Option<Result<Input, FleetError>>> = Vec::new();
-        read.resize_with(batch.len(), || None);
-        if workers < 2 || batch.len() < 2 {
-            for (slot, path) in read.iter_mut().zip(&batch) {
-                *slot = Some(read_input(path));
-            }
-        } else {
-            thread::scope(|scope| {
-                let batch = &batch;
-                let handles: Vec<_> = (0..workers)
-                    .map(|w| {
-                        scope.spawn(move || {
-                            (w..batch.len())
-                                .step_by(workers)
-                                .map(|i| (i, read_input(&batch[i])))
-                                .collect::<Vec<_>>()
-                        })
-                    })
-                    .collect();
-                for h in handles {
-                    // A reader that panicked is a bug: let it show as one.
-                    for (i, r) in h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)) {
-                        read[i] = Some(r);
-                    }
-                }
-            });
-        }
-        Some(
-            batch
-                .into_iter()
-                .zip(read.into_iter().flatten())
-                .collect::<Vec<_>>(),
-        )
+        let read = crate::parallel::map_ordered(&batch, |p| read_input(p));
+        Some(batch.into_iter().zip(read).collect::<Vec<_>>())
     })
     .flatten()
 }

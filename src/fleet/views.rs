@@ -442,9 +442,14 @@ pub fn upgrade(fleet: &Fleet, h: usize, to: usize, policy: &Policy) -> Vec<Upgra
             let fix = (!reasons.is_empty())
                 .then(|| fix(definition, policy, fleet, &class.host, &class.map))
                 .flatten()
-                .map(|f| Fix {
-                    remaining: fleet.in_own_words(to, f.remaining),
-                    ..f
+                .map(|mut f| {
+                    for c in &mut f.changes {
+                        fleet.own_text(to, c);
+                    }
+                    Fix {
+                        remaining: fleet.in_own_words(to, f.remaining),
+                        ..f
+                    }
                 });
             Upgraded {
                 guest,

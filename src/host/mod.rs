@@ -424,6 +424,39 @@ impl Host {
         Ok(())
     }
 
+    /// Names facts file `from` as `to` wherever this host's facts say where they come from (the
+    /// sources of its machine types, domcapabilities, host CPU and libvirt version): the fleet
+    /// judges hosts alike in their facts once, with a placeholder where each host's own file
+    /// is then named.
+    pub fn relabel_file(&mut self, from: &str, to: &str) {
+        let swap = |s: &mut String| {
+            if s == from {
+                *s = to.to_string();
+            }
+        };
+        for m in &mut self.machines {
+            swap(&mut m.source);
+        }
+        for d in &mut self.domcaps {
+            swap(&mut d.source);
+        }
+        self.files.iter_mut().for_each(swap);
+        self.caps_machine_files.iter_mut().for_each(swap);
+        // "capabilities host CPU, FILE" and "<hostFacts libvirt='V'> in FILE".
+        let suffix = |s: &mut String| {
+            if s.ends_with(from) {
+                s.truncate(s.len() - from.len());
+                s.push_str(to);
+            }
+        };
+        if let Some(c) = &mut self.given_host_cpu {
+            suffix(&mut c.source);
+        }
+        if let Some(v) = &mut self.facts_version {
+            suffix(&mut v.source);
+        }
+    }
+
     /// Keeps `c`'s `<host><cpu>` (read from `file`) unless an earlier file gave one: the first
     /// file wins, as for machine types.
     fn keep_host_cpu(&mut self, c: &crate::libvirt::capabilities::Capabilities, file: &str) {

@@ -66,12 +66,15 @@ fn custom(model: &str, extra: &str) -> String {
 }
 
 fn run_fleet(args: &[String]) -> crate::harness::Output {
-    Cmd::new(&["fleet"])
+    let out = Cmd::new(&["fleet"])
         .args(&cpu_maps())
         .args(args)
         .arg("--policy")
         .arg(s(&crate::harness::root().join("packaging/policy.toml")))
-        .run()
+        .run();
+    // Hosts alike are judged once with a placeholder for their facts file: never shown.
+    assert!(!out.stdout.contains('\u{1}'), "{}", out.stdout);
+    out
 }
 
 fn json(out: &crate::harness::Output) -> Value {
@@ -121,6 +124,16 @@ fn summary_agrees_with_pairs(args: &[String], facts: &[PathBuf]) {
     assert_eq!(sum.stderr, pairs.stderr);
     let (sum, got) = (json(&sum), pair_reasons(&json(&pairs)));
     assert_eq!(sum["schema_version"], 2);
+    let keys: Vec<&str> = sum
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        ["guests", "hosts", "kinds", "pairs", "schema_version"]
+    );
     let kinds: BTreeMap<u64, Vec<String>> = sum["kinds"]
         .as_array()
         .unwrap()
@@ -1397,5 +1410,47 @@ fn hosts_alike_in_what_is_judged_are_one_kind_each_named_by_its_own_file() {
             && m.contains("pc-q35-5.2")
             && m.contains(&s(&t.path("hosts/older.xml")))),
         "{older:#?}"
+    );
+}
+
+/// A host's facts file named by a bare word (`host`, `node`) is named where its reasons name a
+/// file, and nowhere else: the words of the sentences stay as they are.
+#[test]
+fn a_facts_file_named_like_a_word_is_named_only_as_the_file() {
+    let t = Scratch::new("fleet-bare-names");
+    let facts = std::fs::read_to_string(crate::harness::root().join("tests/data/facts/trixie.xml"))
+        .unwrap();
+    for name in ["host", "node"] {
+        t.write(
+            name,
+            facts.replacen("name='trixie'", &format!("name='{name}'"), 1),
+        );
+    }
+    let guest = kvm_guest(
+        "x2",
+        "x86_64",
+        "pc-q35-10.0",
+        "<cpu mode='custom' match='exact' check='partial'><model fallback='forbid'>qemu64</model></cpu>",
+    );
+    t.write("g.xml", guest_facts("host", &[("x2", "running", guest)]));
+    let map = s(&generation_facts("trixie").join("cpu_map"));
+    let out = Cmd::new(&["fleet", "--pairs", "--format", "json", "--cpu-map", &map])
+        .args(&["host", "node", "g.xml"])
+        .dir(&t.path(""))
+        .run();
+    let got = pair_reasons(&json(&out));
+    let node = &got[&("x2".to_string(), "node".to_string())];
+    assert!(!node.is_empty(), "{}", out.stdout);
+    for (code, message) in node {
+        assert!(
+            !message.contains("this node") && !message.contains("node-model"),
+            "{code}: {message}"
+        );
+        assert!(!message.contains('\u{1}'), "{message}");
+    }
+    assert!(
+        node.iter()
+            .any(|(_, m)| m.contains("this host") && m.contains("from node")),
+        "{node:#?}"
     );
 }

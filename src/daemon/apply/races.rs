@@ -231,7 +231,32 @@ fn a_guest_undefined_meanwhile_is_left_alone_without_a_failure() {
     }
     let f = Fixture::new("vcp-race-gone");
     let a = f.run(&Undefine(&f.dom));
-    assert_eq!(a.report, Report::Transient, "{a:?}");
+    assert_eq!(a.report, Report::Undefined, "{a:?}");
     assert_eq!(a.failure, None);
     assert!(f.backups().is_empty(), "{:?}", f.backups());
+}
+
+/// Only a define counts towards "comes back": steps whose backup fails define nothing, and are
+/// said as what they are however often they come.
+#[test]
+fn steps_that_define_nothing_never_make_a_content_come_back() {
+    let mut f = Fixture::new("vcp-race-nobackup");
+    // A file where the backup directory should be: every backup fails.
+    let file = std::env::temp_dir().join(format!("vcp-race-file-{}", std::process::id()));
+    std::fs::write(&file, "").unwrap();
+    f.backups = file.join("backups");
+    let mut replaced = Replaced::default();
+    for _ in 0..=COMES_BACK {
+        let step = Step {
+            conn: &f.conn,
+            dom: &f.dom,
+            policy: &f.policy,
+            host: &f.host,
+            backup_dir: &f.backups,
+            dry_run: false,
+        };
+        let a = step.run(&mut replaced, &TestHold);
+        assert_eq!(a.failure, Some(FailureReason::Backup), "{a:?}");
+    }
+    std::fs::remove_file(&file).ok();
 }
