@@ -80,16 +80,19 @@ impl Fixture {
         }
     }
 
-    fn run(&self, between: &dyn Between) -> Applied {
-        let step = Step {
+    fn step(&self) -> Step<'_> {
+        Step {
             conn: &self.conn,
             dom: &self.dom,
             policy: &self.policy,
             host: &self.host,
             backup_dir: &self.backups,
             dry_run: false,
-        };
-        step.run(&mut Replaced::default(), between)
+        }
+    }
+
+    fn run(&self, between: &dyn Between) -> Applied {
+        self.step().run(&mut Replaced::default(), between)
     }
 
     fn stored(&self) -> String {
@@ -191,14 +194,7 @@ fn a_definition_restored_once_is_rewritten_again_one_that_keeps_coming_back_is_l
         before: false,
         left: Cell::new(usize::MAX),
     };
-    let step = Step {
-        conn: &f.conn,
-        dom: &f.dom,
-        policy: &f.policy,
-        host: &f.host,
-        backup_dir: &f.backups,
-        dry_run: false,
-    };
+    let step = f.step();
     let mut replaced = Replaced::default();
     let b = step.run(&mut replaced, &always);
     assert_eq!(b.report, Report::NotKept, "{b:?}");
@@ -247,14 +243,7 @@ fn steps_that_define_nothing_never_make_a_content_come_back() {
     f.backups = file.join("backups");
     let mut replaced = Replaced::default();
     for _ in 0..=COMES_BACK {
-        let step = Step {
-            conn: &f.conn,
-            dom: &f.dom,
-            policy: &f.policy,
-            host: &f.host,
-            backup_dir: &f.backups,
-            dry_run: false,
-        };
+        let step = f.step();
         let a = step.run(&mut replaced, &TestHold);
         assert_eq!(a.failure, Some(FailureReason::Backup), "{a:?}");
     }
