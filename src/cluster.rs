@@ -139,11 +139,22 @@ pub fn baseline_from_files(
     cpu_map: &Path,
     opts: &ClusterOptions,
 ) -> Result<ClusterReport, ClusterError> {
-    let hosts = hosts::read_hosts(paths)?;
+    baseline_of_hosts(&hosts::read_hosts(paths)?, cpu_map, opts)
+}
+
+/// [`baseline_from_files`] of hosts already read ([`hosts::read_hosts`]).
+///
+/// # Errors
+/// As [`baseline_from_files`], but for reading the hosts.
+pub fn baseline_of_hosts(
+    hosts: &[hosts::ClusterHost],
+    cpu_map: &Path,
+    opts: &ClusterOptions,
+) -> Result<ClusterReport, ClusterError> {
     let map = if hosts.iter().any(|h| crate::libvirt::arch::is_x86(&h.arch)) {
         Some(crate::libvirt::cpu_map::x86::X86Map::load(cpu_map)?)
     } else {
         None
     };
-    analyze(&hosts, map.as_ref(), opts)
+    analyze(hosts, map.as_ref(), opts)
 }

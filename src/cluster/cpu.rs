@@ -7,7 +7,7 @@
 //! The plan takes it in [`crate::pipeline`]; [`crate::host::Host::cluster_cpu`] computes it once
 //! per run, from `[host] cluster`, and only when a plan asks for it.
 
-use super::{ClusterOptions, baseline_from_files};
+use super::ClusterOptions;
 use crate::cpu::Level;
 use crate::libvirt::cpu_map::DEFAULT_CPU_MAP;
 use std::path::{Path, PathBuf};
@@ -94,12 +94,26 @@ impl ClusterCpu {
                 "{source}: libvirt's cpu_map is not at {DEFAULT_CPU_MAP} (libvirt not installed?): give [host] cpu_map or --cpu-map; a cluster's baseline is computed on libvirt's CPUID data, which the built-in model table lacks"
             ));
         };
+        let hosts =
+            crate::cluster::hosts::read_hosts(files).map_err(|e| format!("{source}: {e}"))?;
+        Self::of_hosts(&hosts, source, map)
+    }
+
+    /// [`ClusterCpu::of`] the hosts already read, with the cpu_map at `map`.
+    ///
+    /// # Errors
+    /// As [`ClusterCpu::of`], but for reading the hosts.
+    pub fn of_hosts(
+        hosts: &[crate::cluster::hosts::ClusterHost],
+        source: &str,
+        map: &Path,
+    ) -> std::result::Result<ClusterCpu, String> {
         let opts = ClusterOptions {
             migratable: true,
             strict_vendor: false,
         };
-        let report =
-            baseline_from_files(files, map, &opts).map_err(|e| format!("{source}: {e}"))?;
+        let report = crate::cluster::baseline_of_hosts(hosts, map, &opts)
+            .map_err(|e| format!("{source}: {e}"))?;
         let Some(b) = &report.baseline else {
             return Err(format!(
                 "{source}: the hosts are {}: no custom CPU model is migration-safe there, so the cluster has no baseline; give these guests cpu.mode = \"host-passthrough\" and migrate them only inside a group of identical hosts (`virt-cpu-policy baseline` lists the groups)",

@@ -313,16 +313,33 @@ pub fn admit(
     let mut all = others.clone();
     all.extend(files.iter().cloned());
     let source = "the fleet's hosts";
-    // The two baselines read the hosts' facts each: on two cores at once.
-    let (before, after) = std::thread::scope(|scope| {
-        let after = scope
-            .spawn(|| ClusterCpu::of(Some(&all), "the fleet's hosts with the new one", cpu_map));
-        let before = ClusterCpu::of(Some(&others), source, cpu_map);
-        let after = after
-            .join()
-            .unwrap_or_else(|e| std::panic::resume_unwind(e));
-        (before, after)
-    });
+    let with_new = "the fleet's hosts with the new one";
+    let (before, after) = match cpu_map {
+        // The hosts' facts read once for both baselines.
+        Some(map) => {
+            let read = |files: &[PathBuf], source: &str| {
+                crate::cluster::hosts::read_hosts(files).map_err(|e| format!("{source}: {e}"))
+            };
+            let (old, new) = (read(&others, source), read(files, with_new));
+            let before = old
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|h| ClusterCpu::of_hosts(h, source, map));
+            let after = match (old, new) {
+                (Ok(mut hosts), Ok(new)) => {
+                    hosts.extend(new);
+                    ClusterCpu::of_hosts(&hosts, with_new, map)
+                }
+                (Err(e), _) => Err(e.replacen(source, with_new, 1)),
+                (_, Err(e)) => Err(e),
+            };
+            (before, after)
+        }
+        None => (
+            ClusterCpu::of(Some(&others), source, cpu_map),
+            ClusterCpu::of(Some(&all), with_new, cpu_map),
+        ),
+    };
     let mut models = Vec::new();
     if let Ok(b) = &before {
         models.push(cluster_model(
