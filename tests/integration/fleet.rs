@@ -150,12 +150,7 @@ fn summary_agrees_with_pairs(args: &[String], facts: &[PathBuf]) {
         })
         .collect();
     let runs = |g: &str, h: &str| got[&(g.to_string(), h.to_string())].is_empty();
-    let guests: Vec<String> = sum["guests"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| g["guest"].as_str().unwrap().to_string())
-        .collect();
+    let guests = field_of_each(&sum["guests"], "guest");
     for h in sum["hosts"].as_array().unwrap() {
         let name = h["host"].as_str().unwrap();
         let n = guests.iter().filter(|g| runs(g, name)).count();
@@ -310,12 +305,7 @@ fn each_generation_is_judged_with_its_own_facts() {
     assert_eq!(v["schema_version"], 1);
     let mut got: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for p in v["pairs"].as_array().unwrap() {
-        let codes: Vec<String> = p["reasons"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["code"].as_str().unwrap().to_string())
-            .collect();
+        let codes = field_of_each(&p["reasons"], "code");
         assert_eq!(
             p["verdict"].as_str().unwrap(),
             if codes.is_empty() { "runs" } else { "cannot" }
@@ -702,6 +692,15 @@ fn kvm_guest(name: &str, arch: &str, machine: &str, cpu: &str) -> String {
         .replace("type='qemu'", "type='kvm'")
         .replace("arch='x86_64'", &format!("arch='{arch}'"))
         .replace("qemu-system-x86_64", &format!("qemu-system-{arch}"))
+}
+
+/// The string `key` of each object of the JSON list `list`.
+fn field_of_each(list: &Value, key: &str) -> Vec<String> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o[key].as_str().unwrap().to_string())
+        .collect()
 }
 
 /// A JSON list of reasons as (code, message).

@@ -29,7 +29,17 @@ struct Orchestrator<'a> {
     left: Cell<usize>,
 }
 
-impl Orchestrator<'_> {
+impl<'a> Orchestrator<'a> {
+    /// Another client defining `xml` `times` times, before the daemon's define or after it.
+    fn new(conn: &'a Connect, xml: String, before: bool, times: usize) -> Orchestrator<'a> {
+        Orchestrator {
+            conn,
+            xml,
+            before,
+            left: Cell::new(times),
+        }
+    }
+
     fn define(&self) {
         if self.left.get() > 0 {
             self.left.set(self.left.get() - 1);
@@ -127,12 +137,7 @@ impl Drop for Fixture {
 #[test]
 fn a_define_between_the_read_and_the_define_is_judged_not_overwritten() {
     let f = Fixture::new("vcp-race-before");
-    let other = Orchestrator {
-        conn: &f.conn,
-        xml: guest("vcp-race-before", "second"),
-        before: true,
-        left: Cell::new(1),
-    };
+    let other = Orchestrator::new(&f.conn, guest("vcp-race-before", "second"), true, 1);
     let a = f.run(&other);
     assert!(matches!(a.report, Report::Changed { .. }), "{a:?}");
     let stored = f.stored();
@@ -152,12 +157,7 @@ fn a_define_between_the_read_and_the_define_is_judged_not_overwritten() {
 #[test]
 fn a_define_right_after_the_daemons_own_is_judged_in_turn() {
     let f = Fixture::new("vcp-race-after");
-    let other = Orchestrator {
-        conn: &f.conn,
-        xml: guest("vcp-race-after", "third"),
-        before: false,
-        left: Cell::new(1),
-    };
+    let other = Orchestrator::new(&f.conn, guest("vcp-race-after", "third"), false, 1);
     let a = f.run(&other);
     assert!(matches!(a.report, Report::Changed { .. }), "{a:?}");
     let stored = f.stored();
@@ -175,12 +175,7 @@ fn a_definition_restored_once_is_rewritten_again_one_that_keeps_coming_back_is_l
     let old = f.stored();
     // Another client restores its definition right after the daemon's define, once: judged
     // again and rewritten, both replaced definitions kept.
-    let once = Orchestrator {
-        conn: &f.conn,
-        xml: old.clone(),
-        before: false,
-        left: Cell::new(1),
-    };
+    let once = Orchestrator::new(&f.conn, old.clone(), false, 1);
     let a = f.run(&once);
     assert!(matches!(a.report, Report::Changed { .. }), "{a:?}");
     assert!(f.conforms());
@@ -188,12 +183,7 @@ fn a_definition_restored_once_is_rewritten_again_one_that_keeps_coming_back_is_l
     // One that restores it after every define (or a libvirt that does not keep the rewrite):
     // replaced COMES_BACK times, then left alone, with the content's hash.
     f.conn.define_domain_xml(&old).unwrap();
-    let always = Orchestrator {
-        conn: &f.conn,
-        xml: old.clone(),
-        before: false,
-        left: Cell::new(usize::MAX),
-    };
+    let always = Orchestrator::new(&f.conn, old.clone(), false, usize::MAX);
     let step = f.step();
     let mut replaced = Replaced::default();
     let b = step.run(&mut replaced, &always);
