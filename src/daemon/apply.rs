@@ -238,6 +238,16 @@ struct Step<'a> {
     dry_run: bool,
 }
 
+/// A definition judged ([`Step::judge`]).
+enum Judged {
+    /// The step ends with this report: unreadable, cannot conform, or audit mode.
+    Ends(Applied),
+    /// It conforms.
+    Conforms(Applied),
+    /// It needs this rewrite.
+    Rewrite(Applied, String),
+}
+
 /// A rewrite defined: its report, and the definition read back right after.
 struct Defined {
     report: Report,
@@ -257,72 +267,47 @@ impl Step<'_> {
             Ok(d) => d,
             Err(unjudged) => return *unjudged,
         };
+        let mut judged = self.judge(&name, &xml);
         // The last rewrite this step defined, should a newer definition then conform.
         let mut last: Option<(Report, Duration)> = None;
         for _ in 0..ATTEMPTS {
-            let what = format!("the definition of '{name}'");
-            let outcome = match rewrite(&xml, &what, self.policy, self.host) {
-                Ok(o) => o,
-                Err(e) => {
-                    return Applied::unjudged(
-                        Report::Refused(e.to_string()),
-                        Some(e.code()),
-                        Some(FailureReason::Unreadable),
-                    );
+            let (mut applied, new) = match judged {
+                Judged::Ends(applied) => return applied,
+                Judged::Conforms(mut applied) => {
+                    // A newer definition, defined by another client after this step's own.
+                    if let Some((report, window)) = last {
+                        applied.report = report;
+                        applied.window = Some(window);
+                        applied.verdict = Some(Verdict::NeedsRewrite);
+                    }
+                    return applied;
                 }
+                Judged::Rewrite(applied, new) => (applied, new),
             };
-            let error = outcome
-                .findings
-                .iter()
-                .find(|f| f.severity == crate::finding::Severity::Error);
-            let mut applied = Applied {
-                report: Report::Unchanged,
-                verdict: Some(Verdict::of(&outcome)),
-                rules: crate::audit::rules_involved(&outcome, &crate::policy::Plan::default()),
-                code: error.map(|f| f.code.as_str()),
-                failure: None,
-                stored: Some(stored_hash(&xml)),
-                window: None,
-            };
-            if let Some(f) = error {
-                applied.report = Report::Refused(f.to_string());
-                applied.failure = Some(FailureReason::CannotConform);
-                return applied;
-            }
-            if !outcome.changed {
-                // A newer definition, defined by another client after this step's own, conforms.
-                if let Some((report, window)) = last {
-                    applied.report = report;
-                    applied.window = Some(window);
-                    applied.verdict = Some(Verdict::NeedsRewrite);
-                }
-                return applied;
-            }
-            if self.policy.mode == crate::policy::Mode::Audit {
-                let why = "would change, but the policy's mode is audit";
-                applied.report = Report::Refused(why.into());
-                return applied;
-            }
             let hash = stored_hash(&xml);
             if replaced.leaves_alone(hash) || replaced.times(hash) >= COMES_BACK {
                 replaced.left_alone = Some(hash);
                 return Applied::not_kept(&xml);
             }
-            match self.define(&name, &xml, &outcome.output, between) {
+            match self.define(&name, &xml, &new, between) {
                 Ok(Ok(d)) => {
                     replaced.defined.push((hash, Instant::now()));
-                    if !self.needs_rewrite(&name, &d.read_back) {
+                    judged = self.judge(&name, &d.read_back);
+                    if !matches!(judged, Judged::Rewrite(..)) {
                         applied.report = d.report;
                         applied.window = Some(d.window);
                         return applied;
                     }
                     // Another client defined the guest right after this step, or libvirt did
-                    // not keep the rewrite: judge what is stored.
+                    // not keep the rewrite: what is stored is judged (above, once).
                     last = Some((d.report, d.window));
                     xml = d.read_back;
                 }
                 // Another client defined the guest since it was read: judge that instead.
-                Ok(Err(now)) => xml = now,
+                Ok(Err(now)) => {
+                    judged = self.judge(&name, &now);
+                    xml = now;
+                }
                 Err((report, failure)) => {
                     applied.report = report;
                     applied.failure = failure;
@@ -341,6 +326,49 @@ impl Step<'_> {
             stored: Some(stored_hash(&xml)),
             window: None,
         }
+    }
+
+    /// Definition `xml` judged as `check` judges it: what the step reports when it ends here
+    /// (unreadable, cannot conform, audit mode), conforms, or the rewrite to define.
+    fn judge(&self, name: &str, xml: &str) -> Judged {
+        let what = format!("the definition of '{name}'");
+        let outcome = match rewrite(xml, &what, self.policy, self.host) {
+            Ok(o) => o,
+            Err(e) => {
+                return Judged::Ends(Applied::unjudged(
+                    Report::Refused(e.to_string()),
+                    Some(e.code()),
+                    Some(FailureReason::Unreadable),
+                ));
+            }
+        };
+        let error = outcome
+            .findings
+            .iter()
+            .find(|f| f.severity == crate::finding::Severity::Error);
+        let mut applied = Applied {
+            report: Report::Unchanged,
+            verdict: Some(Verdict::of(&outcome)),
+            rules: crate::audit::rules_involved(&outcome, &crate::policy::Plan::default()),
+            code: error.map(|f| f.code.as_str()),
+            failure: None,
+            stored: Some(stored_hash(xml)),
+            window: None,
+        };
+        if let Some(f) = error {
+            applied.report = Report::Refused(f.to_string());
+            applied.failure = Some(FailureReason::CannotConform);
+            return Judged::Ends(applied);
+        }
+        if !outcome.changed {
+            return Judged::Conforms(applied);
+        }
+        if self.policy.mode == crate::policy::Mode::Audit {
+            let why = "would change, but the policy's mode is audit";
+            applied.report = Report::Refused(why.into());
+            return Judged::Ends(applied);
+        }
+        Judged::Rewrite(applied, outcome.output)
     }
 }
 /// A persistent guest's name and stored definition (with secrets); else what [`apply_judged`]
@@ -366,19 +394,6 @@ fn stored_definition(dom: &VirDomain) -> Result<(String, String), Box<Applied>> 
 }
 
 impl Step<'_> {
-    /// Whether definition `xml` needs a rewrite the policy can make (one that cannot be judged
-    /// or made to conform is left to its own DEFINED event).
-    fn needs_rewrite(&self, name: &str, xml: &str) -> bool {
-        let what = format!("the definition of '{name}'");
-        rewrite(xml, &what, self.policy, self.host).is_ok_and(|o| {
-            o.changed
-                && !o
-                    .findings
-                    .iter()
-                    .any(|f| f.severity == crate::finding::Severity::Error)
-        })
-    }
-
     /// Back the guest's `old` definition up and define the `new` one, unless the stored
     /// definition is no longer `old` right before the define: then `Ok(Err(now))`, nothing
     /// defined and the backup removed. Under `dry_run`, neither: `Err` of the report. `Err`:
