@@ -1,6 +1,7 @@
 //! Work spread over the machine's cores, answers in order: reading a thousand hosts' facts
 //! (100 MB of XML to parse) is most of what a fleet or cluster answer costs.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
 /// `f` of every item of `items`, in order, the items spread over up to 8 threads (one per core);
@@ -14,16 +15,22 @@ pub fn map_ordered<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) ->
         return items.iter().map(f).collect();
     }
     let f = &f;
+    // Each worker takes the next item when done with its last: files of very different sizes
+    // (a fleet's hosts beside their guests, sorted so that they alternate) keep every core busy,
+    // where a fixed share would give one worker every large file.
+    let next = AtomicUsize::new(0);
+    let next = &next;
     let mut out: Vec<Option<R>> = Vec::new();
     out.resize_with(items.len(), || None);
     thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
-            .map(|w| {
+            .map(|_| {
                 scope.spawn(move || {
-                    (w..items.len())
-                        .step_by(workers)
-                        .map(|i| (i, f(&items[i])))
-                        .collect::<Vec<_>>()
+                    std::iter::from_fn(|| {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        items.get(i).map(|item| (i, f(item)))
+                    })
+                    .collect::<Vec<_>>()
                 })
             })
             .collect();

@@ -207,12 +207,7 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
         let new = fleet.add_host(file, None)?;
         warn_unused_maps(&fleet);
         let cluster_map = maps.for_host(&fleet.hosts[new].name);
-        let adm = admit(
-            &fleet,
-            new,
-            std::slice::from_ref(file),
-            cluster_map.as_deref(),
-        );
+        let adm = admit(&fleet, new, cluster_map.as_deref());
         let text = if json {
             json_text(&fmt::admit_json(&fleet, &adm))
         } else {

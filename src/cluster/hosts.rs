@@ -165,6 +165,70 @@ impl ClusterHost {
         host
     }
 
+    /// The host of one facts file's documents (`path`, for messages), named `name`: the
+    /// `libvirt` it runs (`<hostFacts libvirt=...>`), its capabilities `caps` and its
+    /// domcapabilities `domcaps` (KVM's when there, else the first: its host-model CPU wins over
+    /// the capabilities' host CPU). What [`read_host`] makes of a `<hostFacts>`,
+    /// `<capabilities>` or `<domainCapabilities>`, and `fleet --admit` of the facts it read.
+    ///
+    /// # Errors
+    /// [`ClusterError::Facts`]: capabilities without a host CPU, capabilities and domcapabilities
+    /// of different arches, no arch, a name with a control character.
+    pub fn of_facts(
+        path: &Path,
+        name: String,
+        libvirt: Option<LibvirtVersion>,
+        caps: Option<&Capabilities>,
+        domcaps: &[DomCaps],
+    ) -> Result<ClusterHost, ClusterError> {
+        let mut host = ClusterHost::unnamed(path.to_owned());
+        host.name = name;
+        host.libvirt = libvirt;
+        if let Some(d) = domcaps
+            .iter()
+            .find(|d| d.virt_type == "kvm")
+            .or(domcaps.first())
+        {
+            host.add_domcaps(d);
+        }
+        if let Some(c) = caps {
+            host.add_capabilities(c)
+                .map_err(|m| ClusterError::facts(path, &m))?;
+        }
+        host.checked()
+    }
+
+    /// This host as another host of the same facts (`fleet --admit`: a host of a class the
+    /// first one of which was read), named `name`, read from `path`.
+    ///
+    /// # Errors
+    /// [`ClusterError::Facts`]: a name with a control character.
+    pub fn renamed(&self, name: &str, path: &Path) -> Result<ClusterHost, ClusterError> {
+        let mut host = self.clone();
+        host.name = name.to_string();
+        path.clone_into(&mut host.path);
+        host.checked()
+    }
+
+    /// The host if it names an arch and its name has no control character.
+    fn checked(self) -> Result<ClusterHost, ClusterError> {
+        if self.arch.is_empty() {
+            return Err(ClusterError::facts(&self.path, "names no arch"));
+        }
+        // The name goes into comment lines of the toml, nova and cloudstack output: a newline
+        // there would start a line of configuration taken from a file on shared storage.
+        if self.name.chars().any(char::is_control) {
+            return Err(ClusterError::facts(
+                &self.path,
+                &format!(
+                    "the host name {:?} has a control character (a hostname has none)",
+                    self.name
+                ),
+            ));
+        }
+        Ok(self)
+    }
+
     /// A host of no name yet, read from `path`, of whom nothing is known.
     fn unnamed(path: PathBuf) -> ClusterHost {
         ClusterHost {
@@ -301,59 +365,34 @@ pub fn read_host(path: &Path) -> Result<ClusterHost, ClusterError> {
         .map(|n| n.to_string_lossy())
         .map(|n| n.strip_suffix(".xml").unwrap_or(&n).to_string())
         .unwrap_or_default();
-    let mut host = ClusterHost::unnamed(path.to_owned());
-    host.name = stem;
-    let fail = |message: String| ClusterError::facts(path, &message);
+    let one = std::slice::from_ref;
     match doc {
-        Document::HostFacts(f) => {
-            if let Some(n) = f.name {
-                host.name = n;
-            }
-            host.libvirt = f.libvirt;
-            // domcapabilities first: its host-model CPU is the one guests can get (KVM's when
-            // the host publishes one per virt type).
-            if let Some(d) = f
-                .domcaps
-                .iter()
-                .find(|d| d.virt_type == "kvm")
-                .or(f.domcaps.first())
-            {
-                host.add_domcaps(d);
-            }
-            if let Some(c) = &f.capabilities {
-                host.add_capabilities(c).map_err(fail)?;
-            }
-        }
-        Document::DomCaps(d) => host.add_domcaps(&d),
-        Document::Capabilities(c) => host.add_capabilities(&c).map_err(fail)?,
+        Document::HostFacts(f) => ClusterHost::of_facts(
+            path,
+            f.name.unwrap_or(stem),
+            f.libvirt,
+            f.capabilities.as_ref(),
+            &f.domcaps,
+        ),
+        Document::DomCaps(d) => ClusterHost::of_facts(path, stem, None, None, one(&d)),
+        Document::Capabilities(c) => ClusterHost::of_facts(path, stem, None, Some(&c), &[]),
         Document::Cpu(cpu) => {
             let Some(arch) = cpu.arch.clone() else {
-                return Err(fail(
-                    "this <cpu> names no <arch>: a host CPU from virsh capabilities has one (a guest <cpu> is not host facts)".into(),
+                return Err(ClusterError::facts(
+                    path,
+                    "this <cpu> names no <arch>: a host CPU from virsh capabilities has one (a guest <cpu> is not host facts)",
                 ));
             };
+            let mut host = ClusterHost::unnamed(path.to_owned());
+            host.name = stem;
             host.arch = arch;
             host.cpu = Some(cpu);
             host.origin = Some(CpuOrigin::HostCpu);
+            host.checked()
         }
         // Not among `accept`: read_document refused it.
-        Document::QemuCaps(_) => {}
+        Document::QemuCaps(_) => Err(ClusterError::facts(path, "names no arch")),
     }
-    if host.arch.is_empty() {
-        return Err(ClusterError::facts(path, "names no arch"));
-    }
-    // The name goes into comment lines of the toml, nova and cloudstack output: a newline there
-    // would start a line of configuration taken from a file on shared storage.
-    if host.name.chars().any(char::is_control) {
-        return Err(ClusterError::facts(
-            path,
-            &format!(
-                "the host name {:?} has a control character (a hostname has none)",
-                host.name
-            ),
-        ));
-    }
-    Ok(host)
 }
 
 #[cfg(test)]

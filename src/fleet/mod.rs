@@ -59,6 +59,14 @@ pub enum FleetError {
         /// The first.
         other: PathBuf,
     },
+    /// One file given twice (itself, or in a directory given): its guests would count twice.
+    #[error("{}: given twice (also as {}); each facts file once", .path.display(), .other.display())]
+    FileTwice {
+        /// The second time.
+        path: PathBuf,
+        /// The first.
+        other: PathBuf,
+    },
     /// No host among the facts.
     #[error(
         "no host facts among the files given (a <hostFacts>, capabilities or domcapabilities file is a host)"
@@ -443,6 +451,37 @@ impl Fleet {
             }
             None => r,
         }
+    }
+
+    /// Hosts `hosts` (indexes, in order) as the cluster's baseline reads them
+    /// ([`crate::cluster::hosts::ClusterHost`]), from the facts already read: each class's made
+    /// once, for the first of its hosts, then given each host's name and file.
+    ///
+    /// # Errors
+    /// As [`crate::cluster::hosts::ClusterHost::of_facts`], for the first host whose facts
+    /// cannot be a cluster's host.
+    pub(crate) fn cluster_hosts(
+        &self,
+        hosts: impl IntoIterator<Item = usize>,
+    ) -> Result<Vec<crate::cluster::hosts::ClusterHost>, ClusterError> {
+        let mut made: HashMap<usize, crate::cluster::hosts::ClusterHost> = HashMap::new();
+        hosts
+            .into_iter()
+            .map(|h| {
+                let host = &self.hosts[h];
+                match made.entry(host.class) {
+                    std::collections::hash_map::Entry::Occupied(e) => {
+                        e.get().renamed(&host.name, &host.path)
+                    }
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        let first = self.class_of[host.class]
+                            .0
+                            .cluster_host(&host.name, &host.path)?;
+                        Ok(e.insert(first).clone())
+                    }
+                }
+            })
+            .collect()
     }
 
     /// `reasons` of host `h`'s class, each naming `h`'s own facts file where the class's judge

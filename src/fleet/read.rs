@@ -40,6 +40,10 @@ pub(super) enum Input {
 }
 
 /// Every file of `paths`: files as given, directories as their `*.xml` entries, sorted.
+///
+/// # Errors
+/// A directory that cannot be listed; [`FleetError::FileTwice`] for a file given twice (by its
+/// own path or another, a link, or in a directory given), whose guests would be counted twice.
 pub(super) fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, FleetError> {
     let mut files = Vec::new();
     for p in paths {
@@ -49,6 +53,19 @@ pub(super) fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, FleetError> {
             files.extend(list);
         } else {
             files.push(p.clone());
+        }
+    }
+    // A file that cannot be resolved is left to its reader's error.
+    let mut seen: std::collections::HashMap<PathBuf, usize> = std::collections::HashMap::new();
+    for (i, f) in files.iter().enumerate() {
+        let Ok(real) = std::fs::canonicalize(f) else {
+            continue;
+        };
+        if let Some(first) = seen.insert(real, i) {
+            return Err(FleetError::FileTwice {
+                path: f.clone(),
+                other: files[first].clone(),
+            });
         }
     }
     Ok(files)
@@ -142,6 +159,24 @@ impl Judged {
             caps,
             domcaps,
         })
+    }
+}
+
+impl Judged {
+    /// The host of these facts as the cluster's baseline reads it
+    /// ([`crate::cluster::hosts::ClusterHost::of_facts`]), named `name`, read from `path`.
+    pub(super) fn cluster_host(
+        &self,
+        name: &str,
+        path: &Path,
+    ) -> Result<crate::cluster::hosts::ClusterHost, ClusterError> {
+        crate::cluster::hosts::ClusterHost::of_facts(
+            path,
+            name.to_string(),
+            self.libvirt,
+            self.caps.as_ref(),
+            &self.domcaps,
+        )
     }
 }
 

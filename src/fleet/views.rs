@@ -287,15 +287,10 @@ pub struct Admission {
 }
 
 /// Host `new` admitted to the fleet: every guest judged on it, the cluster's CPU (the baseline
-/// of the other hosts' facts `files`, with `cpu_map`) and the models `policy` pins judged on
-/// it, and the baseline with it.
+/// of the other hosts' facts, with `cpu_map`) and the models `policy` pins judged on it, and the
+/// baseline with it (the hosts' facts as the fleet read them, none read again).
 #[must_use]
-pub fn admit(
-    fleet: &Fleet,
-    new: usize,
-    files: &[PathBuf],
-    cpu_map: Option<&std::path::Path>,
-) -> Admission {
+pub fn admit(fleet: &Fleet, new: usize, cpu_map: Option<&std::path::Path>) -> Admission {
     let pairs = (0..fleet.guests.len())
         .map(|guest| Pair {
             guest,
@@ -303,42 +298,30 @@ pub fn admit(
             reasons: fleet.reasons(guest, new),
         })
         .collect();
-    let others: Vec<PathBuf> = fleet
-        .hosts
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != new)
-        .map(|(_, h)| h.path.clone())
-        .collect();
-    let mut all = others.clone();
-    all.extend(files.iter().cloned());
     let source = "the fleet's hosts";
     let with_new = "the fleet's hosts with the new one";
     let (before, after) = match cpu_map {
-        // The hosts' facts read once for both baselines.
+        // The hosts as the fleet read them: no facts file read twice.
         Some(map) => {
-            let read = |files: &[PathBuf], source: &str| {
-                crate::cluster::hosts::read_hosts(files).map_err(|e| format!("{source}: {e}"))
-            };
-            let (old, new) = (read(&others, source), read(files, with_new));
-            let before = old
-                .as_ref()
-                .map_err(Clone::clone)
-                .and_then(|h| ClusterCpu::of_hosts(h, source, map));
-            let after = match (old, new) {
-                (Ok(mut hosts), Ok(new)) => {
-                    hosts.extend(new);
-                    ClusterCpu::of_hosts(&hosts, with_new, map)
-                }
-                (Err(e), _) => Err(e.replacen(source, with_new, 1)),
-                (_, Err(e)) => Err(e),
-            };
+            let others = (0..fleet.hosts.len()).filter(|h| *h != new);
+            let before = fleet
+                .cluster_hosts(others)
+                .map_err(|e| format!("{source}: {e}"))
+                .and_then(|h| ClusterCpu::of_hosts(&h, source, map));
+            let after = fleet
+                .cluster_hosts(0..fleet.hosts.len())
+                .map_err(|e| format!("{with_new}: {e}"))
+                .and_then(|h| ClusterCpu::of_hosts(&h, with_new, map));
             (before, after)
         }
-        None => (
-            ClusterCpu::of(Some(&others), source, cpu_map),
-            ClusterCpu::of(Some(&all), with_new, cpu_map),
-        ),
+        // Not computed without CPUID data: its error says why.
+        None => {
+            let files: Vec<PathBuf> = fleet.hosts.iter().map(|h| h.path.clone()).collect();
+            (
+                ClusterCpu::of(Some(&files), source, None),
+                ClusterCpu::of(Some(&files), with_new, None),
+            )
+        }
     };
     let mut models = Vec::new();
     if let Ok(b) = &before {

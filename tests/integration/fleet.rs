@@ -1335,6 +1335,24 @@ fn host_passthrough_groups_follow_each_guests_own_source_and_cpu() {
             out.stderr
         );
     }
+    // One guests file given twice (by a path of its own, and through a link): its guests would
+    // count twice; refused, naming both.
+    let link = t.path("again.guests.xml");
+    std::os::unix::fs::symlink(&guests, &link).unwrap();
+    for again in [guests.clone(), link] {
+        let out = run_fleet(&[s(&guests), s(&hosts), s(&again)]);
+        out.status(2);
+        assert!(out.stdout.is_empty(), "{}", out.stdout);
+        assert!(
+            out.stderr.contains(&format!(
+                "{}: given twice (also as {}); each facts file once",
+                s(&again),
+                s(&guests)
+            )),
+            "{}",
+            out.stderr
+        );
+    }
 }
 
 /// Hosts alike in everything the judge reads are judged as one (a fleet of a thousand real hosts

@@ -1983,6 +1983,17 @@ fn counting_problems_are_warnings_and_the_decision_stands() {
 /// The packaged `hooks/qemu.d/50-virt-cpu-policy`, with its binary a path that does not exist, the
 /// policy `policy`, its log file in `t` and no journal, run as libvirt runs it at `prepare begin`.
 fn script_without_binary(t: &Scratch, policy: &Path) -> Output {
+    script_run(
+        t,
+        &t.path("missing/virt-cpu-policy"),
+        policy,
+        ["prepare", "begin"],
+    )
+}
+
+/// The packaged hook script with its binary `bin`, the policy `policy`, its log file in `t` and no
+/// journal, run as libvirt runs it at operation `op` (OPERATION SUB-OPERATION), a domain on stdin.
+fn script_run(t: &Scratch, bin: &Path, policy: &Path, op: [&str; 2]) -> Output {
     let text =
         std::fs::read_to_string(crate::harness::root().join("hooks/qemu.d/50-virt-cpu-policy"))
             .expect("read the hook script");
@@ -1994,7 +2005,7 @@ fn script_without_binary(t: &Scratch, policy: &Path) -> Output {
             .to_string();
         text.replacen(&line, &format!("{var}={value}"), 1)
     };
-    let text = set(text, "BIN", &s(&t.path("missing/virt-cpu-policy")));
+    let text = set(text, "BIN", &s(bin));
     let text = set(text, "POLICY", &s(policy));
     let text = set(text, "LOG_FILE", &s(&t.log_path()));
     let text = set(text, "JOURNAL", &s(&t.path("no-journal")));
@@ -2002,11 +2013,53 @@ fn script_without_binary(t: &Scratch, policy: &Path) -> Output {
     let script = t.write("50-virt-cpu-policy", text);
     let out = Command::new("sh")
         .arg(&script)
-        .args(["guest-1", "prepare", "begin", "-"])
+        .args(["guest-1", op[0], op[1], "-"])
         .stdin(Stdio::null())
         .output()
         .expect("run sh");
     Output::from(out)
+}
+
+/// The script starts the binary for exactly the operations the binary checks
+/// (`hook::Phase::of`), and answers every other one of libvirt's (docs/hooks.html, "QEMU
+/// guest") without it: exit 0, nothing on stdout. Its binary here records each call.
+#[test]
+fn hook_script_starts_the_binary_only_where_it_checks() {
+    // libvirt's qemu hook operations and their sub-operations.
+    let ops = [
+        ["prepare", "begin"],
+        ["start", "begin"],
+        ["started", "begin"],
+        ["stopped", "end"],
+        ["release", "end"],
+        ["migrate", "begin"],
+        ["restore", "begin"],
+        ["reconnect", "begin"],
+        ["attach", "begin"],
+    ];
+    let t = Scratch::new("script-ops");
+    let calls = t.path("calls");
+    let bin = t.write(
+        "record",
+        format!("#!/bin/sh\necho \"$*\" >>'{}'\ncat >/dev/null\n", s(&calls)),
+    );
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod the recorder");
+    let policy = t.write("policy.toml", "version = 1\n");
+    for op in ops {
+        let _ = std::fs::remove_file(&calls);
+        let out = script_run(&t, &bin, &policy, op);
+        assert_eq!(out.code, 0, "{op:?}: {}", out.stderr);
+        assert!(out.stdout.is_empty(), "{op:?}: stdout {}", out.stdout);
+        let called = std::fs::read_to_string(&calls).unwrap_or_default();
+        let checks = virt_cpu_policy::hook::Phase::of(op[0], op[1]).is_some();
+        let want = if checks {
+            format!("hook guest-1 {} {} -\n", op[0], op[1])
+        } else {
+            String::new()
+        };
+        assert_eq!(called, want, "{op:?}: the binary's calls");
+    }
 }
 
 /// The script reads `[hook] on_error` itself when the binary cannot run, in every TOML spelling
