@@ -46,14 +46,14 @@ pub fn cpu_mode(cpu: Node<'_, '_>) -> Option<CpuMode> {
 /// document order: names normalised to libvirt's spelling ([`crate::cpu::normalize_feature`]),
 /// the policy `require` when absent (libvirt's default) and None when libvirt does not know it
 /// (libvirt refuses the domain: validation says so, `cpu-feature-invalid`; such a feature is
-/// guaranteed nothing); features without a name are skipped. The domain is read as written,
+/// guaranteed nothing); features without a name, or with an empty one, are skipped. The domain is read as written,
 /// not refused: its mistakes are findings.
 #[must_use]
 pub fn cpu_features(cpu: Node<'_, '_>) -> Vec<(String, Option<FeaturePolicy>)> {
     cpu.children()
         .filter(|c| is_libvirt_element(*c, "feature"))
         .filter_map(|f| {
-            let name = f.attribute("name")?;
+            let name = f.attribute("name").filter(|n| !n.is_empty())?;
             let key = crate::cpu::normalize_feature(name).unwrap_or_else(|| name.to_string());
             let policy = FeaturePolicy::parse(f.attribute("policy").unwrap_or("require"));
             Some((key, policy))
