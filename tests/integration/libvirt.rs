@@ -856,7 +856,7 @@ fn a_feature_without_a_name_is_refused_as_libvirt_refuses_it() {
                 );
             }
             let out = Cmd::new(&["check", "--no-qemu-caps-cache"])
-                .arg(&s(&file))
+                .arg(s(&file))
                 .run();
             let invalid = out
                 .stdout
