@@ -59,13 +59,14 @@ pub enum FleetError {
         /// The first.
         other: PathBuf,
     },
-    /// One file given twice (itself, or in a directory given): its guests would count twice.
-    #[error("{}: given twice (also as {}); each facts file once", .path.display(), .other.display())]
+    /// One file given twice (itself, a link to it, or in a directory given): its guests would
+    /// count twice.
+    #[error("{path}: given twice (also as {other}); each facts file once")]
     FileTwice {
-        /// The second time.
-        path: PathBuf,
+        /// The second time: the path, and the directory given it was found in.
+        path: String,
         /// The first.
-        other: PathBuf,
+        other: String,
     },
     /// No host among the facts.
     #[error(

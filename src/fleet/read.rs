@@ -43,32 +43,39 @@ pub(super) enum Input {
 ///
 /// # Errors
 /// A directory that cannot be listed; [`FleetError::FileTwice`] for a file given twice (by its
-/// own path or another, a link, or in a directory given), whose guests would be counted twice.
+/// own path or another, a symbolic or hard link, or in a directory given: one device and inode),
+/// whose guests would be counted twice.
 pub(super) fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, FleetError> {
-    let mut files = Vec::new();
+    use std::os::unix::fs::MetadataExt as _;
+    // Each file, and the directory it was found in (None: given itself), for messages.
+    let mut files: Vec<(PathBuf, Option<&PathBuf>)> = Vec::new();
     for p in paths {
         if p.is_dir() {
             let list = crate::readfile::xml_entries(p)
                 .map_err(|e| ClusterError::facts(p, &format!("cannot list the directory: {e}")))?;
-            files.extend(list);
+            files.extend(list.into_iter().map(|f| (f, Some(p))));
         } else {
-            files.push(p.clone());
+            files.push((p.clone(), None));
         }
     }
-    // A file that cannot be resolved is left to its reader's error.
-    let mut seen: std::collections::HashMap<PathBuf, usize> = std::collections::HashMap::new();
+    let named = |(f, dir): &(PathBuf, Option<&PathBuf>)| match dir {
+        Some(d) => format!("{} (in {})", f.display(), d.display()),
+        None => f.display().to_string(),
+    };
+    // A file that cannot be read is left to its reader's error.
+    let mut seen: std::collections::HashMap<(u64, u64), usize> = std::collections::HashMap::new();
     for (i, f) in files.iter().enumerate() {
-        let Ok(real) = std::fs::canonicalize(f) else {
+        let Ok(meta) = std::fs::metadata(&f.0) else {
             continue;
         };
-        if let Some(first) = seen.insert(real, i) {
+        if let Some(first) = seen.insert((meta.dev(), meta.ino()), i) {
             return Err(FleetError::FileTwice {
-                path: f.clone(),
-                other: files[first].clone(),
+                path: named(f),
+                other: named(&files[first]),
             });
         }
     }
-    Ok(files)
+    Ok(files.into_iter().map(|(f, _)| f).collect())
 }
 
 /// Reads one facts file.

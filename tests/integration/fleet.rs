@@ -1335,11 +1335,13 @@ fn host_passthrough_groups_follow_each_guests_own_source_and_cpu() {
             out.stderr
         );
     }
-    // One guests file given twice (by a path of its own, and through a link): its guests would
-    // count twice; refused, naming both.
+    // One guests file given twice (by a path of its own, through a symbolic link, a hard link):
+    // its guests would count twice; refused, naming both.
     let link = t.path("again.guests.xml");
     std::os::unix::fs::symlink(&guests, &link).unwrap();
-    for again in [guests.clone(), link] {
+    let hard = t.path("hard.guests.xml");
+    std::fs::hard_link(&guests, &hard).unwrap();
+    for again in [guests.clone(), link, hard] {
         let out = run_fleet(&[s(&guests), s(&hosts), s(&again)]);
         out.status(2);
         assert!(out.stdout.is_empty(), "{}", out.stdout);
@@ -1353,6 +1355,18 @@ fn host_passthrough_groups_follow_each_guests_own_source_and_cpu() {
             out.stderr
         );
     }
+    // Found in a directory given: the message says which.
+    let out = run_fleet(&[s(&hosts.join("trixie.xml")), s(&hosts)]);
+    out.status(2);
+    assert!(
+        out.stderr.contains(&format!(
+            "{}: given twice (also as {}); each facts file once",
+            format_args!("{} (in {})", s(&hosts.join("trixie.xml")), s(&hosts)),
+            s(&hosts.join("trixie.xml"))
+        )),
+        "{}",
+        out.stderr
+    );
 }
 
 /// Hosts alike in everything the judge reads are judged as one (a fleet of a thousand real hosts
