@@ -34,9 +34,11 @@ use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
 
 /// Findings that come from the policy rather than from libvirt's rules: never a reason a host
-/// cannot run a guest.
-pub const POLICY_CODES: [Code; 6] = [
+/// cannot run a guest. `os-floor` is among them: libvirt starts such a guest, and the guest's own
+/// kernel stops (the hook's `on_violation` decides, as for the policy's level).
+pub const POLICY_CODES: [Code; 7] = [
     Code::CpuLevel,
+    Code::OsFloor,
     Code::PolicyConflict,
     Code::LevelArch,
     Code::CpuMultiple,

@@ -156,6 +156,10 @@ pub enum Code {
     NumaOverlap,
     /// `numa-vcpus`: A NUMA cell names a vCPU past the maximum.
     NumaVcpus,
+    /// `os-floor`: the guest's CPU is below what its OS needs to boot (the OS its domain names:
+    /// libosinfo's id, CloudStack's guest OS name; the floors of `src/cpu/os_floors.toml`, each
+    /// from the vendor's document).
+    OsFloor,
     /// `passthrough-group`: The fleet: a running `host-passthrough` guest would leave its
     /// migration group (the hosts of the same CPU as its source host), or its source host or a
     /// host's CPU is not known ([`crate::destination::group`]).
@@ -210,7 +214,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 71] = [
+    pub const ALL: [Code; 72] = [
         Code::ArchUnsupported,
         Code::ClusterFeature,
         Code::ClusterLevel,
@@ -263,6 +267,7 @@ impl Code {
         Code::NumaInvalid,
         Code::NumaOverlap,
         Code::NumaVcpus,
+        Code::OsFloor,
         Code::PassthroughGroup,
         Code::PolicyConflict,
         Code::TcgCheckFull,
@@ -339,6 +344,7 @@ impl Code {
             Code::NumaInvalid => "numa-invalid",
             Code::NumaOverlap => "numa-overlap",
             Code::NumaVcpus => "numa-vcpus",
+            Code::OsFloor => "os-floor",
             Code::PassthroughGroup => "passthrough-group",
             Code::ArchUnsupported => "arch-unsupported",
             Code::PolicyConflict => "policy-conflict",

@@ -33,6 +33,7 @@ pub mod modes;
 
 // The document.
 pub mod domain;
+pub mod guest_os;
 pub mod topology;
 
 pub mod apic;

@@ -142,6 +142,9 @@ pub struct Match {
     pub machine: Option<glob::Pattern>,
     /// `<domain type>`: `kvm` or `qemu`.
     pub virt_type: Option<glob::Pattern>,
+    /// The guest's OS ([`crate::guest_os::GuestOs`]): libosinfo's id or CloudStack's guest OS
+    /// name; a domain that names none does not match.
+    pub os: Option<glob::Pattern>,
 }
 
 /// The `cpu.*` keys of one rule.
@@ -161,6 +164,9 @@ pub struct CpuRule {
     pub require: Option<Vec<String>>,
     /// `cpu.disable`, libvirt spellings.
     pub disable: Option<Vec<String>>,
+    /// `cpu.os_floor`: raise the CPU to the floor of the guest's OS where it is above
+    /// `min_level` ([`crate::guest_os::Floor`]).
+    pub os_floor: Option<bool>,
 }
 
 /// The `vcpu.*` keys of one rule.
@@ -213,6 +219,8 @@ pub struct Target<'a> {
     pub machine: &'a str,
     /// `<domain type>`.
     pub virt_type: &'a str,
+    /// The guest's OS as the domain names it (libosinfo's id, or `<description>`).
+    pub os: Option<&'a crate::guest_os::GuestOs>,
 }
 
 /// A value and the name of the rule that set it (each key of a [`Plan`] says which rule asked
@@ -254,6 +262,13 @@ pub struct Plan {
     /// model in `model` and its features in `require` and `disable`), with the rule that asked
     /// for it.
     pub cluster: Option<Ruled<ClusterCpu>>,
+    /// The guest's OS as its domain names it, and its CPU floor when a row of
+    /// `src/cpu/os_floors.toml` names it: judged whatever the rules say
+    /// ([`crate::validate`]'s `os-floor`).
+    pub os: Option<(
+        crate::guest_os::GuestOs,
+        Option<&'static crate::guest_os::Floor>,
+    )>,
 }
 
 impl Plan {
@@ -376,11 +391,13 @@ impl Policy {
     #[must_use]
     pub fn plan_for(&self, dom: &crate::domain::Domain<'_>) -> Plan {
         let name = dom.name();
+        let os = crate::guest_os::GuestOs::of(dom.root());
         self.plan(&Target {
             name: &name,
             arch: dom.arch(),
             machine: dom.machine(),
             virt_type: dom.virt_type(),
+            os: os.as_ref(),
         })
     }
 
@@ -389,6 +406,7 @@ impl Policy {
     #[must_use]
     pub fn plan(&self, t: &Target<'_>) -> Plan {
         let mut p = Plan::default();
+        let mut os_floor: Option<Ruled<bool>> = None;
         for r in self.rules.iter().filter(|r| r.matches.matches(t)) {
             p.matched.push(r.name.clone());
             set2(&mut p.mode, r.cpu.mode, &r.name);
@@ -407,6 +425,42 @@ impl Policy {
             set2(&mut p.vcpu_max, r.vcpu.max, &r.name);
             set2(&mut p.topology, r.vcpu.topology, &r.name);
             set2(&mut p.iommu, r.vcpu.iommu, &r.name);
+            set2(&mut os_floor, r.cpu.os_floor, &r.name);
+        }
+        p.os = t.os.map(|os| (os.clone(), os.floor()));
+        // `cpu.os_floor`: the floor of the guest's OS, where it asks more than the rules. Only
+        // an x86_64 guest has a psABI level to raise.
+        let floor = p.os.as_ref().and_then(|(os, f)| Some((os, (*f)?)));
+        if let (Some(rule), Some((os, floor))) = (os_floor.filter(|r| r.value), floor) {
+            let why = format!("{}: the floor of {}", rule.rule, os.short());
+            if t.arch == "x86_64" {
+                if let Some(l) = floor
+                    .level
+                    .filter(|l| p.min_level.as_ref().is_none_or(|m| m.value < *l))
+                {
+                    p.min_level = Some(Ruled {
+                        value: l,
+                        rule: why.clone(),
+                    });
+                }
+                // Features the level asked for already gives need no line of their own.
+                let level = p
+                    .min_level
+                    .as_ref()
+                    .map(|l| l.value.features())
+                    .unwrap_or_default();
+                let missing: Vec<String> = floor
+                    .require
+                    .iter()
+                    .filter(|f| !p.requires(f) && !level.contains(&f.as_str()))
+                    .cloned()
+                    .collect();
+                if !missing.is_empty() {
+                    let mut value = p.require.take().map(|r| r.value).unwrap_or_default();
+                    value.extend(missing);
+                    p.require = Some(Ruled { value, rule: why });
+                }
+            }
         }
         p
     }
@@ -426,10 +480,20 @@ impl Match {
     #[must_use]
     pub fn matches(&self, t: &Target<'_>) -> bool {
         let m = |p: &Option<glob::Pattern>, v: &str| p.as_ref().is_none_or(|p| p.matches(v));
+        let os = self.os.as_ref().is_none_or(|p| {
+            t.os.is_some_and(|os| {
+                let opts = glob::MatchOptions {
+                    case_sensitive: false,
+                    ..glob::MatchOptions::new()
+                };
+                p.matches_with(&os.id, opts) || p.matches_with(&os.short(), opts)
+            })
+        });
         m(&self.name, t.name)
             && m(&self.arch, t.arch)
             && m(&self.machine, t.machine)
             && m(&self.virt_type, t.virt_type)
+            && os
     }
 }
 
@@ -474,6 +538,62 @@ pub fn on_error_hint(text: &str) -> Option<OnError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_raises_a_guest_to_its_oss_floor_and_match_os_selects_by_os() {
+        use crate::guest_os::{GuestOs, OsSource};
+        fn target(os: Option<&GuestOs>) -> Target<'_> {
+            Target {
+                arch: "x86_64",
+                virt_type: "kvm",
+                os,
+                ..Target::default()
+            }
+        }
+        let os = |id: &str, source| GuestOs {
+            id: id.to_string(),
+            source,
+        };
+        let rhel10 = os("http://redhat.com/rhel/10.0", OsSource::Libosinfo);
+        let win = os("Windows Server 2025 (64-bit)", OsSource::Description);
+        let fedora = os("http://fedoraproject.org/fedora/40", OsSource::Libosinfo);
+        let p = Policy::builtin();
+        let plan = p.plan(&target(Some(&rhel10)));
+        let level = plan.min_level.unwrap();
+        assert_eq!(level.value, Level::V3);
+        assert_eq!(level.rule, "x86-64-v2 baseline: the floor of rhel10.0");
+        // Windows' floor is two features, both within x86-64-v2: the level stays, nothing added.
+        let plan = p.plan(&target(Some(&win)));
+        assert_eq!(plan.min_level.unwrap().value, Level::V2);
+        assert!(plan.require.is_none());
+        for os in [Some(&fedora), None] {
+            let plan = p.plan(&target(os));
+            assert_eq!(plan.min_level.unwrap().rule, "x86-64-v2 baseline");
+        }
+        // Off x86_64 nothing is raised.
+        let plan = p.plan(&Target {
+            arch: "aarch64",
+            os: Some(&rhel10),
+            ..Target::default()
+        });
+        assert!(plan.min_level.is_none());
+        // Without os_floor the plan is the rules' alone (the floor is judged by validation).
+        let v2 = Policy::parse(
+            "version = 1\n[[rule]]\nname = \"v2\"\ncpu.min_level = \"x86-64-v2\"\n[[rule]]\nname = \"windows\"\nmatch = { os = \"windows server 2025*\" }\ncpu.require = [\"aes\"]\n[[rule]]\nname = \"rhel\"\nmatch = { os = \"rhel1*\" }\ncpu.check = \"full\"\n",
+            "p",
+        )
+        .unwrap();
+        let plan = v2.plan(&target(Some(&rhel10)));
+        assert_eq!(plan.min_level.unwrap().value, Level::V2);
+        assert_eq!(
+            plan.matched,
+            ["v2", "rhel"],
+            "the short form rhel10.0 matches"
+        );
+        assert!(plan.os.unwrap().1.is_some());
+        assert_eq!(v2.plan(&target(Some(&win))).matched, ["v2", "windows"]);
+        assert_eq!(v2.plan(&target(None)).matched, ["v2"]);
+    }
 
     #[test]
     fn builtin_parses_and_targets_x86_64() {
@@ -541,8 +661,8 @@ mod tests {
             ),
             ("mode = \"enforc\"\n", "key `mode`"),
             (
-                "[[rule]]\nname = \"a\"\nmatch = { arch = \"x86_64\", os = \"linux\" }\n",
-                "key `rule.match.os`",
+                "[[rule]]\nname = \"a\"\nmatch = { arch = \"x86_64\", system = \"linux\" }\n",
+                "key `rule.match.system`",
             ),
             (
                 "[[rule]]\nname = \"a\"\ncpu.modle = \"x\"\n",

@@ -75,7 +75,7 @@ const TOP_KEYS: &[&str] = &["version", "mode", "hook", "host", "rule"];
 const HOOK_KEYS: &[&str] = &["on_violation", "on_error"];
 const HOST_KEYS: &[&str] = &["cpu_map", "capabilities", "cpus", "publish", "cluster"];
 const RULE_KEYS: &[&str] = &["name", "match", "cpu", "vcpu"];
-const MATCH_KEYS: &[&str] = &["name", "arch", "machine", "type"];
+const MATCH_KEYS: &[&str] = &["name", "arch", "machine", "type", "os"];
 const CPU_KEYS: &[&str] = &[
     "mode",
     "model",
@@ -84,6 +84,7 @@ const CPU_KEYS: &[&str] = &[
     "min_level",
     "require",
     "disable",
+    "os_floor",
 ];
 const VCPU_KEYS: &[&str] = &["max", "topology", "iommu"];
 
@@ -360,6 +361,7 @@ impl<'t> Reader<'t> {
                 "name" => m.name = Some(pattern),
                 "arch" => m.arch = Some(pattern),
                 "machine" => m.machine = Some(pattern),
+                "os" => m.os = Some(pattern),
                 _ => {
                     // Other domain types are never rewritten: a rule for them would silently
                     // never apply.
@@ -414,6 +416,7 @@ impl<'t> Reader<'t> {
                     });
                 }
                 "require" => c.require = self.features(v, &full),
+                "os_floor" => c.os_floor = self.value::<bool>(v, &full),
                 _ => c.disable = self.features(v, &full),
             }
         }

@@ -24,6 +24,7 @@ pub(super) fn check(
 ) {
     let Some(cpu) = cpu else {
         check_level(dom, None, plan, facts, out);
+        super::os_floor::check(dom, None, plan, facts, out);
         return;
     };
     let mode = cpu.attribute("mode").unwrap_or("custom");
@@ -49,6 +50,7 @@ pub(super) fn check(
     }
     super::tcg::check_cpu(cpu, known, facts, out);
     check_level(dom, Some(cpu), plan, facts, out);
+    super::os_floor::check(dom, Some(cpu), plan, facts, out);
 }
 
 /// Modes libvirt refuses for the arch and virt type ("CPU mode '...' for ... domain on ... host is
@@ -363,6 +365,22 @@ fn check_level(
     }
 }
 
+/// A custom CPU's model (QEMU's `qemu64` when it names none) and the features libvirt
+/// guarantees it: the model's as the cpu_map defines it, with the ones `explicit` requires and
+/// without those it disables. None for a model the cpu_map lacks (its own finding says so).
+pub(super) fn custom_cpu_features(
+    cpu: Option<Node<'_, '_>>,
+    explicit: &[(String, Option<FeaturePolicy>)],
+    facts: &DomainFacts<'_>,
+) -> Option<(String, BTreeSet<String>)> {
+    let model = cpu
+        .and_then(|c| child(c, "model"))
+        .and_then(model_name)
+        .unwrap_or_else(|| "qemu64".to_string());
+    let feats = guaranteed_features(Some(facts.model_features(&model)?), explicit);
+    Some((model, feats))
+}
+
 /// `cpu.min_level` of a custom CPU: libvirt gives the guest its model as the cpu_map defines it
 /// (QEMU's `qemu64` when it names none), with the features it requires and without those it
 /// disables; short of the level that CPU is an error (`cpu-level`), else under TCG what QEMU
@@ -374,15 +392,9 @@ fn check_custom_cpu_level(
     facts: &DomainFacts<'_>,
     out: &mut Vec<Finding>,
 ) {
-    let model = cpu
-        .and_then(|c| child(c, "model"))
-        .and_then(model_name)
-        .unwrap_or_else(|| "qemu64".to_string());
-    // A model cpu_map lacks has no features to judge (its own finding says so).
-    let Some(model_feats) = facts.model_features(&model) else {
+    let Some((model, feats)) = custom_cpu_features(cpu, explicit, facts) else {
         return;
     };
-    let feats = guaranteed_features(Some(model_feats), explicit);
     if Level::highest(|f| feats.contains(f)) < Some(level.value) {
         let missing = missing_features(level.value, &feats);
         out.push(
@@ -501,7 +513,7 @@ fn check_tcg_level(
 
 /// The features the host's host-model CPU (domcapabilities) gives, minus those the domain
 /// switches off; None without domcapabilities.
-fn host_model_features(
+pub(super) fn host_model_features(
     facts: &DomainFacts<'_>,
     explicit: &[(String, Option<FeaturePolicy>)],
 ) -> Option<BTreeSet<String>> {

@@ -16,6 +16,7 @@ mod cpu;
 mod invtsc;
 mod iommu;
 pub mod kvm;
+mod os_floor;
 pub(crate) mod tcg;
 mod vcpu;
 

@@ -146,6 +146,17 @@ pub(crate) fn msr_abort(line: &str) -> bool {
     line.contains("failed to set MSR 0x10a") || line.contains("kvm_buf_set_msrs: Assertion")
 }
 
+/// [`msr_abort`] of a failed `virsh start` of guest `name` on `o`'s libvirt: its error, else the
+/// guest's QEMU log (`ROOT/var/log/libvirt/qemu/NAME.log`). libvirt at times reports only "QEMU
+/// unexpectedly closed the monitor", when QEMU's last lines had not reached it yet (seen with
+/// libvirt 11.3 on an AMD host); the log has them.
+pub(crate) fn msr_abort_of(o: &crate::harness::Oracle, name: &str, stderr: &str) -> bool {
+    msr_abort(stderr)
+        || (stderr.contains("unexpectedly closed the monitor")
+            && std::fs::read_to_string(o.root.join(format!("var/log/libvirt/qemu/{name}.log")))
+                .is_ok_and(|log| msr_abort(&log)))
+}
+
 /// The tool's findings of `check --format json` output `json` with one of `codes`: (code,
 /// message) of the first, or None.
 fn finding_of(json: &serde_json::Value, codes: &[&str]) -> Option<(String, String)> {

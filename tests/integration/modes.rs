@@ -65,7 +65,7 @@ fn libvirt_verdict(o: &Oracle, dir: &Scratch, name: &str, xml: &str) -> Result<b
     let _ = o.virsh(&["undefine", name]);
     if started.ok {
         Ok(true)
-    } else if crate::kvm::msr_abort(&started.stderr) {
+    } else if crate::kvm::msr_abort_of(o, name, &started.stderr) {
         // libvirt offered the mode and started QEMU, which aborted on MSR 0x10a: an AMD host
         // whose QEMU is older than 10.1 (`kvm-arch-capabilities`, judged against real starts
         // in kvm.rs). The mode is offered.
