@@ -34,8 +34,9 @@ use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
 
 /// Findings that come from the policy rather than from libvirt's rules: never a reason a host
-/// cannot run a guest. `os-floor` is among them: libvirt starts such a guest, and the guest's own
-/// kernel stops (the hook's `on_violation` decides, as for the policy's level).
+/// cannot run a guest, but `os-floor` at a start ([`Judgement::blocking`]). `os-floor` is among
+/// them because libvirt starts such a guest and the guest's own kernel stops: the hook's
+/// `on_violation` decides, as for the policy's level.
 pub const POLICY_CODES: [Code; 7] = [
     Code::CpuLevel,
     Code::OsFloor,
@@ -152,6 +153,8 @@ impl Judgement {
             }
             (f.severity == Severity::Error && !POLICY_CODES.contains(&f.code))
                 || f.code == Code::HostLevel
+                // Libvirt starts it; the guest's own kernel stops: no start there runs it.
+                || f.code == Code::OsFloor
         }));
         if let CpuCompare::Incompatible(f) = &self.cpu {
             out.push(f);
@@ -170,7 +173,11 @@ pub fn judge(
     map: &CpuMapCache,
     arrival: Arrival,
 ) -> Judgement {
-    let findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
+    let mut findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
+    // A running guest's OS booted on the CPU it keeps: its floor is a question for a start only.
+    if arrival == Arrival::Migration {
+        findings.retain(|f| f.code != Code::OsFloor);
+    }
     let already = findings.iter().any(|f| f.code == Code::MachineUnsupported);
     let machine = (!already).then(|| machine_missing(&p.dom, host)).flatten();
     Judgement {

@@ -4,9 +4,11 @@
 //! A guest's facts are a reduced copy of its `<domain>`: `<name>`, `<uuid>`, the virt type,
 //! `<memory>`/`<maxMemory>` (the memory-hotplug rules), `<vcpu>`, `<vcpus>`, `<os><type>`
 //! (arch and machine type), `<features>`, every top-level `<cpu>`, and of `<devices>` the
-//! `<emulator>`, `<iommu>` and the `<memballoon model>` only. Each element is copied as libvirt
-//! wrote it; nothing else is: no graphics password, no disk source, no interface, no firmware or
-//! kernel path, no `<metadata>`, no `<seclabel>`. For a running guest the copy is of its live
+//! `<emulator>`, `<iommu>` and the `<memballoon model>` only; and the guest's OS when a floor
+//! names it ([`crate::guest_os`]: libosinfo's OS id, as a `<metadata>` of that one element, or
+//! CloudStack's guest OS name as `<description>`). Each element is copied as libvirt wrote it;
+//! nothing else is: no graphics password, no disk source, no interface, no firmware or kernel
+//! path, no other `<metadata>` or `<description>`, no `<seclabel>`. For a running guest the copy is of its live
 //! XML (libvirt's status file `/run/libvirt/qemu/NAME.xml`, `<domstatus><domain>`): its CPU is
 //! the one QEMU gave, which is what a live migration carries (under TCG it can differ from the
 //! definition: features QEMU could not give are listed `policy='disable'`).
@@ -110,6 +112,23 @@ pub fn reduce(dom: &Domain<'_>) -> String {
         let _ = write!(s, " type='{}'", quick_xml::escape::escape(t));
     }
     s.push_str(">\n");
+    // The OS, when it has a floor the judge reads ([`crate::guest_os`]): libosinfo's id alone,
+    // or CloudStack's guest OS name; no other metadata, no other description.
+    if let Some(os) = crate::guest_os::GuestOs::of(root).filter(|os| os.floor().is_some()) {
+        let id = quick_xml::escape::escape(&os.id);
+        match os.source {
+            crate::guest_os::OsSource::Libosinfo => {
+                let ns = crate::guest_os::LIBOSINFO_NS;
+                let _ = writeln!(
+                    s,
+                    "  <metadata><libosinfo:libosinfo xmlns:libosinfo='{ns}'><libosinfo:os id='{id}'/></libosinfo:libosinfo></metadata>"
+                );
+            }
+            crate::guest_os::OsSource::Description => {
+                let _ = writeln!(s, "  <description>{id}</description>");
+            }
+        }
+    }
     for name in ["name", "uuid", "maxMemory", "memory", "vcpu", "vcpus"] {
         if let Some(n) = child(root, name) {
             let _ = writeln!(s, "  {}", copy(n));

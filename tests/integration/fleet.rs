@@ -1485,3 +1485,60 @@ fn a_facts_file_named_like_a_word_is_named_only_as_the_file() {
         "{node:#?}"
     );
 }
+
+/// A stopped guest whose domain names its OS (libosinfo's id, as virt-install writes it) is
+/// judged against that OS's floor on every host: a RHEL 10 guest on `Nehalem` (x86-64-v2) starts
+/// nowhere (`os-floor`, the reason naming the OS and the level), the same guest rewritten to its
+/// floor by the default policy (golden case `os-floor-rhel10-libosinfo-raised-to-v3`) has no such
+/// reason anywhere. The guest facts carry the OS: the reduced copy keeps the libosinfo id alone.
+#[test]
+fn a_guest_below_its_os_floor_starts_on_no_host() {
+    let t = Scratch::new("fleet-os-floor");
+    let hosts = hosts_dir(&t, "hosts", &GENERATIONS);
+    let case = crate::harness::root().join("tests/cases/os-floor-rhel10-libosinfo-raised-to-v3");
+    let below = std::fs::read_to_string(case.join("input.xml")).unwrap();
+    let raised = std::fs::read_to_string(case.join("expected-stdout")).unwrap();
+    std::fs::create_dir_all(t.path("guests")).unwrap();
+    t.write(
+        "guests/below.xml",
+        below.replace("<name>rhel10</name>", "<name>below</name>"),
+    );
+    t.write(
+        "guests/raised.xml",
+        raised.replace("<name>rhel10</name>", "<name>raised</name>"),
+    );
+    let v = fleet_json(&[], &[hosts, t.path("guests")], 1);
+    let mut seen = 0;
+    for p in v["pairs"].as_array().unwrap() {
+        let codes = field_of_each(&p["reasons"], "code");
+        match p["guest"].as_str().unwrap() {
+            "below" => {
+                assert!(codes.contains(&"os-floor".to_string()), "{p}");
+                let msg = p["reasons"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|r| r["code"] == "os-floor")
+                    .unwrap()["message"]
+                    .as_str()
+                    .unwrap();
+                assert!(
+                    msg.starts_with("rhel10.0 needs x86-64-v3 (")
+                        && msg.contains("reaches x86-64-v2"),
+                    "{msg}"
+                );
+            }
+            _ => assert!(!codes.contains(&"os-floor".to_string()), "{p}"),
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 8);
+    // The reduced copy keeps the OS id, and nothing else of the metadata.
+    let dom = virt_cpu_policy::domain::Domain::parse(&below, "below").unwrap();
+    let reduced = virt_cpu_policy::fleet::guest::reduce(&dom);
+    assert!(
+        reduced.contains("<libosinfo:os id='http://redhat.com/rhel/10.0'/>"),
+        "{reduced}"
+    );
+    assert!(!reduced.contains("<description>"));
+}
