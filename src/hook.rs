@@ -458,6 +458,13 @@ fn nonconformance<'f>(
     let fix = "rewrite its definition with `virt-cpu-policy rewrite --in-place` (or `virt-cpu-policyd apply`), then start it";
     if let Some(f) = findings.iter().find(|f| POLICY_CODES.contains(&f.code)) {
         let rule = f.rule.as_deref().unwrap_or("policy");
+        // Below its OS's floor: the finding's own fix (a rewrite fixes it only where the
+        // policy asks for the floor, and never what the host gives).
+        let fix = if f.code == Code::OsFloor {
+            f.fix.as_str()
+        } else {
+            fix
+        };
         return (
             refusal(guest, &f.message, rule, fix),
             rule.to_string(),

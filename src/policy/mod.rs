@@ -269,9 +269,24 @@ pub struct Plan {
         crate::guest_os::GuestOs,
         Option<&'static crate::guest_os::Floor>,
     )>,
+    /// `cpu.os_floor` as the matching rules leave it: true raises the CPU to the OS's floor,
+    /// false waives the floor (not judged: the operator knows better, e.g. AlmaLinux 10's
+    /// x86_64_v2 build), unset judges it.
+    pub os_floor: Option<Ruled<bool>>,
 }
 
 impl Plan {
+    /// Whether the plan asks for all of `floor`: its `min_level` reaches the floor's level, and
+    /// each feature the floor needs is required or part of that level.
+    #[must_use]
+    pub fn asks_floor(&self, floor: &crate::guest_os::Floor) -> bool {
+        let level = self.min_level.as_ref().map(|l| l.value);
+        floor.level.is_none_or(|l| level.is_some_and(|m| m >= l))
+            && floor.require.iter().all(|f| {
+                self.requires(f) || level.is_some_and(|m| m.features().contains(&f.as_str()))
+            })
+    }
+
     /// Whether the plan's `require` lists `feature`.
     #[must_use]
     pub fn requires(&self, feature: &str) -> bool {
@@ -428,38 +443,39 @@ impl Policy {
             set2(&mut os_floor, r.cpu.os_floor, &r.name);
         }
         p.os = t.os.map(|os| (os.clone(), os.floor()));
-        // `cpu.os_floor`: the floor of the guest's OS, where it asks more than the rules. Only
-        // an x86_64 guest has a psABI level to raise.
-        let floor = p.os.as_ref().and_then(|(os, f)| Some((os, (*f)?)));
-        if let (Some(rule), Some((os, floor))) = (os_floor.filter(|r| r.value), floor) {
-            let why = format!("{}: the floor of {}", rule.rule, os.short());
-            if t.arch == "x86_64" {
-                if let Some(l) = floor
-                    .level
-                    .filter(|l| p.min_level.as_ref().is_none_or(|m| m.value < *l))
-                {
-                    p.min_level = Some(Ruled {
-                        value: l,
-                        rule: why.clone(),
-                    });
-                }
-                // Features the level asked for already gives need no line of their own.
+        p.os_floor = os_floor;
+        // `cpu.os_floor = true`: the floor of the guest's OS, where it asks more than the rules.
+        // Only an x86_64 guest has a psABI level to raise.
+        let raise = p
+            .os_floor
+            .as_ref()
+            .filter(|r| r.value)
+            .map(|r| r.rule.clone());
+        let floor = p.os.as_ref().and_then(|(os, f)| Some((os.short(), (*f)?)));
+        if let (Some(rule), Some((os, floor)), "x86_64") = (raise, floor, t.arch) {
+            let why = format!("{rule}: the floor of {os}");
+            if let Some(l) = floor
+                .level
+                .filter(|l| p.min_level.as_ref().is_none_or(|m| m.value < *l))
+            {
+                p.min_level = Some(Ruled {
+                    value: l,
+                    rule: why.clone(),
+                });
+            }
+            if !p.asks_floor(floor) {
+                let mut value = p.require.take().map(|r| r.value).unwrap_or_default();
                 let level = p
                     .min_level
                     .as_ref()
                     .map(|l| l.value.features())
                     .unwrap_or_default();
-                let missing: Vec<String> = floor
-                    .require
-                    .iter()
-                    .filter(|f| !p.requires(f) && !level.contains(&f.as_str()))
-                    .cloned()
-                    .collect();
-                if !missing.is_empty() {
-                    let mut value = p.require.take().map(|r| r.value).unwrap_or_default();
-                    value.extend(missing);
-                    p.require = Some(Ruled { value, rule: why });
+                for f in &floor.require {
+                    if !value.contains(f) && !level.contains(&f.as_str()) {
+                        value.push(f.clone());
+                    }
                 }
+                p.require = Some(Ruled { value, rule: why });
             }
         }
         p
@@ -593,6 +609,18 @@ mod tests {
         assert!(plan.os.unwrap().1.is_some());
         assert_eq!(v2.plan(&target(Some(&win))).matched, ["v2", "windows"]);
         assert_eq!(v2.plan(&target(None)).matched, ["v2"]);
+        // A later rule's `cpu.os_floor = false` waives it: not raised.
+        let waived = Policy::parse(
+            &format!("{DEFAULT_POLICY}\n[[rule]]\nname = \"w\"\nmatch = {{ os = \"rhel10*\" }}\ncpu.os_floor = false\n"),
+            "p",
+        )
+        .unwrap();
+        let plan = waived.plan(&target(Some(&rhel10)));
+        assert_eq!(plan.min_level.unwrap().value, Level::V2);
+        assert!(!plan.os_floor.unwrap().value);
+        let floor = rhel10.floor().unwrap();
+        assert!(p.plan(&target(Some(&rhel10))).asks_floor(floor));
+        assert!(!v2.plan(&target(Some(&rhel10))).asks_floor(floor));
     }
 
     #[test]

@@ -1317,7 +1317,7 @@ fn broken_policy_with_several_errors_is_one_log_line() {
             .hook(&p, &["g1", "prepare", "begin", "-"])
             .stdin(conforming("g1"))
             .run();
-        let joined = "min_levl`, expected one of `mode`, `model`, `fallback`, `check`, `min_level`, `require`, `disable`; line 11, column 12: key `rule.vcpu.max`";
+        let joined = "min_levl`, expected one of `mode`, `model`, `fallback`, `check`, `min_level`, `require`, `disable`, `os_floor`; line 11, column 12: key `rule.vcpu.max`";
         if on_error == "deny" {
             refused(&out, "g1", "[hook] on_error", &["2 errors: line 9", joined]);
         } else {
