@@ -125,6 +125,19 @@ pub struct Floor {
 }
 
 impl Floor {
+    /// The features of the floor a CPU lacks (`has` says whether it has one, by libvirt's
+    /// name): its level's first, then the ones it requires beyond.
+    #[must_use]
+    pub fn missing(&self, has: impl Fn(&str) -> bool) -> Vec<String> {
+        let level = self.level.map(Level::features).unwrap_or_default();
+        level
+            .into_iter()
+            .chain(self.require.iter().map(String::as_str))
+            .filter(|f| !has(f))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// What the floor asks, for messages: `x86-64-v3`, `sse4.2, popcnt`, or both.
     #[must_use]
     pub fn needs(&self) -> String {

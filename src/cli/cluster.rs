@@ -2,8 +2,9 @@
 //! [`crate::cluster`] and the exit codes.
 //!
 //! Exit codes, as the other commands': 0 done; 1 an answer about the hosts: `--min-level` not
-//! reached, no CPU common to the hosts, or (compare) a guest that cannot run there, with one line
-//! on stderr and the report still on stdout; 2 bad usage or input (one line on stderr, nothing on
+//! reached, a guest of `--guests` whose OS floor the cluster's CPU misses, no CPU common to the
+//! hosts, or (compare) a guest that cannot run there, with one line on stderr and the report
+//! still on stdout; 2 bad usage or input (one line on stderr, nothing on
 //! stdout).
 
 use super::{EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED, Failure, Format, read_input, write_stdout};
@@ -38,6 +39,11 @@ pub struct BaselineArgs {
     /// CloudStack agent.properties lines (cloudstack).
     #[arg(long, value_enum, default_value = "text")]
     pub format: BaselineFormatArg,
+    /// The cluster's guests (guest facts, `virt-cpu-policyd --publish`'s `HOST.guests.xml`;
+    /// domain XML; or directories of them; repeatable): exit 1 naming each whose OS needs more
+    /// than the cluster's CPU gives (its floor, docs/os-floor.md).
+    #[arg(long, value_name = "FACTS")]
+    pub guests: Vec<PathBuf>,
     /// Host facts: `virsh domcapabilities`, `virsh capabilities`, a host `<cpu>` or a
     /// `<hostFacts>` file (what `virt-cpu-policyd --publish` writes), one file per host, or
     /// directories of such `*.xml` files.
@@ -145,23 +151,66 @@ pub(super) fn cmd_baseline(a: &BaselineArgs) -> Result<i32, Failure> {
         BaselineFormatArg::Nova => BaselineFormat::Nova,
         BaselineFormatArg::Cloudstack => BaselineFormat::CloudStack,
     };
+    let below = guests_below_floor(&a.guests, &report)?;
     write_stdout(render(&report, format).as_bytes())?;
-    let Some(min) = a.min_level.filter(|m| report.level < Some(*m)) else {
-        return Ok(EXIT_OK);
-    };
     let reached = report
         .level
         .map_or_else(|| "not even x86-64-v1".to_string(), |l| format!("only {l}"));
-    let blockers: Vec<String> = report
-        .blocking(min)
+    let mut code = EXIT_OK;
+    if let Some(min) = a.min_level.filter(|m| report.level < Some(*m)) {
+        let blockers: Vec<String> = report
+            .blocking(min)
+            .iter()
+            .map(|(h, lacks)| format!("{h} (missing {})", lacks.join(", ")))
+            .collect();
+        crate::stdio::message_line(&format!(
+            "virt-cpu-policy: the cluster does not reach {min} ({reached}) because of host(s) {}",
+            blockers.join(", ")
+        ));
+        code = EXIT_REFUSED;
+    }
+    if !below.is_empty() {
+        crate::stdio::message_line(&format!(
+            "virt-cpu-policy: the cluster's CPU ({reached}) is below the OS floor of {} guest(s): {}",
+            below.len(),
+            below.join("; ")
+        ));
+        code = EXIT_REFUSED;
+    }
+    Ok(code)
+}
+
+/// The guests of `paths` whose OS needs more than the cluster's CPU of `report` gives
+/// ([`crate::guest_os::Floor`]), each as `NAME (OS needs X; missing A, B)`. Guests whose domain
+/// names no OS, or an OS without a known floor, are not judged; off x86 nothing is.
+fn guests_below_floor(
+    paths: &[PathBuf],
+    report: &crate::cluster::ClusterReport,
+) -> Result<Vec<String>, Failure> {
+    if paths.is_empty() || report.baseline.is_none() {
+        return Ok(Vec::new());
+    }
+    let guests = crate::fleet::Fleet::read_guests(paths)?;
+    let has: std::collections::BTreeSet<&str> =
+        report.features.iter().map(String::as_str).collect();
+    Ok(guests
         .iter()
-        .map(|(h, lacks)| format!("{h} (missing {})", lacks.join(", ")))
-        .collect();
-    crate::stdio::message_line(&format!(
-        "virt-cpu-policy: the cluster does not reach {min} ({reached}) because of host(s) {}",
-        blockers.join(", ")
-    ));
-    Ok(EXIT_REFUSED)
+        .filter_map(|g| {
+            let dom = crate::domain::Domain::parse(&g.domain, &g.source).ok()?;
+            let os = crate::guest_os::GuestOs::of(dom.root())?;
+            let floor = os.floor()?;
+            let missing = floor.missing(|f| has.contains(f));
+            (!missing.is_empty()).then(|| {
+                format!(
+                    "{} ({} needs {}; missing {})",
+                    g.name,
+                    os.short(),
+                    floor.needs(),
+                    missing.join(", ")
+                )
+            })
+        })
+        .collect())
 }
 
 /// Runs `compare`.

@@ -304,6 +304,22 @@ impl Fleet {
         Ok(fleet)
     }
 
+    /// The guests of the facts `paths` (files, and directories standing for their `*.xml`
+    /// files): `<guestFacts>`, `<domain>` and `<domstatus>` documents, in order; host facts
+    /// among them are passed over (a published directory holds both).
+    ///
+    /// # Errors
+    /// As [`Fleet::read`], for a file that cannot be read or holds neither host nor guest facts.
+    pub fn read_guests(paths: &[PathBuf]) -> Result<Vec<guest::GuestFacts>, FleetError> {
+        let mut out = Vec::new();
+        for (_, input) in read::read_all(expand(paths)?) {
+            if let Input::Guests(list) = input? {
+                out.extend(list);
+            }
+        }
+        Ok(out)
+    }
+
     /// Adds the host of facts file `path` (`admit`'s new host, `upgrade`'s next generation),
     /// named `name` when given (else as its facts say; its cpu_map is the one of the name its
     /// facts give); returns its index.

@@ -117,21 +117,7 @@ fn short_of(
     what: &str,
     fix: &str,
 ) -> Option<Finding> {
-    let mut missing: Vec<String> = floor
-        .level
-        .map(Level::features)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|f| !feats.contains(*f))
-        .map(str::to_string)
-        .collect();
-    missing.extend(
-        floor
-            .require
-            .iter()
-            .filter(|f| !feats.contains(*f))
-            .cloned(),
-    );
+    let missing = floor.missing(|f| feats.contains(f));
     if missing.is_empty() {
         return None;
     }

@@ -683,3 +683,65 @@ fn a_published_directory_with_guest_facts_is_read_as_its_hosts() {
     .run();
     assert_eq!(out.code, 2, "{}", out.stdout);
 }
+
+/// `baseline --guests`: each guest whose OS needs more than the cluster's CPU gives is named,
+/// exit 1, the report still on stdout; guests whose OS the baseline meets, and guests that name
+/// no OS, are not. The cluster of a Broadwell, an Ivy Bridge and a Nehalem reaches x86-64-v2: a
+/// RHEL 10 guest (x86-64-v3) is below it, a Rocky Linux 9 guest (CloudStack's name, x86-64-v2)
+/// and a Windows 11 guest (sse4.2 + popcnt) are not.
+#[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
+fn baseline_names_the_guests_whose_os_floor_the_clusters_cpu_misses() {
+    let (hosts, map) = three_hosts();
+    let t = Scratch::new("baseline-guests");
+    let rhel10 = std::fs::read_to_string(
+        crate::harness::root().join("tests/cases/os-floor-rhel10-libosinfo-raised-to-v3/input.xml"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(t.path("guests")).unwrap();
+    t.write("guests/rhel10.xml", &rhel10);
+    let plain = |name: &str, extra: &str| {
+        format!(
+            "<domain type='kvm'><name>{name}</name>{extra}<memory unit='MiB'>64</memory><vcpu>1</vcpu><os><type arch='x86_64' machine='pc'>hvm</type></os></domain>"
+        )
+    };
+    t.write(
+        "guests/rocky9.xml",
+        plain(
+            "rocky9",
+            "<description>Rocky Linux 9 (64-bit)</description>",
+        ),
+    );
+    t.write(
+        "guests/win11.xml",
+        plain(
+            "win11",
+            "<metadata><libosinfo:libosinfo xmlns:libosinfo='http://libosinfo.org/xmlns/libvirt/domain/1.0'><libosinfo:os id='http://microsoft.com/win/11'/></libosinfo:libosinfo></metadata>",
+        ),
+    );
+    t.write("guests/untagged.xml", plain("untagged", ""));
+    let run = |guests: bool| {
+        let mut c = Cmd::new(&["baseline", "--cpu-map", &map]).args(&hosts);
+        if guests {
+            c = c.args(&["--guests", &s(&t.path("guests"))]);
+        }
+        c.run()
+    };
+    let without = run(false);
+    without.status(0);
+    let with = run(true);
+    with.status(1);
+    assert_eq!(with.stdout, without.stdout, "the report is the same");
+    assert_eq!(with.stderr.lines().count(), 1, "{}", with.stderr);
+    assert!(
+        with.stderr.contains("is below the OS floor of 1 guest(s): rhel10 (rhel10.0 needs x86-64-v3; missing avx, avx2"),
+        "{}",
+        with.stderr
+    );
+    for other in ["rocky9", "win11", "untagged"] {
+        assert!(!with.stderr.contains(other), "{other}: {}", with.stderr);
+    }
+}
