@@ -21,7 +21,7 @@ use std::ops::Range;
 use virt_cpu_policy::domain::Domain;
 use virt_cpu_policy::xml::decode;
 use virt_cpu_policy::host::{Host, HostOptions, Sourced};
-use virt_cpu_policy::policy::{Mode, Policy, Target};
+use virt_cpu_policy::policy::{Mode, Policy};
 use virt_cpu_policy::rewrite::rewrite;
 
 const FIXED: [&str; 6] = [
@@ -178,13 +178,7 @@ fn check(input: &str, policy: &Policy, host: &Host) {
         show()
     );
     // Untouched bytes, when only <cpu> may change.
-    let name = dom.name();
-    let plan = policy.plan(&Target {
-        name: &name,
-        arch: dom.arch(),
-        machine: dom.machine(),
-        virt_type: dom.virt_type(),
-    });
+    let plan = policy.plan_for(&dom);
     // Any vcpu.* key may edit <vcpu>, <features> and <devices> (vcpu.iommu alone adds the IOMMU
     // a large guest needs).
     let vcpu_rules = plan.vcpu_max.is_some() || plan.iommu.is_some() || plan.topology.is_some();
