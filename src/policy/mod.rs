@@ -444,41 +444,57 @@ impl Policy {
         }
         p.os = t.os.map(|os| (os.clone(), os.floor()));
         p.os_floor = os_floor;
-        // `cpu.os_floor = true`: the floor of the guest's OS, where it asks more than the rules.
-        // Only an x86_64 guest has a psABI level to raise.
-        let raise = p
+        if t.arch == "x86_64" {
+            p.raise_to_floor();
+        }
+        p
+    }
+}
+
+impl Plan {
+    /// `cpu.os_floor = true`: `min_level` and `require` raised to the floor of the guest's OS
+    /// where it asks more than the rules, each raise attributed to `RULE: the floor of OS`. Only
+    /// an x86_64 guest has a psABI level to raise (the caller asks for it there only).
+    fn raise_to_floor(&mut self) {
+        let Some(rule) = self
             .os_floor
             .as_ref()
             .filter(|r| r.value)
-            .map(|r| r.rule.clone());
-        let floor = p.os.as_ref().and_then(|(os, f)| Some((os.short(), (*f)?)));
-        if let (Some(rule), Some((os, floor)), "x86_64") = (raise, floor, t.arch) {
-            let why = format!("{rule}: the floor of {os}");
-            if let Some(l) = floor
-                .level
-                .filter(|l| p.min_level.as_ref().is_none_or(|m| m.value < *l))
-            {
-                p.min_level = Some(Ruled {
-                    value: l,
-                    rule: why.clone(),
-                });
-            }
-            if !p.asks_floor(floor) {
-                let mut value = p.require.take().map(|r| r.value).unwrap_or_default();
-                let level = p
-                    .min_level
-                    .as_ref()
-                    .map(|l| l.value.features())
-                    .unwrap_or_default();
-                for f in &floor.require {
-                    if !value.contains(f) && !level.contains(&f.as_str()) {
-                        value.push(f.clone());
-                    }
-                }
-                p.require = Some(Ruled { value, rule: why });
-            }
+            .map(|r| r.rule.clone())
+        else {
+            return;
+        };
+        let Some((os, floor)) = self
+            .os
+            .as_ref()
+            .and_then(|(os, f)| Some((os.short(), (*f)?)))
+        else {
+            return;
+        };
+        let why = format!("{rule}: the floor of {os}");
+        if let Some(l) = floor
+            .level
+            .filter(|l| self.min_level.as_ref().is_none_or(|m| m.value < *l))
+        {
+            self.min_level = Some(Ruled {
+                value: l,
+                rule: why.clone(),
+            });
         }
-        p
+        if !self.asks_floor(floor) {
+            let mut value = self.require.take().map(|r| r.value).unwrap_or_default();
+            let level = self
+                .min_level
+                .as_ref()
+                .map(|l| l.value.features())
+                .unwrap_or_default();
+            for f in &floor.require {
+                if !value.contains(f) && !level.contains(&f.as_str()) {
+                    value.push(f.clone());
+                }
+            }
+            self.require = Some(Ruled { value, rule: why });
+        }
     }
 }
 
