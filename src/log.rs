@@ -177,7 +177,9 @@ pub enum Decision {
     DaemonCannotConform,
     /// Daemon: the definition could not be read, backed up or defined.
     DaemonFailed,
-    /// Daemon: a transient guest (no stored definition) was left alone.
+    /// Daemon: a transient guest (no stored definition) was left alone, or one another client
+    /// undefined or was defining meanwhile (nothing defined; the latter judged once its
+    /// definitions are quiet).
     DaemonTransient,
 }
 

@@ -44,9 +44,14 @@ pub enum Report {
     Transient,
     /// Undefined by another client while the step judged it: nothing defined, nothing backed up.
     Undefined,
+    /// Another client was defining the guest when the step was about to define (a DEFINED
+    /// event of it not yet judged): nothing defined, nothing backed up;
+    /// the guest is judged once its definitions are quiet. Only the daemon, which sees the
+    /// events, reports it.
+    Busy,
 }
 
-/// What [`apply_judged`] found: the [`Report`], and for the metrics and the journal the stored
+/// What one guest's step found: the [`Report`], and for the metrics and the journal the stored
 /// definition's verdict as `check` gives it, the rules involved and why it failed, if it did.
 #[derive(Debug, Clone)]
 pub struct Applied {
@@ -124,7 +129,17 @@ pub fn apply_one(
     dry_run: bool,
 ) -> Report {
     let mut replaced = Replaced::default();
-    apply_judged(conn, dom, policy, host, backup_dir, dry_run, &mut replaced).report
+    apply_judged(
+        conn,
+        dom,
+        policy,
+        host,
+        backup_dir,
+        dry_run,
+        &mut replaced,
+        &TestHold,
+    )
+    .report
 }
 
 /// How many times the daemon replaces one content of a guest's definition within
@@ -167,8 +182,10 @@ impl Replaced {
 
 /// [`apply_one`], with what the metrics and the journal need ([`Applied`]); `replaced` is the
 /// guest's history of replaced contents, kept across steps by the daemon (a fresh one for
-/// `apply`).
-pub fn apply_judged(
+/// `apply`); `between` marks the places another client's define can land (the daemon's tells it
+/// when a guest is being defined, [`Between::defining`]).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn apply_judged(
     conn: &Connect,
     dom: &VirDomain,
     policy: &Policy,
@@ -176,6 +193,7 @@ pub fn apply_judged(
     backup_dir: &Path,
     dry_run: bool,
     replaced: &mut Replaced,
+    between: &dyn Between,
 ) -> Applied {
     let step = Step {
         conn,
@@ -185,7 +203,7 @@ pub fn apply_judged(
         backup_dir,
         dry_run,
     };
-    step.run(replaced, &TestHold)
+    step.run(replaced, between)
 }
 
 /// How many definitions of one guest one step judges when other clients define it meanwhile;
@@ -194,11 +212,23 @@ const ATTEMPTS: usize = 5;
 
 /// The places another client's define can land in a step, for tests: between the read that is
 /// judged and the read that is compared right before the define, and right after the define.
-pub(crate) trait Between {
+pub(super) trait Between {
     /// After the definition was read, judged and backed up, before it is read again.
     fn before_define(&self, _name: &str) {}
     /// After the rewrite was defined, before it is read back.
     fn after_define(&self, _name: &str) {}
+    /// Right before the define, the stored definition just read again and found as judged:
+    /// whether another client is defining the guest (the daemon: a DEFINED event of it not yet
+    /// judged). Then nothing is defined ([`Report::Busy`]): libvirt has no compare-and-set, and
+    /// a define landing between that read and this one's would be replaced unread.
+    fn defining(&self, _name: &str) -> bool {
+        false
+    }
+}
+
+/// The daemon's [`Between`] wraps the test hold.
+pub(super) fn test_hold(name: &str) {
+    TestHold.before_define(name);
 }
 
 /// `VIRT_CPU_POLICYD_TEST_HOLD_MS=N`: hold N ms before the read right before the define, logged
@@ -309,8 +339,17 @@ impl Step<'_> {
                     xml = now;
                 }
                 Err((report, failure)) => {
-                    applied.report = report;
-                    applied.failure = failure;
+                    match (report, last) {
+                        // This step's own define stands; the next one waits.
+                        (Report::Busy, Some((report, window))) => {
+                            applied.report = report;
+                            applied.window = Some(window);
+                        }
+                        (report, _) => {
+                            applied.report = report;
+                            applied.failure = failure;
+                        }
+                    }
                     return applied;
                 }
             }
@@ -443,6 +482,12 @@ impl Step<'_> {
             let _ = std::fs::remove_file(&backup);
             return Ok(Err(now));
         }
+        if between.defining(name) {
+            // Its next definition may land inside this define's window: left to the step that
+            // follows its DEFINED events, once they are quiet.
+            let _ = std::fs::remove_file(&backup);
+            return Err((Report::Busy, None));
+        }
         if let Err(e) = self.conn.define_domain_xml(new) {
             let why = format!(
                 "libvirt refused the rewritten definition (old one kept, backup {}): {e}",
@@ -547,6 +592,9 @@ pub(super) fn describe(name: &str, r: &Report) -> String {
             format!("{name}: transient guest, left alone (it has no stored definition)")
         }
         Report::Undefined => format!("{name}: undefined meanwhile, nothing defined"),
+        Report::Busy => format!(
+            "{name}: defined by another client meanwhile, nothing defined; judged once its definitions are quiet"
+        ),
     }
 }
 

@@ -36,9 +36,7 @@ mod serve;
 mod session;
 mod snapshot;
 
-pub use apply::{
-    Applied, COMES_BACK, COMES_BACK_WITHIN, Replaced, Report, apply_judged, apply_one,
-};
+pub use apply::{Applied, COMES_BACK, COMES_BACK_WITHIN, Replaced, Report, apply_one};
 pub use cli::{ApplyArgs, BACKUP_DIR, Cli, Command, DaemonArgs};
 pub use snapshot::{
     PublishTo, Published, SNAPSHOT_FACTS, host_facts, publish_guests, published_path,

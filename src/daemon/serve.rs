@@ -2,7 +2,9 @@
 //! a reconnect, and each guest libvirt says was defined (its lifecycle events), until SIGTERM;
 //! each decision logged with its journal fields, the metrics written after each reconciliation.
 
-use super::apply::{Applied, Replaced, Report, apply_judged, describe, host_for, version_used};
+use super::apply::{
+    Applied, Between, Replaced, Report, apply_judged, describe, host_for, test_hold, version_used,
+};
 use super::cli::{Cli, DaemonArgs};
 use super::fleet::Fleet;
 use super::session::{Event, Session, start_libvirt_event_loop};
@@ -11,6 +13,7 @@ use crate::host::Host;
 use crate::libvirt::version::LibvirtVersion;
 use crate::metrics::FailureReason;
 use crate::policy::Policy;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -30,8 +33,87 @@ struct Recent {
     told: HashMap<String, u64>,
 }
 
+/// The guests being defined, read from the connection's events as they come, during a
+/// reconciliation too: each guest's last DEFINED event not yet judged, by the time it came. A
+/// step does not define over a guest found here ([`Report::Busy`]); the guest is judged once its
+/// definitions have been quiet for [`QUIET`].
+struct Defines<'r> {
+    rx: &'r mpsc::Receiver<Event>,
+    pending: RefCell<HashMap<String, Instant>>,
+    /// The connection closed (an event said so).
+    closed: Cell<bool>,
+}
+
+impl<'r> Defines<'r> {
+    /// The events of `rx` from now on; those already there belong to a previous connection.
+    fn new(rx: &'r mpsc::Receiver<Event>) -> Defines<'r> {
+        while rx.try_recv().is_ok() {}
+        Defines {
+            rx,
+            pending: RefCell::new(HashMap::new()),
+            closed: Cell::new(false),
+        }
+    }
+
+    /// Note one event: a guest defined now, or the connection closed.
+    fn note(&self, ev: Event) {
+        match ev {
+            Event::Defined(n) => {
+                self.pending.borrow_mut().insert(n, Instant::now());
+            }
+            Event::Closed => self.closed.set(true),
+        }
+    }
+
+    /// Note every event that came and was not noted yet.
+    fn take_events(&self) {
+        while let Ok(ev) = self.rx.try_recv() {
+            self.note(ev);
+        }
+    }
+
+    /// How long until the next guest's definitions have been quiet for [`QUIET`], at most 100 ms.
+    fn wait(&self) -> Duration {
+        self.pending
+            .borrow()
+            .values()
+            .map(|t| (*t + QUIET).saturating_duration_since(Instant::now()))
+            .min()
+            .unwrap_or(Duration::MAX)
+            .min(Duration::from_millis(100))
+    }
+
+    /// The guests whose definitions have been quiet for [`QUIET`], sorted, no longer pending.
+    fn take_due(&self) -> Vec<String> {
+        let mut pending = self.pending.borrow_mut();
+        let mut due: Vec<String> = pending
+            .iter()
+            .filter(|(_, t)| t.elapsed() >= QUIET)
+            .map(|(n, _)| n.clone())
+            .collect();
+        due.sort();
+        for n in &due {
+            pending.remove(n);
+        }
+        due
+    }
+}
+
+impl Between for Defines<'_> {
+    fn before_define(&self, name: &str) {
+        test_hold(name);
+    }
+
+    fn defining(&self, name: &str) -> bool {
+        self.take_events();
+        self.pending.borrow().contains_key(name)
+    }
+}
+
 /// Reconcile `names` (from events) or every guest (`None`: start, timer, SIGHUP, reconnect);
-/// `fleet` keeps each guest's state and the counters for the metrics.
+/// `fleet` keeps each guest's state and the counters for the metrics. A guest another client is
+/// defining ([`Defines`]) is left to the step after its definitions are quiet.
+#[allow(clippy::too_many_arguments)]
 fn reconcile(
     session: &Session,
     names: Option<&[String]>,
@@ -40,6 +122,7 @@ fn reconcile(
     backup_dir: &Path,
     recent: &mut Recent,
     fleet: &mut Fleet,
+    defines: &Defines,
 ) {
     if names.is_none() {
         recent.replaced.clear();
@@ -66,7 +149,16 @@ fn reconcile(
     for d in doms {
         let name = d.name().unwrap_or_default();
         let replaced = recent.replaced.entry(name.clone()).or_default();
-        let applied = apply_judged(&session.conn, &d, policy, host, backup_dir, false, replaced);
+        let applied = apply_judged(
+            &session.conn,
+            &d,
+            policy,
+            host,
+            backup_dir,
+            false,
+            replaced,
+            defines,
+        );
         if applied.report == Report::NotKept {
             // Told once per content that keeps coming back.
             if recent.told.get(&name) == applied.stored.as_ref() {
@@ -91,6 +183,9 @@ pub(super) fn log_applied(name: &str, operation: &str, a: &Applied) {
     let (kind, level) = match (&a.report, a.failure) {
         (Report::Unchanged, _) => (Decision::DaemonUnchanged, Level::DEBUG),
         (Report::Transient | Report::Undefined, _) => (Decision::DaemonTransient, Level::DEBUG),
+        // Left alone while another client defines it, judged by the step after its defines:
+        // said, as the one place the daemon waits rather than rewrites.
+        (Report::Busy, _) => (Decision::DaemonTransient, Level::INFO),
         (Report::Changed { .. }, _) => (Decision::DaemonRewritten, Level::INFO),
         (Report::Refused(_), Some(FailureReason::CannotConform)) => {
             (Decision::DaemonCannotConform, Level::WARN)
@@ -202,8 +297,7 @@ impl Daemon<'_> {
     /// One connection: snapshot, full reconciliation, then events, SIGHUP and the timer until the
     /// connection dies or SIGTERM.
     fn serve(&mut self, session: &Session, rx: &mpsc::Receiver<Event>, signals: &Signals) -> After {
-        // Drop events of a previous connection.
-        while rx.try_recv().is_ok() {}
+        let defines = Defines::new(rx);
         // This host's facts are published after the full reconciliation below.
         let snapshot = write_snapshot(
             &session.conn,
@@ -220,18 +314,19 @@ impl Daemon<'_> {
             }
         };
         tracing::info!("{}", version_used(&host));
-        self.reconcile(session, None, &host);
+        self.reconcile(session, None, &host, &defines);
         let mut next_full = Instant::now() + self.interval;
-        // Guests defined, by the time of their last DEFINED event: each judged once its
-        // definitions have been quiet for QUIET.
-        let mut pending: HashMap<String, Instant> = HashMap::new();
         loop {
+            if defines.closed.get() {
+                tracing::warn!("libvirt connection closed; reconnecting");
+                return After::Reconnect;
+            }
             if signals.stop() {
                 tracing::info!("stopping on SIGTERM/SIGINT");
                 return After::Exit(0);
             }
             if signals.reload() {
-                self.reload(session, &snapshot, &mut host);
+                self.reload(session, &snapshot, &mut host, &defines);
             }
             if Instant::now() >= next_full {
                 // Fresh facts files, and the cluster's baseline computed again: other hosts
@@ -242,51 +337,42 @@ impl Daemon<'_> {
                         tracing::error!(error = %e, "host facts unusable; keeping the previous ones");
                     }
                 }
-                self.reconcile(session, None, &host);
+                self.reconcile(session, None, &host, &defines);
                 next_full = Instant::now() + self.interval;
             }
             // Wake for the next guest whose definitions went quiet, else every 100 ms.
-            let wait = pending
-                .values()
-                .map(|t| (*t + QUIET).saturating_duration_since(Instant::now()))
-                .min()
-                .unwrap_or(Duration::MAX)
-                .min(Duration::from_millis(100));
-            match rx.recv_timeout(wait) {
-                Ok(Event::Defined(name)) => {
-                    if !queue(name, rx, &mut pending) {
-                        tracing::warn!("libvirt connection closed; reconnecting");
-                        return After::Reconnect;
-                    }
-                }
-                Ok(Event::Closed) => {
-                    tracing::warn!("libvirt connection closed; reconnecting");
-                    return After::Reconnect;
+            match rx.recv_timeout(defines.wait()) {
+                Ok(ev) => {
+                    defines.note(ev);
+                    defines.take_events();
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if pending.is_empty() && !session.conn.is_alive().unwrap_or(false) {
+                    if defines.pending.borrow().is_empty()
+                        && !session.conn.is_alive().unwrap_or(false)
+                    {
                         tracing::warn!("libvirt connection is dead; reconnecting");
                         return After::Reconnect;
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => return After::Exit(2),
             }
-            let mut due: Vec<String> = pending
-                .iter()
-                .filter(|(_, t)| t.elapsed() >= QUIET)
-                .map(|(n, _)| n.clone())
-                .collect();
+            if defines.closed.get() {
+                continue;
+            }
+            let due = defines.take_due();
             if !due.is_empty() {
-                due.sort();
-                for n in &due {
-                    pending.remove(n);
-                }
-                self.reconcile(session, Some(&due), &host);
+                self.reconcile(session, Some(&due), &host, &defines);
             }
         }
     }
 
-    fn reconcile(&mut self, session: &Session, names: Option<&[String]>, host: &Host) {
+    fn reconcile(
+        &mut self,
+        session: &Session,
+        names: Option<&[String]>,
+        host: &Host,
+        defines: &Defines,
+    ) {
         let started = Instant::now();
         let backup_dir = &self.cli.backup_dir;
         reconcile(
@@ -297,6 +383,7 @@ impl Daemon<'_> {
             backup_dir,
             &mut self.recent,
             &mut self.fleet,
+            defines,
         );
         if names.is_none() {
             self.watch_cluster(host);
@@ -367,7 +454,13 @@ impl Daemon<'_> {
 
     /// SIGHUP: load the policy again and reconcile everything; a policy that does not load is
     /// logged and the old one kept.
-    fn reload(&mut self, session: &Session, snapshot: &[PathBuf], host: &mut Host) {
+    fn reload(
+        &mut self,
+        session: &Session,
+        snapshot: &[PathBuf],
+        host: &mut Host,
+        defines: &Defines,
+    ) {
         match Policy::load(self.cli.policy.as_deref()) {
             Ok(p) => {
                 tracing::info!(policy = %p.source, "SIGHUP: policy reloaded; reconciling every guest");
@@ -378,7 +471,7 @@ impl Daemon<'_> {
                         tracing::error!(error = %e, "host facts unusable; keeping the previous ones");
                     }
                 }
-                self.reconcile(session, None, host);
+                self.reconcile(session, None, host, defines);
             }
             Err(e) => {
                 tracing::error!(error = %e.one_line(), "SIGHUP: the new policy does not load; keeping the old one");
@@ -392,25 +485,6 @@ impl Daemon<'_> {
 /// over, and the daemon's define does not land among them, where it could replace one it has
 /// not read (libvirt has no compare-and-set: docs/daemon.md).
 const QUIET: Duration = Duration::from_millis(500);
-
-/// Notes the DEFINED event of `first` and of every name already queued in `pending` (the time
-/// of each guest's last); false when the connection closed meanwhile.
-fn queue(
-    first: String,
-    rx: &mpsc::Receiver<Event>,
-    pending: &mut HashMap<String, Instant>,
-) -> bool {
-    pending.insert(first, Instant::now());
-    while let Ok(ev) = rx.try_recv() {
-        match ev {
-            Event::Defined(n) => {
-                pending.insert(n, Instant::now());
-            }
-            Event::Closed => return false,
-        }
-    }
-    true
-}
 
 pub(super) fn cmd_daemon(cli: &Cli, a: &DaemonArgs) -> i32 {
     crate::log::init_daemon();
@@ -502,6 +576,11 @@ mod tests {
                 applied(Report::Transient, None, None),
                 Decision::DaemonTransient,
                 "transient",
+            ),
+            (
+                applied(Report::Busy, Some(Verdict::NeedsRewrite), None),
+                Decision::DaemonTransient,
+                "needs-rewrite",
             ),
         ];
         for (a, kind, verdict) in cases {

@@ -239,3 +239,49 @@ fn steps_that_define_nothing_never_make_a_content_come_back() {
     }
     std::fs::remove_file(&file).ok();
 }
+
+/// Another client's DEFINED event not yet judged when the step is about to define ([`Between::
+/// defining`], the daemon's events): nothing defined over it, no backup, no failure; after a
+/// define of the step's own, that define is what it reports.
+#[test]
+fn a_guest_being_defined_is_not_defined_over() {
+    /// Defining from the start, or only once the orchestrator after the step's define has.
+    struct Events<'a> {
+        other: Orchestrator<'a>,
+        always: bool,
+    }
+    impl Between for Events<'_> {
+        fn after_define(&self, name: &str) {
+            self.other.after_define(name);
+        }
+        fn defining(&self, _: &str) -> bool {
+            self.always || self.other.left.get() == 0
+        }
+    }
+    let f = Fixture::new("vcp-race-busy");
+    let first = f.stored();
+    let busy = Events {
+        other: Orchestrator::new(&f.conn, guest("vcp-race-busy", "x"), false, 0),
+        always: true,
+    };
+    let a = f.run(&busy);
+    assert_eq!(a.report, Report::Busy, "{a:?}");
+    assert_eq!((a.failure, a.verdict), (None, Some(Verdict::NeedsRewrite)));
+    assert_eq!(f.stored(), first);
+    assert!(f.backups().is_empty(), "{:?}", f.backups());
+    // The step defines; another client defines right after; its event is seen before the
+    // step's second define: the step's first define reported, the other's content kept.
+    let after = Events {
+        other: Orchestrator::new(&f.conn, guest("vcp-race-busy", "fifth"), false, 1),
+        always: false,
+    };
+    let b = f.run(&after);
+    assert!(matches!(b.report, Report::Changed { .. }), "{b:?}");
+    assert!(b.window.is_some());
+    let stored = f.stored();
+    assert!(
+        stored.contains("fifth") && stored.contains("qemu64"),
+        "{stored}"
+    );
+    assert_eq!(f.backups().len(), 1);
+}
