@@ -30,8 +30,8 @@ use crate::libvirt::domcaps::DomCaps;
 use crate::pipeline::Pipeline;
 use crate::xml::child;
 use roxmltree::Node;
-use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// Findings that come from the policy rather than from libvirt's rules: never a reason a host
 /// cannot run a guest, but `os-floor` at a start ([`Judgement::blocking`]). `os-floor` is among
@@ -53,7 +53,7 @@ pub const POLICY_CODES: [Code; 7] = [
 #[derive(Debug)]
 pub struct CpuMapCache {
     dir: Option<PathBuf>,
-    map: OnceCell<Result<X86Map, String>>,
+    map: OnceLock<Result<X86Map, String>>,
 }
 
 impl CpuMapCache {
@@ -62,7 +62,7 @@ impl CpuMapCache {
     pub fn new(dir: Option<&Path>) -> CpuMapCache {
         CpuMapCache {
             dir: dir.map(Path::to_path_buf),
-            map: OnceCell::new(),
+            map: OnceLock::new(),
         }
     }
 

@@ -33,9 +33,15 @@ impl Pair {
     }
 }
 
+/// Every class of the fleet's hosts, for [`Fleet::judge_shapes`].
+fn every_class(fleet: &Fleet) -> Vec<usize> {
+    (0..fleet.class_count()).collect()
+}
+
 /// Every guest × every host, guests in order, then hosts in order.
 #[must_use]
 pub fn matrix(fleet: &Fleet) -> Vec<Pair> {
+    fleet.judge_shapes(&every_class(fleet));
     let mut out = Vec::with_capacity(fleet.guests.len() * fleet.hosts.len());
     for guest in 0..fleet.guests.len() {
         for host in 0..fleet.hosts.len() {
@@ -79,6 +85,7 @@ pub fn class_members(fleet: &Fleet) -> Vec<Vec<usize>> {
 /// The fleet's [`Tally`].
 #[must_use]
 pub fn tally(fleet: &Fleet) -> Tally {
+    fleet.judge_shapes(&every_class(fleet));
     let (guests, hosts) = (fleet.guests.len(), fleet.hosts.len());
     let members = class_members(fleet);
     let mut class_runs = vec![0usize; members.len()];
@@ -291,6 +298,7 @@ pub struct Admission {
 /// baseline with it (the hosts' facts as the fleet read them, none read again).
 #[must_use]
 pub fn admit(fleet: &Fleet, new: usize, cpu_map: Option<&std::path::Path>) -> Admission {
+    fleet.judge_shapes(&[fleet.class_of(new)]);
     let pairs = (0..fleet.guests.len())
         .map(|guest| Pair {
             guest,

@@ -11,23 +11,32 @@ impl Host {
     /// model is unknown. Read from the cpu_map directory on first use (only that model's file and
     /// its parents'), else from the built-in table.
     pub fn model_features(&self, model: &str) -> Option<BTreeSet<String>> {
-        if let Some(hit) = self.models.borrow().get(model) {
+        if let Some(hit) = self
+            .models
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(model)
+        {
             return hit.clone();
         }
         let found = match &self.cpu_map_dir {
             Some(dir) => match CpuMap::load_models(dir, &[model]) {
                 Ok(m) => m.model_features(model).cloned(),
                 Err(e) => {
-                    self.cpu_map_problems.borrow_mut().push(format!(
-                        "{e}; the built-in table answered for model '{model}'"
-                    ));
+                    self.cpu_map_problems
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(format!(
+                            "{e}; the built-in table answered for model '{model}'"
+                        ));
                     CpuMap::builtin().model_features(model).cloned()
                 }
             },
             None => CpuMap::builtin().model_features(model).cloned(),
         };
         self.models
-            .borrow_mut()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(model.to_string(), found.clone());
         found
     }
@@ -77,6 +86,9 @@ impl Host {
     /// built-in table.
     #[must_use]
     pub fn cpu_map_problems(&self) -> Vec<String> {
-        self.cpu_map_problems.borrow().clone()
+        self.cpu_map_problems
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }

@@ -37,7 +37,12 @@ impl Host {
     /// the cache is libvirt's, and a corrupt file must not stop a guest.
     pub fn qemu_cache_machines(&self, arch: &str, emulator: Option<&str>) -> Vec<MachineType> {
         let wanted = emulator_suffix(arch, emulator);
-        if let Some(m) = self.qemu_cache_machines.borrow().get(&wanted) {
+        if let Some(m) = self
+            .qemu_cache_machines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&wanted)
+        {
             return m.clone();
         }
         // The emulator is named in each file's head: only its files are parsed whole.
@@ -55,7 +60,8 @@ impl Host {
             .flat_map(|q| q.machines)
             .collect();
         self.qemu_cache_machines
-            .borrow_mut()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(wanted, machines.clone());
         machines
     }

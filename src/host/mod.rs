@@ -50,12 +50,12 @@ pub struct Host {
     /// Why the cpu_map directory was not used, when the built-in table is in use.
     pub cpu_map_note: Option<String>,
     /// Models read so far (a rewrite reads only the models it meets).
-    models: std::cell::RefCell<std::collections::BTreeMap<String, Option<BTreeSet<String>>>>,
+    models: std::sync::Mutex<std::collections::BTreeMap<String, Option<BTreeSet<String>>>>,
     /// Problems met reading cpu_map files after start (the built-in table answered instead).
-    cpu_map_problems: std::cell::RefCell<Vec<String>>,
+    cpu_map_problems: std::sync::Mutex<Vec<String>>,
     /// The host's online CPU count given by an override; see [`Host::cpus`].
     cpus_override: Option<Sourced<u32>>,
-    cpus: std::cell::OnceCell<Option<Sourced<u32>>>,
+    cpus: std::sync::OnceLock<Option<Sourced<u32>>>,
     /// Machine types from capabilities and qemuCaps files.
     pub machines: Vec<MachineType>,
     /// domcapabilities documents.
@@ -66,24 +66,24 @@ pub struct Host {
     /// `<host><cpu>` of the first capabilities given; see [`Host::host_cpu`].
     given_host_cpu: Option<Sourced<CpuDef>>,
     /// This machine's CPU decoded from CPUID, on first ask; see [`Host::host_cpu`].
-    decoded_host_cpu: std::cell::OnceCell<std::result::Result<Sourced<CpuDef>, String>>,
+    decoded_host_cpu: std::sync::OnceLock<std::result::Result<Sourced<CpuDef>, String>>,
     /// The cpu_map as CPUID data, on first ask; see [`Host::x86_map`].
-    x86_map: std::cell::OnceCell<std::result::Result<crate::libvirt::cpu_map::x86::X86Map, String>>,
+    x86_map: std::sync::OnceLock<std::result::Result<crate::libvirt::cpu_map::x86::X86Map, String>>,
     /// Files read, in order.
     pub files: Vec<String>,
     /// libvirt's QEMU capability cache, read lazily when a machine limit is needed.
     qemu_cache: QemuCache,
     /// Machine types of the cache, by emulator, as they are asked for.
-    qemu_cache_machines: std::cell::RefCell<std::collections::HashMap<String, Vec<MachineType>>>,
-    kvm_limit: std::cell::OnceCell<Option<Sourced<u32>>>,
+    qemu_cache_machines: std::sync::Mutex<std::collections::HashMap<String, Vec<MachineType>>>,
+    kvm_limit: std::sync::OnceLock<Option<Sourced<u32>>>,
     kvm_override: Option<Sourced<u32>>,
-    libvirt_version: std::cell::OnceCell<Option<Sourced<LibvirtVersion>>>,
+    libvirt_version: std::sync::OnceLock<Option<Sourced<LibvirtVersion>>>,
     libvirt_override: Option<Sourced<LibvirtVersion>>,
     /// The QEMU release given (`--qemu-version`), over the cache's `<version>`.
     qemu_override: Option<Sourced<QemuVersion>>,
     /// Feature names (and aliases) of the cpu_map's `x86_features.xml`, read on the first name
     /// libvirt 9.0's list lacks.
-    x86_feature_names: std::cell::OnceCell<std::collections::HashSet<String>>,
+    x86_feature_names: std::sync::OnceLock<std::collections::HashSet<String>>,
     /// The `libvirt` attribute of the first `<hostFacts>` file read that has one.
     facts_version: Option<Sourced<LibvirtVersion>>,
     /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
@@ -98,7 +98,7 @@ pub struct Host {
     /// This machine's facts left out because they are not the judged host's, each a sentence
     /// saying which and why ([`Host::left_out`]).
     left_out: Vec<String>,
-    cluster_cpu: std::cell::OnceCell<std::result::Result<ClusterCpu, String>>,
+    cluster_cpu: std::sync::OnceLock<std::result::Result<ClusterCpu, String>>,
 }
 
 /// Inputs for [`Host::discover`].
@@ -250,36 +250,36 @@ impl Host {
         let mut host = Host {
             cpu_map_dir,
             cpu_map_note,
-            models: std::cell::RefCell::default(),
-            cpu_map_problems: std::cell::RefCell::default(),
+            models: std::sync::Mutex::default(),
+            cpu_map_problems: std::sync::Mutex::default(),
             cpus_override: opts.cpus.clone(),
-            cpus: std::cell::OnceCell::new(),
+            cpus: std::sync::OnceLock::new(),
             machines: Vec::new(),
             domcaps: Vec::new(),
             guest_types: Vec::new(),
             given_host_cpu: None,
-            decoded_host_cpu: std::cell::OnceCell::new(),
-            x86_map: std::cell::OnceCell::new(),
+            decoded_host_cpu: std::sync::OnceLock::new(),
+            x86_map: std::sync::OnceLock::new(),
             files: Vec::new(),
             qemu_cache: QemuCache::new(match &opts.qemu_cache {
                 Some(p) if p.as_os_str().is_empty() => None,
                 Some(p) => Some(p.clone()),
                 None => Some(PathBuf::from(crate::libvirt::qemu_caps::QEMU_CAPS_CACHE)),
             }),
-            qemu_cache_machines: std::cell::RefCell::default(),
-            kvm_limit: std::cell::OnceCell::new(),
+            qemu_cache_machines: std::sync::Mutex::default(),
+            kvm_limit: std::sync::OnceLock::new(),
             kvm_override: opts.kvm_max_vcpus.clone(),
             only_given_facts: opts.only_given_facts,
-            libvirt_version: std::cell::OnceCell::new(),
+            libvirt_version: std::sync::OnceLock::new(),
             libvirt_override: opts.libvirt_version.clone(),
             qemu_override: opts.qemu_version.clone(),
-            x86_feature_names: std::cell::OnceCell::new(),
+            x86_feature_names: std::sync::OnceLock::new(),
             facts_version: None,
             cluster: opts.cluster.clone(),
             skip_machine_support: opts.skip_machine_support,
             caps_machine_files: Vec::new(),
             left_out: Vec::new(),
-            cluster_cpu: std::cell::OnceCell::new(),
+            cluster_cpu: std::sync::OnceLock::new(),
         };
         for path in &opts.caps {
             host.read_caps_file(path)?;

@@ -17,8 +17,8 @@ use super::capabilities::MachineType;
 use super::positive_count;
 use crate::xml::{child, is_libvirt_element, text_of};
 use roxmltree::Node;
-use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// libvirt's QEMU capability cache directory (root only).
 pub const QEMU_CAPS_CACHE: &str = "/var/cache/libvirt/qemu/capabilities";
@@ -271,7 +271,7 @@ impl CacheFile {
 pub struct QemuCache {
     /// The directory; None when the cache is not read.
     dir: Option<PathBuf>,
-    files: OnceCell<Vec<CacheFile>>,
+    files: OnceLock<Vec<CacheFile>>,
 }
 
 impl QemuCache {
@@ -280,7 +280,7 @@ impl QemuCache {
     pub fn new(dir: Option<PathBuf>) -> QemuCache {
         QemuCache {
             dir,
-            files: OnceCell::new(),
+            files: OnceLock::new(),
         }
     }
 
