@@ -577,6 +577,10 @@ fn report_text(o: &Outcome) -> String {
     for f in &o.findings {
         let _ = writeln!(s, "  {f}");
     }
+    // Where the floor was not judged the answer says so: nothing is guessed (docs/os-floor.md).
+    if let Some(os) = &o.os {
+        let _ = writeln!(s, "  {}", os.line());
+    }
     s
 }
 

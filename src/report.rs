@@ -108,7 +108,7 @@ impl std::fmt::Display for Verdict {
 
 /// The JSON report on one domain (docs/json.md): `schema_version`, `guest`,
 /// `verdict`, `exit`, `policy`, `mode`, `changes` (none listed when it cannot conform), `findings`,
-/// `note`.
+/// `note`, `os` (the guest's OS and whether its floor was judged).
 #[must_use]
 pub fn report_json(o: &Outcome, policy: &Policy) -> serde_json::Value {
     let verdict = Verdict::of(o);
@@ -128,5 +128,6 @@ pub fn report_json(o: &Outcome, policy: &Policy) -> serde_json::Value {
         "changes": changes,
         "findings": o.findings,
         "note": o.note,
+        "os": o.os,
     })
 }

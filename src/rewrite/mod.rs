@@ -55,6 +55,9 @@ pub struct Outcome {
     pub findings: Vec<Finding>,
     /// A note for out-of-scope domains.
     pub note: Option<String>,
+    /// The guest's OS and whether its CPU floor was judged ([`crate::validate::os_answer`]);
+    /// None out of scope.
+    pub os: Option<crate::validate::OsAnswer>,
 }
 
 impl Outcome {
@@ -79,6 +82,7 @@ impl Outcome {
             changed: false,
             changes: Vec::new(),
             findings: Vec::new(),
+            os: None,
         }
     }
 }
@@ -146,7 +150,7 @@ pub fn rewrite_pipeline(p: &Pipeline<'_, '_>, what: &str, policy: &Policy) -> Re
             "<cpu> rewritten into the shape libvirt reads",
         ));
     }
-    let findings = validate_result(dom, &rewritten, changed, plan, facts, notes.findings);
+    let (findings, os) = validate_result(dom, &rewritten, changed, plan, facts, notes.findings);
     let output = if policy.mode == Mode::Audit {
         text.to_string()
     } else {
@@ -160,6 +164,7 @@ pub fn rewrite_pipeline(p: &Pipeline<'_, '_>, what: &str, policy: &Policy) -> Re
         changes: notes.changes,
         findings,
         note: None,
+        os,
     })
 }
 
@@ -287,7 +292,8 @@ fn explain_fold(desired: &desired::Desired<'_, '_>, first: Node<'_, '_>, notes: 
 }
 
 /// The findings of planning, then validation's of what will be written (the input itself when
-/// nothing changes: no second parse), then cpu_map problems. A refusal from planning (topology
+/// nothing changes: no second parse), then cpu_map problems; and the guest's OS floor as judged
+/// on it (None when the rewrite does not parse). A refusal from planning (topology
 /// `keep`, say) and validation of the unchanged result say the same thing: the planning one,
 /// which names the rule, is kept.
 fn validate_result(
@@ -297,7 +303,7 @@ fn validate_result(
     plan: &Plan,
     facts: &DomainFacts<'_>,
     mut findings: Vec<Finding>,
-) -> Vec<Finding> {
+) -> (Vec<Finding>, Option<crate::validate::OsAnswer>) {
     let mut planned: Vec<Code> = findings
         .iter()
         .filter(|f| f.severity == Severity::Error)
@@ -308,20 +314,32 @@ fn validate_result(
         // finding says why, and validation's "require the missing features" would be wrong.
         planned.push(Code::CpuLevel);
     }
-    let validated = if changed {
-        Domain::parse(rewritten, "the rewritten domain")
-            .map(|out| validate::validate(&out, plan, facts))
-    } else {
-        Ok(validate::validate(dom, plan, facts))
+    // The checks and the OS's floor, on the document as it will be written.
+    let judged = |d: &Domain<'_>| {
+        (
+            validate::validate(d, plan, facts),
+            validate::os_answer(d, plan, facts),
+        )
     };
-    match validated {
-        Ok(v) => findings.extend(v.into_iter().filter(|f| !planned.contains(&f.code))),
-        Err(e) => findings.push(Finding::error(
-            Code::Internal,
-            format!("the rewritten document does not parse: {e}"),
-            "report this as a bug",
-        )),
-    }
+    let validated = if changed {
+        Domain::parse(rewritten, "the rewritten domain").map(|out| judged(&out))
+    } else {
+        Ok(judged(dom))
+    };
+    let os = match validated {
+        Ok((v, os)) => {
+            findings.extend(v.into_iter().filter(|f| !planned.contains(&f.code)));
+            Some(os)
+        }
+        Err(e) => {
+            findings.push(Finding::error(
+                Code::Internal,
+                format!("the rewritten document does not parse: {e}"),
+                "report this as a bug",
+            ));
+            None
+        }
+    };
     for p in &facts.cpu_map_problems {
         findings.push(Finding::warning(
             Code::CpuMapUnreadable,
@@ -330,7 +348,7 @@ fn validate_result(
         ));
     }
     findings.dedup();
-    findings
+    (findings, os)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ mod invtsc;
 mod iommu;
 pub mod kvm;
 mod os_floor;
+pub use os_floor::{OsAnswer, answer as os_answer};
 pub(crate) mod tcg;
 mod vcpu;
 

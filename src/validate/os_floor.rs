@@ -14,7 +14,7 @@ use crate::cpu::Level;
 use crate::domain::{Domain, cpu_features};
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
-use crate::guest_os::{Floor, GuestOs};
+use crate::guest_os::{Floor, GuestOs, OsSource};
 use crate::libvirt::cpu::{CpuCheck, CpuMode};
 use crate::policy::Plan;
 use roxmltree::Node;
@@ -28,24 +28,71 @@ pub(super) fn check(
     facts: &DomainFacts<'_>,
     out: &mut Vec<Finding>,
 ) {
-    let Some((os, Some(floor))) = &plan.os else {
-        return;
+    if let Judged::Short(f) = judge(dom, cpu, plan, facts) {
+        out.push(*f);
+    }
+}
+
+/// What [`judge`] found: short of the floor, or how far it got.
+enum Judged {
+    /// Below the floor: the `os-floor` error.
+    Short(Box<Finding>),
+    /// The CPU has the floor (or the plan's rewrite gives it, and `cpu-level` says what is short).
+    Reaches,
+    /// A rule waives it (`cpu.os_floor = false`): the rule's name.
+    Waived(String),
+    /// Not judged: why (the fact missing, or nothing to judge it by).
+    Not(String),
+}
+
+/// The floor of the guest's OS judged on the first `<cpu>` (`cpu`, None: QEMU's default).
+fn judge(
+    dom: &Domain<'_>,
+    cpu: Option<Node<'_, '_>>,
+    plan: &Plan,
+    facts: &DomainFacts<'_>,
+) -> Judged {
+    let (os, floor) = match &plan.os {
+        Some((os, Some(floor))) => (os, *floor),
+        Some((os, None)) if os.source == OsSource::Libosinfo => {
+            return Judged::Not(format!(
+                "no floor is known for {} (no row of the floors table names it)",
+                os.short()
+            ));
+        }
+        // A `<description>` names an OS only where a row's CloudStack name matches it.
+        _ => {
+            return Judged::Not(
+                "the domain names no OS (no libosinfo <os id> in <metadata>, no CloudStack guest OS name in <description> that the floors table knows)"
+                    .into(),
+            );
+        }
     };
-    if dom.arch() != "x86_64" || plan.os_floor.as_ref().is_some_and(|r| !r.value) {
-        return;
+    if dom.arch() != "x86_64" {
+        return Judged::Not(format!(
+            "the floors are x86-64 levels and features: {} is not judged on an {} guest",
+            os.short(),
+            dom.arch()
+        ));
+    }
+    if let Some(r) = plan.os_floor.as_ref().filter(|r| !r.value) {
+        return Judged::Waived(r.rule.clone());
     }
     let mode = cpu.and_then(|c| c.attribute("mode")).unwrap_or("custom");
     let explicit = cpu.map(cpu_features).unwrap_or_default();
     let f = |feats: &BTreeSet<String>, what: String, fix: String| {
         short_of(os, floor, feats, &what, &fix)
+            .map_or(Judged::Reaches, |f| Judged::Short(Box::new(f)))
     };
-    let finding = if mode == CpuMode::Custom.as_str() {
+    if mode == CpuMode::Custom.as_str() {
         let Some((model, feats)) = super::cpu::custom_cpu_features(cpu, &explicit, facts) else {
-            return;
+            return Judged::Not(
+                "the CPU model's features are not known (not in the cpu_map)".into(),
+            );
         };
         let what = format!("this CPU (model {model})");
         let needs = floor.needs();
-        if let Some(finding) = f(
+        match f(
             &feats,
             what.clone(),
             format!(
@@ -53,13 +100,16 @@ pub(super) fn check(
             ),
         ) {
             // The plan asks for the floor: the rewrite gives it, and `cpu-level` says so.
-            (!plan.asks_floor(floor)).then_some(finding)
-        } else {
-            tcg_short_of(cpu, os, floor, &feats, &what, facts)
+            Judged::Short(_) if plan.asks_floor(floor) => Judged::Reaches,
+            Judged::Short(f) => Judged::Short(f),
+            _ => tcg_short_of(cpu, os, floor, &feats, &what, facts)
+                .map_or(Judged::Reaches, |f| Judged::Short(Box::new(f))),
         }
     } else if dom.virt_type() == "kvm" || mode == CpuMode::HostModel.as_str() {
         let Some(feats) = super::cpu::host_model_features(facts, &explicit) else {
-            return;
+            return Judged::Not(format!(
+                "this host's {mode} CPU is not known (no domcapabilities)"
+            ));
         };
         let source = facts.domcaps.map_or("", |d| d.source.as_str());
         f(
@@ -72,9 +122,88 @@ pub(super) fn check(
         )
     } else {
         // maximum and host-passthrough under TCG: QEMU's whole TCG CPU, judged by the TCG checks.
-        None
+        Judged::Not(format!(
+            "QEMU's whole TCG CPU ({mode} under TCG) is judged by the TCG checks, not against the floor"
+        ))
+    }
+}
+
+/// What an answer says of the guest's OS and its floor (`check --format json`'s `os`, the
+/// `os floor:` line of its text; docs/os-floor.md).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct OsAnswer {
+    /// libosinfo's OS id, or CloudStack's guest OS name a row of the floors table knows; None
+    /// when the domain names no OS.
+    pub id: Option<String>,
+    /// `libosinfo` or `cloudstack`; None with no id.
+    pub source: Option<&'static str>,
+    /// What the OS needs of the CPU ([`Floor::needs`]: `x86-64-v3`, `sse4.2 + popcnt`); None
+    /// when no row of the floors table names it.
+    pub needs: Option<String>,
+    /// `judged` (an `os-floor` error says when the CPU is below it), `waived` (a rule's
+    /// `cpu.os_floor = false`) or `not-judged`.
+    pub floor: &'static str,
+    /// Why it was waived or not judged (the rule, or the fact missing); None when judged.
+    pub why: Option<String>,
+}
+
+impl OsAnswer {
+    /// The `os floor:` line of `check`'s text report.
+    #[must_use]
+    pub fn line(&self) -> String {
+        let os = match (&self.id, &self.needs) {
+            (Some(_), Some(needs)) => format!("{} needs {needs}", self.short()),
+            _ => String::new(),
+        };
+        let kind = self.floor.replace('-', " ");
+        match (kind.as_str(), &self.why) {
+            ("judged", _) => format!("os floor: judged ({os})"),
+            (kind, Some(why)) if os.is_empty() => format!("os floor: {kind}: {why}"),
+            (kind, Some(why)) => format!("os floor: {kind} ({os}): {why}"),
+            (kind, None) => format!("os floor: {kind}"),
+        }
+    }
+
+    fn short(&self) -> String {
+        let source = match self.source {
+            Some("libosinfo") => OsSource::Libosinfo,
+            _ => OsSource::Description,
+        };
+        GuestOs {
+            id: self.id.clone().unwrap_or_default(),
+            source,
+        }
+        .short()
+    }
+}
+
+/// The guest's OS and whether its floor was judged on `dom` (the document as it will be
+/// written) with `plan` and `facts`, as the `os-floor` check judges it.
+#[must_use]
+pub fn answer(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> OsAnswer {
+    let cpu = dom.cpus().first().copied();
+    let (floor, why) = match judge(dom, cpu, plan, facts) {
+        Judged::Short(_) | Judged::Reaches => ("judged", None),
+        Judged::Waived(rule) => (
+            "waived",
+            Some(format!("rule '{rule}' sets cpu.os_floor = false")),
+        ),
+        Judged::Not(why) => ("not-judged", Some(why)),
     };
-    out.extend(finding);
+    let named = plan
+        .os
+        .as_ref()
+        .filter(|(os, f)| os.source == OsSource::Libosinfo || f.is_some());
+    OsAnswer {
+        id: named.map(|(os, _)| os.id.clone()),
+        source: named.map(|(os, _)| match os.source {
+            OsSource::Libosinfo => "libosinfo",
+            OsSource::Description => "cloudstack",
+        }),
+        needs: named.and_then(|(_, f)| f.map(Floor::needs)),
+        floor,
+        why,
+    }
 }
 
 /// A custom CPU with the floor as written, under TCG with `check='none'` (libvirt compares

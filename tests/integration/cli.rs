@@ -1861,3 +1861,75 @@ fn machine_type_the_emulator_lacks_is_refused_only_with_a_fresh_cache() {
         out.stderr
     );
 }
+
+/// Where the floor of the guest's OS was not judged, `check` says so and names why; where it
+/// was, the OS and what it needs; where a rule waives it, the rule (docs/os-floor.md). Text and
+/// JSON alike, on the shipped CloudStack example (no OS named) and the golden cases' RHEL 10
+/// guests.
+#[test]
+fn check_says_whether_the_os_floor_was_judged() {
+    let case = |name: &str| root().join("tests/cases").join(name);
+    let cpu_map = s(&root().join("tests/data/generations/bookworm/cpu_map"));
+    let p = default_policy();
+    let run = |policy: &str, dom: &Path, json: bool| {
+        let mut args = vec![
+            "--policy",
+            policy,
+            "--no-qemu-caps-cache",
+            "--cpu-map",
+            &cpu_map,
+        ];
+        if json {
+            args.extend(["--format", "json"]);
+        }
+        let d = s(dom);
+        args.push(&d);
+        let out = check(&args).run();
+        no_panic(&out);
+        out.stdout
+    };
+    let untagged = run(&p, &cloudstack(), false);
+    let last = untagged.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("  os floor: not judged: the domain names no OS"),
+        "{untagged}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&run(&p, &cloudstack(), true)).unwrap();
+    assert_eq!(json["os"]["floor"], "not-judged", "{json}");
+    assert_eq!(json["os"]["id"], serde_json::Value::Null, "{json}");
+    assert!(json["os"]["why"].as_str().unwrap().contains("names no OS"));
+
+    let rhel10 = case("os-floor-rhel10-libosinfo-raised-to-v3").join("input.xml");
+    let text = run(&p, &rhel10, false);
+    assert!(
+        text.ends_with("  os floor: judged (rhel10.0 needs x86-64-v3)\n"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&run(&p, &rhel10, true)).unwrap();
+    assert_eq!(
+        (
+            &json["os"]["id"],
+            &json["os"]["source"],
+            &json["os"]["needs"]
+        ),
+        (
+            &serde_json::json!("http://redhat.com/rhel/10.0"),
+            &serde_json::json!("libosinfo"),
+            &serde_json::json!("x86-64-v3")
+        ),
+        "{json}"
+    );
+    assert_eq!(json["os"]["floor"], "judged");
+    assert_eq!(json["os"]["why"], serde_json::Value::Null);
+
+    let waived = case("os-floor-waived-by-policy");
+    let text = run(
+        &s(&waived.join("policy.toml")),
+        &waived.join("input.xml"),
+        false,
+    );
+    assert!(
+        text.contains("  os floor: waived (rhel10.0 needs x86-64-v3): rule '"),
+        "{text}"
+    );
+}
