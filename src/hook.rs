@@ -569,12 +569,14 @@ fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Deci
     ))
 }
 
-/// What the started CPU lacks for the policy: the level's features first, else `require`'s.
+/// What the started CPU lacks for the policy: the level's features first, then the floor of the
+/// guest's OS (unless a rule waives it), then `require`'s.
 struct Shortfall {
     missing: Vec<String>,
     rule: String,
     what: String,
-    /// `cpu-level` (the level's features) or `cpu-feature-missing` (`require`'s), for the log.
+    /// `cpu-level` (the level's features), `os-floor` (the OS's floor) or `cpu-feature-missing`
+    /// (`require`'s), for the log.
     code: &'static str,
 }
 
@@ -597,6 +599,25 @@ fn live_shortfall(
                 rule: level.rule.clone(),
                 what: format!("the started CPU is not {}", level.value),
                 code: Code::CpuLevel.as_str(),
+            });
+        }
+    }
+    // The floor of the guest's OS, under any policy but one that waives it: below it the
+    // guest's kernel stops at boot (validate's `os-floor` judged it before the start).
+    if let (Some((os, Some(floor))), "x86_64") = (&plan.os, dom.arch()) {
+        let waived = plan.os_floor.as_ref().is_some_and(|r| !r.value);
+        let missing = floor.missing(|f| feats.contains(f));
+        if !waived && !missing.is_empty() {
+            return Some(Shortfall {
+                missing,
+                rule: format!("the floor of {}", os.short()),
+                what: format!(
+                    "the started CPU is below the floor of {} ({}: {})",
+                    os.short(),
+                    floor.needs(),
+                    floor.source
+                ),
+                code: Code::OsFloor.as_str(),
             });
         }
     }

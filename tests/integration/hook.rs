@@ -2299,3 +2299,35 @@ fn vdsm_hook_reads_hook_settings_in_every_toml_spelling() {
         }
     }
 }
+
+/// A guest whose OS needs x86-64-v3 (CloudStack's `Rocky Linux 10 (64-bit)` in `<description>`)
+/// started with a v2 CPU, under a policy that asks only x86-64-v2 and says nothing of the floor:
+/// `started begin` refuses it with `os-floor` (its kernel stops at boot), naming what it lacks;
+/// a rule's `cpu.os_floor = false` waives it.
+#[test]
+fn started_deny_refuses_a_cpu_below_the_floor_of_the_guests_os() {
+    let t = Scratch::with_snap("started-floor");
+    let p = t.write("p.toml", policy("enforce", "deny", "allow"));
+    let live =
+        live_nehalem("rocky", &[]).replace("DESCRIPTION-MARKER-7f1c", "Rocky Linux 10 (64-bit)");
+    let out = t
+        .hook(&p, &["rocky", "started", "begin", "-"])
+        .stdin(live.clone())
+        .run();
+    refused(
+        &out,
+        "rocky",
+        "the floor of Rocky Linux 10 (64-bit)",
+        &["x86-64-v3", "avx2", "below the floor"],
+    );
+    let waived = format!(
+        "{}\n[[rule]]\nname = \"our v2 builds\"\nmatch = {{ os = \"Rocky Linux 10*\" }}\ncpu.os_floor = false\n",
+        policy("enforce", "deny", "allow")
+    );
+    let p = t.write("waived.toml", &waived);
+    let out = t
+        .hook(&p, &["rocky", "started", "begin", "-"])
+        .stdin(live)
+        .run();
+    allowed(&out);
+}
