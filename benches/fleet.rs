@@ -26,7 +26,7 @@ use std::fmt::Write as _;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use virt_cpu_policy::fleet::format::{matrix_text_to, prometheus, summary_text};
-use virt_cpu_policy::fleet::views::{cannot_count, tally, tally_by_pairs, undrainable, untakeable};
+use virt_cpu_policy::fleet::views::{cannot_count, tally, tally_by_pairs};
 use virt_cpu_policy::fleet::{CpuMaps, Fleet};
 use virt_cpu_policy::policy::Policy;
 
@@ -224,9 +224,7 @@ fn main() {
         |b| {
             b.iter(|| {
                 let fleet = Fleet::read(&paths, Policy::builtin(), &maps).expect("fleet");
-                let cannot = cannot_count(&fleet);
-                let (stuck, refused) = (undrainable(&fleet), untakeable(&fleet));
-                black_box(prometheus(&fleet, cannot, &stuck, &refused))
+                black_box(prometheus(&fleet, &tally(&fleet)))
             });
         },
     );

@@ -101,8 +101,13 @@ pub enum CpuCompare {
     Runs(String),
     /// It does not: the finding that says why.
     Incompatible(Finding),
-    /// Nothing to compare, or no way to: why, for the log.
+    /// Nothing to compare (libvirt compares nothing either: the guest's CPU is not a custom one
+    /// with a model, or not x86): why, for the log.
     NotCompared(String),
+    /// Not compared for want of a fact libvirt has at arrival (this host's host-model CPU or
+    /// capabilities host CPU, its cpu_map, a CPU its cpu_map decodes): why, naming the fact. Not
+    /// "runs": `fleet`'s `not-compared` verdict.
+    Unknown(String),
 }
 
 /// The judge's answer for one guest on one host.
@@ -134,7 +139,10 @@ impl Judgement {
         if let Some(a) = &self.arch {
             return vec![a];
         }
-        let compared = !matches!(self.cpu, CpuCompare::NotCompared(_));
+        let compared = !matches!(
+            self.cpu,
+            CpuCompare::NotCompared(_) | CpuCompare::Unknown(_)
+        );
         let mut out: Vec<&Finding> = self.machine.iter().collect();
         // What the emulator's TCG lacks for the guest's CPU (`tcg-cpu-missing`) and the
         // validator's start-time comparison of a KVM custom CPU (`cpu-incompatible`,
@@ -261,14 +269,27 @@ pub fn compare_cpu(
     map: &CpuMapCache,
     arrival: Arrival,
 ) -> CpuCompare {
-    let compared = cpu_libvirt_compares(dom).and_then(|cpu| {
-        let against = host_cpu_libvirt_compares_with(dom, facts, physical)?;
+    let cpu = match cpu_libvirt_compares(dom) {
+        Ok(cpu) => cpu,
+        Err(why) => return CpuCompare::NotCompared(format!("CPU not compared: {why}")),
+    };
+    // A stopped guest started unchecked: libvirt compares nothing, whatever the host's CPU (an
+    // incompatible one runs too: libvirt_check_on_arrival), so no fact is missing.
+    let started_unchecked = arrival == Arrival::Start && unchecked(dom, cpu);
+    let compared = host_cpu_libvirt_compares_with(dom, facts, physical).and_then(|against| {
         let (model, c, source) = compare_with(text, &against, map)?;
         Ok(libvirt_check_on_arrival(
             dom, cpu, &model, c, &source, arrival,
         ))
     });
-    compared.unwrap_or_else(|why| CpuCompare::NotCompared(format!("CPU not compared: {why}")))
+    compared.unwrap_or_else(|why| {
+        let why = format!("CPU not compared: {why}");
+        if started_unchecked {
+            CpuCompare::NotCompared(why)
+        } else {
+            CpuCompare::Unknown(why)
+        }
+    })
 }
 
 /// The guest's CPU in `text` compared with the host CPU `against` as libvirt's `x86Compute`
@@ -365,6 +386,15 @@ fn host_cpu_libvirt_compares_with<'a>(
         })
 }
 
+/// Whether the guest's custom CPU is checked `none`: written, or libvirt's default for a custom
+/// CPU ('none' under TCG, 'partial' under KVM).
+fn unchecked(dom: &Domain<'_>, cpu: Node<'_, '_>) -> bool {
+    cpu.attribute("check").map_or(
+        CpuCheck::default_for(CpuMode::Custom, dom.virt_type()) == CpuCheck::None,
+        |c| c == "none",
+    )
+}
+
 /// What libvirt does with the guest's CPU (model `model`) on arrival, given the comparison `c`
 /// with this host's (from `source`): `identical` or `superset` runs; `incompatible` runs only
 /// when a stopped guest starts unchecked (`check='none'`, written or libvirt's default for a TCG
@@ -385,12 +415,7 @@ fn libvirt_check_on_arrival(
         )),
         Compatibility::Incompatible => {
             let reason = c.message.unwrap_or_else(|| "incompatible".into());
-            // libvirt's default check for a custom CPU: 'none' under TCG, 'partial' under KVM.
-            let unchecked = cpu.attribute("check").map_or(
-                CpuCheck::default_for(CpuMode::Custom, dom.virt_type()) == CpuCheck::None,
-                |c| c == "none",
-            );
-            if unchecked && arrival == Arrival::Start {
+            if unchecked(dom, cpu) && arrival == Arrival::Start {
                 return CpuCompare::Runs(format!(
                     "CPU {model}: {reason}; with check='none' libvirt does not compare and QEMU starts the guest without them (this host's {source})"
                 ));

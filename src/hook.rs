@@ -663,7 +663,8 @@ fn destination(
     }
     let Judgement { findings, cpu, .. } = judgement;
     // Not incompatible: blocking() holds that finding.
-    let (CpuCompare::Runs(cpu) | CpuCompare::NotCompared(cpu)) = cpu else {
+    let (CpuCompare::Runs(cpu) | CpuCompare::NotCompared(cpu) | CpuCompare::Unknown(cpu)) = cpu
+    else {
         return Ok(allowed(guest, phase, "this host can run the guest"));
     };
     log_warnings(guest, phase, &findings);

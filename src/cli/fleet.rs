@@ -142,11 +142,19 @@ fn cpu_maps(values: &[String]) -> Result<CpuMaps, Failure> {
     Ok(maps)
 }
 
-/// Writes `text` and says on stderr, when `cannot` is not empty, what cannot run.
-fn finish(text: &str, cannot: &str) -> Result<i32, Failure> {
+/// Writes `text`; `cannot` (when not empty) said on stderr, exit 1; else when `not_compared`
+/// pairs (or drained guests) were not compared, said on stderr, exit 4 (as `check`'s
+/// `not-compared`: neither runs nor cannot); else exit 0.
+fn finish(text: &str, cannot: &str, not_compared: usize) -> Result<i32, Failure> {
     write_stdout(text.as_bytes())?;
     if cannot.is_empty() {
-        return Ok(EXIT_OK);
+        if not_compared == 0 {
+            return Ok(EXIT_OK);
+        }
+        crate::stdio::message_line(&format!(
+            "virt-cpu-policy: {not_compared} not compared: a fact the judgement needs is missing (each not-compared reason names it)"
+        ));
+        return Ok(crate::report::EXIT_NOT_COMPARED);
     }
     crate::stdio::message_line(&format!("virt-cpu-policy: {cannot}"));
     Ok(EXIT_REFUSED)
@@ -174,8 +182,8 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
     }
     if let FleetFormat::Prometheus = a.format {
         let t = tally(&fleet);
-        let text = fmt::prometheus(&fleet, t.cannot, &t.undrainable, &t.untakeable);
-        return finish(&text, &cannot_pairs(t.cannot));
+        let text = fmt::prometheus(&fleet, &t);
+        return finish(&text, &cannot_pairs(t.cannot), t.not_compared_pairs);
     }
     let json = matches!(a.format, FleetFormat::Json);
     if let Some(h) = &a.drain {
@@ -201,34 +209,11 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
                 stuck.join(", ")
             )
         };
-        return finish(&text, &cannot);
+        let unknown = leaving.iter().filter(|l| l.unknown()).count();
+        return finish(&text, &cannot, unknown);
     }
     if let Some(file) = &a.admit {
-        let new = fleet.add_host(file, None)?;
-        warn_unused_maps(&fleet);
-        let cluster_map = maps.for_host(&fleet.hosts[new].name);
-        let adm = admit(&fleet, new, cluster_map.as_deref());
-        let text = if json {
-            json_text(&fmt::admit_json(&fleet, &adm))
-        } else {
-            fmt::admit_text(&fleet, &adm)
-        };
-        let guests = adm.pairs.iter().filter(|p| !p.runs()).count();
-        let models = adm.models.iter().filter(|m| !m.reasons.is_empty()).count();
-        let name = &fleet.hosts[new].name;
-        let mut cannot = if guests + models == 0 {
-            String::new()
-        } else {
-            format!("host {name} cannot run {guests} guest(s) and {models} of the cluster's CPU(s)")
-        };
-        // A cluster CPU that cannot be computed with the new host is no "runs the cluster's
-        // CPU": exit 1, as a CPU it cannot run.
-        if let Some(e) = adm.cluster.unknown() {
-            let sep = if cannot.is_empty() { "" } else { "; " };
-            cannot =
-                format!("{cannot}{sep}the cluster's CPU with host {name} cannot be computed: {e}");
-        }
-        return finish(&text, &cannot);
+        return admit_view(&mut fleet, &maps, file, json);
     }
     if let (Some(h), Some(to)) = (&a.upgrade, &a.to) {
         let h = fleet.host_index(h)?;
@@ -241,15 +226,59 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
         } else {
             fmt::upgrade_text(&fleet, h, to, &list)
         };
-        let cannot = list.iter().filter(|u| !u.reasons.is_empty()).count();
+        let nc = list
+            .iter()
+            .filter(|u| crate::fleet::not_compared(&u.reasons))
+            .count();
+        let cannot = list.iter().filter(|u| !u.reasons.is_empty()).count() - nc;
         let cannot = if cannot == 0 {
             String::new()
         } else {
             format!("{cannot} guest(s) cannot run on {name} as they are")
         };
-        return finish(&text, &cannot);
+        return finish(&text, &cannot, nc);
     }
     matrix(&fleet, json, a.pairs)
+}
+
+/// `fleet --admit FILE`: the new host's answers, the exit as [`finish`] gives it.
+fn admit_view(
+    fleet: &mut Fleet,
+    maps: &CpuMaps,
+    file: &std::path::Path,
+    json: bool,
+) -> Result<i32, Failure> {
+    let new = fleet.add_host(file, None)?;
+    warn_unused_maps(fleet);
+    let cluster_map = maps.for_host(&fleet.hosts[new].name);
+    let adm = admit(fleet, new, cluster_map.as_deref());
+    let text = if json {
+        json_text(&fmt::admit_json(fleet, &adm))
+    } else {
+        fmt::admit_text(fleet, &adm)
+    };
+    let nc_guests = adm.pairs.iter().filter(|p| p.not_compared()).count();
+    let guests = adm.pairs.iter().filter(|p| !p.runs()).count() - nc_guests;
+    let nc_models = adm
+        .models
+        .iter()
+        .filter(|m| crate::fleet::not_compared(&m.reasons))
+        .count();
+    let models = adm.models.iter().filter(|m| !m.reasons.is_empty()).count() - nc_models;
+    let nc = nc_guests + nc_models;
+    let name = &fleet.hosts[new].name;
+    let mut cannot = if guests + models == 0 {
+        String::new()
+    } else {
+        format!("host {name} cannot run {guests} guest(s) and {models} of the cluster's CPU(s)")
+    };
+    // A cluster CPU that cannot be computed with the new host is no "runs the cluster's
+    // CPU": exit 1, as a CPU it cannot run.
+    if let Some(e) = adm.cluster.unknown() {
+        let sep = if cannot.is_empty() { "" } else { "; " };
+        cannot = format!("{cannot}{sep}the cluster's CPU with host {name} cannot be computed: {e}");
+    }
+    finish(&text, &cannot, nc)
 }
 
 /// The matrix view: summarised, or every pair (`--pairs`), written as it is made.
@@ -268,7 +297,7 @@ fn matrix(fleet: &Fleet, json: bool, pairs: bool) -> Result<i32, Failure> {
             code: EXIT_BAD_INPUT,
             message: Some(format!("cannot write to standard output: {e}")),
         })?;
-    finish("", &cannot_pairs(t.cannot))
+    finish("", &cannot_pairs(t.cannot), t.not_compared_pairs)
 }
 
 /// A warning per `--cpu-map HOST=DIR` whose HOST no facts file named (a typo judges that host

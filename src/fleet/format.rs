@@ -9,9 +9,15 @@ use serde_json::{Value, json};
 use std::fmt::Write as _;
 use std::io::Write;
 
-/// `runs` or `cannot`.
+/// `runs`, `not-compared` ([`super::not_compared`]) or `cannot`.
 fn verdict(reasons: &[Reason]) -> &'static str {
-    if reasons.is_empty() { "runs" } else { "cannot" }
+    if reasons.is_empty() {
+        "runs"
+    } else if super::not_compared(reasons) {
+        "not-compared"
+    } else {
+        "cannot"
+    }
 }
 
 fn reasons_json(reasons: &[Reason]) -> Value {
@@ -37,7 +43,7 @@ fn guests(n: usize) -> String {
     format!("{n} guest{}", if n == 1 { "" } else { "s" })
 }
 
-/// A drain as JSON: `{"schema_version", "host", "guests": [{"guest", "state", "stuck",
+/// A drain as JSON: `{"schema_version", "host", "guests": [{"guest", "state", "stuck", "not_compared",
 /// "destinations": [HOST], "refused": [{"host", "reasons"}]}]}`.
 #[must_use]
 pub fn drain_json(fleet: &Fleet, h: usize, leaving: &[Leaving]) -> Value {
@@ -49,6 +55,7 @@ pub fn drain_json(fleet: &Fleet, h: usize, leaving: &[Leaving]) -> Value {
                 "guest": g.facts.name,
                 "state": g.facts.state.as_str(),
                 "stuck": l.stuck(),
+                "not_compared": l.unknown(),
                 "destinations": l.to.iter().map(|t| fleet.hosts[*t].name.clone()).collect::<Vec<_>>(),
                 "refused": l.refused.iter().map(|p| json!({
                     "host": fleet.hosts[p.host].name,
@@ -69,11 +76,17 @@ pub fn drain_json(fleet: &Fleet, h: usize, leaving: &[Leaving]) -> Value {
 pub fn drain_text(fleet: &Fleet, h: usize, leaving: &[Leaving]) -> String {
     let host = &fleet.hosts[h].name;
     let stuck = leaving.iter().filter(|l| l.stuck()).count();
+    let unknown = leaving.iter().filter(|l| l.unknown()).count();
     let mut s = format!(
-        "drain {host}: {}, {} can leave, {} cannot\n",
+        "drain {host}: {}, {} can leave, {} cannot{}\n",
         guests(leaving.len()),
-        leaving.len() - stuck,
-        stuck
+        leaving.len() - stuck - unknown,
+        stuck,
+        if unknown > 0 {
+            format!(", {unknown} not known (not compared)")
+        } else {
+            String::new()
+        }
     );
     for l in leaving {
         let g = &fleet.guests[l.guest];
@@ -84,6 +97,12 @@ pub fn drain_text(fleet: &Fleet, h: usize, leaving: &[Leaving]) -> String {
         };
         if l.stuck() {
             let _ = writeln!(s, "  {} ({how}): CANNOT LEAVE", g.facts.name);
+        } else if l.unknown() {
+            let _ = writeln!(
+                s,
+                "  {} ({how}): NOT KNOWN (no host runs it for sure; some were not compared)",
+                g.facts.name
+            );
         } else {
             let to: Vec<&str> = l.to.iter().map(|t| fleet.hosts[*t].name.as_str()).collect();
             let _ = writeln!(s, "  {} ({how}): to {}", g.facts.name, to.join(", "));
@@ -171,13 +190,24 @@ pub fn admit_json(fleet: &Fleet, a: &Admission) -> Value {
 pub fn admit_text(fleet: &Fleet, a: &Admission) -> String {
     let host = &fleet.hosts[a.host].name;
     let cannot: Vec<&Pair> = a.pairs.iter().filter(|p| !p.runs()).collect();
+    let nc = cannot.iter().filter(|p| p.not_compared()).count();
     let mut s = format!(
-        "admit {host}: runs {} of {}\n",
+        "admit {host}: runs {} of {}{}\n",
         guests(a.pairs.len() - cannot.len()),
-        a.pairs.len()
+        a.pairs.len(),
+        if nc > 0 {
+            format!(", {nc} not compared")
+        } else {
+            String::new()
+        }
     );
     for p in &cannot {
-        let _ = writeln!(s, "  cannot run {}:", fleet.guests[p.guest].facts.name);
+        let what = if p.not_compared() {
+            "not compared with"
+        } else {
+            "cannot run"
+        };
+        let _ = writeln!(s, "  {what} {}:", fleet.guests[p.guest].facts.name);
         for r in p.reasons.iter() {
             let _ = writeln!(s, "    [{}] {}", r.code.as_str(), r.message);
         }
@@ -185,6 +215,11 @@ pub fn admit_text(fleet: &Fleet, a: &Admission) -> String {
     for m in &a.models {
         if m.reasons.is_empty() {
             let _ = writeln!(s, "runs {}", m.what);
+        } else if super::not_compared(&m.reasons) {
+            let _ = writeln!(s, "NOT COMPARED with {}:", m.what);
+            for r in &m.reasons {
+                let _ = writeln!(s, "    [{}] {}", r.code.as_str(), r.message);
+            }
         } else {
             let _ = writeln!(s, "CANNOT run {}:", m.what);
             for r in &m.reasons {
@@ -258,7 +293,12 @@ pub fn upgrade_text(fleet: &Fleet, h: usize, to: usize, list: &[Upgraded]) -> St
         guests(list.len())
     );
     for u in list.iter().filter(|u| !u.reasons.is_empty()) {
-        let _ = writeln!(s, "  {}: cannot", fleet.guests[u.guest].facts.name);
+        let _ = writeln!(
+            s,
+            "  {}: {}",
+            fleet.guests[u.guest].facts.name,
+            verdict(&u.reasons)
+        );
         for r in u.reasons.iter() {
             let _ = writeln!(s, "    [{}] {}", r.code.as_str(), r.message);
         }
@@ -290,19 +330,16 @@ pub fn upgrade_text(fleet: &Fleet, h: usize, to: usize, list: &[Upgraded]) -> St
 
 /// The fleet's Prometheus series (text format 0.0.4): per host, the guests on it, the guests
 /// that cannot leave it and the guests of other hosts it cannot take; the fleet's pairs by
-/// verdict (`cannot` of them cannot run).
+/// verdict (`runs`, `cannot`, `not-compared`).
 #[must_use]
-pub fn prometheus(
-    fleet: &Fleet,
-    cannot: usize,
-    undrainable: &[usize],
-    untakeable: &[usize],
-) -> String {
+pub fn prometheus(fleet: &Fleet, t: &Tally) -> String {
     use prometheus_client::encoding::prometheus_text;
     use prometheus_client::metrics::family::Family;
     use prometheus_client::metrics::gauge::Gauge;
     use prometheus_client::registry::Registry;
     type Labels = Vec<(String, String)>;
+    let (cannot, not_compared) = (t.cannot, t.not_compared_pairs);
+    let (undrainable, untakeable) = (&t.undrainable, &t.untakeable);
     let clamp = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     let mut reg = Registry::default();
     let per_host = |reg: &mut Registry, name: &str, help: &str, values: &dyn Fn(usize) -> usize| {
@@ -335,11 +372,15 @@ pub fn prometheus(
     let by_verdict = Family::<Labels, Gauge>::default();
     reg.register(
         "virt_cpu_policy_fleet_pairs",
-        "Guest x host pairs by verdict (runs, cannot)",
+        "Guest x host pairs by verdict (runs, cannot, not-compared: a fact the judgement needs is missing)",
         by_verdict.clone(),
     );
     let pairs = fleet.guests.len() * fleet.hosts.len();
-    for (v, n) in [("runs", pairs - cannot), ("cannot", cannot)] {
+    for (v, n) in [
+        ("runs", pairs - cannot - not_compared),
+        ("cannot", cannot),
+        ("not-compared", not_compared),
+    ] {
         by_verdict
             .get_or_create(&vec![("verdict".to_string(), v.to_string())])
             .set(clamp(n));
@@ -350,29 +391,36 @@ pub fn prometheus(
     crate::metrics::sorted_series(&out)
 }
 
-/// The hosts of one kind (a host class, [`super::views::class_members`]) that cannot run one
-/// guest: how many, the first three, and the one of that kind that does run it (the guest's own
-/// host, where nothing migrates), if any.
+/// The hosts of one kind (a host class, [`super::views::class_members`]) of one verdict for one
+/// guest (`cannot`, or not compared): how many, the first three, and the one of that kind whose
+/// verdict differs (the guest's own host, where nothing migrates), if any.
 struct Group {
     kind: usize,
-    cannot: usize,
+    count: usize,
     named: Vec<usize>,
     except: Option<usize>,
 }
 
-/// Guest `g`'s groups of hosts that cannot run it, one per kind, kinds in order.
-fn cannot_groups(fleet: &Fleet, members: &[Vec<usize>], g: usize) -> Vec<Group> {
+/// Guest `g`'s groups of hosts of one verdict, one per kind, kinds in order: the kinds
+/// `in_class` says it of, less the guest's own host where `at` does not.
+fn groups(
+    fleet: &Fleet,
+    members: &[Vec<usize>],
+    g: usize,
+    in_class: impl Fn(usize) -> bool,
+    at: impl Fn(usize) -> bool,
+) -> Vec<Group> {
     let src = fleet.source(g);
     members
         .iter()
         .enumerate()
-        .filter(|(c, _)| !fleet.runs_in(g, *c))
+        .filter(|(c, _)| in_class(*c))
         .filter_map(|(kind, m)| {
-            let except = src.filter(|s| fleet.class_of(*s) == kind && fleet.runs(g, *s));
-            let cannot = m.len() - usize::from(except.is_some());
-            (cannot > 0).then(|| Group {
+            let except = src.filter(|s| fleet.class_of(*s) == kind && !at(*s));
+            let count = m.len() - usize::from(except.is_some());
+            (count > 0).then(|| Group {
                 kind,
-                cannot,
+                count,
                 named: m
                     .iter()
                     .copied()
@@ -383,6 +431,28 @@ fn cannot_groups(fleet: &Fleet, members: &[Vec<usize>], g: usize) -> Vec<Group> 
             })
         })
         .collect()
+}
+
+/// Guest `g`'s groups of hosts that cannot run it.
+fn cannot_groups(fleet: &Fleet, members: &[Vec<usize>], g: usize) -> Vec<Group> {
+    groups(
+        fleet,
+        members,
+        g,
+        |c| !fleet.runs_in(g, c) && !fleet.not_compared_in(g, c),
+        |h| !fleet.runs(g, h) && !fleet.not_compared(g, h),
+    )
+}
+
+/// Guest `g`'s groups of hosts it was not compared with.
+fn not_compared_groups(fleet: &Fleet, members: &[Vec<usize>], g: usize) -> Vec<Group> {
+    groups(
+        fleet,
+        members,
+        g,
+        |c| fleet.not_compared_in(g, c),
+        |h| fleet.not_compared(g, h),
+    )
 }
 
 /// The per-host table of the matrix views: each host's libvirt, its guests, the guests of the
@@ -408,19 +478,25 @@ fn host_table(fleet: &Fleet, t: &Tally) -> String {
                 .map_or_else(|| "?".to_string(), |v| v.to_string()),
             fleet.guests_on(h).len(),
             t.runs[h],
-            fleet.guests.len() - t.runs[h],
+            fleet.guests.len() - t.runs[h] - t.not_compared[h],
             t.undrainable[h]
         );
     }
     let total = fleet.guests.len() * fleet.hosts.len();
+    let run = total - t.cannot - t.not_compared_pairs;
+    // The not-compared count only when there are some: the line is otherwise as it was.
+    let not_compared = if t.not_compared_pairs > 0 {
+        format!(", {} not compared", t.not_compared_pairs)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         s,
-        "\n{} × {} host{}: {} pair{} run, {} cannot",
+        "\n{} × {} host{}: {run} pair{} run, {} cannot{not_compared}",
         guests(fleet.guests.len()),
         fleet.hosts.len(),
         if fleet.hosts.len() == 1 { "" } else { "s" },
-        total - t.cannot,
-        if total - t.cannot == 1 { "" } else { "s" },
+        if run == 1 { "" } else { "s" },
         t.cannot
     );
     s
@@ -460,21 +536,33 @@ pub fn summary_text(fleet: &Fleet, t: &Tally, out: &mut dyn Write) -> std::io::R
             .host
             .as_ref()
             .map_or_else(String::new, |h| format!(", on {h}"));
+        let nc = t.not_compared_on[g];
         let mut s = format!(
-            "  {} ({}{on}): runs on {} of {hosts} hosts, cannot on {}\n",
+            "  {} ({}{on}): runs on {} of {hosts} hosts, cannot on {}{}\n",
             guest.facts.name,
             guest.facts.state.as_str(),
             t.runs_on[g],
-            hosts - t.runs_on[g]
+            hosts - t.runs_on[g] - nc,
+            if nc > 0 {
+                format!(", not compared on {nc}")
+            } else {
+                String::new()
+            }
         );
-        for group in cannot_groups(fleet, &members, g) {
+        let cannot = cannot_groups(fleet, &members, g)
+            .into_iter()
+            .map(|x| (x, ""));
+        let unknown = not_compared_groups(fleet, &members, g)
+            .into_iter()
+            .map(|x| (x, ", not compared"));
+        for (group, what) in cannot.chain(unknown) {
             let _ = writeln!(
                 s,
-                "    {} host{} of kind {} ({}):",
-                group.cannot,
-                if group.cannot == 1 { "" } else { "s" },
+                "    {} host{} of kind {} ({}){what}:",
+                group.count,
+                if group.count == 1 { "" } else { "s" },
                 group.kind,
-                some_hosts(fleet, &group.named, group.cannot)
+                some_hosts(fleet, &group.named, group.count)
             );
             for r in fleet.reasons(g, group.named[0]).iter() {
                 let _ = writeln!(s, "      [{}] {}", r.code.as_str(), r.message);
@@ -491,9 +579,10 @@ pub const SUMMARY_SCHEMA_VERSION: u32 = 2;
 
 /// The matrix summarised as one JSON object, written to `out` as it is made (bounded memory
 /// whatever the fleet): `{"schema_version": 2, "kinds": [{"kind", "hosts": [HOST]}], "hosts":
-/// [{"host", "libvirt", "kind", "guests", "runs", "cannot", "stuck"}], "pairs": {"runs",
-/// "cannot"}, "guests": [{"guest", "state", "host", "runs_on", "cannot": [{"kind", "hosts",
-/// "except": [HOST], "reasons"}]}]}` (docs/json.md).
+/// [{"host", "libvirt", "kind", "guests", "runs", "cannot", "not_compared", "stuck"}], "pairs":
+/// {"runs", "cannot", "not_compared"}, "guests": [{"guest", "state", "host", "runs_on", "cannot":
+/// [{"kind", "hosts", "except": [HOST], "reasons"}], "not_compared_on", "not_compared": [as
+/// "cannot"]}]}` (docs/json.md).
 ///
 /// # Errors
 /// The writer's.
@@ -513,7 +602,8 @@ pub fn summary_json(fleet: &Fleet, t: &Tally, out: &mut dyn Write) -> std::io::R
                 "kind": fleet.class_of(h),
                 "guests": fleet.guests_on(h).len(),
                 "runs": t.runs[h],
-                "cannot": fleet.guests.len() - t.runs[h],
+                "cannot": fleet.guests.len() - t.runs[h] - t.not_compared[h],
+                "not_compared": t.not_compared[h],
                 "stuck": t.undrainable[h],
             })
         })
@@ -525,26 +615,30 @@ pub fn summary_json(fleet: &Fleet, t: &Tally, out: &mut dyn Write) -> std::io::R
         "{{\"schema_version\":{SUMMARY_SCHEMA_VERSION},\"kinds\":{},\"hosts\":{},\"pairs\":{},\"guests\":[",
         Value::Array(kinds),
         Value::Array(hosts),
-        json!({"runs": total - t.cannot, "cannot": t.cannot}),
+        json!({"runs": total - t.cannot - t.not_compared_pairs, "cannot": t.cannot, "not_compared": t.not_compared_pairs}),
     )?;
-    for (g, guest) in fleet.guests.iter().enumerate() {
-        let cannot: Vec<Value> = cannot_groups(fleet, &members, g)
+    let groups_json = |g: usize, groups: Vec<Group>| -> Vec<Value> {
+        groups
             .into_iter()
             .map(|group| {
                 json!({
                     "kind": group.kind,
-                    "hosts": group.cannot,
+                    "hosts": group.count,
                     "except": group.except.map(name).into_iter().collect::<Vec<_>>(),
                     "reasons": reasons_json(&fleet.reasons(g, group.named[0])),
                 })
             })
-            .collect();
+            .collect()
+    };
+    for (g, guest) in fleet.guests.iter().enumerate() {
         let v = json!({
             "guest": guest.facts.name,
             "state": guest.facts.state.as_str(),
             "host": guest.facts.host,
             "runs_on": t.runs_on[g],
-            "cannot": cannot,
+            "cannot": groups_json(g, cannot_groups(fleet, &members, g)),
+            "not_compared_on": t.not_compared_on[g],
+            "not_compared": groups_json(g, not_compared_groups(fleet, &members, g)),
         });
         if g > 0 {
             out.write_all(b",")?;
@@ -609,8 +703,10 @@ pub fn matrix_text_to(fleet: &Fleet, t: &Tally, out: &mut dyn Write) -> std::io:
             }
             let _ = writeln!(
                 s,
-                "  {} on {}: cannot",
-                fleet.guests[guest].facts.name, fleet.hosts[host].name
+                "  {} on {}: {}",
+                fleet.guests[guest].facts.name,
+                fleet.hosts[host].name,
+                verdict(&reasons)
             );
             for r in reasons.iter() {
                 let _ = writeln!(s, "    [{}] {}", r.code.as_str(), r.message);

@@ -541,6 +541,19 @@ impl Fleet {
         self.hosts[h].class
     }
 
+    /// Whether the pair of guest `g` and host `h` was not compared ([`not_compared`]: nothing
+    /// refuses it, but a fact its judgement needs is missing).
+    #[must_use]
+    pub fn not_compared(&self, g: usize, h: usize) -> bool {
+        not_compared(&self.verdict(g, h)) && self.group(g, h, |_| ()).is_none()
+    }
+
+    /// [`Fleet::not_compared`] for the hosts of class `c`, as [`Fleet::runs_in`].
+    #[must_use]
+    pub fn not_compared_in(&self, g: usize, c: usize) -> bool {
+        not_compared(&self.verdict_in(g, c)) && self.group_in(g, c, |_| ()).is_none()
+    }
+
     /// Whether guest `g` runs on the hosts of class `c`, its own source host apart (a running
     /// guest's own host needs no migration: [`Fleet::runs`] there asks its verdict only).
     #[must_use]
@@ -803,14 +816,31 @@ fn judge_shape(
             }];
         }
     };
-    judge(&p, shape, host, map, arrival)
+    let j = judge(&p, shape, host, map, arrival);
+    let blocking: Vec<Reason> = j
         .blocking()
         .into_iter()
         .map(|f| Reason {
             code: f.code,
             message: f.message.clone(),
         })
-        .collect()
+        .collect();
+    // Nothing refuses it, but the CPU comparison libvirt makes at arrival was not made for want
+    // of a fact: not "runs" ([`not_compared`]).
+    match &j.cpu {
+        crate::destination::CpuCompare::Unknown(why) if blocking.is_empty() => vec![Reason {
+            code: Code::NotCompared,
+            message: why.clone(),
+        }],
+        _ => blocking,
+    }
+}
+
+/// Whether `reasons` say the pair was not compared: its only reason is `not-compared` (a fact
+/// missing), nothing refuses it.
+#[must_use]
+pub fn not_compared(reasons: &[Reason]) -> bool {
+    !reasons.is_empty() && reasons.iter().all(|r| r.code == Code::NotCompared)
 }
 
 /// How a guest in `state` arrives on another host: a running one by live migration, a stopped

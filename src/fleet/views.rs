@@ -31,6 +31,12 @@ impl Pair {
     pub fn runs(&self) -> bool {
         self.reasons.is_empty()
     }
+
+    /// Whether the pair was not compared ([`super::not_compared`]).
+    #[must_use]
+    pub fn not_compared(&self) -> bool {
+        super::not_compared(&self.reasons)
+    }
 }
 
 /// Every class of the fleet's hosts, for [`Fleet::judge_shapes`].
@@ -57,19 +63,26 @@ pub fn matrix(fleet: &Fleet) -> Vec<Pair> {
 
 /// The matrix counted by host class ([`Fleet::runs_in`]): every figure of the views that count
 /// pairs, in guests × classes steps (a fleet of a thousand hosts of four kinds costs four per
-/// guest), the same as counting every pair ([`Fleet::runs`]).
+/// guest), the same as counting every pair ([`Fleet::runs`]). A pair is `runs`, `not-compared`
+/// ([`Fleet::not_compared`]) or `cannot`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tally {
     /// Per guest: the hosts that run it.
     pub runs_on: Vec<usize>,
+    /// Per guest: the hosts it was not compared with.
+    pub not_compared_on: Vec<usize>,
     /// Per host: the guests of the fleet it runs.
     pub runs: Vec<usize>,
+    /// Per host: the guests of the fleet it was not compared with.
+    pub not_compared: Vec<usize>,
     /// Per host: the guests on another host (or of unknown host) that it cannot run.
     pub untakeable: Vec<usize>,
     /// Per host: the guests on it that no other host runs (they cannot leave).
     pub undrainable: Vec<usize>,
     /// The guest × host pairs that cannot run.
     pub cannot: usize,
+    /// The guest × host pairs not compared.
+    pub not_compared_pairs: usize,
 }
 
 /// The hosts of each class, in order.
@@ -82,39 +95,81 @@ pub fn class_members(fleet: &Fleet) -> Vec<Vec<usize>> {
     members
 }
 
-/// The fleet's [`Tally`].
+/// The pairs one verdict holds for, counted by class: per guest, per host, and per host among
+/// its own guests.
+struct Counted {
+    per_guest: Vec<usize>,
+    per_host: Vec<usize>,
+    own: Vec<usize>,
+}
+
+/// [`Counted`] of the verdict `in_class` says of a guest and a class and `at` of a guest and
+/// its own host: at a guest's own host its verdict alone decides (nothing migrates), so the
+/// class's answer is corrected there.
+fn count(
+    fleet: &Fleet,
+    members: &[Vec<usize>],
+    in_class: impl Fn(usize, usize) -> bool,
+    at: impl Fn(usize, usize) -> bool,
+) -> Counted {
+    let hosts = fleet.hosts.len();
+    let mut class_n = vec![0usize; members.len()];
+    let mut per_guest = vec![0usize; fleet.guests.len()];
+    let mut own = vec![0usize; hosts];
+    let mut own_class = vec![0usize; hosts];
+    for (g, n) in per_guest.iter_mut().enumerate() {
+        for (c, m) in members.iter().enumerate() {
+            if in_class(g, c) {
+                class_n[c] += 1;
+                *n += m.len();
+            }
+        }
+        if let Some(src) = fleet.source(g) {
+            let (o, k) = (at(g, src), in_class(g, fleet.class_of(src)));
+            own[src] += usize::from(o);
+            own_class[src] += usize::from(k);
+            *n = *n + usize::from(o) - usize::from(k);
+        }
+    }
+    let per_host = (0..hosts)
+        .map(|h| class_n[fleet.class_of(h)] + own[h] - own_class[h])
+        .collect();
+    Counted {
+        per_guest,
+        per_host,
+        own,
+    }
+}
+
+/// Counts the fleet's pairs by verdict ([`Tally`]).
 #[must_use]
 pub fn tally(fleet: &Fleet) -> Tally {
     fleet.judge_shapes(&every_class(fleet));
     let (guests, hosts) = (fleet.guests.len(), fleet.hosts.len());
     let members = class_members(fleet);
-    let mut class_runs = vec![0usize; members.len()];
-    let mut runs_on = vec![0usize; guests];
-    // At a guest's own host, its verdict alone decides (nothing migrates): the class's answer
-    // is corrected there.
-    let mut own_runs = vec![0usize; hosts];
-    let mut own_class_runs = vec![0usize; hosts];
-    let mut own_cannot = vec![0usize; hosts];
-    for (g, n) in runs_on.iter_mut().enumerate() {
-        for (c, m) in members.iter().enumerate() {
-            if fleet.runs_in(g, c) {
-                class_runs[c] += 1;
-                *n += m.len();
-            }
-        }
-        if let Some(src) = fleet.source(g) {
-            let (own, class) = (fleet.runs(g, src), fleet.runs_in(g, fleet.class_of(src)));
-            own_runs[src] += usize::from(own);
-            own_class_runs[src] += usize::from(class);
-            own_cannot[src] += usize::from(!own);
-            *n = *n + usize::from(own) - usize::from(class);
-        }
+    let runs = count(
+        fleet,
+        &members,
+        |g, c| fleet.runs_in(g, c),
+        |g, h| fleet.runs(g, h),
+    );
+    let nc = count(
+        fleet,
+        &members,
+        |g, c| fleet.not_compared_in(g, c),
+        |g, h| fleet.not_compared(g, h),
+    );
+    let mut own_guests = vec![0usize; hosts];
+    for src in (0..guests).filter_map(|g| fleet.source(g)) {
+        own_guests[src] += 1;
     }
-    let runs: Vec<usize> = (0..hosts)
-        .map(|h| class_runs[fleet.class_of(h)] + own_runs[h] - own_class_runs[h])
-        .collect();
+    // Another host's guests it neither runs nor was not compared with: its own guests it
+    // cannot run are no one else's.
     let untakeable = (0..hosts)
-        .map(|h| guests - runs[h] - own_cannot[h])
+        .map(|h| {
+            let own_cannot = own_guests[h] - runs.own[h] - nc.own[h];
+            guests - runs.per_host[h] - nc.per_host[h] - own_cannot
+        })
         .collect();
     let undrainable = (0..hosts)
         .map(|h| {
@@ -122,17 +177,21 @@ pub fn tally(fleet: &Fleet) -> Tally {
             fleet
                 .guests_on(h)
                 .iter()
-                .filter(|g| runs_on[**g] == own(**g))
+                .filter(|g| runs.per_guest[**g] == own(**g))
                 .count()
         })
         .collect();
-    let cannot = guests * hosts - runs_on.iter().sum::<usize>();
+    let not_compared_pairs: usize = nc.per_guest.iter().sum();
+    let cannot = guests * hosts - runs.per_guest.iter().sum::<usize>() - not_compared_pairs;
     Tally {
-        runs_on,
-        runs,
+        runs_on: runs.per_guest,
+        not_compared_on: nc.per_guest,
+        runs: runs.per_host,
+        not_compared: nc.per_host,
         untakeable,
         undrainable,
         cannot,
+        not_compared_pairs,
     }
 }
 
@@ -154,10 +213,18 @@ pub struct Leaving {
 }
 
 impl Leaving {
-    /// Whether the guest cannot leave (no other host runs it).
+    /// Whether the guest cannot leave: no other host runs it, and every other host refuses it
+    /// (none was left not compared).
     #[must_use]
     pub fn stuck(&self) -> bool {
-        self.to.is_empty()
+        self.to.is_empty() && !self.refused.iter().any(Pair::not_compared)
+    }
+
+    /// Whether no other host is known to run the guest but some were not compared with it
+    /// ([`Pair::not_compared`]): where it can go is not known.
+    #[must_use]
+    pub fn unknown(&self) -> bool {
+        self.to.is_empty() && self.refused.iter().any(Pair::not_compared)
     }
 }
 
@@ -210,7 +277,7 @@ pub fn tally_by_pairs(fleet: &Fleet) -> (usize, Vec<usize>, Vec<usize>) {
     let cannot = (0..fleet.guests.len())
         .map(|g| {
             (0..fleet.hosts.len())
-                .filter(|h| !fleet.runs(g, *h))
+                .filter(|h| !fleet.runs(g, *h) && !fleet.not_compared(g, *h))
                 .count()
         })
         .sum();
@@ -218,7 +285,7 @@ pub fn tally_by_pairs(fleet: &Fleet) -> (usize, Vec<usize>, Vec<usize>) {
         .map(|h| {
             (0..fleet.guests.len())
                 .filter(|g| fleet.source(*g) != Some(h))
-                .filter(|g| !fleet.runs(*g, h))
+                .filter(|g| !fleet.runs(*g, h) && !fleet.not_compared(*g, h))
                 .count()
         })
         .collect();

@@ -361,8 +361,10 @@ fn json_keys_are_the_documented_ones() {
 }
 
 /// The four views of `fleet --format json`, on libvirt 7.0's and 9.0's TCG
-/// domcapabilities (one file a host; the admitted one 9.0's again) and two guests of 9.0's: `maximum` (7.0 refuses it; a
-/// policy of `host-model` fixes it) and `host-passthrough` (TCG refuses it everywhere).
+/// domcapabilities (one file a host; the admitted one 9.0's again), a host of 9.0's capabilities
+/// alone, and three guests of 9.0's: `maximum` (7.0 refuses it; a policy of `host-model` fixes
+/// it), `host-passthrough` (TCG refuses it everywhere) and a custom `Nehalem` checked `partial`
+/// (not compared on the host without domcapabilities).
 fn fleet_json_keys_are_the_documented_ones(t: &Scratch, doc: &str) {
     let tcg_caps = |g: &str| {
         root()
@@ -385,11 +387,19 @@ fn fleet_json_keys_are_the_documented_ones(t: &Scratch, doc: &str) {
     t.write(
         "fleet/old.guests.xml",
         format!(
-            "<guestFacts host='old'><guest name='a' state='shutoff'>{}</guest><guest name='b' state='running'>{}</guest></guestFacts>",
+            "<guestFacts host='old'><guest name='a' state='shutoff'>{}</guest><guest name='b' state='running'>{}</guest><guest name='c' state='shutoff'>{}</guest></guestFacts>",
             domain("a", "<cpu mode='maximum'/>"),
-            domain("b", "<cpu mode='host-passthrough'/>")
+            domain("b", "<cpu mode='host-passthrough'/>"),
+            domain("c", "<cpu mode='custom' check='partial'><model>Nehalem</model></cpu>")
         ),
     );
+    // A host known by its capabilities alone: `c`'s CPU, which libvirt compares with TCG's
+    // host-model at start, is not compared there (`not-compared`).
+    std::fs::copy(
+        root().join("tests/data/generations/bookworm/capabilities.xml"),
+        t.path("fleet/plain.xml"),
+    )
+    .unwrap();
     let policy = t.write(
         "fleet-policy.toml",
         "version = 1\n[[rule]]\nname = \"tcg\"\nmatch = { type = \"qemu\" }\ncpu.mode = \"host-model\"\n",

@@ -149,45 +149,184 @@ fn summary_agrees_with_pairs(args: &[String], facts: &[PathBuf]) {
             )
         })
         .collect();
-    let runs = |g: &str, h: &str| got[&(g.to_string(), h.to_string())].is_empty();
+    // Each pair's verdict from its reasons: none, runs; `not-compared` alone, not compared.
+    let verdict = |g: &str, h: &str| {
+        let r = &got[&(g.to_string(), h.to_string())];
+        if r.is_empty() {
+            "runs"
+        } else if r.iter().all(|(code, _)| code == "not-compared") {
+            "not-compared"
+        } else {
+            "cannot"
+        }
+    };
+    let runs = |g: &str, h: &str| verdict(g, h) == "runs";
     let guests = field_of_each(&sum["guests"], "guest");
+    let mut totals = BTreeMap::new();
     for h in sum["hosts"].as_array().unwrap() {
         let name = h["host"].as_str().unwrap();
-        let n = guests.iter().filter(|g| runs(g, name)).count();
-        assert_eq!(h["runs"].as_u64().unwrap() as usize, n, "{h}");
+        let count = |v: &str| guests.iter().filter(|g| verdict(g, name) == v).count();
+        assert_eq!(h["runs"].as_u64().unwrap() as usize, count("runs"), "{h}");
         assert_eq!(
             h["cannot"].as_u64().unwrap() as usize,
-            guests.len() - n,
+            count("cannot"),
             "{h}"
         );
+        assert_eq!(
+            h["not_compared"].as_u64().unwrap() as usize,
+            count("not-compared"),
+            "{h}"
+        );
+        for v in ["runs", "cannot", "not-compared"] {
+            *totals.entry(v).or_insert(0usize) += count(v);
+        }
     }
+    assert_eq!(
+        sum["pairs"]["runs"].as_u64().unwrap() as usize,
+        totals["runs"]
+    );
+    assert_eq!(
+        sum["pairs"]["cannot"].as_u64().unwrap() as usize,
+        totals["cannot"]
+    );
+    assert_eq!(
+        sum["pairs"]["not_compared"].as_u64().unwrap() as usize,
+        totals["not-compared"]
+    );
     let all_hosts: Vec<&String> = kinds.values().flatten().collect();
     for g in sum["guests"].as_array().unwrap() {
         let name = g["guest"].as_str().unwrap();
         let n = all_hosts.iter().filter(|h| runs(name, h)).count();
         assert_eq!(g["runs_on"].as_u64().unwrap() as usize, n, "{g}");
+        let nc = all_hosts
+            .iter()
+            .filter(|h| verdict(name, h) == "not-compared")
+            .count();
+        assert_eq!(g["not_compared_on"].as_u64().unwrap() as usize, nc, "{g}");
         let mut covered = 0;
-        for c in g["cannot"].as_array().unwrap() {
-            let members = &kinds[&c["kind"].as_u64().unwrap()];
-            let except: Vec<&str> = c["except"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|e| e.as_str().unwrap())
-                .collect();
-            let cannot: Vec<&String> = members
-                .iter()
-                .filter(|h| !except.contains(&h.as_str()))
-                .collect();
-            assert!(cannot.iter().all(|h| !runs(name, h)), "{g}");
-            assert!(except.iter().all(|h| runs(name, h)), "{g}");
-            assert_eq!(c["hosts"].as_u64().unwrap() as usize, cannot.len(), "{g}");
-            let first = &got[&(name.to_string(), cannot[0].clone())];
-            assert_eq!(&reasons_of(&c["reasons"]), first, "{g}");
-            covered += cannot.len();
+        for (key, v) in [("cannot", "cannot"), ("not_compared", "not-compared")] {
+            for c in g[key].as_array().unwrap() {
+                let members = &kinds[&c["kind"].as_u64().unwrap()];
+                let except: Vec<&str> = c["except"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|e| e.as_str().unwrap())
+                    .collect();
+                let these: Vec<&String> = members
+                    .iter()
+                    .filter(|h| !except.contains(&h.as_str()))
+                    .collect();
+                assert!(these.iter().all(|h| verdict(name, h) == v), "{g}");
+                assert!(except.iter().all(|h| verdict(name, h) != v), "{g}");
+                assert_eq!(c["hosts"].as_u64().unwrap() as usize, these.len(), "{g}");
+                let first = &got[&(name.to_string(), these[0].clone())];
+                assert_eq!(&reasons_of(&c["reasons"]), first, "{g}");
+                covered += these.len();
+            }
         }
         assert_eq!(covered + n, all_hosts.len(), "{g}");
     }
+}
+
+/// A pair whose CPU comparison needs a fact the facts lack (a host known by its capabilities
+/// alone, a TCG guest whose custom CPU libvirt compares with TCG's host-model at start) is
+/// `not-compared`: neither runs nor cannot, in every view, each naming the fact; exit 4 when
+/// nothing cannot run. The same guest `check='none'` (libvirt compares nothing) runs there.
+#[test]
+fn a_pair_not_compared_is_neither_runs_nor_cannot() {
+    let t = Scratch::new("fleet-not-compared");
+    let dir = hosts_dir(&t, "nc", &["bookworm"]);
+    std::fs::copy(
+        crate::harness::root().join("tests/data/generations/bookworm/capabilities.xml"),
+        dir.join("plain.xml"),
+    )
+    .unwrap();
+    let host = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .find(|f| f != "plain.xml")
+        .unwrap()
+        .trim_end_matches(".xml")
+        .to_string();
+    let checked = guest(
+        "checked",
+        "pc-q35-7.2",
+        &custom("Nehalem", "").replace("match='exact'", "match='exact' check='partial'"),
+    );
+    let unchecked = guest(
+        "unchecked",
+        "pc-q35-7.2",
+        &custom("Nehalem", "").replace("match='exact'", "match='exact' check='none'"),
+    );
+    t.write(
+        "nc/guests.xml",
+        format!(
+            "<guestFacts host='{host}'><guest name='checked' state='shutoff'>{checked}</guest><guest name='unchecked' state='shutoff'>{unchecked}</guest></guestFacts>"
+        ),
+    );
+    let pairs = fleet_json(&[], std::slice::from_ref(&dir), 4);
+    let verdicts: BTreeMap<(String, String), String> = pairs["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let f = |k: &str| p[k].as_str().unwrap().to_string();
+            ((f("guest"), f("host")), f("verdict"))
+        })
+        .collect();
+    let v = |g: &str, h: &str| verdicts[&(g.to_string(), h.to_string())].as_str();
+    assert_eq!(v("checked", "plain"), "not-compared", "{pairs}");
+    assert_eq!(v("checked", &host), "runs", "{pairs}");
+    assert_eq!(v("unchecked", "plain"), "runs", "{pairs}");
+    let reason = &pairs["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["guest"] == "checked" && p["host"] == "plain")
+        .unwrap()["reasons"][0];
+    assert_eq!(reason["code"], "not-compared");
+    assert!(
+        reason["message"]
+            .as_str()
+            .unwrap()
+            .contains("host-model CPU is unknown"),
+        "{reason}"
+    );
+    let mut args: Vec<String> = vec![s(&dir)];
+    let text = run_fleet(&args);
+    text.status(4);
+    assert!(
+        text.stdout
+            .contains("3 pairs run, 0 cannot, 1 not compared"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("checked (shutoff, on "),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains("not compared on 1"), "{}", text.stdout);
+    assert!(text.stderr.contains("1 not compared"), "{}", text.stderr);
+    args.splice(0..0, ["--format".to_string(), "prometheus".to_string()]);
+    let prom = run_fleet(&args);
+    prom.status(4);
+    assert!(
+        prom.stdout
+            .contains("virt_cpu_policy_fleet_pairs{verdict=\"not-compared\"} 1"),
+        "{}",
+        prom.stdout
+    );
+    let drain = fleet_json(&["--drain", &host], std::slice::from_ref(&dir), 4);
+    let checked = drain["guests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["guest"] == "checked")
+        .unwrap();
+    assert_eq!(checked["stuck"], false, "{drain}");
+    assert_eq!(checked["not_compared"], true, "{drain}");
 }
 
 /// A guest (name, machine type, `<cpu>`) and the generations that refuse it, each with the code.
