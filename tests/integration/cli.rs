@@ -1933,3 +1933,76 @@ fn check_says_whether_the_os_floor_was_judged() {
         "{text}"
     );
 }
+
+/// virt-install's own Windows 11 domains (the corpus's, tagged `http://microsoft.com/win/11`),
+/// judged with libvirt 9.0's captured facts (tests/data/generations/bookworm: a KVM whose
+/// host-passthrough CPU lacks popcnt and sse4.2): each x86_64 one says its floor was judged and
+/// what it needs, and where the CPU is this host's own (host-passthrough) and lacks it, the
+/// `os-floor` error names Windows 11's floor; the aarch64 one says the floor was not judged.
+#[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
+fn virt_installs_windows_11_domains_are_judged_against_their_floor() {
+    let domains = crate::harness::shared_corpus().join("virt-manager/domains");
+    let g = root().join("tests/data/generations/bookworm");
+    let (map, caps, kvm) = (
+        s(&g.join("cpu_map")),
+        s(&g.join("capabilities.xml")),
+        s(&g.join("domcapabilities-x86_64-q35-kvm.xml")),
+    );
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&domains).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if !text.contains("id=\"http://microsoft.com/win/11\"") {
+            continue;
+        }
+        seen += 1;
+        let args = [
+            "--no-qemu-caps-cache",
+            "--cpu-map",
+            &map,
+            "--caps",
+            &caps,
+            "--caps",
+            &kvm,
+            "--libvirt-version",
+            "9.0.0",
+            &s(&path),
+        ];
+        let out = check(&args).run();
+        no_panic(&out);
+        let last = out.stdout.lines().last().unwrap_or_default().to_string();
+        if text.contains("arch=\"aarch64\"") {
+            assert!(
+                last.starts_with("  os floor: not judged (win11 needs sse4.2 + popcnt)"),
+                "{}: {}",
+                path.display(),
+                out.stdout
+            );
+            continue;
+        }
+        assert_eq!(
+            last,
+            "  os floor: judged (win11 needs sse4.2 + popcnt)",
+            "{}: {}",
+            path.display(),
+            out.stdout
+        );
+        if text.contains("mode=\"host-passthrough\"") {
+            out.status(1);
+            assert!(
+                out.stdout
+                    .contains("error[os-floor]: win11 needs sse4.2 + popcnt")
+                    && out.stdout.contains("missing sse4.2, popcnt")
+                    && out.stdout.contains("(rule 'the floor of win11')"),
+                "{}: {}",
+                path.display(),
+                out.stdout
+            );
+        }
+    }
+    assert!(seen >= 6, "{seen} Windows 11 domains in the corpus");
+}
