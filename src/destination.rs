@@ -184,7 +184,7 @@ pub fn judge(
     let mut findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
     // A running guest's OS booted on the CPU it keeps: its floor is a question for a start only.
     if arrival == Arrival::Migration {
-        findings.retain(|f| f.code != Code::OsFloor);
+        findings.retain(|f| !crate::validate::is_floor_finding(f));
     }
     let already = findings.iter().any(|f| f.code == Code::MachineUnsupported);
     let machine = (!already).then(|| machine_missing(&p.dom, host)).flatten();
@@ -378,11 +378,15 @@ fn host_cpu_libvirt_compares_with<'a>(
         .filter(|c| dom.virt_type() == "kvm" && c.value.arch.as_deref() == Some(dom.arch()))
         .map(HostCpu::Physical)
         .ok_or_else(|| {
-            format!(
-                "this host's host-model CPU is unknown (no domcapabilities for {} {} in the daemon's snapshot or --caps), and so is the CPU KVM can give (no capabilities host CPU of that arch)",
-                dom.arch(),
-                dom.virt_type()
-            )
+            let (arch, vt) = (dom.arch(), dom.virt_type());
+            let missing = format!(
+                "this host's host-model CPU is unknown (no domcapabilities for {arch} {vt} among its facts: its facts file, the daemon's snapshot or --caps)"
+            );
+            if vt == "kvm" {
+                format!("{missing}, and so is the CPU KVM can give (no capabilities host CPU of that arch)")
+            } else {
+                format!("{missing}; its physical CPU says nothing of what QEMU emulates")
+            }
         })
 }
 

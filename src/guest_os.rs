@@ -67,7 +67,7 @@ impl GuestOs {
         root.children()
             .find(|n| is_libvirt_element(*n, "description"))
             .and_then(text_of)
-            .map(|t| t.trim().to_string())
+            .map(|t| one_line(&t))
             .filter(|t| !t.is_empty())
             .map(|id| GuestOs {
                 id,
@@ -100,9 +100,38 @@ impl GuestOs {
         };
         floors().iter().find(|f| match self.source {
             OsSource::Libosinfo => f.libosinfo.iter().any(|g| g.matches(&self.id)),
-            OsSource::Description => f.cloudstack.iter().any(|g| g.matches_with(&self.id, opts)),
+            OsSource::Description => f
+                .cloudstack
+                .iter()
+                .any(|g| g.matches_with(&self.id, opts) && minor_only(g.as_str(), &self.id)),
         })
     }
+}
+
+/// `text` as one line: runs of white space (line breaks included) made one space, control
+/// characters dropped, trimmed; so a description never starts a line of its own in a message
+/// or a log.
+fn one_line(text: &str) -> String {
+    text.split_whitespace()
+        .map(|w| w.chars().filter(|c| !c.is_control()).collect::<String>())
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// For a CloudStack glob `NAME 9.*` (a minor version), whether what `*` took of `name` is one:
+/// digits, then nothing or CloudStack's suffix (` (64-bit)`), never free text (`Rocky Linux
+/// 9.4 web server`). Any other glob: true.
+fn minor_only(glob: &str, name: &str) -> bool {
+    let Some(prefix) = glob.strip_suffix('*').filter(|p| p.ends_with('.')) else {
+        return true;
+    };
+    let Some(rest) = name.get(prefix.len()..) else {
+        return false;
+    };
+    let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let after = &rest[digits..];
+    digits > 0 && (after.is_empty() || (after.starts_with(" (") && after.ends_with(')')))
 }
 
 /// One row of `src/cpu/os_floors.toml`: an OS family's CPU floor and its source.
@@ -280,6 +309,29 @@ mod tests {
         assert!(debian.unwrap().floor().is_none());
         assert!(os_of("<domain><description>  </description></domain>").is_none());
         assert!(os_of("<domain><name>x</name></domain>").is_none());
+    }
+
+    /// A minor version and CloudStack's suffix are an OS name; free text after it, or a longer
+    /// version, are not. A description is read as one line.
+    #[test]
+    fn a_cloudstack_name_is_the_name_alone_read_as_one_line() {
+        let floor = |d: &str| {
+            os_of(&format!("<domain><description>{d}</description></domain>"))
+                .and_then(|os| os.floor().map(|f| f.level))
+        };
+        assert_eq!(floor("Rocky Linux 10.4"), Some(Some(Level::V3)));
+        assert_eq!(floor("Rocky Linux 10.4 (64-bit)"), Some(Some(Level::V3)));
+        assert_eq!(floor("Rocky Linux 10 (64-bit)"), Some(Some(Level::V3)));
+        assert_eq!(floor("Rocky Linux 10.4 web server"), None);
+        assert_eq!(floor("Rocky Linux 10. (64-bit)"), None);
+        assert_eq!(floor("Rocky Linux 100"), None);
+        assert_eq!(floor("Rocky Linux 10 web server"), None);
+        let os = os_of(
+            "<domain><description>Rocky Linux\n  10.4\t(64-bit)&#x9b;</description></domain>",
+        )
+        .unwrap();
+        assert_eq!(os.id, "Rocky Linux 10.4 (64-bit)");
+        assert_eq!(os.floor().and_then(|f| f.level), Some(Level::V3));
     }
 
     #[test]

@@ -302,6 +302,15 @@ pub fn upgrade_text(fleet: &Fleet, h: usize, to: usize, list: &[Upgraded]) -> St
         for r in u.reasons.iter() {
             let _ = writeln!(s, "    [{}] {}", r.code.as_str(), r.message);
         }
+        if super::not_compared(&u.reasons) {
+            // Nothing to fix: a fact is missing.
+            let _ = writeln!(
+                s,
+                "    give {} its domcapabilities (virt-cpu-policyd --publish writes them) to have it judged",
+                fleet.hosts[to].path.display()
+            );
+            continue;
+        }
         match &u.fix {
             Some(f) => {
                 let _ = writeln!(
@@ -465,21 +474,34 @@ fn host_table(fleet: &Fleet, t: &Tally) -> String {
         .max()
         .unwrap_or(4)
         .max(4);
+    // A not-compared column only when some pair is: the table is otherwise as it was.
+    let nc = t.not_compared_pairs > 0;
     let mut s = format!(
-        "{:width$}  {:8}  {:>6}  {:>6}  {:>6}  {:>6}\n",
-        "host", "libvirt", "guests", "runs", "cannot", "stuck"
+        "{:width$}  {:8}  {:>6}  {:>6}  {:>6}  {:>6}{}\n",
+        "host",
+        "libvirt",
+        "guests",
+        "runs",
+        "cannot",
+        "stuck",
+        if nc { "  not-compared" } else { "" }
     );
     for (h, host) in fleet.hosts.iter().enumerate() {
         let _ = writeln!(
             s,
-            "{:width$}  {:8}  {:>6}  {:>6}  {:>6}  {:>6}",
+            "{:width$}  {:8}  {:>6}  {:>6}  {:>6}  {:>6}{}",
             host.name,
             host.libvirt
                 .map_or_else(|| "?".to_string(), |v| v.to_string()),
             fleet.guests_on(h).len(),
             t.runs[h],
             fleet.guests.len() - t.runs[h] - t.not_compared[h],
-            t.undrainable[h]
+            t.undrainable[h],
+            if nc {
+                format!("  {:>12}", t.not_compared[h])
+            } else {
+                String::new()
+            }
         );
     }
     let total = fleet.guests.len() * fleet.hosts.len();

@@ -725,10 +725,14 @@ impl Fleet {
     /// types).
     #[must_use]
     pub fn host_arch(&self, h: usize) -> Option<&str> {
-        let host = &self.classes[self.hosts[h].class].host;
+        let class = &self.classes[self.hosts[h].class];
+        let host = &class.host;
+        // The capabilities' own <host><cpu><arch> before the first <guest>'s: a capabilities
+        // file lists the emulated arches too (armv6l first on an x86_64 host).
         host.domcaps
             .first()
             .map(|d| d.arch.as_str())
+            .or_else(|| class.caps_cpu.as_ref().and_then(|c| c.cpu.arch.as_deref()))
             .or_else(|| host.machines.first().map(|m| m.arch.as_str()))
     }
 
@@ -825,15 +829,27 @@ fn judge_shape(
             message: f.message.clone(),
         })
         .collect();
-    // Nothing refuses it, but the CPU comparison libvirt makes at arrival was not made for want
-    // of a fact: not "runs" ([`not_compared`]).
-    match &j.cpu {
-        crate::destination::CpuCompare::Unknown(why) if blocking.is_empty() => vec![Reason {
-            code: Code::NotCompared,
-            message: why.clone(),
-        }],
-        _ => blocking,
+    if !blocking.is_empty() {
+        return blocking;
     }
+    // Nothing refuses it, but the CPU comparison libvirt makes at arrival, or the floor of the
+    // guest's OS at a start, was not made for want of a fact: not "runs" ([`not_compared`]).
+    let cpu = match &j.cpu {
+        crate::destination::CpuCompare::Unknown(why) => Some(why.clone()),
+        _ => None,
+    };
+    let floor = j
+        .findings
+        .iter()
+        .filter(|f| f.code == Code::NotCompared && crate::validate::is_floor_finding(f))
+        .map(|f| f.message.clone());
+    cpu.into_iter()
+        .chain(floor)
+        .map(|message| Reason {
+            code: Code::NotCompared,
+            message,
+        })
+        .collect()
 }
 
 /// Whether `reasons` say the pair was not compared: its only reason is `not-compared` (a fact

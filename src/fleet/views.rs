@@ -171,13 +171,16 @@ pub fn tally(fleet: &Fleet) -> Tally {
             guests - runs.per_host[h] - nc.per_host[h] - own_cannot
         })
         .collect();
+    // A guest no other host runs nor was left not compared with: it cannot leave (one only
+    // not compared elsewhere is not known to be stuck, as `--drain` says).
     let undrainable = (0..hosts)
         .map(|h| {
             let own = |g: usize| usize::from(fleet.runs(g, h));
+            let own_nc = |g: usize| usize::from(fleet.not_compared(g, h));
             fleet
                 .guests_on(h)
                 .iter()
-                .filter(|g| runs.per_guest[**g] == own(**g))
+                .filter(|g| runs.per_guest[**g] == own(**g) && nc.per_guest[**g] == own_nc(**g))
                 .count()
         })
         .collect();
@@ -291,7 +294,10 @@ pub fn tally_by_pairs(fleet: &Fleet) -> (usize, Vec<usize>, Vec<usize>) {
         .collect();
     let undrainable = (0..fleet.hosts.len())
         .map(|h| {
-            let stuck = |g: &usize| !(0..fleet.hosts.len()).any(|o| o != h && fleet.runs(*g, o));
+            let stuck = |g: &usize| {
+                !(0..fleet.hosts.len())
+                    .any(|o| o != h && (fleet.runs(*g, o) || fleet.not_compared(*g, o)))
+            };
             fleet.guests_on(h).iter().filter(|g| stuck(g)).count()
         })
         .collect();

@@ -20,6 +20,19 @@ use crate::policy::Plan;
 use roxmltree::Node;
 use std::collections::BTreeSet;
 
+/// The rule every finding of the floor is attributed to, before the OS's short name: `the floor
+/// of rhel10.0`.
+const FLOOR_RULE: &str = "the floor of ";
+
+/// Whether finding `f` is about the floor of the guest's OS (`os-floor`, or its `not-compared`):
+/// a question for a start only, a running guest's OS having booted on the CPU it keeps.
+#[must_use]
+pub fn is_floor_finding(f: &Finding) -> bool {
+    f.code == Code::OsFloor
+        || (f.code == Code::NotCompared
+            && f.rule.as_deref().is_some_and(|r| r.starts_with(FLOOR_RULE)))
+}
+
 /// The check of the first `<cpu>` (`cpu`, None when there is none: QEMU's default, `qemu64`).
 pub(super) fn check(
     dom: &Domain<'_>,
@@ -28,8 +41,28 @@ pub(super) fn check(
     facts: &DomainFacts<'_>,
     out: &mut Vec<Finding>,
 ) {
-    if let Judged::Short(f) = judge(dom, cpu, plan, facts) {
-        out.push(*f);
+    match judge(dom, cpu, plan, facts) {
+        Judged::Short(f) => out.push(*f),
+        // A check the guest's boot makes (its kernel) that no fact here lets the tool make:
+        // never "conforms" for it.
+        Judged::Missing(why) => {
+            if let Some((os, Some(floor))) = &plan.os {
+                out.push(
+                    Finding::warning(
+                        Code::NotCompared,
+                        format!(
+                            "not compared: {} needs {} ({}); {why}",
+                            os.short(),
+                            floor.needs(),
+                            floor.source
+                        ),
+                        "give the host's virsh domcapabilities (--caps, a <hostFacts>, or the daemon's snapshot), or run the tool on the host",
+                    )
+                    .rule(format!("{FLOOR_RULE}{}", os.short())),
+                );
+            }
+        }
+        _ => {}
     }
 }
 
@@ -41,8 +74,12 @@ enum Judged {
     Reaches,
     /// A rule waives it (`cpu.os_floor = false`): the rule's name.
     Waived(String),
-    /// Not judged: why (the fact missing, or nothing to judge it by).
+    /// Not judged: nothing to judge it by (no OS named, no floor known, not x86_64, QEMU's
+    /// whole TCG CPU): why.
     Not(String),
+    /// Not judged for want of a fact the judgement needs (this host's host-model or TCG CPU):
+    /// why, naming it. A `not-compared` warning; `fleet` says `not-compared` there.
+    Missing(String),
 }
 
 /// The floor of the guest's OS judged on the first `<cpu>` (`cpu`, None: QEMU's default).
@@ -86,6 +123,7 @@ fn judge(
     };
     if mode == CpuMode::Custom.as_str() {
         let Some((model, feats)) = super::cpu::custom_cpu_features(cpu, &explicit, facts) else {
+            // `cpu-model-unknown` says so: not a second finding.
             return Judged::Not(
                 "the CPU model's features are not known (not in the cpu_map)".into(),
             );
@@ -102,12 +140,11 @@ fn judge(
             // The plan asks for the floor: the rewrite gives it, and `cpu-level` says so.
             Judged::Short(_) if plan.asks_floor(floor) => Judged::Reaches,
             Judged::Short(f) => Judged::Short(f),
-            _ => tcg_short_of(cpu, os, floor, &feats, &what, facts)
-                .map_or(Judged::Reaches, |f| Judged::Short(Box::new(f))),
+            _ => tcg_short_of(cpu, os, floor, &feats, &what, facts),
         }
     } else if dom.virt_type() == "kvm" || mode == CpuMode::HostModel.as_str() {
         let Some(feats) = super::cpu::host_model_features(facts, &explicit) else {
-            return Judged::Not(format!(
+            return Judged::Missing(format!(
                 "this host's {mode} CPU is not known (no domcapabilities)"
             ));
         };
@@ -145,6 +182,10 @@ pub struct OsAnswer {
     pub floor: &'static str,
     /// Why it was waived or not judged (the rule, or the fact missing); None when judged.
     pub why: Option<String>,
+    /// Not judged for want of a fact the judgement needs (not said in JSON: `why` names it);
+    /// `fleet` counts such a pair `not-compared`.
+    #[serde(skip)]
+    pub fact_missing: bool,
 }
 
 impl OsAnswer {
@@ -182,6 +223,7 @@ impl OsAnswer {
 #[must_use]
 pub fn answer(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> OsAnswer {
     let cpu = dom.cpus().first().copied();
+    let mut fact_missing = false;
     let (floor, why) = match judge(dom, cpu, plan, facts) {
         Judged::Short(_) | Judged::Reaches => ("judged", None),
         Judged::Waived(rule) => (
@@ -189,6 +231,10 @@ pub fn answer(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> OsAnswe
             Some(format!("rule '{rule}' sets cpu.os_floor = false")),
         ),
         Judged::Not(why) => ("not-judged", Some(why)),
+        Judged::Missing(why) => {
+            fact_missing = true;
+            ("not-judged", Some(why))
+        }
     };
     let named = plan
         .os
@@ -203,6 +249,7 @@ pub fn answer(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> OsAnswe
         needs: named.and_then(|(_, f)| f.map(Floor::needs)),
         floor,
         why,
+        fact_missing,
     }
 }
 
@@ -216,14 +263,18 @@ fn tcg_short_of(
     feats: &BTreeSet<String>,
     what: &str,
     facts: &DomainFacts<'_>,
-) -> Option<Finding> {
-    let (gives, source) = facts.tcg.host_cpu.as_ref()?;
+) -> Judged {
     let check = cpu.map_or(CpuCheck::None, |c| {
         super::tcg::check_of(c, CpuMode::Custom, "qemu")
     });
     if !facts.tcg.x86_tcg || check != CpuCheck::None {
-        return None;
+        return Judged::Reaches;
     }
+    let Some((gives, source)) = facts.tcg.host_cpu.as_ref() else {
+        return Judged::Missing(
+            "this host's TCG CPU is not known (no domcapabilities for x86_64 qemu): what QEMU drops at start under check='none' is not known".into(),
+        );
+    };
     let emulated: BTreeSet<String> = feats.intersection(gives).cloned().collect();
     short_of(
         os,
@@ -234,6 +285,7 @@ fn tcg_short_of(
         ),
         "run the guest under KVM on a host whose CPU has them, or on a QEMU whose TCG emulates them",
     )
+    .map_or(Judged::Reaches, |f| Judged::Short(Box::new(f)))
 }
 
 /// The `os-floor` error when `feats` miss the floor of `os`: the OS, what it needs and the
@@ -264,6 +316,6 @@ fn short_of(
             ),
             fix,
         )
-        .rule(format!("the floor of {}", os.short())),
+        .rule(format!("{FLOOR_RULE}{}", os.short())),
     )
 }

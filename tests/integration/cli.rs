@@ -1871,7 +1871,9 @@ fn check_says_whether_the_os_floor_was_judged() {
     let case = |name: &str| root().join("tests/cases").join(name);
     let cpu_map = s(&root().join("tests/data/generations/bookworm/cpu_map"));
     let p = default_policy();
-    let run = |policy: &str, dom: &Path, json: bool| {
+    // `check` of `dom` under `policy` with the recorded cpu_map, `caps` and nothing of this
+    // machine: its stdout.
+    let judged = |caps: &[String], policy: &str, dom: &Path, json: bool| {
         let mut args = vec![
             "--policy",
             policy,
@@ -1879,6 +1881,9 @@ fn check_says_whether_the_os_floor_was_judged() {
             "--cpu-map",
             &cpu_map,
         ];
+        for c in caps {
+            args.extend(["--caps", c.as_str()]);
+        }
         if json {
             args.extend(["--format", "json"]);
         }
@@ -1888,6 +1893,7 @@ fn check_says_whether_the_os_floor_was_judged() {
         no_panic(&out);
         out.stdout
     };
+    let run = |policy: &str, dom: &Path, json: bool| judged(&[], policy, dom, json);
     let untagged = run(&p, &cloudstack(), false);
     let last = untagged.lines().last().unwrap_or_default();
     assert!(
@@ -1899,7 +1905,23 @@ fn check_says_whether_the_os_floor_was_judged() {
     assert_eq!(json["os"]["id"], serde_json::Value::Null, "{json}");
     assert!(json["os"]["why"].as_str().unwrap().contains("names no OS"));
 
+    // The case's TCG guest, judged without its host's domcapabilities: its floor under TCG
+    // (what QEMU drops with check='none') is not judged, for want of the TCG CPU.
     let rhel10 = case("os-floor-rhel10-libosinfo-raised-to-v3").join("input.xml");
+    let text = run(&p, &rhel10, false);
+    assert!(
+        text.contains(
+            "  os floor: not judged (rhel10.0 needs x86-64-v3): this host's TCG CPU is not known"
+        ),
+        "{text}"
+    );
+    // With them (the case's own args), it is.
+    let bookworm = root().join("tests/data/generations/bookworm");
+    let caps = [
+        s(&bookworm.join("capabilities.xml")),
+        s(&bookworm.join("domcapabilities-x86_64-q35-qemu.xml")),
+    ];
+    let run = |policy: &str, dom: &Path, json: bool| judged(&caps, policy, dom, json);
     let text = run(&p, &rhel10, false);
     assert!(
         text.ends_with("  os floor: judged (rhel10.0 needs x86-64-v3)\n"),

@@ -527,6 +527,13 @@ fn every_documented_exit_code_happens() {
     };
     let fleet_runs = s(&tcg_guest("runs", "<cpu mode='host-model'/>"));
     let fleet_cannot = s(&tcg_guest("cannot", "<cpu mode='host-passthrough'/>"));
+    // ... and a host known by its capabilities alone, where a custom CPU libvirt compares with
+    // TCG's host-model at start is not compared.
+    let plain_host = p("tests/data/generations/bookworm/capabilities.xml");
+    let fleet_unknown = s(&tcg_guest(
+        "unknown",
+        "<cpu mode='custom' check='partial'><model>Nehalem</model></cpu>",
+    ));
     std::fs::create_dir_all(t.path("no-guests")).unwrap();
     std::fs::create_dir_all(t.path("bad-guests")).unwrap();
     std::fs::write(t.path("bad-guests/x.xml"), "<domain").unwrap();
@@ -627,6 +634,11 @@ fn every_documented_exit_code_happens() {
             vec!["fleet".into(), tcg_host.clone(), fleet_cannot.clone()],
         ),
         ("fleet", 2, vec!["fleet".into(), "/nonexistent.xml".into()]),
+        (
+            "fleet",
+            4,
+            vec!["fleet".into(), plain_host.clone(), fleet_unknown.clone()],
+        ),
         (
             "facts",
             0,

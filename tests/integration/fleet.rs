@@ -1681,3 +1681,69 @@ fn a_guest_below_its_os_floor_starts_on_no_host() {
     );
     assert!(!reduced.contains("<description>"));
 }
+
+/// A stopped RHEL 10 guest with a host-model CPU, on a host known by its capabilities alone: its
+/// OS's floor (x86-64-v3) cannot be judged there (no host-model CPU known), so the pair is
+/// `not-compared`, not `runs`; on its own host (libvirt 9.0's capture, whose KVM host-model
+/// reaches x86-64-v1) it cannot start (`os-floor`). A guest only not compared elsewhere is not
+/// counted stuck. And a host admitted as a bare `virsh capabilities` file is judged by its own
+/// arch (`<host><cpu><arch>`), not the first emulated one's.
+#[test]
+fn a_floor_that_cannot_be_judged_is_not_compared() {
+    let t = Scratch::new("fleet-floor-nc");
+    let dir = hosts_dir(&t, "fl", &["bookworm"]);
+    let caps = crate::harness::root().join("tests/data/generations/bookworm/capabilities.xml");
+    std::fs::copy(&caps, dir.join("plain.xml")).unwrap();
+    let host = "bookworm";
+    let rhel10 = kvm_guest("rhel10", "x86_64", "pc-q35-7.2", "<cpu mode='host-model'/>").replace(
+        "<vcpu",
+        "<metadata><libosinfo:libosinfo xmlns:libosinfo='http://libosinfo.org/xmlns/libvirt/domain/1.0'><libosinfo:os id='http://redhat.com/rhel/10.0'/></libosinfo:libosinfo></metadata><vcpu",
+    );
+    t.write(
+        "fl/guests.xml",
+        guest_facts(host, &[("rhel10", "shutoff", rhel10)]),
+    );
+    let pairs = fleet_json(&[], std::slice::from_ref(&dir), 1);
+    let pair = |h: &str| {
+        pairs["pairs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["host"] == h)
+            .unwrap()
+            .clone()
+    };
+    let (own, plain) = (pair(host), pair("plain"));
+    assert_eq!(own["verdict"], "cannot", "{own}");
+    assert_eq!(own["reasons"][0]["code"], "os-floor", "{own}");
+    assert_eq!(plain["verdict"], "not-compared", "{plain}");
+    let why = plain["reasons"][0]["message"].as_str().unwrap();
+    assert!(
+        why.contains("rhel10.0 needs x86-64-v3") && why.contains("not known"),
+        "{plain}"
+    );
+    let summary = run_fleet(&["--format".into(), "json".into(), s(&dir)]);
+    summary.status(1);
+    let summary = json(&summary);
+    let own_row = summary["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["host"] == host)
+        .unwrap()
+        .clone();
+    assert_eq!(own_row["stuck"], 0, "{own_row}");
+    let bare = t.path("forky-caps.xml");
+    std::fs::copy(
+        crate::harness::root().join("tests/data/generations/forky/capabilities.xml"),
+        &bare,
+    )
+    .unwrap();
+    let admit = run_fleet(&["--admit".into(), s(&bare), s(&dir)]);
+    assert!(!admit.stdout.contains("armv6l"), "{}", admit.stdout);
+    assert!(
+        !admit.stdout.contains("[arch-unsupported]"),
+        "{}",
+        admit.stdout
+    );
+}
