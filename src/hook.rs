@@ -605,12 +605,11 @@ fn live_shortfall(
     // The floor of the guest's OS, under any policy but one that waives it: below it the
     // guest's kernel stops at boot (validate's `os-floor` judged it before the start).
     if let (Some((os, Some(floor))), "x86_64") = (&plan.os, dom.arch()) {
-        let waived = plan.os_floor.as_ref().is_some_and(|r| !r.value);
         let missing = floor.missing(|f| feats.contains(f));
-        if !waived && !missing.is_empty() {
+        if plan.floor_waiver().is_none() && !missing.is_empty() {
             return Some(Shortfall {
                 missing,
-                rule: format!("the floor of {}", os.short()),
+                rule: crate::validate::floor_rule(os),
                 what: format!(
                     "the started CPU is below the floor of {} ({}: {})",
                     os.short(),

@@ -276,6 +276,13 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The rule that waives the floor of the guest's OS (`cpu.os_floor = false`), if one does:
+    /// then the floor is neither raised nor judged.
+    #[must_use]
+    pub fn floor_waiver(&self) -> Option<&Ruled<bool>> {
+        self.os_floor.as_ref().filter(|r| !r.value)
+    }
+
     /// Whether the plan asks for all of `floor`: its `min_level` reaches the floor's level, and
     /// each feature the floor needs is required or part of that level.
     #[must_use]

@@ -24,6 +24,12 @@ use std::collections::BTreeSet;
 /// of rhel10.0`.
 const FLOOR_RULE: &str = "the floor of ";
 
+/// The rule the floor of `os` is attributed to: `the floor of rhel10.0`.
+#[must_use]
+pub fn floor_rule(os: &GuestOs) -> String {
+    format!("{FLOOR_RULE}{}", os.short())
+}
+
 /// Whether finding `f` is about the floor of the guest's OS (`os-floor`, or its `not-compared`):
 /// a question for a start only, a running guest's OS having booted on the CPU it keeps.
 #[must_use]
@@ -58,7 +64,7 @@ pub(super) fn check(
                         ),
                         "give the host's virsh domcapabilities (--caps, a <hostFacts>, or the daemon's snapshot), or run the tool on the host",
                     )
-                    .rule(format!("{FLOOR_RULE}{}", os.short())),
+                    .rule(floor_rule(os)),
                 );
             }
         }
@@ -112,7 +118,7 @@ fn judge(
             dom.arch()
         ));
     }
-    if let Some(r) = plan.os_floor.as_ref().filter(|r| !r.value) {
+    if let Some(r) = plan.floor_waiver() {
         return Judged::Waived(r.rule.clone());
     }
     let mode = cpu.and_then(|c| c.attribute("mode")).unwrap_or("custom");
@@ -316,6 +322,6 @@ fn short_of(
             ),
             fix,
         )
-        .rule(format!("{FLOOR_RULE}{}", os.short())),
+        .rule(floor_rule(os)),
     )
 }
