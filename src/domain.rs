@@ -137,6 +137,18 @@ impl<'t> Domain<'t> {
             .and_then(text_of)
     }
 
+    /// Whether the domain writes an Intel IOMMU with `<driver eim='on'/>` (QEMU's `eim=on`;
+    /// libvirt passes nothing for an absent `eim`, which QEMU's `auto` decides).
+    #[must_use]
+    pub fn writes_eim_on(&self) -> bool {
+        child(self.root(), "devices")
+            .and_then(|d| child(d, "iommu"))
+            .filter(|i| i.attribute("model") == Some("intel"))
+            .and_then(|i| child(i, "driver"))
+            .and_then(|d| d.attribute("eim"))
+            == Some("on")
+    }
+
     fn os_type(&self) -> Option<Node<'_, 't>> {
         child(self.root(), "os").and_then(|os| child(os, "type"))
     }

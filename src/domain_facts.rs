@@ -16,11 +16,14 @@
 //! KVM's limit only for KVM guests above 240 vCPUs or with `vcpu.max`, the QEMU release and its
 //! TCG's CPU only for x86 TCG guests that can need them ([`TcgFacts::gather`]).
 
+pub mod arch_caps;
+pub mod kvm_start;
+
 use crate::cpu::default_model;
 use crate::domain::{Domain, cpu_features};
 use crate::host::{DeprecatedMachine, Host, MachineLimit, Sourced};
 use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu::CpuMode;
+use crate::libvirt::cpu::{CpuMode, FeaturePolicy, guaranteed_features};
 use crate::libvirt::domcaps::DomCaps;
 use crate::libvirt::version::LibvirtVersion;
 use crate::machine::family_floor;
@@ -70,13 +73,13 @@ pub struct DomainFacts<'h> {
     /// The host CPU libvirt compares an x86 KVM custom CPU with at start, under
     /// `check='partial'` ([`crate::validate::kvm`]), when the host's capabilities and cpu_map
     /// give it.
-    pub kvm_start: Option<crate::validate::kvm::KvmStartHost<'h>>,
+    pub kvm_start: Option<kvm_start::KvmStartHost<'h>>,
     /// Why [`DomainFacts::kvm_start`] is None for an x86 KVM domain with a model
-    /// ([`crate::validate::kvm::missing`]), for the `not-compared` finding.
+    /// ([`kvm_start::missing`]), for the `not-compared` finding.
     pub kvm_start_missing: Option<String>,
     /// An AMD host whose QEMU aborts a KVM CPU carrying `arch-capabilities`
     /// ([`crate::validate::arch_caps`]), when its facts say so.
-    pub arch_caps: Option<crate::validate::arch_caps::ArchCapsHost<'h>>,
+    pub arch_caps: Option<arch_caps::ArchCapsHost<'h>>,
     /// The domain's arch, virt type, and the arch of the host that runs it
     /// ([`crate::libvirt::arch::host_arch`]), for the CPU modes libvirt offers.
     arch: String,
@@ -124,7 +127,7 @@ impl<'h> DomainFacts<'h> {
             .is_some_and(|m| m.value == VcpuMax::Host)
             .then(|| host.cpus().cloned())
             .flatten();
-        let kvm_start = crate::validate::kvm::gather(dom, host);
+        let kvm_start = kvm_start::gather(dom, host);
         DomainFacts {
             models,
             unknown_features,
@@ -151,10 +154,10 @@ impl<'h> DomainFacts<'h> {
             libvirt,
             tcg: TcgFacts::gather(dom, plan, host, domcaps),
             kvm_start_missing: (kvm_start.is_none() && vt == "kvm" && is_x86(arch))
-                .then(|| crate::validate::kvm::missing(dom, host))
+                .then(|| kvm_start::missing(dom, host))
                 .flatten(),
             kvm_start,
-            arch_caps: crate::validate::arch_caps::gather(dom, host),
+            arch_caps: arch_caps::gather(dom, host),
             arch: arch.to_string(),
             virt_type: vt.to_string(),
             host_arch: crate::libvirt::arch::host_arch(),
@@ -242,6 +245,43 @@ impl<'h> DomainFacts<'h> {
             "model '{model}' was not gathered"
         );
         self.models.get(model).and_then(Option::as_ref)
+    }
+
+    /// A custom CPU's model (QEMU's `qemu64` when it names none) and the features libvirt
+    /// guarantees it: the model's as the cpu_map defines it, with the ones `explicit` requires
+    /// and without those it disables. None for a model the cpu_map lacks (its own finding says
+    /// so).
+    #[must_use]
+    pub fn custom_cpu_features(
+        &self,
+        cpu: Option<roxmltree::Node<'_, '_>>,
+        explicit: &[(String, Option<FeaturePolicy>)],
+    ) -> Option<(String, BTreeSet<String>)> {
+        let model = cpu
+            .and_then(|c| crate::xml::child(c, "model"))
+            .and_then(crate::domain::model_name)
+            .unwrap_or_else(|| "qemu64".to_string());
+        let feats = guaranteed_features(Some(self.model_features(&model)?), explicit);
+        Some((model, feats))
+    }
+
+    /// The features the host's host-model CPU (domcapabilities) gives, minus those the domain
+    /// switches off; None without domcapabilities.
+    #[must_use]
+    pub fn host_model_features(
+        &self,
+        explicit: &[(String, Option<FeaturePolicy>)],
+    ) -> Option<BTreeSet<String>> {
+        let hm = self.domcaps?.host_model.as_ref()?;
+        let mut feats =
+            hm.guaranteed_features(hm.model.as_deref().and_then(|m| self.model_features(m)));
+        for (name, _) in explicit
+            .iter()
+            .filter(|(_, p)| !p.is_some_and(FeaturePolicy::gives))
+        {
+            feats.remove(name);
+        }
+        Some(feats)
     }
 
     /// Whether the model tables are the built-in copy of libvirt 9.0's (no cpu_map directory on

@@ -22,6 +22,12 @@ pub mod change;
 pub mod error;
 pub mod stdio;
 
+// Files replaced atomically (`rewrite --in-place`, the daemon's snapshot, published facts and
+// metrics), and state files shared by the hook and the daemon: one writer at a time.
+pub mod writefile;
+
+pub mod lockfile;
+
 pub mod xml;
 
 // libvirt's documents and words, then what the tool knows of CPUs, machines and modes.
@@ -54,13 +60,6 @@ pub mod domain_facts;
 
 pub mod pipeline;
 
-// Files replaced atomically (`rewrite --in-place`, the daemon's snapshot, published facts and
-// metrics).
-pub mod writefile;
-
-// State files shared by the hook and the daemon: one writer at a time.
-pub mod lockfile;
-
 // The edits, the checks of a result, then the desired CPU/vCPU (the rewrite validates what it
 // writes) and the verdict on it.
 pub mod edit;
@@ -73,18 +72,21 @@ pub mod rewrite;
 
 pub mod report;
 
-// The fleet view (Prometheus metrics, `audit` over stored definitions), then the front ends.
+// Where decisions go (the journal, a log file), and the hook's decisions counted in a state
+// file for the daemon's metrics.
+pub mod log;
+
+pub mod hook_decisions;
+
+// The views (Prometheus metrics, `audit` over stored definitions, the fleet), then the front
+// ends.
 pub mod metrics;
 
 pub mod audit;
 
 pub mod fleet;
-pub mod log;
 
 pub mod hook;
-
-// The hook's decisions counted in a state file, for the daemon's metrics.
-pub mod hook_decisions;
 
 #[cfg(feature = "daemon")]
 pub mod daemon;

@@ -170,7 +170,7 @@ impl TcgFacts {
         let (arch, emulator) = (dom.arch(), dom.emulator());
         let vcpu_rule = plan.vcpu_max.is_some() || plan.topology.is_some() || plan.iommu.is_some();
         let compare = compares(dom, plan);
-        let eim = crate::validate::tcg::writes_eim_on(dom);
+        let eim = dom.writes_eim_on();
         let version = (vcpu_rule
             || compare
             || eim

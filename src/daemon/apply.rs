@@ -11,6 +11,7 @@ use crate::metrics::FailureReason;
 use crate::policy::Policy;
 use crate::report::Verdict;
 use crate::rewrite::rewrite;
+use crate::writefile::safe_file_name;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -541,8 +542,6 @@ fn write_backup(dir: &Path, name: &str, uuid: &str, xml: &str) -> std::io::Resul
     f.sync_all()?;
     Ok(path)
 }
-
-pub(super) use crate::writefile::safe_file_name;
 
 /// This host's facts for judging guests: the snapshot just written, the policy's `[host]`
 /// files, and `libvirt` (from [`libvirt_version`]) over any version those files name, so the

@@ -3,11 +3,11 @@
 //! and, with `--publish DIR` or `[host] publish`, as `DIR/<hostname>.xml` for the cluster; each
 //! written atomically and only when it changed ([`crate::writefile`]).
 
-use super::apply::safe_file_name;
 use super::cli::Cli;
 use super::session::inactive_xml;
 use crate::libvirt::version::LibvirtVersion;
 use crate::policy::Policy;
+use crate::writefile::safe_file_name;
 use crate::writefile::write_if_changed;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

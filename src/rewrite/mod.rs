@@ -14,7 +14,6 @@
 //! Everything outside an edited element is untouched, so a conforming domain comes out identical
 //! and `rewrite(rewrite(x)) == rewrite(x)`.
 
-mod apic;
 mod cpu;
 mod desired;
 mod emit;
@@ -122,14 +121,14 @@ pub fn rewrite_pipeline(p: &Pipeline<'_, '_>, what: &str, policy: &Policy) -> Re
     explain_merge(&desired, &cpus, &mut notes);
     cpu::apply(&mut desired, plan, dom, facts, &mut notes);
     // Only an x86 TCG guest's maximum can need x2APIC in its CPU (rewrite/apic.rs).
-    let x2apic = facts.tcg.x86_tcg && apic::desired_has_x2apic(&desired, dom.arch(), facts);
+    let x2apic = facts.tcg.x86_tcg && vcpu::x2apic::desired_has_x2apic(&desired, dom.arch(), facts);
     let topology = desired.single("topology");
     let v = vcpu::apply(dom, plan, facts, topology, desired.numa, x2apic);
     desired.topology_markup = v.topology_markup;
     desired.numa_markup = v.numa_markup;
     notes.extend(v.notes);
     if let Some(need) = &v.x2apic {
-        apic::require_x2apic(&mut desired, need, dom.arch(), facts, &mut notes);
+        vcpu::x2apic::require_x2apic(&mut desired, need, dom.arch(), facts, &mut notes);
     }
     let xml_error = |message: String| Error::Xml {
         what: what.to_string(),

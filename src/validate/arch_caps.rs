@@ -30,112 +30,16 @@
 //! (`--qemu-version`, or libvirt's QEMU capability cache) and, from QEMU 10.1 on, the machine
 //! type's version; without any of them nothing is said.
 
+use crate::cpu::ARCH_CAPABILITIES_BITS;
 use crate::domain::{Domain, cpu_features, cpu_mode, model_name};
 use crate::domain_facts::DomainFacts;
+use crate::domain_facts::arch_caps::{
+    ArchCapsHost, FEATURE, QEMU_HIDES_ARCH_CAPABILITIES_ON_AMD, machine_release,
+};
 use crate::finding::{Code, Finding};
-use crate::host::{Host, Sourced};
-use crate::libvirt::arch::is_x86;
 use crate::libvirt::cpu::{CpuMatch, CpuMode, FeaturePolicy};
-use crate::libvirt::version::{LibvirtVersion, QemuVersion};
 use crate::xml::child;
 use roxmltree::Node;
-use std::sync::OnceLock;
-
-/// The first QEMU that leaves `arch-capabilities` out of a KVM guest CPU on an AMD host, for
-/// machine types of its own release and later: 10.1.0 (module docs).
-pub const QEMU_HIDES_ARCH_CAPABILITIES_ON_AMD: QemuVersion = QemuVersion(LibvirtVersion {
-    major: 10,
-    minor: 1,
-    micro: 0,
-});
-
-/// The feature, in libvirt's spelling (`x86_features.xml`: CPUID 7.0 EDX bit 29).
-const FEATURE: &str = "arch-capabilities";
-
-pub use crate::cpu::ARCH_CAPABILITIES_BITS;
-
-/// The host facts behind the warning, gathered for an x86 KVM guest when domcapabilities' KVM
-/// host-model CPU is AMD's. The QEMU release is read from the host ([`Host::qemu_version`]: the
-/// QEMU capability cache, for the hook at every guest start) only for a CPU that may carry
-/// `arch-capabilities`, on first need.
-#[derive(Debug, Clone)]
-pub struct ArchCapsHost<'h> {
-    /// The host, asked for its QEMU release.
-    host: &'h Host,
-    /// The guest's arch and `<emulator>`, for that question.
-    arch: String,
-    emulator: Option<String>,
-    /// The QEMU release, once asked.
-    qemu: OnceLock<Option<Sourced<QemuVersion>>>,
-    /// The domcapabilities file that says the host is AMD (and what KVM gives).
-    pub domcaps: String,
-    /// Whether KVM's host-model CPU requires `arch-capabilities` (QEMU before 10.1): then
-    /// `host-model` and `match='minimum'` carry it, with its bits.
-    pub host_model_has_it: bool,
-    /// Whether the machine type is a versioned one before 10.1: QEMU gives `host-passthrough`
-    /// and `maximum` the MSR there whatever its release (`x-arch-cap-always-on` from 10.1 on).
-    pub old_machine: bool,
-    /// The machine type, for the message.
-    pub machine: String,
-}
-
-impl ArchCapsHost<'_> {
-    /// The host's QEMU release and where it came from, read on first need; None when no source
-    /// gives it.
-    fn qemu(&self) -> Option<&Sourced<QemuVersion>> {
-        self.qemu
-            .get_or_init(|| self.host.qemu_version(&self.arch, self.emulator.as_deref()))
-            .as_ref()
-    }
-
-    /// Whether QEMU gives `host-passthrough` and `maximum` the MSR: before 10.1, or from 10.1 on
-    /// for a machine type before 10.1. None when the release is needed and not known.
-    fn host_based_have_it(&self) -> Option<bool> {
-        if self.old_machine {
-            return Some(true);
-        }
-        Some(self.qemu()?.value < QEMU_HIDES_ARCH_CAPABILITIES_ON_AMD)
-    }
-}
-
-/// The release of a versioned x86 machine type (`pc-q35-10.0`, `pc-i440fx-5.2`: (10, 0),
-/// (5, 2)); None for an alias (`pc`, `q35`) or another family's name.
-fn machine_release(machine: &str) -> Option<(u32, u32)> {
-    let version = machine
-        .strip_prefix("pc-q35-")
-        .or_else(|| machine.strip_prefix("pc-i440fx-"))?;
-    let (major, minor) = version.split_once('.')?;
-    Some((major.parse().ok()?, minor.parse().ok()?))
-}
-
-/// [`ArchCapsHost`] for `dom` on `host`, or None when the host is not known to be AMD. Reads
-/// nothing but the domcapabilities already loaded.
-#[must_use]
-pub fn gather<'h>(dom: &Domain<'_>, host: &'h Host) -> Option<ArchCapsHost<'h>> {
-    if dom.virt_type() != "kvm" || !is_x86(dom.arch()) {
-        return None;
-    }
-    let domcaps = host.domcaps_for(dom.arch(), "kvm", dom.machine())?;
-    let hm = domcaps.host_model.as_ref()?;
-    if hm.vendor.as_deref() != Some("AMD") {
-        return None;
-    }
-    let host_model_has_it = hm
-        .features
-        .iter()
-        .any(|(f, p)| f == FEATURE && *p == FeaturePolicy::Require);
-    Some(ArchCapsHost {
-        host,
-        arch: dom.arch().to_string(),
-        emulator: dom.emulator(),
-        qemu: OnceLock::new(),
-        domcaps: domcaps.source.clone(),
-        host_model_has_it,
-        // An alias names QEMU's newest machine type, never one before 10.1 from QEMU 10.1 on.
-        old_machine: machine_release(dom.machine()).is_some_and(|r| r < (10, 1)),
-        machine: dom.machine().to_string(),
-    })
-}
 
 /// Whether `name` is required by `features` (the `<feature>` list: no policy, `require`,
 /// `force` or `optional`) or by the model's `model_features`, and not disabled or forbidden.

@@ -6,9 +6,7 @@ use crate::domain::{Domain, cpu_features, model_name};
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
 use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu::{
-    CpuCheck, CpuMatch, CpuMode, Fallback, FeaturePolicy, guaranteed_features,
-};
+use crate::libvirt::cpu::{CpuCheck, CpuMatch, CpuMode, Fallback, FeaturePolicy};
 use crate::policy::Plan;
 use crate::xml::{child, is_libvirt_element};
 use roxmltree::Node;
@@ -365,22 +363,6 @@ fn check_level(
     }
 }
 
-/// A custom CPU's model (QEMU's `qemu64` when it names none) and the features libvirt
-/// guarantees it: the model's as the cpu_map defines it, with the ones `explicit` requires and
-/// without those it disables. None for a model the cpu_map lacks (its own finding says so).
-pub(super) fn custom_cpu_features(
-    cpu: Option<Node<'_, '_>>,
-    explicit: &[(String, Option<FeaturePolicy>)],
-    facts: &DomainFacts<'_>,
-) -> Option<(String, BTreeSet<String>)> {
-    let model = cpu
-        .and_then(|c| child(c, "model"))
-        .and_then(model_name)
-        .unwrap_or_else(|| "qemu64".to_string());
-    let feats = guaranteed_features(Some(facts.model_features(&model)?), explicit);
-    Some((model, feats))
-}
-
 /// `cpu.min_level` of a custom CPU: libvirt gives the guest its model as the cpu_map defines it
 /// (QEMU's `qemu64` when it names none), with the features it requires and without those it
 /// disables; short of the level that CPU is an error (`cpu-level`), else under TCG what QEMU
@@ -392,7 +374,7 @@ fn check_custom_cpu_level(
     facts: &DomainFacts<'_>,
     out: &mut Vec<Finding>,
 ) {
-    let Some((model, feats)) = custom_cpu_features(cpu, explicit, facts) else {
+    let Some((model, feats)) = facts.custom_cpu_features(cpu, explicit) else {
         return;
     };
     if Level::highest(|f| feats.contains(f)) < Some(level.value) {
@@ -431,7 +413,7 @@ fn check_host_cpu_level(
     if tcg && mode != CpuMode::HostModel.as_str() {
         return;
     }
-    let Some(feats) = host_model_features(facts, explicit) else {
+    let Some(feats) = facts.host_model_features(explicit) else {
         return;
     };
     if Level::highest(|f| feats.contains(f)) < Some(level.value) {
@@ -509,22 +491,4 @@ fn check_tcg_level(
         )
         .rule(&level.rule),
     );
-}
-
-/// The features the host's host-model CPU (domcapabilities) gives, minus those the domain
-/// switches off; None without domcapabilities.
-pub(super) fn host_model_features(
-    facts: &DomainFacts<'_>,
-    explicit: &[(String, Option<FeaturePolicy>)],
-) -> Option<BTreeSet<String>> {
-    let hm = facts.domcaps?.host_model.as_ref()?;
-    let mut feats =
-        hm.guaranteed_features(hm.model.as_deref().and_then(|m| facts.model_features(m)));
-    for (name, _) in explicit
-        .iter()
-        .filter(|(_, p)| !p.is_some_and(FeaturePolicy::gives))
-    {
-        feats.remove(name);
-    }
-    Some(feats)
 }

@@ -47,148 +47,15 @@
 //! (its CPU) and libvirt's cpu_map (its CPUID data): without either nothing is said.
 
 use crate::cluster::compare::{Compatibility, GuestCpu, compare, guest_cpu};
-use crate::cluster::hosts::ClusterHost;
 use crate::domain::{Domain, cpu_mode};
 use crate::domain_facts::DomainFacts;
+use crate::domain_facts::kvm_start::{KvmStartHost, Loaded};
 use crate::finding::{Code, Finding};
-use crate::host::Host;
 use crate::libvirt::arch::is_x86;
 use crate::libvirt::cpu::{CpuCheck, CpuMatch, CpuMode, FeaturePolicy};
-use crate::libvirt::cpu_map::x86::X86Map;
-use crate::libvirt::domcaps::DomCaps;
 use crate::xml::child;
 use roxmltree::Node;
 use std::path::Path;
-use std::sync::OnceLock;
-
-/// The host CPUs a KVM guest's custom CPU is compared with at start, and the cpu_map to compare
-/// with, loaded on first use: a usable model with nothing required or forbidden beyond it needs
-/// neither (loading libvirt's cpu_map as CPUID data costs the hook about 4 ms).
-#[derive(Debug, Clone)]
-pub struct KvmStartHost<'h> {
-    /// The host, whose own CPU ([`Host::host_cpu`]) is asked only when the map is loaded: this
-    /// machine's is decoded from CPUID then, not for a guest that needs no comparison.
-    host: &'h Host,
-    /// The guest's arch: the host CPU is compared with only when it is of that arch.
-    arch: String,
-    /// KVM's domcapabilities with a host-model CPU, when given.
-    domcaps: Option<&'h DomCaps>,
-    /// What [`KvmStartHost::loaded`] made.
-    loaded: OnceLock<Option<Loaded>>,
-}
-
-/// The two host CPUs, once made (the map is the host's: [`Host::x86_map`]).
-#[derive(Debug, Clone)]
-struct Loaded {
-    /// libvirt's "full" host CPU ([`ClusterHost::started_kvm_compare`]) and where it came from,
-    /// for messages ("capabilities host CPU, caps.xml, with the features QEMU's KVM adds per
-    /// domcaps.xml"): what `check='partial'` compares with. None without capabilities.
-    full: Option<(ClusterHost, String)>,
-    /// What KVM gives a guest: domcapabilities' host-model CPU, and its file: what a CPU QEMU
-    /// builds under `check='full'` cannot exceed. None without domcapabilities.
-    host_model: Option<(ClusterHost, String)>,
-}
-
-impl KvmStartHost<'_> {
-    /// The map and host CPUs, loaded now if they were not; None when the cpu_map cannot be
-    /// read (its own findings say so).
-    fn loaded(&self) -> Option<(&X86Map, &Loaded)> {
-        // The host's map: loaded once for this comparison and the decoding of this machine's
-        // CPU ([`Host::host_cpu`]).
-        let map = self.host.x86_map().ok()?;
-        let loaded = self
-            .loaded
-            .get_or_init(|| {
-                let domcaps = self.domcaps;
-                let adds = domcaps.and_then(|d| d.host_model.as_ref().map(|hm| (hm, &d.source)));
-                let physical = self
-                    .host
-                    .host_cpu()
-                    .filter(|c| c.value.arch.as_deref() == Some(self.arch.as_str()))
-                    // A host CPU naming no model carries no CPUID facts to compare with.
-                    .filter(|c| c.value.model.is_some());
-                let full = physical.map(|physical| {
-                    let source = match adds {
-                        Some((_, d)) => format!(
-                            "{}, with the features QEMU's KVM adds per {d}",
-                            physical.source
-                        ),
-                        None => physical.source.clone(),
-                    };
-                    let host = ClusterHost::started_kvm_compare(
-                        "this host",
-                        &physical.source,
-                        &physical.value,
-                        adds.map(|(hm, _)| hm),
-                        map,
-                    );
-                    (host, source)
-                });
-                let host_model =
-                    domcaps.map(|d| (ClusterHost::from_domcaps("this host", d), d.source.clone()));
-                Some(Loaded { full, host_model })
-            })
-            .as_ref()?;
-        Some((map, loaded))
-    }
-}
-
-/// The facts for this module's checks, gathered for an x86 KVM domain (whatever its CPU: a
-/// rewrite may write a model into it) on a host whose capabilities give its CPU (or whose own
-/// CPU can be decoded) or whose domcapabilities give KVM's host-model CPU, and whose cpu_map is
-/// libvirt's own directory; None otherwise ([`missing`] says why). Nothing is loaded here.
-#[must_use]
-pub fn gather<'h>(dom: &Domain<'_>, host: &'h Host) -> Option<KvmStartHost<'h>> {
-    if dom.virt_type() != "kvm" || !is_x86(dom.arch()) {
-        return None;
-    }
-    // Gathered whatever the CPU: a rewrite may write a model (QEMU's default one, for a level)
-    // into a CPU that had none. Nothing is decoded or loaded here.
-    // Whether the host's own CPU can be known, without decoding this machine's CPUID now.
-    let physical = host.may_know_host_cpu(dom.arch());
-    let domcaps = host
-        .domcaps_for(dom.arch(), "kvm", dom.machine())
-        .filter(|d| d.host_model.is_some());
-    if !physical && domcaps.is_none() {
-        return None;
-    }
-    // libvirt's cpu_map directory, loaded on first use ([`Host::x86_map`]).
-    host.cpu_map_dir.as_ref()?;
-    Some(KvmStartHost {
-        host,
-        arch: dom.arch().to_owned(),
-        domcaps,
-        loaded: OnceLock::new(),
-    })
-}
-
-/// Why [`gather`] found nothing to compare the x86 KVM domain `dom`'s custom CPU with, as a
-/// phrase naming the missing fact (for `not-compared`): libvirt's cpu_map not in use, or
-/// neither the host's own CPU nor KVM's host-model CPU known. Decodes nothing: [`gather`]
-/// answered when this machine's CPU could be decoded.
-#[must_use]
-pub fn missing(dom: &Domain<'_>, host: &Host) -> Option<String> {
-    if host.cpu_map_dir.is_none() {
-        return Some(format!(
-            "libvirt's cpu_map is not in use ({}), and the comparison is made on its CPUID data",
-            host.cpu_map_note
-                .as_deref()
-                .unwrap_or("the built-in table has no CPUID data")
-        ));
-    }
-    let own = if host.may_know_host_cpu(dom.arch()) {
-        host.host_cpu_unknown()
-            .unwrap_or("of another arch")
-            .to_string()
-    } else {
-        host.host_cpu_unknown()
-            .unwrap_or("no capabilities host CPU given")
-            .to_string()
-    };
-    Some(format!(
-        "the host's own CPU is not known: {own}; nor is what KVM gives: no kvm domcapabilities with a host-model CPU"
-    ))
-}
 
 /// Whether `guest` is a model KVM's domcapabilities list `usable='yes'` with no vendor and no
 /// feature required or forbidden beyond it: KVM gives all of it, so neither check can refuse it

@@ -128,7 +128,7 @@ fn judge(
             .map_or(Judged::Reaches, |f| Judged::Short(Box::new(f)))
     };
     if mode == CpuMode::Custom.as_str() {
-        let Some((model, feats)) = super::cpu::custom_cpu_features(cpu, &explicit, facts) else {
+        let Some((model, feats)) = facts.custom_cpu_features(cpu, &explicit) else {
             // `cpu-model-unknown` says so: not a second finding.
             return Judged::Not(
                 "the CPU model's features are not known (not in the cpu_map)".into(),
@@ -149,7 +149,7 @@ fn judge(
             _ => tcg_short_of(cpu, os, floor, &feats, &what, facts),
         }
     } else if dom.virt_type() == "kvm" || mode == CpuMode::HostModel.as_str() {
-        let Some(feats) = super::cpu::host_model_features(facts, &explicit) else {
+        let Some(feats) = facts.host_model_features(&explicit) else {
             return Judged::Missing(format!(
                 "this host's {mode} CPU is not known (no domcapabilities)"
             ));

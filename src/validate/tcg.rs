@@ -253,18 +253,6 @@ fn check_cpu_hotplug(online: u32, max: u32, facts: &DomainFacts<'_>, out: &mut V
     out.push(finding);
 }
 
-/// Whether the domain writes an Intel IOMMU with `<driver eim='on'/>` (QEMU's `eim=on`; libvirt
-/// passes nothing for an absent `eim`, which QEMU's `auto` decides).
-#[must_use]
-pub(crate) fn writes_eim_on(dom: &Domain<'_>) -> bool {
-    child(dom.root(), "devices")
-        .and_then(|d| child(d, "iommu"))
-        .filter(|i| i.attribute("model") == Some("intel"))
-        .and_then(|i| child(i, "driver"))
-        .and_then(|d| d.attribute("eim"))
-        == Some("on")
-}
-
 /// `tcg-eim`: an Intel IOMMU with `eim='on'` under TCG on a QEMU before 9.0 (or of an unknown
 /// release): QEMU's `vtd_decide_config` (`hw/i386/intel_iommu.c`) refuses extended interrupt
 /// mode without KVM's split irqchip, "eim=on requires accel=kvm,kernel-irqchip=split", so the
@@ -272,7 +260,7 @@ pub(crate) fn writes_eim_on(dom: &Domain<'_>) -> bool {
 /// series ([`crate::qemu::TCG_X2APIC_SINCE`]) asks for the split irqchip only under KVM: QEMU
 /// 10.0 and 11.1 start it (libvirt 11.3 and 12.8).
 pub(super) fn check_eim(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
-    if !facts.tcg.x86_tcg || !writes_eim_on(dom) {
+    if !facts.tcg.x86_tcg || !dom.writes_eim_on() {
         return;
     }
     let version = facts.tcg.version.as_ref();

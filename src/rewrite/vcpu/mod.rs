@@ -14,6 +14,7 @@
 
 mod follow;
 mod iommu;
+pub(super) mod x2apic;
 
 use crate::change::{Action, Change, Notes};
 use crate::domain::Domain;
@@ -41,7 +42,7 @@ pub(crate) struct VcpuResult {
     /// Changes with their rules; findings (clamps are warnings, impossible requests errors).
     pub(crate) notes: Notes,
     /// x2APIC the guest CPU must get for the maximum under TCG ([`super::apic`]).
-    pub(crate) x2apic: Option<super::apic::X2apicNeed>,
+    pub(crate) x2apic: Option<x2apic::X2apicNeed>,
 }
 
 /// The topology reshaped to hold exactly `max` vCPUs: `sockets` keeps the per-socket shape when
@@ -116,7 +117,7 @@ pub(crate) fn apply(
     }
     let (max, need_iommu) = x86_xapic_rule(dom, plan, facts, max, &mut r.notes);
     let clusters = facts.applies(VersionRule::Clusters);
-    let Some((max, x2apic)) = super::apic::tcg_maximum(
+    let Some((max, x2apic)) = x2apic::tcg_maximum(
         plan,
         facts,
         (topology, clusters),

@@ -15,12 +15,12 @@
 //!   where it came from). A maximum the domain already has is not lowered: validation's
 //!   `tcg-vcpu-limit` says why it cannot start.
 
-use super::desired::Desired;
 use crate::change::Notes;
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
 use crate::libvirt::cpu::FeaturePolicy;
 use crate::policy::{Plan, TopologyStrategy};
+use crate::rewrite::desired::Desired;
 use crate::topology::Topology;
 use crate::validate::tcg::{has_x2apic, qemu_words};
 use roxmltree::Node;
@@ -36,7 +36,11 @@ pub(crate) struct X2apicNeed {
 
 /// Whether the desired `<cpu>` has x2APIC under this host's TCG
 /// ([`crate::validate::tcg::has_x2apic`]).
-pub(super) fn desired_has_x2apic(d: &Desired<'_, '_>, arch: &str, facts: &DomainFacts<'_>) -> bool {
+pub(in crate::rewrite) fn desired_has_x2apic(
+    d: &Desired<'_, '_>,
+    arch: &str,
+    facts: &DomainFacts<'_>,
+) -> bool {
     let Some(mode) = d.mode_kind() else {
         // A mode libvirt does not know: nothing to add to (`cpu-mode-invalid` says so).
         return true;
@@ -75,7 +79,7 @@ impl Shape {
 }
 
 /// The topology the domain will have with `m` vCPUs: the written one reshaped as
-/// [`super::vcpu::reshape`] does when the maximum changes or `vcpu.topology` is set; None when
+/// [`super::reshape`] does when the maximum changes or `vcpu.topology` is set; None when
 /// `keep` cannot hold `m`.
 fn shape_for(written: Option<&Topology>, plan: &Plan, count_max: u32, m: u32) -> Option<Shape> {
     let Some(t) = written else {
@@ -88,7 +92,7 @@ fn shape_for(written: Option<&Topology>, plan: &Plan, count_max: u32, m: u32) ->
         .topology
         .as_ref()
         .map_or(TopologyStrategy::Sockets, |s| s.value);
-    super::vcpu::reshape(t, m, strategy).map(Shape::Written)
+    super::reshape(t, m, strategy).map(Shape::Written)
 }
 
 /// The maximum the vCPU rules may write for an x86 TCG guest (module docs), and whether the guest
@@ -233,17 +237,17 @@ fn x2apic_forbidden(plan: &Plan, max: u32, id: u64, qemu: &str) -> Option<Findin
 /// name='x2apic'/>`, a policy that took it away made `require` (the vCPU rule wins, as a level
 /// does), QEMU's default model written out first when a custom CPU names none (libvirt refuses
 /// features without a model).
-pub(super) fn require_x2apic(
+pub(in crate::rewrite) fn require_x2apic(
     d: &mut Desired<'_, '_>,
     need: &X2apicNeed,
     arch: &str,
     facts: &DomainFacts<'_>,
     n: &mut Notes,
 ) {
-    super::cpu::ensure_model(d, arch, &need.rule, facts, n);
+    crate::rewrite::cpu::ensure_model(d, arch, &need.rule, facts, n);
     let have = d.feature_policy("x2apic");
     d.set_feature("x2apic", "require");
-    n.change(super::cpu::feature_change(
+    n.change(crate::rewrite::cpu::feature_change(
         &need.rule,
         "x2apic",
         have.as_deref(),
