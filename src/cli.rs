@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 pub mod cluster;
 pub mod traits;
 
-pub use crate::report::{
+pub use crate::verdict::{
     EXIT_BAD_INPUT, EXIT_NEEDS_REWRITE, EXIT_OK, EXIT_REFUSED, JSON_SCHEMA_VERSION, Verdict,
     report_json,
 };

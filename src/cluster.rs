@@ -10,14 +10,14 @@
 //!   `<hostFacts>`) through [`crate::libvirt`].
 //! * [`baseline`] is libvirt's x86 baseline (`virCPUx86Baseline` and `x86Decode` in
 //!   `src/cpu/cpu_x86.c`) on CPUID data from [`crate::libvirt::cpu_map::x86::X86Map`].
-//! * [`report`] puts a cluster together: the baseline restricted to the models every host can
+//! * [`analysis`] puts a cluster together: the baseline restricted to the models every host can
 //!   run, each host's level and what it lacks for the next ones, the groups of hosts with an
 //!   identical CPU (where a `host-passthrough` guest may migrate), aarch64 included.
 //! * [`compare`] is libvirt's `x86Compute`: identical, superset or incompatible, with the
 //!   features named.
 //! * [`mod@format`] writes a report as text, JSON, a policy rule, `nova.conf` or CloudStack
 //!   `agent.properties` lines.
-//! * [`cpu`] is the cluster's CPU a policy's `cpu.model = "baseline"` gives guests (the plan
+//! * [`cluster_cpu`] is the cluster's CPU a policy's `cpu.model = "baseline"` gives guests (the plan
 //!   takes it in [`crate::pipeline`]).
 //! * [`traits`] names what schedulers place guests by: each host's psABI levels and the
 //!   cluster's CPU as Nova placement traits and CloudStack host tags.
@@ -27,18 +27,18 @@
 //! Nothing here calls libvirt: like the rest of the tool, host facts come from files.
 
 pub mod baseline;
+pub mod cluster_cpu;
 pub mod compare;
-pub mod cpu;
 pub mod format;
 pub mod hosts;
-pub mod report;
+pub mod analysis;
 pub mod traits;
 pub mod watch;
 
 use crate::libvirt::cpu_map::CpuMapError;
 use std::path::{Path, PathBuf};
 
-pub use report::{ClusterOptions, ClusterReport, analyze};
+pub use analysis::{ClusterOptions, ClusterReport, analyze};
 
 /// Why a cluster computation could not be made. [`ClusterError::is_incompatible`] tells the
 /// answers about the hosts (exit 1 at the command line) from bad input (exit 2).
@@ -130,7 +130,7 @@ impl ClusterError {
 /// The cluster report of the hosts described by `paths` (files or directories of facts files),
 /// with libvirt's cpu_map at `cpu_map` (read only when a host is x86). This is the one call a
 /// caller needs: `virt-cpu-policy baseline` and a policy's `cpu.model = "baseline"`
-/// ([`cpu::ClusterCpu::of`]).
+/// ([`cluster_cpu::ClusterCpu::of`]).
 ///
 /// # Errors
 /// [`ClusterError`] for unreadable or unknown input and for hosts without a common CPU.

@@ -10,7 +10,7 @@
 
 use crate::error::{Error, Result};
 use crate::libvirt::arch::host_arch;
-use crate::libvirt::cpu::{CpuMode, FeaturePolicy};
+use crate::libvirt::cpu_def::{CpuMode, FeaturePolicy};
 use crate::xml::{child, is_libvirt_element, parse_xml, text_of};
 use roxmltree::{Document, Node};
 

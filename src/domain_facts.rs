@@ -23,13 +23,13 @@ use crate::cpu::default_model;
 use crate::domain::{Domain, cpu_features};
 use crate::host::{DeprecatedMachine, Host, MachineLimit, Sourced};
 use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu::{CpuMode, FeaturePolicy, guaranteed_features};
+use crate::libvirt::cpu_def::{CpuMode, FeaturePolicy, guaranteed_features};
 use crate::libvirt::domcaps::DomCaps;
 use crate::libvirt::version::LibvirtVersion;
-use crate::machine::family_floor;
 use crate::policy::{Plan, VcpuMax};
-use crate::qemu::TcgFacts;
+use crate::tcg_facts::TcgFacts;
 use crate::topology::read_vcpu;
+use crate::vcpu_limits::family_floor;
 use crate::xml::{child, text_of};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -450,7 +450,7 @@ fn feature_names(dom: &Domain<'_>, plan: &Plan) -> BTreeSet<String> {
     names
 }
 
-/// `limit`, or the GIC's when that is lower ([`crate::machine::gic_limit`]: an aarch64 TCG
+/// `limit`, or the GIC's when that is lower ([`crate::vcpu_limits::gic_limit`]: an aarch64 TCG
 /// `virt` guest on GICv2 takes 8 vCPUs whatever its machine type allows).
 fn with_gic_limit(dom: &Domain<'_>, limit: Option<MachineLimit>) -> Option<MachineLimit> {
     let Some(gic) = gic_limit_of(dom) else {
@@ -466,10 +466,10 @@ fn with_gic_limit(dom: &Domain<'_>, limit: Option<MachineLimit>) -> Option<Machi
     })
 }
 
-/// [`crate::machine::gic_limit`] of `dom`, by its `<features><gic version>`.
-pub(crate) fn gic_limit_of(dom: &Domain<'_>) -> Option<crate::machine::BuiltinLimit> {
+/// [`crate::vcpu_limits::gic_limit`] of `dom`, by its `<features><gic version>`.
+pub(crate) fn gic_limit_of(dom: &Domain<'_>) -> Option<crate::vcpu_limits::BuiltinLimit> {
     let version = child(dom.root(), "features")
         .and_then(|f| child(f, "gic"))
         .and_then(|g| g.attribute("version"));
-    crate::machine::gic_limit(dom.arch(), dom.virt_type(), dom.machine(), version)
+    crate::vcpu_limits::gic_limit(dom.arch(), dom.virt_type(), dom.machine(), version)
 }

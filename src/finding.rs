@@ -174,7 +174,7 @@ pub enum Code {
     /// has, for `forbid`): "the CPU is incompatible with host CPU".
     TcgCpuMissing,
     /// `tcg-cpu-hotplug` (a warning): an x86 TCG guest with room to hot-plug vCPUs on QEMU 5.1.0
-    /// to 7.2.0, which never tells the guest of them ([`crate::qemu::TCG_CPU_HOTPLUG_LOST`]).
+    /// to 7.2.0, which never tells the guest of them ([`crate::tcg_facts::TCG_CPU_HOTPLUG_LOST`]).
     TcgCpuHotplug,
     /// `tcg-eim`: an Intel IOMMU with `eim='on'` under TCG on a QEMU before 9.0: "eim=on
     /// requires accel=kvm,kernel-irqchip=split".

@@ -23,7 +23,7 @@ use crate::domain::{Domain, cpu_features};
 use crate::error::Error;
 use crate::finding::{Code, Finding, Severity};
 use crate::host::{Host, HostOptions};
-use crate::libvirt::cpu::{FeaturePolicy, guaranteed_features};
+use crate::libvirt::cpu_def::{FeaturePolicy, guaranteed_features};
 use crate::log::{Decision, Fields};
 use crate::pipeline::Pipeline;
 use crate::policy::{Mode, OnError, OnViolation, Plan, Policy, on_error_hint};
@@ -391,7 +391,7 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Deci
         // Not compared (a fact missing, the `not-compared` warning logged above): let through
         // under any `on_violation`, since libvirt makes that comparison itself as it starts
         // the guest, and refuses it there if it must.
-        let not_compared = crate::report::Verdict::of(&o) == crate::report::Verdict::NotCompared;
+        let not_compared = crate::verdict::Verdict::of(&o) == crate::verdict::Verdict::NotCompared;
         let reason = if not_compared {
             "not compared (a start check needed a fact this host's facts lack, named in the not-compared warning; libvirt makes it itself at start)"
         } else {

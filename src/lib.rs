@@ -34,15 +34,15 @@ pub mod xml;
 pub mod libvirt;
 
 pub mod cpu;
-pub mod machine;
 pub mod modes;
+pub mod vcpu_limits;
 
 // The document.
 pub mod domain;
 pub mod guest_os;
 pub mod topology;
 
-pub mod apic;
+pub mod apic_id;
 
 // A cluster's hosts and the CPU they share (a plan's `cpu.model = "baseline"`).
 pub mod cluster;
@@ -54,7 +54,7 @@ pub mod policy;
 // plan and facts, ready to be judged.
 pub mod host;
 
-pub mod qemu;
+pub mod tcg_facts;
 
 pub mod domain_facts;
 
@@ -70,7 +70,7 @@ pub mod destination;
 
 pub mod rewrite;
 
-pub mod report;
+pub mod verdict;
 
 // Where decisions go (the journal, a log file), and the hook's decisions counted in a state
 // file for the daemon's metrics.

@@ -14,7 +14,7 @@
 
 use crate::cpu::{Level, normalize_feature};
 use crate::host::Host;
-use crate::report::Verdict;
+use crate::verdict::Verdict;
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

@@ -18,7 +18,7 @@
 //! the tool runs. Other arches (s390x, ppc64) are not in the table: no finding is made for them.
 
 use crate::libvirt::arch::{Arch, same_family};
-use crate::libvirt::cpu::CpuMode;
+use crate::libvirt::cpu_def::CpuMode;
 
 /// The four CPU modes, in the order the tool lists them ([`CpuMode::ALL`]).
 pub const MODES: [CpuMode; 4] = CpuMode::ALL;

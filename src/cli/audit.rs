@@ -55,7 +55,7 @@ fn exit_code(t: &Totals) -> i32 {
     } else if t.needs_rewrite > 0 {
         EXIT_NEEDS_REWRITE
     } else if t.not_compared > 0 {
-        crate::report::EXIT_NOT_COMPARED
+        crate::verdict::EXIT_NOT_COMPARED
     } else {
         EXIT_OK
     }

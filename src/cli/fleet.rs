@@ -154,7 +154,7 @@ fn finish(text: &str, cannot: &str, not_compared: usize) -> Result<i32, Failure>
         crate::stdio::message_line(&format!(
             "virt-cpu-policy: {not_compared} not compared: a fact the judgement needs is missing (each not-compared reason names it)"
         ));
-        return Ok(crate::report::EXIT_NOT_COMPARED);
+        return Ok(crate::verdict::EXIT_NOT_COMPARED);
     }
     crate::stdio::message_line(&format!("virt-cpu-policy: {cannot}"));
     Ok(EXIT_REFUSED)

@@ -5,7 +5,7 @@
 use crate::cpu::Level;
 use crate::host::{Host, Sourced};
 use crate::libvirt::capabilities::MachineType;
-use crate::libvirt::cpu::{CpuDef, FeaturePolicy};
+use crate::libvirt::cpu_def::{CpuDef, FeaturePolicy};
 use crate::libvirt::domcaps::{DomCaps, Usable};
 use crate::policy::Policy;
 use serde_json::{Value, json};

@@ -16,7 +16,7 @@
 //! own vendor string on every host).
 
 use super::ClusterError;
-use crate::libvirt::cpu::{CpuDef, FeaturePolicy};
+use crate::libvirt::cpu_def::{CpuDef, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::{CpuData, DecodeFor, FeatureList, X86Map, X86Model};
 use std::collections::BTreeSet;
 use std::path::Path;

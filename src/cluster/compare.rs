@@ -13,7 +13,7 @@ use super::baseline::{Select, cpu_data};
 use super::hosts::ClusterHost;
 use crate::domain::Domain;
 use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu::{CpuDef, CpuMatch, CpuType, FeaturePolicy};
+use crate::libvirt::cpu_def::{CpuDef, CpuMatch, CpuType, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::{CpuData, X86Map};
 use crate::xml::parse_xml;
 use std::path::Path;

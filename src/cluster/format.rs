@@ -8,7 +8,7 @@
 
 use super::compare::{Comparison, GuestCpu};
 use super::hosts::ClusterHost;
-use super::report::ClusterReport;
+use super::analysis::ClusterReport;
 use crate::cpu::Level;
 use std::fmt::Write as _;
 
@@ -125,14 +125,14 @@ fn header(report: &ClusterReport, comment: &str) -> String {
         let _ = writeln!(
             s,
             "{comment} {}",
-            super::report::topology_sentence(&report.topology_left_out)
+            super::analysis::topology_sentence(&report.topology_left_out)
         );
     }
     if !report.arch_capabilities_left_out.is_empty() {
         let _ = writeln!(
             s,
             "{comment} {}",
-            super::report::arch_capabilities_sentence(&report.arch_capabilities_left_out)
+            super::analysis::arch_capabilities_sentence(&report.arch_capabilities_left_out)
         );
     }
     s
@@ -335,10 +335,10 @@ fn notes(report: &ClusterReport) -> Vec<String> {
         notes.push(k.sentence());
     }
     if !report.topology_left_out.is_empty() {
-        notes.push(super::report::topology_sentence(&report.topology_left_out));
+        notes.push(super::analysis::topology_sentence(&report.topology_left_out));
     }
     if !report.arch_capabilities_left_out.is_empty() {
-        notes.push(super::report::arch_capabilities_sentence(
+        notes.push(super::analysis::arch_capabilities_sentence(
             &report.arch_capabilities_left_out,
         ));
     }

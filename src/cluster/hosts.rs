@@ -24,7 +24,7 @@
 
 use super::ClusterError;
 use crate::libvirt::capabilities::Capabilities;
-use crate::libvirt::cpu::{CpuDef, FeaturePolicy};
+use crate::libvirt::cpu_def::{CpuDef, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::X86Map;
 use crate::libvirt::domcaps::DomCaps;
 use crate::libvirt::version::LibvirtVersion;
@@ -398,7 +398,7 @@ pub fn read_host(path: &Path) -> Result<ClusterHost, ClusterError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::libvirt::cpu::FeaturePolicy;
+    use crate::libvirt::cpu_def::FeaturePolicy;
     use crate::testdata::corpus;
 
     #[test]

@@ -7,7 +7,7 @@
 //! an operator declares custom ones; this module names them and says which host carries which:
 //!
 //! * a **level trait** for every level from x86-64-v2 up that the host reaches
-//!   ([`super::report::HostReport::level`]: its host-model CPU when its facts have
+//!   ([`super::analysis::HostReport::level`]: its host-model CPU when its facts have
 //!   domcapabilities), `CUSTOM_X86_64_V2` … `CUSTOM_X86_64_V4` (tags `x86-64-v2` …). v1 has
 //!   none: every x86_64 host reaches it.
 //! * a **cluster trait** on every host, naming the cluster's CPU: the baseline that
@@ -25,7 +25,7 @@
 //!
 //! Nothing here reads files: the traits are a function of a [`ClusterReport`].
 
-use super::report::ClusterReport;
+use super::analysis::ClusterReport;
 use crate::cpu::Level;
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
@@ -179,8 +179,8 @@ pub struct ClusterTraits {
     /// Each host.
     pub hosts: Vec<HostTraits>,
     /// What the cluster's CPU leaves out because hosts are known only by their physical CPU
-    /// ([`super::report::ClusterReport::kvm_left_out`]): said in a comment line.
-    pub kvm_left_out: Option<super::report::KvmLeftOut>,
+    /// ([`super::analysis::ClusterReport::kvm_left_out`]): said in a comment line.
+    pub kvm_left_out: Option<super::analysis::KvmLeftOut>,
 }
 
 /// Why a cluster has no traits to give.
@@ -339,7 +339,7 @@ pub fn render_json(t: &ClusterTraits, hosts: &[&HostTraits]) -> String {
         })
         .collect();
     let v = serde_json::json!({
-        "schema_version": crate::report::JSON_SCHEMA_VERSION,
+        "schema_version": crate::verdict::JSON_SCHEMA_VERSION,
         "cluster": {
             "arch": t.cpu.arch,
             "model": t.cpu.model,

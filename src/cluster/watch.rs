@@ -1,5 +1,5 @@
 //! The cluster CPU never changes in silence: the last cluster CPU a host saw
-//! ([`super::cpu::ClusterCpu`], from `[host] cluster`) is kept in the state directory
+//! ([`super::cluster_cpu::ClusterCpu`], from `[host] cluster`) is kept in the state directory
 //! (`/var/lib/virt-cpu-policy/cluster-cpu`, the daemon's `--snapshot-dir`), so the first process
 //! to see another one (the qemu hook at a guest start, or `virt-cpu-policyd` at a full
 //! reconciliation) logs the change once ([`CLUSTER_CPU_CHANGED_ID`]: old and new model,
@@ -12,7 +12,7 @@
 //! ([`crate::lockfile`], so a hook and the daemon seeing the change at once log it once) and
 //! written through [`crate::writefile::write_atomic`] (a reader never sees half of it).
 
-use super::cpu::ClusterCpu;
+use super::cluster_cpu::ClusterCpu;
 use crate::cpu::Level;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -70,7 +70,7 @@ pub struct Seen {
 
 /// A change of the cluster CPU, as logged.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Change {
+pub struct CpuChange {
     /// Which way it went.
     pub direction: Direction,
     /// The CPU before.
@@ -188,7 +188,7 @@ impl Seen {
 /// How `new` differs from `old`, and the hosts responsible. `cpu` is the new cluster CPU (its
 /// [`ClusterCpu::blocked`] names the hosts that hold it below the old level).
 #[must_use]
-pub fn compare(old: &Seen, new: &Seen, cpu: &ClusterCpu) -> Change {
+pub fn compare(old: &Seen, new: &Seen, cpu: &ClusterCpu) -> CpuChange {
     let lost = old.features.iter().any(|f| !new.features.contains(f));
     let gained = new.features.iter().any(|f| !old.features.contains(f));
     let direction = match new.level.cmp(&old.level) {
@@ -225,7 +225,7 @@ pub fn compare(old: &Seen, new: &Seen, cpu: &ClusterCpu) -> Change {
             responsible.push(format!("{h} (left)"));
         }
     }
-    Change {
+    CpuChange {
         direction,
         old: old.clone(),
         new: new.clone(),
@@ -233,7 +233,7 @@ pub fn compare(old: &Seen, new: &Seen, cpu: &ClusterCpu) -> Change {
     }
 }
 
-impl Change {
+impl CpuChange {
     /// The log line: `the cluster CPU dropped: OLD -> NEW; lost: ...; gained: ...; hosts
     /// responsible: ...`.
     #[must_use]
@@ -316,12 +316,12 @@ const STATE_LIMIT: usize = 1 << 20;
 
 /// Compares `cpu` with the cluster CPU remembered in `state_dir`: the first time (no state), it
 /// is remembered and nothing is said; when it differs (another fingerprint), the change is
-/// counted and remembered and returned for the caller to [`Change::log`]; when it is the same,
+/// counted and remembered and returned for the caller to [`CpuChange::log`]; when it is the same,
 /// nothing is written. Returns what is remembered now (for the metrics) and the change, if any.
 ///
 /// # Errors
 /// [`WatchError`] when the state directory, the lock or the state file cannot be used.
-pub fn note(state_dir: &Path, cpu: &ClusterCpu) -> Result<(Seen, Option<Change>), WatchError> {
+pub fn note(state_dir: &Path, cpu: &ClusterCpu) -> Result<(Seen, Option<CpuChange>), WatchError> {
     // Bounded, and a regular file only: the hook calls this at every guest start, and libvirt
     // puts no timeout on a hook (a FIFO in place of the file would block a plain read).
     let file = state_dir.join(STATE_FILE);
@@ -353,7 +353,7 @@ pub fn note(state_dir: &Path, cpu: &ClusterCpu) -> Result<(Seen, Option<Change>)
 /// What [`note`] remembers after `old` (None: nothing yet) and sees `cpu`: the new memory, the
 /// change, and the state file's new text (None when nothing is to be written: the same CPU from
 /// the same hosts).
-fn changed(old: Option<&Seen>, cpu: &ClusterCpu) -> ((Seen, Option<Change>), Option<Vec<u8>>) {
+fn changed(old: Option<&Seen>, cpu: &ClusterCpu) -> ((Seen, Option<CpuChange>), Option<Vec<u8>>) {
     let mut new = Seen::of(cpu);
     let change = match old {
         Some(old) if old.fingerprint == new.fingerprint && old.hosts == new.hosts => {
@@ -368,7 +368,7 @@ fn changed(old: Option<&Seen>, cpu: &ClusterCpu) -> ((Seen, Option<Change>), Opt
             new.changes = old.changes.clone();
             let c = compare(old, &new, cpu);
             *new.changes.entry(c.direction).or_default() += 1;
-            Some(Change {
+            Some(CpuChange {
                 new: new.clone(),
                 ..c
             })
@@ -379,7 +379,7 @@ fn changed(old: Option<&Seen>, cpu: &ClusterCpu) -> ((Seen, Option<Change>), Opt
     ((new, change), Some(text))
 }
 
-/// [`note`], and the change logged ([`Change::log`]): what the hook and the daemon call. A state
+/// [`note`], and the change logged ([`CpuChange::log`]): what the hook and the daemon call. A state
 /// directory that cannot be used is logged at WARN (the guest's answer stands) and gives None.
 pub fn tell(state_dir: &Path, cpu: &ClusterCpu) -> Option<Seen> {
     match note(state_dir, cpu) {

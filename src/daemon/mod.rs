@@ -31,7 +31,7 @@
 
 mod apply;
 mod cli;
-mod fleet;
+mod guest_states;
 mod serve;
 mod session;
 mod snapshot;

@@ -6,7 +6,7 @@ use super::apply::{
     Applied, Between, Replaced, Report, apply_judged, describe, host_for, test_hold, version_used,
 };
 use super::cli::{Cli, DaemonArgs};
-use super::fleet::Fleet;
+use super::guest_states::GuestStates;
 use super::session::{Event, Session, start_libvirt_event_loop};
 use super::snapshot::{host_facts, publish_dir, store_host_facts, write_snapshot};
 use crate::host::Host;
@@ -121,7 +121,7 @@ fn reconcile(
     host: &Host,
     backup_dir: &Path,
     recent: &mut Recent,
-    fleet: &mut Fleet,
+    fleet: &mut GuestStates,
     defines: &Defines,
 ) {
     if names.is_none() {
@@ -288,7 +288,7 @@ struct Daemon<'c> {
     interval: Duration,
     policy: Policy,
     recent: Recent,
-    fleet: Fleet,
+    fleet: GuestStates,
     /// The cluster CPU last seen ([`crate::cluster::watch`]), for the metrics.
     cluster: Option<crate::cluster::watch::Seen>,
 }
@@ -509,7 +509,7 @@ pub(super) fn cmd_daemon(cli: &Cli, a: &DaemonArgs) -> i32 {
         interval: Duration::from_secs(a.interval * 60),
         policy,
         recent: Recent::default(),
-        fleet: Fleet::default(),
+        fleet: GuestStates::default(),
         cluster: None,
     };
     loop {
@@ -530,7 +530,7 @@ mod tests {
     use super::*;
     use crate::daemon::apply::tests::{applied, changed};
     use crate::log::{Decision, capture};
-    use crate::report::Verdict;
+    use crate::verdict::Verdict;
 
     #[test]
     fn every_daemon_decision_carries_the_journal_fields() {

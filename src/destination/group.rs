@@ -40,7 +40,7 @@
 
 use crate::domain::Domain;
 use crate::finding::{Code, Finding};
-use crate::libvirt::cpu::{CpuDef, CpuMode, CpuType, FeaturePolicy};
+use crate::libvirt::cpu_def::{CpuDef, CpuMode, CpuType, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::X86Map;
 use crate::libvirt::version::LibvirtVersion;
 use std::collections::BTreeSet;

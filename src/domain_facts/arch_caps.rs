@@ -5,7 +5,7 @@
 use crate::domain::Domain;
 use crate::host::{Host, Sourced};
 use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu::FeaturePolicy;
+use crate::libvirt::cpu_def::FeaturePolicy;
 use crate::libvirt::version::{LibvirtVersion, QemuVersion};
 use std::sync::OnceLock;
 

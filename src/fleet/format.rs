@@ -3,8 +3,8 @@
 
 use super::views::{Admission, Leaving, Pair, Tally, Upgraded, class_members};
 use super::{Fleet, Reason, running};
-use crate::cluster::cpu::ClusterCpu;
-use crate::report::JSON_SCHEMA_VERSION;
+use crate::cluster::cluster_cpu::ClusterCpu;
+use crate::verdict::JSON_SCHEMA_VERSION;
 use serde_json::{Value, json};
 use std::fmt::Write as _;
 use std::io::Write;

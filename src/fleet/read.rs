@@ -4,7 +4,7 @@
 use super::FleetError;
 use super::guest::{self, GuestFacts};
 use crate::cluster::ClusterError;
-use crate::libvirt::cpu::CpuDef;
+use crate::libvirt::cpu_def::CpuDef;
 use crate::libvirt::version::LibvirtVersion;
 use std::path::{Path, PathBuf};
 

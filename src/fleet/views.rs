@@ -8,7 +8,7 @@
 //!   that fixes it when the policy can.
 
 use super::{Fleet, Reason};
-use crate::cluster::cpu::ClusterCpu;
+use crate::cluster::cluster_cpu::ClusterCpu;
 use crate::host::Host;
 use crate::policy::{BASELINE_MODEL, Policy};
 use std::path::PathBuf;

@@ -190,10 +190,12 @@ impl Host {
             .and_then(|m| m.canonical.clone())
             .unwrap_or_else(|| machine.to_string());
         let entry = list.iter().find(|m| m.name == canonical && m.deprecated)?;
-        let (family, _) = crate::machine::split_versioned(&entry.name)?;
+        let (family, _) = crate::vcpu_limits::split_versioned(&entry.name)?;
         let newest_of = |fam: Option<&str>| {
             list.iter()
-                .filter_map(|m| crate::machine::split_versioned(&m.name).map(|(f, v)| (f, v, m)))
+                .filter_map(|m| {
+                    crate::vcpu_limits::split_versioned(&m.name).map(|(f, v)| (f, v, m))
+                })
                 .filter(|(f, _, _)| fam.is_none_or(|x| x == *f))
                 .max_by_key(|(_, v, _)| *v)
                 .map(|(_, v, m)| (v, m.name.clone()))
@@ -228,7 +230,7 @@ impl Host {
 
     /// The vCPU limit of the domain's machine type, from the first source that knows it:
     /// capabilities files (`--caps`, `[host] capabilities`), domcapabilities (`<vcpu max>`),
-    /// libvirt's QEMU capability cache, then the built-in table ([`crate::machine`]). Aliases
+    /// libvirt's QEMU capability cache, then the built-in table ([`crate::vcpu_limits`]). Aliases
     /// (`pc`, `q35`, `virt`) resolve through `canonical=`/`alias=` where a file gives it.
     /// None when no source knows the type.
     pub fn machine_limit(
@@ -281,7 +283,7 @@ impl Host {
         if let Some(l) = find(&cache, &name) {
             return Some(l);
         }
-        crate::machine::builtin_limit(arch, &name).map(|b| MachineLimit {
+        crate::vcpu_limits::builtin_limit(arch, &name).map(|b| MachineLimit {
             machine: name,
             max_cpus: b.max_cpus,
             source: format!("built-in table ({})", b.rule),

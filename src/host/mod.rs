@@ -21,10 +21,10 @@ mod qemu;
 pub use machines::{DeprecatedMachine, MachineLimit};
 pub use qemu::CacheTcg;
 
-use crate::cluster::cpu::ClusterCpu;
+use crate::cluster::cluster_cpu::ClusterCpu;
 use crate::error::{Error, Result};
 use crate::libvirt::capabilities::MachineType;
-use crate::libvirt::cpu::CpuDef;
+use crate::libvirt::cpu_def::CpuDef;
 use crate::libvirt::cpu_map::{CpuMap, DEFAULT_CPU_MAP};
 use crate::libvirt::domcaps::DomCaps;
 use crate::libvirt::qemu_caps::QemuCache;
@@ -487,7 +487,7 @@ impl Host {
                     if self.only_given_facts {
                         return None;
                     }
-                    crate::machine::kvm_max_vcpus().map(|value| Sourced {
+                    crate::vcpu_limits::kvm_max_vcpus().map(|value| Sourced {
                         value,
                         source: "KVM_CAP_MAX_VCPUS on /dev/kvm".into(),
                     })
@@ -571,7 +571,7 @@ pub fn sysconf_cpus() -> Option<Sourced<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::libvirt::cpu::FeaturePolicy;
+    use crate::libvirt::cpu_def::FeaturePolicy;
     use crate::libvirt::host_facts::document as host_facts_document;
     use crate::testdata::corpus;
 

@@ -3,7 +3,7 @@
 //! KVM start comparison use ([`Host::x86_map`]).
 
 use super::{DEFAULT_CPU_MAP, Host, Sourced, cpuid};
-use crate::libvirt::cpu::CpuDef;
+use crate::libvirt::cpu_def::CpuDef;
 use std::path::Path;
 
 impl Host {

@@ -3,7 +3,7 @@
 //! type='tcg'>`, each model's `usable` and blockers). Neither `virsh capabilities` nor `virsh
 //! domcapabilities` names the QEMU release (seen with libvirt 9.0 and 11.3): the cache is the
 //! only file that does. The documents are read by [`crate::libvirt::qemu_caps`]; what depends on
-//! the answers is in [`crate::qemu`].
+//! the answers is in [`crate::tcg_facts`].
 
 use super::{Host, Sourced};
 use crate::libvirt::qemu_caps::{CacheFile, TcgCpuModel, emulator_suffix};

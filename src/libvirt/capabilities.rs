@@ -1,7 +1,7 @@
 //! `virsh capabilities` (`virConnectGetCapabilities`): the host's CPU, and the machine types of
 //! every guest arch the hypervisor runs.
 
-use super::cpu::{CpuDef, CpuType};
+use super::cpu_def::{CpuDef, CpuType};
 use super::positive_count;
 use crate::xml::{child, is_libvirt_element, text_of};
 use roxmltree::Node;

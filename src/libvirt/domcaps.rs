@@ -2,7 +2,7 @@
 //! one emulator, arch, machine type and virt type: the vCPU limit, the CPU modes, the host-model
 //! CPU and the custom models.
 
-use super::cpu::{CpuDef, CpuMode, CpuType};
+use super::cpu_def::{CpuDef, CpuMode, CpuType};
 use super::positive_count;
 use crate::xml::{child, is_libvirt_element, text_of};
 use roxmltree::Node;
@@ -191,7 +191,7 @@ mod tests {
             (Some("Nehalem"), Some("Intel"))
         );
         assert_eq!(
-            hm.features_where(crate::libvirt::cpu::FeaturePolicy::takes_away)
+            hm.features_where(crate::libvirt::cpu_def::FeaturePolicy::takes_away)
                 .collect::<Vec<_>>(),
             ["pni"]
         );

@@ -7,7 +7,7 @@
 //!   host CPU), and its directory;
 //! * [`host_facts`]: the tool's own `<hostFacts>`, holding a host's capabilities and
 //!   domcapabilities (reader and writer);
-//! * [`cpu`]: a `<cpu>` definition and libvirt's words for its attributes;
+//! * [`cpu_def`]: a `<cpu>` definition and libvirt's words for its attributes;
 //! * [`cpu_map`]: libvirt's x86 cpu_map (vendors, features as CPUID bits, models), one loader;
 //! * [`cpudata`]: raw x86 CPUID and MSR registers, and libvirt's `<cpudata>` dump of them;
 //! * [`arch`] and [`version`]: libvirt's architecture names and release numbers.
@@ -22,7 +22,7 @@
 
 pub mod arch;
 pub mod capabilities;
-pub mod cpu;
+pub mod cpu_def;
 pub mod cpu_map;
 pub mod cpudata;
 pub mod domcaps;
@@ -45,7 +45,7 @@ pub enum Document {
     HostFacts(Box<host_facts::HostFacts>),
     /// A bare `<cpu>` (a host CPU as `virsh capabilities` writes it, libvirt's
     /// `tests/cputestdata/*-host.xml`; a guest `<cpu>` read as libvirt would).
-    Cpu(cpu::CpuDef),
+    Cpu(cpu_def::CpuDef),
 }
 
 impl Document {
@@ -117,7 +117,7 @@ pub fn read_document(path: &Path, accept: &[&str]) -> Result<Document, DocumentE
         host_facts::ROOT => Document::HostFacts(Box::new(
             host_facts::HostFacts::read(root, &what).map_err(invalid)?,
         )),
-        "cpu" => Document::Cpu(cpu::CpuDef::read(root).map_err(invalid)?),
+        "cpu" => Document::Cpu(cpu_def::CpuDef::read(root).map_err(invalid)?),
         other => return Err(invalid(not_one_of(other, accept))),
     })
 }

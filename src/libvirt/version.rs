@@ -68,7 +68,7 @@ impl std::fmt::Display for LibvirtVersion {
 /// A QEMU release, `MAJOR.MINOR.MICRO`: numbered as libvirt's releases are, and encoded the same
 /// way in `<version>` of libvirt's QEMU capability cache (`7002022` is QEMU 7.2.22, `10000013`
 /// QEMU 10.0.13; `virQEMUCapsParseHelpStr`'s encoding). What depends on it is in
-/// [`crate::qemu`].
+/// [`crate::tcg_facts`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct QemuVersion(pub LibvirtVersion);
 

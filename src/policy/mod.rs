@@ -11,10 +11,10 @@
 
 mod read;
 
-use crate::cluster::cpu::ClusterCpu;
+use crate::cluster::cluster_cpu::ClusterCpu;
 use crate::cpu::Level;
 use crate::error::{Error, Result};
-use crate::libvirt::cpu::{CpuCheck, CpuMode, Fallback};
+use crate::libvirt::cpu_def::{CpuCheck, CpuMode, Fallback};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 

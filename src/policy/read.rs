@@ -15,7 +15,7 @@ use super::{
 use crate::change::reserved_rule_name;
 use crate::cpu::{Level, normalize_feature};
 use crate::error::{Error, Result};
-use crate::libvirt::cpu::{CpuCheck, CpuMode, Fallback};
+use crate::libvirt::cpu_def::{CpuCheck, CpuMode, Fallback};
 use serde::Deserialize;
 use serde::de::IntoDeserializer;
 use std::collections::HashMap;

@@ -9,7 +9,7 @@
 
 use crate::cpu::normalize_feature;
 use crate::finding::{Code, Finding};
-use crate::libvirt::cpu::CpuMode;
+use crate::libvirt::cpu_def::CpuMode;
 use crate::xml::{text_of, written_value};
 use roxmltree::Node;
 use std::collections::{HashMap, HashSet};

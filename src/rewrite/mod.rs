@@ -14,7 +14,7 @@
 //! Everything outside an edited element is untouched, so a conforming domain comes out identical
 //! and `rewrite(rewrite(x)) == rewrite(x)`.
 
-mod cpu;
+mod cpu_rules;
 mod desired;
 mod emit;
 mod vcpu;
@@ -27,7 +27,7 @@ use crate::domain_facts::DomainFacts;
 use crate::error::{Error, Result};
 use crate::finding::{Code, Finding, Severity};
 use crate::host::Host;
-use crate::libvirt::cpu::CpuMode;
+use crate::libvirt::cpu_def::CpuMode;
 use crate::pipeline::Pipeline;
 use crate::policy::{Mode, Plan, Policy};
 use crate::validate;
@@ -119,8 +119,8 @@ pub fn rewrite_pipeline(p: &Pipeline<'_, '_>, what: &str, policy: &Policy) -> Re
     let cpus = dom.cpus();
     let mut desired = desired::merge(&cpus, &mut notes.findings);
     explain_merge(&desired, &cpus, &mut notes);
-    cpu::apply(&mut desired, plan, dom, facts, &mut notes);
-    // Only an x86 TCG guest's maximum can need x2APIC in its CPU (rewrite/apic.rs).
+    cpu_rules::apply(&mut desired, plan, dom, facts, &mut notes);
+    // Only an x86 TCG guest's maximum can need x2APIC in its CPU (rewrite/vcpu/x2apic.rs).
     let x2apic = facts.tcg.x86_tcg && vcpu::x2apic::desired_has_x2apic(&desired, dom.arch(), facts);
     let topology = desired.single("topology");
     let v = vcpu::apply(dom, plan, facts, topology, desired.numa, x2apic);

@@ -37,7 +37,7 @@ use crate::domain_facts::arch_caps::{
     ArchCapsHost, FEATURE, QEMU_HIDES_ARCH_CAPABILITIES_ON_AMD, machine_release,
 };
 use crate::finding::{Code, Finding};
-use crate::libvirt::cpu::{CpuMatch, CpuMode, FeaturePolicy};
+use crate::libvirt::cpu_def::{CpuMatch, CpuMode, FeaturePolicy};
 use crate::xml::child;
 use roxmltree::Node;
 

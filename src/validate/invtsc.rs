@@ -16,7 +16,7 @@ use crate::domain::{Domain, cpu_features};
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
 use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu::FeaturePolicy;
+use crate::libvirt::cpu_def::FeaturePolicy;
 
 /// The feature, in libvirt's spelling (`x86_features.xml`: CPUID 0x80000007 EDX bit 8).
 const FEATURE: &str = "invtsc";

@@ -35,7 +35,7 @@
 //! libvirt 11.3's cpu_map marks its older models `<check partial='compat'/>`; a model without
 //! it (the versioned aliases such as `Icelake-Server-v2`, `Denverton`) is compared by libvirt
 //! 11.3 and 12.8 with what KVM gives (domcapabilities' host-model CPU), not with the host's own
-//! CPU ([`X86Map::partial_check_against_kvm`]). Seen on a host whose own CPU is
+//! CPU ([`crate::libvirt::cpu_map::x86::X86Map::partial_check_against_kvm`]). Seen on a host whose own CPU is
 //! `Icelake-Server-v2`: that model is refused, "Host CPU does not provide required features:
 //! pni, pclmuldq, ssse3, ... xgetbv1" (every feature of it KVM lacks, listed in QEMU's order, not
 //! the cpu_map's), while `Icelake-Server-noTSX` (`compat`, the same features) starts
@@ -43,7 +43,7 @@
 //! no such mark: every model is compared with the host's own CPU.
 //!
 //! The comparison is `virt-cpu-policy compare`'s ([`crate::cluster::compare`], libvirt's
-//! `x86Compute`) against [`ClusterHost::started_kvm_compare`]; it needs the host's capabilities
+//! `x86Compute`) against [`crate::cluster::hosts::ClusterHost::started_kvm_compare`]; it needs the host's capabilities
 //! (its CPU) and libvirt's cpu_map (its CPUID data): without either nothing is said.
 
 use crate::cluster::compare::{Compatibility, GuestCpu, compare, guest_cpu};
@@ -52,7 +52,7 @@ use crate::domain_facts::DomainFacts;
 use crate::domain_facts::kvm_start::{KvmStartHost, Loaded};
 use crate::finding::{Code, Finding};
 use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu::{CpuCheck, CpuMatch, CpuMode, FeaturePolicy};
+use crate::libvirt::cpu_def::{CpuCheck, CpuMatch, CpuMode, FeaturePolicy};
 use crate::xml::child;
 use roxmltree::Node;
 use std::path::Path;
@@ -82,7 +82,7 @@ fn plain_usable(start: &KvmStartHost<'_>, guest: &GuestCpu) -> bool {
 /// one KVM's host-model CPU is guaranteed to have (its model's and the ones it requires); with
 /// a model whose features are not known, a model domcapabilities marks usable under KVM and
 /// required features among those. The host-model CPU's features are the host's CPUID plus what
-/// QEMU's KVM adds, the CPU libvirt compares with ([`ClusterHost::started_kvm_compare`] adds the
+/// QEMU's KVM adds, the CPU libvirt compares with ([`crate::cluster::hosts::ClusterHost::started_kvm_compare`] adds the
 /// host-model's required features), so the comparison passes.
 fn given_by_kvm(start: &KvmStartHost<'_>, guest: &GuestCpu, facts: &DomainFacts<'_>) -> bool {
     let Some(hm) = start.domcaps.and_then(|d| d.host_model.as_ref()) else {
@@ -105,7 +105,8 @@ fn given_by_kvm(start: &KvmStartHost<'_>, guest: &GuestCpu, facts: &DomainFacts<
             .iter()
             .map(|(f, p)| (f.clone(), Some(*p)))
             .collect();
-        return crate::libvirt::cpu::guaranteed_features(Some(features), &listed).is_subset(&given);
+        return crate::libvirt::cpu_def::guaranteed_features(Some(features), &listed)
+            .is_subset(&given);
     }
     let usable = model.and_then(|m| start.domcaps?.model_usable(m));
     usable == Some(true)

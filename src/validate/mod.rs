@@ -12,7 +12,7 @@
 //! read host facts from [`DomainFacts`] only.
 
 pub mod arch_caps;
-mod cpu;
+mod cpu_element;
 mod invtsc;
 mod iommu;
 pub mod kvm;
@@ -75,7 +75,7 @@ pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> Vec<F
     }
     vcpu::check(dom, facts, &mut out);
     iommu::check(dom, facts, &mut out);
-    cpu::check(dom, cpus.first().copied(), plan, facts, &mut out);
+    cpu_element::check(dom, cpus.first().copied(), plan, facts, &mut out);
     arch_caps::check(dom, facts, &mut out);
     invtsc::check(dom, facts, &mut out);
     out

@@ -15,7 +15,7 @@ use crate::domain::{Domain, cpu_features};
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
 use crate::guest_os::{Floor, GuestOs, OsSource};
-use crate::libvirt::cpu::{CpuCheck, CpuMode};
+use crate::libvirt::cpu_def::{CpuCheck, CpuMode};
 use crate::policy::Plan;
 use roxmltree::Node;
 use std::collections::BTreeSet;
@@ -261,7 +261,7 @@ pub fn answer(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> OsAnswe
 
 /// A custom CPU with the floor as written, under TCG with `check='none'` (libvirt compares
 /// nothing, QEMU drops what its TCG does not emulate): short of the floor as this host's TCG
-/// gives it ([`crate::qemu::TcgFacts::host_cpu`]).
+/// gives it ([`crate::tcg_facts::TcgFacts::host_cpu`]).
 fn tcg_short_of(
     cpu: Option<Node<'_, '_>>,
     os: &GuestOs,

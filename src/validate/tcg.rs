@@ -1,7 +1,7 @@
 //! What QEMU's TCG (`<domain type='qemu'>`) refuses at start that KVM would run: vCPUs whose
 //! APIC IDs need x2APIC, and a guest CPU libvirt compares with what TCG emulates.
 //!
-//! * **APIC IDs of 255 and more** ([`crate::apic`]): QEMU before 9.0 runs no TCG guest whose
+//! * **APIC IDs of 255 and more** ([`crate::apic_id`]): QEMU before 9.0 runs no TCG guest whose
 //!   vCPUs can reach one ("current -smp configuration requires kernel irqchip and X2APIC API
 //!   support", the maximum counts); QEMU 9.0 and later create such a vCPU only with x2APIC in
 //!   the guest CPU ("APIC ID 255 requires x2APIC feature in CPU": at start for the online vCPUs;
@@ -21,15 +21,15 @@
 //!
 //! What TCG gives comes from the domcapabilities of `type='qemu'` (its host-model CPU, the
 //! models' `usable` and libvirt 11.x's `<blockers>`) and libvirt's QEMU capability cache (the
-//! same blockers, both generations): [`crate::qemu::TcgFacts`].
+//! same blockers, both generations): [`crate::tcg_facts::TcgFacts`].
 
-use crate::apic::{apic_id, first_x2apic_vcpu};
+use crate::apic_id::{apic_id, first_x2apic_vcpu};
 use crate::cpu::default_model;
 use crate::domain::{Domain, cpu_features, cpu_mode, model_name};
 use crate::domain_facts::{DomainFacts, VersionRule};
 use crate::finding::{Code, Finding, Severity};
 use crate::host::Sourced;
-use crate::libvirt::cpu::{CpuCheck, CpuMode, FeaturePolicy, guaranteed_features};
+use crate::libvirt::cpu_def::{CpuCheck, CpuMode, FeaturePolicy, guaranteed_features};
 use crate::libvirt::version::QemuVersion;
 use crate::topology::{Topology, enabled_vcpu_ids};
 use crate::xml::child;
@@ -224,7 +224,7 @@ fn check_apic_ids(
 }
 
 /// `tcg-cpu-hotplug`: an x86 TCG guest with room to hot-plug vCPUs (fewer online than the
-/// maximum) on a QEMU that never tells the guest of them ([`crate::qemu::TCG_CPU_HOTPLUG_LOST`]:
+/// maximum) on a QEMU that never tells the guest of them ([`crate::tcg_facts::TCG_CPU_HOTPLUG_LOST`]:
 /// 5.1.0 to 7.2.0). A warning: the guest starts and `virsh setvcpus --live` succeeds, but the
 /// guest's CPU count does not change. Said only when the release is known (an unknown QEMU is
 /// no evidence of the fault, and most hosts do not have it). `online`: how many vCPUs libvirt
@@ -257,7 +257,7 @@ fn check_cpu_hotplug(online: u32, max: u32, facts: &DomainFacts<'_>, out: &mut V
 /// release): QEMU's `vtd_decide_config` (`hw/i386/intel_iommu.c`) refuses extended interrupt
 /// mode without KVM's split irqchip, "eim=on requires accel=kvm,kernel-irqchip=split", so the
 /// start fails (seen with QEMU 5.2 and 7.2 under libvirt 7.0 and 9.0). QEMU 9.0's TCG x2APIC
-/// series ([`crate::qemu::TCG_X2APIC_SINCE`]) asks for the split irqchip only under KVM: QEMU
+/// series ([`crate::tcg_facts::TCG_X2APIC_SINCE`]) asks for the split irqchip only under KVM: QEMU
 /// 10.0 and 11.1 start it (libvirt 11.3 and 12.8).
 pub(super) fn check_eim(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     if !facts.tcg.x86_tcg || !dom.writes_eim_on() {

@@ -1089,7 +1089,7 @@ fn the_metrics_table_is_what_audit_and_the_daemon_write() {
     // The daemon's: the gauges as audit counts them, and its counters.
     let mut gauges = virt_cpu_policy::metrics::Gauges::default();
     gauges.count(
-        virt_cpu_policy::report::Verdict::NeedsRewrite,
+        virt_cpu_policy::verdict::Verdict::NeedsRewrite,
         &["r".to_string()],
     );
     let daemon = exposition(&virt_cpu_policy::metrics::render(

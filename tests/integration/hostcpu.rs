@@ -11,7 +11,7 @@
 use crate::harness::{root, shared_corpus, virsh};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use virt_cpu_policy::libvirt::cpu::CpuDef;
+use virt_cpu_policy::libvirt::cpu_def::CpuDef;
 use virt_cpu_policy::libvirt::cpu_map::x86::X86Map;
 use virt_cpu_policy::libvirt::cpudata::X86CpuData;
 use virt_cpu_policy::libvirt::{Document, read_document};

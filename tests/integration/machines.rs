@@ -4,7 +4,7 @@
 
 use crate::harness::shared_corpus;
 use virt_cpu_policy::host::{Host, HostOptions};
-use virt_cpu_policy::machine::builtin_limit;
+use virt_cpu_policy::vcpu_limits::builtin_limit;
 
 #[test]
 #[cfg_attr(

@@ -18,7 +18,7 @@
 use crate::harness::{Cmd, Oracle, Scratch, oracles, s};
 use std::io::Write;
 use std::process::Stdio;
-use virt_cpu_policy::machine::builtin_limit;
+use virt_cpu_policy::vcpu_limits::builtin_limit;
 
 /// `query-machines` of the oracle's `qemu-system-ARCH`: (name, cpu-max, alias).
 pub(crate) fn query_machines(

@@ -22,9 +22,9 @@ use crate::domain_facts::{DomainFacts, VersionRule};
 use crate::edit::{Edits, document_quote, with_attrs};
 use crate::finding::{Code, Finding};
 use crate::libvirt::arch::is_x86;
-use crate::machine::{QEMU_MAX_VCPUS, is_q35};
 use crate::policy::{IommuStrategy, Plan, Ruled, TopologyStrategy, VcpuMax};
 use crate::topology::{Topology, VcpuCount, X86_XAPIC_LIMIT, read_vcpu};
+use crate::vcpu_limits::{QEMU_MAX_VCPUS, is_q35};
 use crate::xml::{child, written_attributes};
 use follow::{numa_cover, regenerate_vcpus};
 use iommu::add_iommu;
@@ -270,7 +270,7 @@ fn target_maximum(
     };
     // A count every machine type of the family allows needs no exact limit (an alias such as
     // `pc`, whose version the built-in table cannot know): nothing to clamp.
-    let floor = crate::machine::family_floor(arch, dom.machine());
+    let floor = crate::vcpu_limits::family_floor(arch, dom.machine());
     if let (None, Some(c), Some(f)) = (&facts.machine_limit, requested, floor) {
         if c <= f {
             return Some(clamp_to_kvm(c, vt, facts, rule, n));

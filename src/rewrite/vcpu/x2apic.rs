@@ -1,4 +1,4 @@
-//! The vCPU maximum of an x86 TCG guest against its QEMU's APIC IDs ([`crate::apic`]): a
+//! The vCPU maximum of an x86 TCG guest against its QEMU's APIC IDs ([`crate::apic_id`]): a
 //! rewrite never writes a maximum this QEMU cannot start.
 //!
 //! When the vCPUs of the new maximum reach an APIC ID of 255 or more under TCG:
@@ -18,7 +18,7 @@
 use crate::change::Notes;
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
-use crate::libvirt::cpu::FeaturePolicy;
+use crate::libvirt::cpu_def::FeaturePolicy;
 use crate::policy::{Plan, TopologyStrategy};
 use crate::rewrite::desired::Desired;
 use crate::topology::Topology;
@@ -69,7 +69,7 @@ enum Shape {
 }
 
 impl Shape {
-    /// The topology, None for one socket per vCPU ([`crate::apic`]'s argument).
+    /// The topology, None for one socket per vCPU ([`crate::apic_id`]'s argument).
     fn topology(&self) -> Option<&Topology> {
         match self {
             Shape::SocketPerVcpu => None,
@@ -122,12 +122,12 @@ pub(super) fn tcg_maximum(
     let Some(t) = shape(max) else {
         return Some((max, None));
     };
-    let Some(first) = crate::apic::first_x2apic_vcpu(t.topology(), max) else {
+    let Some(first) = crate::apic_id::first_x2apic_vcpu(t.topology(), max) else {
         return Some((max, None));
     };
     let id = t
         .topology()
-        .map_or(u64::from(first), |t| crate::apic::apic_id(t, first));
+        .map_or(u64::from(first), |t| crate::apic_id::apic_id(t, first));
     let version = facts.tcg.version.as_ref();
     if version.is_some_and(|v| v.value.tcg_has_x2apic()) {
         if cpu_x2apic {
@@ -181,7 +181,7 @@ fn largest_xapic_max(
     shape: impl Fn(u32) -> Option<Shape>,
 ) -> Option<u32> {
     let fits = |m: u32| -> Option<Shape> {
-        shape(m).filter(|t| crate::apic::first_x2apic_vcpu(t.topology(), m).is_none())
+        shape(m).filter(|t| crate::apic_id::first_x2apic_vcpu(t.topology(), m).is_none())
     };
     let same_shape = |t: &Shape| match (t, written) {
         (Shape::Written(t), Some(w)) => {
@@ -244,10 +244,10 @@ pub(in crate::rewrite) fn require_x2apic(
     facts: &DomainFacts<'_>,
     n: &mut Notes,
 ) {
-    crate::rewrite::cpu::ensure_model(d, arch, &need.rule, facts, n);
+    crate::rewrite::cpu_rules::ensure_model(d, arch, &need.rule, facts, n);
     let have = d.feature_policy("x2apic");
     d.set_feature("x2apic", "require");
-    n.change(crate::rewrite::cpu::feature_change(
+    n.change(crate::rewrite::cpu_rules::feature_change(
         &need.rule,
         "x2apic",
         have.as_deref(),

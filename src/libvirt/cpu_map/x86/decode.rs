@@ -12,7 +12,7 @@
 //! `<signature>` is the CPU's, then the shortest list.
 
 use super::{CpuData, X86Map, X86Model};
-use crate::libvirt::cpu::{CpuDef, FeaturePolicy};
+use crate::libvirt::cpu_def::{CpuDef, FeaturePolicy};
 use crate::libvirt::cpudata::X86CpuData;
 use std::path::PathBuf;
 

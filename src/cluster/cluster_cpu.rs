@@ -43,8 +43,8 @@ pub struct ClusterCpu {
     /// Where the cluster is named: `[host] cluster of policy FILE`.
     pub source: String,
     /// The features KVM never gives a guest left out of the baseline, and the hosts known only
-    /// by their physical CPU that listed them ([`super::report::ClusterReport::kvm_left_out`]).
-    pub kvm_left_out: Option<super::report::KvmLeftOut>,
+    /// by their physical CPU that listed them ([`super::analysis::ClusterReport::kvm_left_out`]).
+    pub kvm_left_out: Option<super::analysis::KvmLeftOut>,
 }
 
 impl ClusterCpu {

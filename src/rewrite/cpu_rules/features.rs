@@ -6,7 +6,7 @@ use crate::change::{Action, Change, Notes};
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
 use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu::{CpuMode, policy_absent, policy_present};
+use crate::libvirt::cpu_def::{CpuMode, policy_absent, policy_present};
 use crate::policy::Plan;
 use crate::rewrite::desired::{Desired, DesiredFeature};
 

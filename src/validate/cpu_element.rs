@@ -6,7 +6,7 @@ use crate::domain::{Domain, cpu_features, model_name};
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
 use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu::{CpuCheck, CpuMatch, CpuMode, Fallback, FeaturePolicy};
+use crate::libvirt::cpu_def::{CpuCheck, CpuMatch, CpuMode, Fallback, FeaturePolicy};
 use crate::policy::Plan;
 use crate::xml::{child, is_libvirt_element};
 use roxmltree::Node;
@@ -108,7 +108,7 @@ fn check_mode_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) 
 
 /// `match`, `check` and the model's `fallback` take only libvirt's values: libvirt's reader
 /// (`virCPUDefParseXML`, `virXMLPropEnum`) refuses the definition otherwise, in the words of
-/// [`CpuDef::read_as`](crate::libvirt::cpu::CpuDef::read_as); `fallback` is read only outside
+/// [`CpuDef::read_as`](crate::libvirt::cpu_def::CpuDef::read_as); `fallback` is read only outside
 /// host-passthrough and maximum, as there.
 fn check_enum_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) {
     let fix = "use one of libvirt's values (docs/findings.md) or remove the attribute";
@@ -448,7 +448,7 @@ const TCG_SINCE_7_2: [&str; 4] = ["avx", "avx2", "f16c", "fma"];
 /// with a warning on its own stderr only ("TCG doesn't support requested feature"), and the
 /// guest starts below the level. The TCG CPU is the host-model CPU of the `type='qemu'`
 /// domcapabilities, or `<hostCPU type='tcg'>` of libvirt's QEMU capability cache
-/// ([`crate::qemu::TcgFacts::host_cpu`]): QEMU 5.2's lacks avx, avx2, fma and f16c (QEMU 7.2's
+/// ([`crate::tcg_facts::TcgFacts::host_cpu`]): QEMU 5.2's lacks avx, avx2, fma and f16c (QEMU 7.2's
 /// changelog: TCG emulates AVX, AVX2, F16C and FMA3 from 7.2 on). With `partial` or `full`
 /// libvirt refuses the start instead (`tcg-cpu-missing`).
 fn check_tcg_level(

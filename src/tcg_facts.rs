@@ -7,12 +7,12 @@
 //! each model's `usable` and, on libvirt 11.x, its `<blockers>`. [`crate::host::Host`] says which
 //! file answers; [`TcgFacts::gather`] asks it, once per domain and only when a rule can need it,
 //! for what [`crate::validate`] and [`crate::rewrite`] judge: the APIC-ID rule
-//! ([`crate::apic`]) and libvirt's CPU check under TCG.
+//! ([`crate::apic_id`]) and libvirt's CPU check under TCG.
 
 use crate::domain::{Domain, cpu_mode, model_name};
 use crate::host::{Host, Sourced};
 use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu::{CpuCheck, CpuMode};
+use crate::libvirt::cpu_def::{CpuCheck, CpuMode};
 use crate::libvirt::domcaps::DomCaps;
 use crate::libvirt::version::{LibvirtVersion, QemuVersion};
 use crate::policy::Plan;
@@ -114,7 +114,7 @@ pub struct TcgFacts {
     /// gathered otherwise.
     pub x86_tcg: bool,
     /// The QEMU release ([`Host::qemu_version`]), looked up when the guest's vCPUs can reach an
-    /// APIC ID of 255 ([`crate::apic`]), a `vcpu.*` rule can change them, vCPUs can be
+    /// APIC ID of 255 ([`crate::apic_id`]), a `vcpu.*` rule can change them, vCPUs can be
     /// hot-plugged ([`TCG_CPU_HOTPLUG_LOST`]), libvirt compares the guest CPU
     /// ([`TCG_HT_SINCE`]) or an Intel IOMMU has `eim='on'`; None: not needed, or unknown (then
     /// judged as a QEMU before 9.0 for the refusals, the safe choice; no hot-plug warning is
@@ -288,7 +288,8 @@ fn reaches_x2apic(dom: &Domain<'_>) -> bool {
         .first()
         .and_then(|c| child(*c, "topology"))
         .and_then(|t| crate::topology::Topology::read(t, false).ok());
-    crate::apic::highest(topology.as_ref(), max).is_some_and(|id| id > crate::apic::XAPIC_MAX_ID)
+    crate::apic_id::highest(topology.as_ref(), max)
+        .is_some_and(|id| id > crate::apic_id::XAPIC_MAX_ID)
 }
 
 /// Whether the domain, as written, can take hot-plugged vCPUs (`<vcpu current>` below the

@@ -26,7 +26,7 @@ use crate::domain::Domain;
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
 use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu::{CpuCheck, CpuMode};
+use crate::libvirt::cpu_def::{CpuCheck, CpuMode};
 use crate::policy::Plan;
 use features::{
     apply_disable, apply_require, check_cluster_features, check_policy_names, cluster_why,

@@ -3,19 +3,19 @@
 
 use super::apply::{Applied, Report};
 use crate::host::Host;
-use crate::report::Verdict;
+use crate::verdict::Verdict;
 
 /// The daemon's view of the host's guests for the metrics: each guest's state after the last
 /// step that touched it, and the counters since start.
 #[derive(Debug, Default)]
-pub(super) struct Fleet {
+pub(super) struct GuestStates {
     /// Guest → (verdict after the step, rules involved); None: its definition could not be read
     /// or parsed. Transient guests are not kept.
     pub(super) guests: std::collections::BTreeMap<String, Option<(Verdict, Vec<String>)>>,
     pub(super) counters: crate::metrics::Counters,
 }
 
-impl Fleet {
+impl GuestStates {
     /// Take one guest's step into the state and the counters.
     pub(super) fn record(&mut self, name: &str, a: &Applied) {
         if let Report::Changed {
@@ -74,7 +74,7 @@ mod tests {
 
     #[test]
     fn fleet_counts_the_state_after_each_step() {
-        let mut fleet = Fleet::default();
+        let mut fleet = GuestStates::default();
         fleet.record("a", &applied(changed(), Some(Verdict::NeedsRewrite), None));
         fleet.record(
             "b",
