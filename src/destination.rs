@@ -10,18 +10,20 @@
 //! against the host's capabilities, and the guest's custom CPU compared with the host's
 //! host-model CPU for the guest's virt type, or for a KVM guest on a host known only by `virsh
 //! capabilities`, with its physical CPU less what KVM never gives a guest
-//! ([`crate::cluster::compare`], libvirt's `x86Compute`: what libvirt checks when it starts a
+//! ([`crate::cpu::compare`], libvirt's `x86Compute`: what libvirt checks when it starts a
 //! `check='partial'` guest). Findings that
 //! come from the policy ([`POLICY_CODES`]) are not a question of the host: libvirt keeps the
 //! guest's CPU on migrate and restore anyway.
 
 pub mod group;
 
-use crate::cluster::compare::{Comparison, Compatibility, compare, guest_cpu};
 use crate::cluster::hosts::ClusterHost;
+use crate::cluster::hosts::compare;
+use crate::cpu::compare::{Comparison, Compatibility};
 use crate::domain::Domain;
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding, Severity};
+use crate::guest_cpu::guest_cpu;
 use crate::host::{Host, Sourced};
 use crate::libvirt::cpu_def::CpuDef;
 use crate::libvirt::cpu_def::{CpuCheck, CpuMode};
@@ -257,7 +259,7 @@ pub fn machine_missing(dom: &Domain<'_>, host: &Host) -> Option<Finding> {
 /// `physical` CPU (`virsh capabilities`' `<host><cpu>`) less the features KVM never gives a
 /// guest ([`ClusterHost::kvm_of_physical`]: the most KVM can give, so a feature missing there is
 /// missing from any host-model too); as `virt-cpu-policy compare` judges it
-/// ([`crate::cluster::compare`], libvirt's `x86Compute`): libvirt compares a custom CPU with
+/// ([`crate::cpu::compare`], libvirt's `x86Compute`): libvirt compares a custom CPU with
 /// the host's when it starts the incoming guest (`check='partial'`) or checks what QEMU gave
 /// (`check='full'`), so an incompatible CPU fails later anyway, after the migration began.
 #[must_use]
@@ -293,7 +295,7 @@ pub fn compare_cpu(
 }
 
 /// The guest's CPU in `text` compared with the host CPU `against` as libvirt's `x86Compute`
-/// does ([`crate::cluster::compare`], on `map`'s CPUID data): the guest's model, the
+/// does ([`crate::cpu::compare`], on `map`'s CPUID data): the guest's model, the
 /// comparison, and where the host's CPU came from (for messages). Err: why it cannot be.
 fn compare_with(
     text: &str,

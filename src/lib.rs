@@ -39,6 +39,7 @@ pub mod vcpu_limits;
 
 // The document.
 pub mod domain;
+pub mod guest_cpu;
 pub mod guest_os;
 pub mod topology;
 
@@ -85,6 +86,9 @@ pub mod metrics;
 pub mod audit;
 
 pub mod fleet;
+
+pub mod cluster_view;
+pub mod placement;
 
 pub mod hook;
 

@@ -8,8 +8,9 @@
 //! stdout).
 
 use super::{EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED, Failure, Format, read_input, write_stdout};
-use crate::cluster::format::{BaselineFormat, render, render_compare};
-use crate::cluster::{ClusterError, ClusterOptions, analyze, compare, hosts};
+use crate::cluster::{ClusterOptions, analyze, hosts};
+use crate::cluster_view::{BaselineFormat, render, render_compare};
+use crate::cpu::CpuError;
 use crate::cpu::Level;
 use crate::libvirt::arch::is_x86;
 use crate::libvirt::cpu_map::x86::X86Map;
@@ -84,8 +85,8 @@ pub struct CompareArgs {
     pub domain: PathBuf,
 }
 
-impl From<ClusterError> for Failure {
-    fn from(e: ClusterError) -> Self {
+impl From<CpuError> for Failure {
+    fn from(e: CpuError) -> Self {
         Failure {
             code: if e.is_incompatible() {
                 EXIT_REFUSED
@@ -109,7 +110,7 @@ fn load_map(dir: Option<&Path>) -> Result<X86Map, Failure> {
             )),
         });
     }
-    Ok(X86Map::load(dir.unwrap_or(default)).map_err(ClusterError::from)?)
+    Ok(X86Map::load(dir.unwrap_or(default)).map_err(CpuError::from)?)
 }
 
 /// The x86 map `analyze` needs for `hosts`: libvirt's at `dir` (or the default) when a host is
@@ -219,9 +220,9 @@ pub(super) fn cmd_compare(a: &CompareArgs) -> Result<i32, Failure> {
     let (bytes, what) = read_input(&a.domain)?;
     let text = crate::xml::decode(&bytes, &what)?;
     let guest_path = PathBuf::from(&what);
-    let guest = compare::guest_cpu(text, &guest_path)?;
+    let guest = crate::guest_cpu::guest_cpu(text, &guest_path)?;
     if !is_x86(&host.arch) {
-        return Err(ClusterError::Facts {
+        return Err(CpuError::Facts {
             path: host.path,
             message: format!(
                 "compare judges x86 hosts (libvirt's x86Compute); this host is {}",
@@ -231,10 +232,10 @@ pub(super) fn cmd_compare(a: &CompareArgs) -> Result<i32, Failure> {
         .into());
     }
     let map = load_map(a.cpu_map.as_deref())?;
-    let result = compare::compare(&map, &host, &guest, &guest_path)?;
+    let result = hosts::compare(&map, &host, &guest, &guest_path)?;
     let json = matches!(a.format, Format::Json);
     write_stdout(render_compare(&host, &guest, &result, json).as_bytes())?;
-    if result.verdict == compare::Compatibility::Incompatible {
+    if result.verdict == crate::cpu::compare::Compatibility::Incompatible {
         crate::stdio::message_line(&format!(
             "virt-cpu-policy: the guest CPU cannot run on host {}: {}",
             host.name,

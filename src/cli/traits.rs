@@ -7,10 +7,10 @@
 
 use super::cluster::map_for;
 use super::{EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED, Failure, write_stdout};
-use crate::cluster::traits::{
+use crate::cluster::{ClusterOptions, analyze, hosts};
+use crate::placement::{
     HostTraits, TraitsError, cluster_traits, render_cloudstack, render_json, render_nova,
 };
-use crate::cluster::{ClusterOptions, analyze, hosts};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 

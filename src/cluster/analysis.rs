@@ -1,7 +1,7 @@
 //! A cluster put together: the baseline every host can run, each host's psABI level and what it
 //! lacks for the next ones, and the groups of hosts whose CPUs are identical.
 //!
-//! * x86: [`super::baseline`] on the hosts' CPUs, restricted to the models every host with
+//! * x86: [`crate::cpu::baseline`] on the hosts' CPUs, restricted to the models every host with
 //!   domcapabilities lists `usable='yes'`. The cluster's level is the lowest host level (a level
 //!   is reached when every one of its features is there, so the common features reach exactly
 //!   the lowest host's level).
@@ -13,12 +13,12 @@
 //! Groups are given for x86 too: identical vendor and CPUID data, where a `host-passthrough`
 //! guest can move as well.
 
-use super::ClusterError;
-use super::baseline::{
+use super::hosts::{ClusterHost, CpuOrigin};
+use crate::cpu::CpuError;
+use crate::cpu::Level;
+use crate::cpu::baseline::{
     Baseline, BaselineOptions, InputCpu, Select, baseline, cpu_data, leave_out_kvm_never,
 };
-use super::hosts::{ClusterHost, CpuOrigin};
-use crate::cpu::Level;
 use crate::libvirt::arch::is_x86;
 use crate::libvirt::cpu_map::x86::{CpuData, X86Map};
 use std::collections::{BTreeMap, BTreeSet};
@@ -96,12 +96,12 @@ pub struct ClusterReport {
     /// `host-model` never lists them).
     pub kvm_left_out: Option<KvmLeftOut>,
     /// The features QEMU derives from a guest's vCPU topology
-    /// ([`super::baseline::QEMU_TOPOLOGY_FEATURES`]) the hosts' common CPU required, left out
+    /// ([`crate::cpu::baseline::QEMU_TOPOLOGY_FEATURES`]) the hosts' common CPU required, left out
     /// of the baseline (a guest of one vCPU does not keep them on QEMU 10.0.1 and later); empty
     /// when it had none.
     pub topology_left_out: Vec<String>,
     /// `arch-capabilities` and its bits, left out of an AMD cluster's baseline
-    /// ([`super::baseline::leave_out_arch_capabilities`]); empty when it had none.
+    /// ([`crate::cpu::baseline::leave_out_arch_capabilities`]); empty when it had none.
     pub arch_capabilities_left_out: Vec<String>,
 }
 
@@ -159,16 +159,16 @@ impl ClusterReport {
 /// Puts the cluster of `hosts` together. `map` is needed for x86 hosts.
 ///
 /// # Errors
-/// [`ClusterError::MixedArch`] for hosts of several arches; for x86: a host without a CPU
-/// ([`ClusterError::Facts`]), unknown models, features or vendors, and no common CPU
-/// ([`ClusterError::Incompatible`]).
+/// [`CpuError::MixedArch`] for hosts of several arches; for x86: a host without a CPU
+/// ([`CpuError::Facts`]), unknown models, features or vendors, and no common CPU
+/// ([`CpuError::Incompatible`]).
 pub fn analyze(
     hosts: &[ClusterHost],
     map: Option<&X86Map>,
     opts: &ClusterOptions,
-) -> Result<ClusterReport, ClusterError> {
+) -> Result<ClusterReport, CpuError> {
     let Some(first) = hosts.first() else {
-        return Err(ClusterError::NoHosts);
+        return Err(CpuError::NoHosts);
     };
     let arch = first.arch.clone();
     if hosts.iter().any(|h| h.arch != arch) {
@@ -176,7 +176,7 @@ pub fn analyze(
             .iter()
             .map(|h| format!("{} ({})", h.name, h.arch))
             .collect();
-        return Err(ClusterError::MixedArch(list.join(", ")));
+        return Err(CpuError::MixedArch(list.join(", ")));
     }
     let mut report = ClusterReport {
         arch: arch.clone(),
@@ -214,7 +214,7 @@ pub fn analyze(
     match (is_x86(&arch), map) {
         (true, Some(map)) => x86(&mut report, hosts, map, *opts)?,
         (true, None) => {
-            return Err(ClusterError::Incompatible(
+            return Err(CpuError::Incompatible(
                 "x86 hosts need libvirt's cpu_map".into(),
             ));
         }
@@ -239,7 +239,7 @@ fn x86(
     hosts: &[ClusterHost],
     map: &X86Map,
     opts: ClusterOptions,
-) -> Result<(), ClusterError> {
+) -> Result<(), CpuError> {
     report.cpu_map = Some(map.source().to_owned());
     let (datas, left_out) = host_data(hosts, map)?;
     report.left_out = left_out;
@@ -273,7 +273,7 @@ fn x86(
     )
     .map_err(|e| match e {
         // libvirt's sentence names no host; the operator needs to know which differ.
-        ClusterError::Incompatible(why) => {
+        CpuError::Incompatible(why) => {
             let cpus: Vec<String> = report
                 .hosts
                 .iter()
@@ -283,7 +283,7 @@ fn x86(
                     format!("{}: {model}, {vendor}", h.name)
                 })
                 .collect();
-            ClusterError::Incompatible(format!("{why} (hosts {})", cpus.join("; ")))
+            CpuError::Incompatible(format!("{why} (hosts {})", cpus.join("; ")))
         }
         e => e,
     })?;
@@ -301,7 +301,7 @@ fn x86(
             });
         }
     }
-    report.topology_left_out = super::baseline::leave_out_topology(&mut b);
+    report.topology_left_out = crate::cpu::baseline::leave_out_topology(&mut b);
     let vendor = b.cpu.vendor.clone().or_else(|| {
         // The hosts' one vendor when the baseline does not name it (not every host did).
         let mut v = hosts.iter().filter_map(|h| h.cpu.as_ref()?.vendor.clone());
@@ -309,7 +309,7 @@ fn x86(
         v.all(|x| x == first).then_some(first)
     });
     report.arch_capabilities_left_out =
-        super::baseline::leave_out_arch_capabilities(&mut b, vendor.as_deref());
+        crate::cpu::baseline::leave_out_arch_capabilities(&mut b, vendor.as_deref());
     report.features = b
         .effective_features(map)
         .into_iter()
@@ -335,25 +335,25 @@ fn x86(
 fn host_data(
     hosts: &[ClusterHost],
     map: &X86Map,
-) -> Result<(Vec<CpuData>, Vec<(String, Vec<String>)>), ClusterError> {
+) -> Result<(Vec<CpuData>, Vec<(String, Vec<String>)>), CpuError> {
     let mut datas: Vec<CpuData> = Vec::new();
     let mut left_out = Vec::new();
     for h in hosts {
         let Some(cpu) = &h.cpu else {
-            return Err(ClusterError::Facts {
+            return Err(CpuError::Facts {
                 path: h.path.clone(),
                 message: "no host CPU: its domcapabilities have no supported host-model (give virsh capabilities, or both in a <hostFacts>)".into(),
             });
         };
         if cpu.model.is_none() {
-            return Err(ClusterError::Facts {
+            return Err(CpuError::Facts {
                 path: h.path.clone(),
                 message: "its host CPU names no <model> (libvirt: \"Missing CPU model name\")"
                     .into(),
             });
         }
         if let Some(v) = cpu.vendor.as_ref().filter(|v| !map.has_vendor(v)) {
-            return Err(ClusterError::UnknownVendor {
+            return Err(CpuError::UnknownVendor {
                 path: h.path.clone(),
                 vendor: v.clone(),
                 map: map.source().to_owned(),
@@ -507,7 +507,7 @@ mod tests {
         ])
         .unwrap();
         let e = analyze(&hosts, None, &ClusterOptions::default()).unwrap_err();
-        assert!(matches!(e, ClusterError::MixedArch(_)), "{e}");
+        assert!(matches!(e, CpuError::MixedArch(_)), "{e}");
         assert!(e.to_string().contains("kvm-aarch64 (aarch64)"), "{e}");
     }
 

@@ -10,7 +10,12 @@
 use super::ClusterOptions;
 use crate::cpu::Level;
 use crate::libvirt::cpu_map::DEFAULT_CPU_MAP;
+use sha2::{Digest, Sha256};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+/// Hex digits of the fingerprint kept in a name: 32 bits tell a fleet's few cluster CPUs apart.
+const FINGERPRINT_LEN: usize = 8;
 
 /// The CPU every host of a cluster can run, as a plan uses it for `cpu.model = "baseline"`:
 /// libvirt's baseline of the hosts' CPUs, `migratable`. Feature names are libvirt's.
@@ -48,14 +53,14 @@ pub struct ClusterCpu {
 }
 
 impl ClusterCpu {
-    /// Its name for schedulers and metrics ([`super::traits::ClusterCpu`]), whose
-    /// [`fingerprint`](super::traits::ClusterCpu::fingerprint) tells two cluster CPUs apart.
+    /// Its name for schedulers and metrics ([`NamedCpu`]), whose
+    /// [`fingerprint`](NamedCpu::fingerprint) tells two cluster CPUs apart.
     #[must_use]
-    pub fn named(&self) -> super::traits::ClusterCpu {
+    pub fn named(&self) -> NamedCpu {
         let mut features = self.features.clone();
         features.sort_unstable();
         features.dedup();
-        super::traits::ClusterCpu {
+        NamedCpu {
             arch: self.arch.clone(),
             model: self.model.clone(),
             vendor: self.vendor.clone(),
@@ -146,5 +151,46 @@ impl ClusterCpu {
             source: source.to_string(),
             kvm_left_out: report.kvm_left_out.clone(),
         })
+    }
+}
+
+/// The cluster's CPU by what tells two apart: arch, model, vendor and effective features, and
+/// its fingerprint (what the placement trait and host tag name, [`crate::placement`], and what
+/// the cluster CPU seen compares, [`super::watch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedCpu {
+    /// The hosts' arch (`x86_64`, `i686`).
+    pub arch: String,
+    /// The baseline model (libvirt's name).
+    pub model: String,
+    /// Its vendor; None for a vendor mix or a host naming none.
+    pub vendor: Option<String>,
+    /// The effective features (model + required − disabled), sorted by name.
+    pub features: Vec<String>,
+}
+
+impl NamedCpu {
+    /// The text the fingerprint hashes: `ARCH\nMODEL\nVENDOR\nFEATURES\n`, the vendor empty
+    /// when none, the features sorted and joined with single spaces.
+    #[must_use]
+    pub fn canonical(&self) -> String {
+        format!(
+            "{}\n{}\n{}\n{}\n",
+            self.arch,
+            self.model,
+            self.vendor.as_deref().unwrap_or(""),
+            self.features.join(" ")
+        )
+    }
+
+    /// The first 8 hex digits (lower case) of the SHA-256 of [`NamedCpu::canonical`].
+    #[must_use]
+    pub fn fingerprint(&self) -> String {
+        let digest = Sha256::digest(self.canonical().as_bytes());
+        let mut hex = String::with_capacity(FINGERPRINT_LEN);
+        for b in &digest[..FINGERPRINT_LEN / 2] {
+            let _ = write!(hex, "{b:02x}");
+        }
+        hex
     }
 }

@@ -22,7 +22,9 @@
 //! The documents are read by [`crate::libvirt`], as `Host` reads them: a document libvirt refuses
 //! (a host-model feature policy it does not know) is refused here too.
 
-use super::ClusterError;
+use crate::cpu::CpuError;
+use crate::cpu::compare::{Comparison, GuestCpu, compare_cpus};
+use crate::libvirt::arch::is_x86;
 use crate::libvirt::capabilities::Capabilities;
 use crate::libvirt::cpu_def::{CpuDef, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::X86Map;
@@ -172,7 +174,7 @@ impl ClusterHost {
     /// `<capabilities>` or `<domainCapabilities>`, and `fleet --admit` of the facts it read.
     ///
     /// # Errors
-    /// [`ClusterError::Facts`]: capabilities without a host CPU, capabilities and domcapabilities
+    /// [`CpuError::Facts`]: capabilities without a host CPU, capabilities and domcapabilities
     /// of different arches, no arch, a name with a control character.
     pub fn of_facts(
         path: &Path,
@@ -180,7 +182,7 @@ impl ClusterHost {
         libvirt: Option<LibvirtVersion>,
         caps: Option<&Capabilities>,
         domcaps: &[DomCaps],
-    ) -> Result<ClusterHost, ClusterError> {
+    ) -> Result<ClusterHost, CpuError> {
         let mut host = ClusterHost::unnamed(path.to_owned());
         host.name = name;
         host.libvirt = libvirt;
@@ -193,7 +195,7 @@ impl ClusterHost {
         }
         if let Some(c) = caps {
             host.add_capabilities(c)
-                .map_err(|m| ClusterError::facts(path, &m))?;
+                .map_err(|m| CpuError::facts(path, &m))?;
         }
         host.checked()
     }
@@ -202,8 +204,8 @@ impl ClusterHost {
     /// first one of which was read), named `name`, read from `path`.
     ///
     /// # Errors
-    /// [`ClusterError::Facts`]: a name with a control character.
-    pub fn renamed(&self, name: &str, path: &Path) -> Result<ClusterHost, ClusterError> {
+    /// [`CpuError::Facts`]: a name with a control character.
+    pub fn renamed(&self, name: &str, path: &Path) -> Result<ClusterHost, CpuError> {
         let mut host = self.clone();
         host.name = name.to_string();
         path.clone_into(&mut host.path);
@@ -211,14 +213,14 @@ impl ClusterHost {
     }
 
     /// The host if it names an arch and its name has no control character.
-    fn checked(self) -> Result<ClusterHost, ClusterError> {
+    fn checked(self) -> Result<ClusterHost, CpuError> {
         if self.arch.is_empty() {
-            return Err(ClusterError::facts(&self.path, "names no arch"));
+            return Err(CpuError::facts(&self.path, "names no arch"));
         }
         // The name goes into comment lines of the toml, nova and cloudstack output: a newline
         // there would start a line of configuration taken from a file on shared storage.
         if self.name.chars().any(char::is_control) {
-            return Err(ClusterError::facts(
+            return Err(CpuError::facts(
                 &self.path,
                 &format!(
                     "the host name {:?} has a control character (a hostname has none)",
@@ -294,25 +296,24 @@ impl ClusterHost {
 /// Reads every host of `paths`: files, and directories standing for their `*.xml` files.
 ///
 /// # Errors
-/// [`ClusterError::Input`] for a file that cannot be read or is not UTF-8 XML;
-/// [`ClusterError::Facts`] for a document that is not a facts file, a directory without `*.xml`
-/// files, or two files naming the same host; [`ClusterError::NoHosts`] for an empty list.
-pub fn read_hosts(paths: &[PathBuf]) -> Result<Vec<ClusterHost>, ClusterError> {
+/// [`CpuError::Input`] for a file that cannot be read or is not UTF-8 XML;
+/// [`CpuError::Facts`] for a document that is not a facts file, a directory without `*.xml`
+/// files, or two files naming the same host; [`CpuError::NoHosts`] for an empty list.
+pub fn read_hosts(paths: &[PathBuf]) -> Result<Vec<ClusterHost>, CpuError> {
     let mut hosts: Vec<ClusterHost> = Vec::new();
     for path in paths {
         let files = if path.is_dir() {
             // Every *.xml entry but guest facts is a host: one that cannot be read (a dangling link, a FIFO) is an
             // error below, never a host silently left out of the baseline.
-            let mut files = crate::readfile::xml_entries(path).map_err(|e| {
-                ClusterError::facts(path, &format!("cannot list the directory: {e}"))
-            })?;
+            let mut files = crate::readfile::xml_entries(path)
+                .map_err(|e| CpuError::facts(path, &format!("cannot list the directory: {e}")))?;
             // A published directory holds each host's guests beside it: those are no host.
             files.retain(|f| {
                 !f.file_name()
                     .is_some_and(|n| n.to_string_lossy().ends_with(GUEST_FACTS_SUFFIX))
             });
             if files.is_empty() {
-                return Err(ClusterError::facts(
+                return Err(CpuError::facts(
                     path,
                     "the directory holds no *.xml facts files",
                 ));
@@ -327,7 +328,7 @@ pub fn read_hosts(paths: &[PathBuf]) -> Result<Vec<ClusterHost>, ClusterError> {
         {
             let host = host?;
             if let Some(other) = hosts.iter().find(|h| h.name == host.name) {
-                return Err(ClusterError::facts(
+                return Err(CpuError::facts(
                     file,
                     &format!(
                         "names host '{}' as {} does already; one file per host",
@@ -340,7 +341,7 @@ pub fn read_hosts(paths: &[PathBuf]) -> Result<Vec<ClusterHost>, ClusterError> {
         }
     }
     if hosts.is_empty() {
-        return Err(ClusterError::NoHosts);
+        return Err(CpuError::NoHosts);
     }
     Ok(hosts)
 }
@@ -349,7 +350,7 @@ pub fn read_hosts(paths: &[PathBuf]) -> Result<Vec<ClusterHost>, ClusterError> {
 ///
 /// # Errors
 /// As [`read_hosts`].
-pub fn read_host(path: &Path) -> Result<ClusterHost, ClusterError> {
+pub fn read_host(path: &Path) -> Result<ClusterHost, CpuError> {
     let accept = [
         "domainCapabilities",
         "capabilities",
@@ -357,8 +358,8 @@ pub fn read_host(path: &Path) -> Result<ClusterHost, ClusterError> {
         crate::libvirt::host_facts::ROOT,
     ];
     let doc = read_document(path, &accept).map_err(|e| match e {
-        DocumentError::Input(e) => ClusterError::Input(e),
-        DocumentError::Invalid { path, message } => ClusterError::Facts { path, message },
+        DocumentError::Input(e) => CpuError::Input(e),
+        DocumentError::Invalid { path, message } => CpuError::Facts { path, message },
     })?;
     let stem = path
         .file_name()
@@ -378,7 +379,7 @@ pub fn read_host(path: &Path) -> Result<ClusterHost, ClusterError> {
         Document::Capabilities(c) => ClusterHost::of_facts(path, stem, None, Some(&c), &[]),
         Document::Cpu(cpu) => {
             let Some(arch) = cpu.arch.clone() else {
-                return Err(ClusterError::facts(
+                return Err(CpuError::facts(
                     path,
                     "this <cpu> names no <arch>: a host CPU from virsh capabilities has one (a guest <cpu> is not host facts)",
                 ));
@@ -391,8 +392,40 @@ pub fn read_host(path: &Path) -> Result<ClusterHost, ClusterError> {
             host.checked()
         }
         // Not among `accept`: read_document refused it.
-        Document::QemuCaps(_) => Err(ClusterError::facts(path, "names no arch")),
+        Document::QemuCaps(_) => Err(CpuError::facts(path, "names no arch")),
     }
+}
+
+/// Compares `guest` (read from `guest_path`) with `host`'s CPU (libvirt's `x86Compute`,
+/// [`compare_cpus`]).
+///
+/// # Errors
+/// [`CpuError::Facts`] for a host that is not x86 or has no CPU; unknown models, features
+/// (in either CPU).
+pub fn compare(
+    map: &X86Map,
+    host: &ClusterHost,
+    guest: &GuestCpu,
+    guest_path: &Path,
+) -> Result<Comparison, CpuError> {
+    compare_cpus(map, host_cpu(host)?, &host.path, guest, guest_path)
+}
+
+/// The CPU of an x86 `host` that compare can judge against.
+fn host_cpu(host: &ClusterHost) -> Result<&CpuDef, CpuError> {
+    let host_error = |message: String| CpuError::Facts {
+        path: host.path.clone(),
+        message,
+    };
+    if !is_x86(&host.arch) {
+        return Err(host_error(format!(
+            "compare judges x86 hosts (libvirt's x86Compute); this host is {}",
+            host.arch
+        )));
+    }
+    host.cpu.as_ref().ok_or_else(|| {
+        host_error("no host CPU: its domcapabilities have no supported host-model".into())
+    })
 }
 
 #[cfg(test)]
@@ -546,7 +579,7 @@ mod tests {
         std::fs::create_dir_all(&empty).unwrap();
         let e = read_hosts(&[empty]).unwrap_err().to_string();
         assert!(e.contains("no *.xml"), "{e}");
-        assert!(matches!(read_hosts(&[]), Err(ClusterError::NoHosts)));
+        assert!(matches!(read_hosts(&[]), Err(CpuError::NoHosts)));
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -56,7 +56,7 @@ impl Direction {
 pub struct Seen {
     /// libvirt's model name.
     pub model: String,
-    /// [`super::traits::ClusterCpu::fingerprint`] (8 hex digits).
+    /// [`super::cluster_cpu::NamedCpu::fingerprint`] (8 hex digits).
     pub fingerprint: String,
     /// Its psABI level (None: below x86-64-v1).
     pub level: Option<Level>,

@@ -76,7 +76,7 @@ pub fn kvm_never_gives(name: &str) -> bool {
 pub enum NeverDisabled {
     /// Those the CPU's model has, in the cpu_map's order: for a guest CPU written into the
     /// domain XML (the cluster baseline,
-    /// [`crate::cluster::baseline::leave_out_kvm_never`]), where a
+    /// [`crate::cpu::baseline::leave_out_kvm_never`]), where a
     /// `<feature policy='disable'>` of a feature the model lacks would be an edit that does
     /// nothing.
     OfTheModel,

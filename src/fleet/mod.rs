@@ -23,7 +23,7 @@ pub mod guest;
 mod read;
 pub mod views;
 
-use crate::cluster::ClusterError;
+use crate::cpu::CpuError;
 use crate::destination::group::{HostCpu, Passthrough, Source};
 use crate::destination::{Arrival, CpuMapCache, judge};
 use crate::domain::Domain;
@@ -42,10 +42,10 @@ use std::rc::Rc;
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
     /// A file or directory that cannot be read, or is not UTF-8 XML
-    /// ([`ClusterError::Input`]); a file that is XML but neither host nor guest facts, or facts
-    /// libvirt would refuse ([`ClusterError::Facts`]): the cluster's words for the same input.
+    /// ([`CpuError::Input`]); a file that is XML but neither host nor guest facts, or facts
+    /// libvirt would refuse ([`CpuError::Facts`]): the cluster's words for the same input.
     #[error(transparent)]
-    Cluster(#[from] ClusterError),
+    Cluster(#[from] CpuError),
     /// The command names a host the facts do not hold.
     #[error("no host named '{0}' among the facts given")]
     UnknownHost(String),
@@ -77,7 +77,7 @@ pub enum FleetError {
 
 impl From<crate::Error> for FleetError {
     fn from(e: crate::Error) -> Self {
-        FleetError::Cluster(ClusterError::Input(e))
+        FleetError::Cluster(CpuError::Input(e))
     }
 }
 
@@ -341,7 +341,7 @@ impl Fleet {
                 Ok(self.hosts.len() - 1)
             }
             Input::Guests(_) => {
-                Err(ClusterError::facts(path, "guest facts, where host facts were expected").into())
+                Err(CpuError::facts(path, "guest facts, where host facts were expected").into())
             }
         }
     }
@@ -480,7 +480,7 @@ impl Fleet {
     pub(crate) fn cluster_hosts(
         &self,
         hosts: impl IntoIterator<Item = usize>,
-    ) -> Result<Vec<crate::cluster::hosts::ClusterHost>, ClusterError> {
+    ) -> Result<Vec<crate::cluster::hosts::ClusterHost>, CpuError> {
         let mut made: HashMap<usize, crate::cluster::hosts::ClusterHost> = HashMap::new();
         hosts
             .into_iter()
@@ -784,7 +784,7 @@ fn remote_host(path: &Path, map_dir: Option<&Path>) -> Result<Host, FleetError> 
         map_dir.map(Path::to_path_buf),
         None,
     ))
-    .map_err(|e| FleetError::from(ClusterError::facts(path, &e.to_string())))?;
+    .map_err(|e| FleetError::from(CpuError::facts(path, &e.to_string())))?;
     host.relabel_file(&path.display().to_string(), FACTS);
     Ok(host)
 }

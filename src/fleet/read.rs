@@ -3,7 +3,7 @@
 
 use super::FleetError;
 use super::guest::{self, GuestFacts};
-use crate::cluster::ClusterError;
+use crate::cpu::CpuError;
 use crate::libvirt::cpu_def::CpuDef;
 use crate::libvirt::version::LibvirtVersion;
 use std::path::{Path, PathBuf};
@@ -52,7 +52,7 @@ pub(super) fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, FleetError> {
     for p in paths {
         if p.is_dir() {
             let list = crate::readfile::xml_entries(p)
-                .map_err(|e| ClusterError::facts(p, &format!("cannot list the directory: {e}")))?;
+                .map_err(|e| CpuError::facts(p, &format!("cannot list the directory: {e}")))?;
             files.extend(list.into_iter().map(|f| (f, Some(p))));
         } else {
             files.push((p.clone(), None));
@@ -86,7 +86,7 @@ pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
     let text = crate::xml::decode(&bytes, &what)?;
     let doc = crate::xml::parse_xml(text, &what)?;
     let root = doc.root_element();
-    let facts = |message: String| FleetError::from(ClusterError::facts(path, &message));
+    let facts = |message: String| FleetError::from(CpuError::facts(path, &message));
     let stem = || {
         path.file_name()
             .map(|n| n.to_string_lossy())
@@ -176,7 +176,7 @@ impl Judged {
         &self,
         name: &str,
         path: &Path,
-    ) -> Result<crate::cluster::hosts::ClusterHost, ClusterError> {
+    ) -> Result<crate::cluster::hosts::ClusterHost, CpuError> {
         crate::cluster::hosts::ClusterHost::of_facts(
             path,
             name.to_string(),

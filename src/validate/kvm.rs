@@ -42,15 +42,17 @@
 //! (`tests/integration/kvm.rs`, `producers_kvm_against_virsh_create`). libvirt 9.0's cpu_map has
 //! no such mark: every model is compared with the host's own CPU.
 //!
-//! The comparison is `virt-cpu-policy compare`'s ([`crate::cluster::compare`], libvirt's
+//! The comparison is `virt-cpu-policy compare`'s ([`crate::cpu::compare`], libvirt's
 //! `x86Compute`) against [`crate::cluster::hosts::ClusterHost::started_kvm_compare`]; it needs the host's capabilities
 //! (its CPU) and libvirt's cpu_map (its CPUID data): without either nothing is said.
 
-use crate::cluster::compare::{Compatibility, GuestCpu, compare, guest_cpu};
+use crate::cluster::hosts::compare;
+use crate::cpu::compare::{Compatibility, GuestCpu};
 use crate::domain::{Domain, cpu_mode};
 use crate::domain_facts::DomainFacts;
 use crate::domain_facts::kvm_start::{KvmStartHost, Loaded};
 use crate::finding::{Code, Finding};
+use crate::guest_cpu::guest_cpu;
 use crate::libvirt::arch::is_x86;
 use crate::libvirt::cpu_def::{CpuCheck, CpuMatch, CpuMode, FeaturePolicy};
 use crate::xml::child;

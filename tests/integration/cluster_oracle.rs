@@ -26,7 +26,7 @@ use crate::harness::{Cmd, Oracle, Scratch, oracles, s, shared_corpus};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use virt_cpu_policy::cluster::baseline::QEMU_DROPPED_FEATURES;
+use virt_cpu_policy::cpu::baseline::QEMU_DROPPED_FEATURES;
 use virt_cpu_policy::cpu::{KVM_NEVER_GIVES, Level};
 use virt_cpu_policy::libvirt::cpu_map::CpuMap;
 use virt_cpu_policy::libvirt::cpu_map::x86::X86Map;

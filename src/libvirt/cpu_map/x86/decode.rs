@@ -1,7 +1,7 @@
 //! libvirt's `x86Decode` (`src/cpu/cpu_x86.c`): CPUID data turned into a model and features.
 //!
 //! libvirt decodes two kinds of CPU with one walk: a guest CPU (a baseline, `virsh
-//! cpu-baseline`: [`crate::cluster::baseline::decode`]) and the host's own CPU (`virsh
+//! cpu-baseline`: [`crate::cpu::baseline::decode`]) and the host's own CPU (`virsh
 //! capabilities`' `<host><cpu>`, `virCPUx86GetHost`: [`X86Map::decode_host`]). Both walk the
 //! models newest first, skip the models of another vendor and those the map marks `<decode
 //! host='off'/>` or `guest='off'` ([`X86Map::decode_candidates`]), and list each candidate as

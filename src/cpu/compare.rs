@@ -8,14 +8,10 @@
 //! when it has nothing beyond what the guest names, else a `superset`, which is incompatible
 //! for `match='strict'`.
 
-use super::ClusterError;
+use super::CpuError;
 use super::baseline::{Select, cpu_data};
-use super::hosts::ClusterHost;
-use crate::domain::Domain;
-use crate::libvirt::arch::is_x86;
-use crate::libvirt::cpu_def::{CpuDef, CpuMatch, CpuType, FeaturePolicy};
+use crate::libvirt::cpu_def::{CpuDef, CpuMatch, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::{CpuData, X86Map};
-use crate::xml::parse_xml;
 use std::path::Path;
 
 /// Whether a guest CPU runs on a host, as libvirt's `virCPUCompareResult` says it.
@@ -71,65 +67,19 @@ pub struct Comparison {
     pub notes: Vec<String>,
 }
 
-/// Reads the guest CPU of a domain document or a bare `<cpu>` document.
+/// Compares `guest` (read from `guest_path`) with the host CPU `host_cpu` (read from
+/// `host_path`): libvirt's `x86Compute`.
 ///
 /// # Errors
-/// [`ClusterError::Input`] for unreadable XML or another root; [`ClusterError::Facts`] for a
-/// domain without `<cpu>`, a CPU libvirt refuses ([`CpuDef::read_as`]: features without a model,
-/// an unknown `match` or feature policy...), a `host-model`/`host-passthrough`/`maximum` CPU (it
-/// is the host's own CPU: nothing to compare).
-pub fn guest_cpu(text: &str, path: &Path) -> Result<GuestCpu, ClusterError> {
-    let what = path.display().to_string();
-    let facts = |message: String| ClusterError::Facts {
-        path: path.to_owned(),
-        message,
-    };
-    let domain = match Domain::parse(text, &what) {
-        Ok(d) => Some(d),
-        Err(crate::Error::NotADomain { root, .. }) if root == "cpu" => None,
-        Err(e) => return Err(e.into()),
-    };
-    let bare;
-    let (name, node) = match &domain {
-        Some(d) => {
-            let Some(cpu) = d.cpus().first().copied() else {
-                return Err(facts(
-                    "the domain has no <cpu>: it gets the hypervisor's default CPU, nothing to compare"
-                        .into(),
-                ));
-            };
-            (d.name(), cpu)
-        }
-        None => {
-            bare = parse_xml(text, &what)?;
-            (String::new(), bare.root_element())
-        }
-    };
-    let cpu = CpuDef::read_as(node, CpuType::Guest).map_err(facts)?;
-    if let Some(mode) = cpu.mode.filter(|m| m.is_host_based()) {
-        return Err(facts(format!(
-            "the guest CPU is mode='{mode}': it takes the host's own CPU, so there is nothing to compare (compare judges custom CPUs)"
-        )));
-    }
-    Ok(GuestCpu {
-        name,
-        matching: cpu.matching.unwrap_or(CpuMatch::Exact),
-        cpu,
-    })
-}
-
-/// Compares `guest` (read from `guest_path`) with `host`'s CPU (libvirt's `x86Compute`).
-///
-/// # Errors
-/// [`ClusterError::Facts`] for a host that is not x86 or has no CPU; unknown models, features
-/// (in either CPU).
-pub fn compare(
+/// Unknown models, features (in either CPU): [`CpuError::UnknownModel`],
+/// [`CpuError::UnknownFeature`].
+pub fn compare_cpus(
     map: &X86Map,
-    host: &ClusterHost,
+    host_cpu: &CpuDef,
+    host_path: &Path,
     guest: &GuestCpu,
     guest_path: &Path,
-) -> Result<Comparison, ClusterError> {
-    let host_cpu = host_cpu(host)?;
+) -> Result<Comparison, CpuError> {
     let mut answer = Comparison {
         verdict: Compatibility::Incompatible,
         message: None,
@@ -146,25 +96,8 @@ pub fn compare(
             return Ok(answer);
         }
     }
-    let host_data = cpu_data(map, host_cpu, Select::All, &host.path)?;
+    let host_data = cpu_data(map, host_cpu, Select::All, host_path)?;
     compare_features(map, host_data, guest, guest_path, answer)
-}
-
-/// The CPU of an x86 `host` that compare can judge against.
-fn host_cpu(host: &ClusterHost) -> Result<&CpuDef, ClusterError> {
-    let host_error = |message: String| ClusterError::Facts {
-        path: host.path.clone(),
-        message,
-    };
-    if !is_x86(&host.arch) {
-        return Err(host_error(format!(
-            "compare judges x86 hosts (libvirt's x86Compute); this host is {}",
-            host.arch
-        )));
-    }
-    host.cpu.as_ref().ok_or_else(|| {
-        host_error("no host CPU: its domcapabilities have no supported host-model".into())
-    })
 }
 
 /// What the reader must know when the guest's model is a versioned alias: libvirt 11 judges it
@@ -188,7 +121,7 @@ fn compare_features(
     guest: &GuestCpu,
     guest_path: &Path,
     mut answer: Comparison,
-) -> Result<Comparison, ClusterError> {
+) -> Result<Comparison, CpuError> {
     let part = |p| cpu_data(map, &guest.cpu, Select::Policy(p), guest_path);
     let force = part(FeaturePolicy::Force)?;
     let mut require = part(FeaturePolicy::Require)?;
@@ -243,6 +176,8 @@ fn compare_features(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::hosts::{ClusterHost, compare};
+    use crate::guest_cpu::guest_cpu;
     use std::collections::BTreeSet;
     use std::path::PathBuf;
 

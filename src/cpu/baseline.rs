@@ -15,7 +15,7 @@
 //! model is preferred, and the result has no `<vendor>` (the guest then sees the chosen model's
 //! own vendor string on every host).
 
-use super::ClusterError;
+use super::CpuError;
 use crate::libvirt::cpu_def::{CpuDef, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::{CpuData, DecodeFor, FeatureList, X86Map, X86Model};
 use std::collections::BTreeSet;
@@ -35,18 +35,18 @@ pub enum Select {
 /// The CPUID data of `cpu` (libvirt's `x86ModelFromCPU`). `path` names the file in errors.
 ///
 /// # Errors
-/// [`ClusterError::UnknownModel`] / [`ClusterError::UnknownFeature`] for names the map lacks
+/// [`CpuError::UnknownModel`] / [`CpuError::UnknownFeature`] for names the map lacks
 /// (libvirt: "Unknown CPU model %s", "Unknown CPU feature %s").
 pub fn cpu_data(
     map: &X86Map,
     cpu: &CpuDef,
     select: Select,
     path: &Path,
-) -> Result<CpuData, ClusterError> {
+) -> Result<CpuData, CpuError> {
     let mut data = map.empty_data();
     let with_model = matches!(select, Select::All | Select::Policy(FeaturePolicy::Require));
     if let (Some(model), true) = (&cpu.model, with_model) {
-        let found = map.model(model).ok_or_else(|| ClusterError::UnknownModel {
+        let found = map.model(model).ok_or_else(|| CpuError::UnknownModel {
             path: path.to_owned(),
             model: model.clone(),
             map: map.source().to_owned(),
@@ -61,13 +61,11 @@ pub fn cpu_data(
         if !take {
             continue;
         }
-        let feature = map
-            .feature(name)
-            .ok_or_else(|| ClusterError::UnknownFeature {
-                path: path.to_owned(),
-                feature: name.clone(),
-                map: map.source().to_owned(),
-            })?;
+        let feature = map.feature(name).ok_or_else(|| CpuError::UnknownFeature {
+            path: path.to_owned(),
+            feature: name.clone(),
+            map: map.source().to_owned(),
+        })?;
         match (select, policy) {
             (Select::All, FeaturePolicy::Disable | FeaturePolicy::Forbid) => {
                 data.subtract(&feature.data);
@@ -252,16 +250,16 @@ impl Baseline {
 /// [`QEMU_DROPPED_FEATURES`] as libvirt's QEMU driver prints it.
 ///
 /// # Errors
-/// [`ClusterError::Incompatible`] with libvirt's message: "CPUs are incompatible" (nothing in
+/// [`CpuError::Incompatible`] with libvirt's message: "CPUs are incompatible" (nothing in
 /// common), "Cannot find suitable CPU model for given data" (no model allowed), and, unless
 /// `vendor_neutral`, the vendor refusals. `NoHosts` for an empty list.
 pub fn baseline(
     map: &X86Map,
     cpus: &[InputCpu<'_>],
     opts: &BaselineOptions<'_>,
-) -> Result<Baseline, ClusterError> {
+) -> Result<Baseline, CpuError> {
     let Some((first, rest)) = cpus.split_first() else {
-        return Err(ClusterError::NoHosts);
+        return Err(CpuError::NoHosts);
     };
     let mut output_vendor = first.vendor.is_some();
     let mut vendor = first.vendor;
@@ -299,7 +297,7 @@ pub fn baseline(
         data.intersect(&cpu.data);
     }
     if data.is_empty() {
-        return Err(ClusterError::Incompatible("CPUs are incompatible".into()));
+        return Err(CpuError::Incompatible("CPUs are incompatible".into()));
     }
     let Some(mix) = vendor_mix else {
         let cpu = drop_qemu_unknown(decode(map, &data, vendor, &names, opts)?);
@@ -316,7 +314,7 @@ pub fn baseline(
         });
     };
     if !opts.vendor_neutral {
-        return Err(ClusterError::Incompatible(mix));
+        return Err(CpuError::Incompatible(mix));
     }
     let cpu = drop_qemu_unknown(decode(map, &data, None, &[], opts)?);
     Ok(Baseline {
@@ -331,7 +329,7 @@ pub fn baseline(
 /// vendor `vendor` and the preferred models `preferred`).
 ///
 /// # Errors
-/// [`ClusterError::Incompatible`] ("Cannot find suitable CPU model for given data") when no model
+/// [`CpuError::Incompatible`] ("Cannot find suitable CPU model for given data") when no model
 /// is a candidate.
 pub fn decode(
     map: &X86Map,
@@ -339,7 +337,7 @@ pub fn decode(
     vendor: Option<&str>,
     preferred: &[&str],
     opts: &BaselineOptions<'_>,
-) -> Result<Decoded, ClusterError> {
+) -> Result<Decoded, CpuError> {
     let mut best: Option<(&X86Model, FeatureList)> = None;
     for model in map.decode_candidates(vendor, DecodeFor::Guest) {
         if opts.usable.is_some_and(|u| !u.contains(&model.name)) {
@@ -360,7 +358,7 @@ pub fn decode(
         }
     }
     let Some((model, list)) = best else {
-        return Err(ClusterError::Incompatible(
+        return Err(CpuError::Incompatible(
             "Cannot find suitable CPU model for given data".into(),
         ));
     };

@@ -6,10 +6,10 @@
 //! Nova and CloudStack both spell a disabled feature `-name` (Nova's `cpu_model_extra_flags`
 //! since Wallaby; CloudStack's `LibvirtVMDef.CpuModeDef` writes `policy='disable'` for it).
 
-use super::compare::{Comparison, GuestCpu};
-use super::hosts::ClusterHost;
-use super::analysis::ClusterReport;
+use crate::cluster::analysis::ClusterReport;
+use crate::cluster::hosts::ClusterHost;
 use crate::cpu::Level;
+use crate::cpu::compare::{Comparison, GuestCpu};
 use std::fmt::Write as _;
 
 /// The output formats of `virt-cpu-policy baseline`.
@@ -125,14 +125,16 @@ fn header(report: &ClusterReport, comment: &str) -> String {
         let _ = writeln!(
             s,
             "{comment} {}",
-            super::analysis::topology_sentence(&report.topology_left_out)
+            crate::cluster::analysis::topology_sentence(&report.topology_left_out)
         );
     }
     if !report.arch_capabilities_left_out.is_empty() {
         let _ = writeln!(
             s,
             "{comment} {}",
-            super::analysis::arch_capabilities_sentence(&report.arch_capabilities_left_out)
+            crate::cluster::analysis::arch_capabilities_sentence(
+                &report.arch_capabilities_left_out
+            )
         );
     }
     s
@@ -335,10 +337,12 @@ fn notes(report: &ClusterReport) -> Vec<String> {
         notes.push(k.sentence());
     }
     if !report.topology_left_out.is_empty() {
-        notes.push(super::analysis::topology_sentence(&report.topology_left_out));
+        notes.push(crate::cluster::analysis::topology_sentence(
+            &report.topology_left_out,
+        ));
     }
     if !report.arch_capabilities_left_out.is_empty() {
-        notes.push(super::analysis::arch_capabilities_sentence(
+        notes.push(crate::cluster::analysis::arch_capabilities_sentence(
             &report.arch_capabilities_left_out,
         ));
     }
@@ -380,18 +384,18 @@ pub fn render_compare(host: &ClusterHost, guest: &GuestCpu, c: &Comparison, json
         format!("guest '{}'", guest.name)
     };
     let mut s = match c.verdict {
-        super::compare::Compatibility::Identical => {
+        crate::cpu::compare::Compatibility::Identical => {
             format!(
                 "{guest_label}: identical to the CPU of host {}\n",
                 host.name
             )
         }
-        super::compare::Compatibility::Superset => format!(
+        crate::cpu::compare::Compatibility::Superset => format!(
             "{guest_label}: runs on host {} (its CPU is a superset: {} feature(s) more)\n",
             host.name,
             c.extra.len()
         ),
-        super::compare::Compatibility::Incompatible => format!(
+        crate::cpu::compare::Compatibility::Incompatible => format!(
             "{guest_label}: incompatible with host {}: {}\n",
             host.name,
             c.message.as_deref().unwrap_or("incompatible")

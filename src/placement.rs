@@ -7,7 +7,7 @@
 //! an operator declares custom ones; this module names them and says which host carries which:
 //!
 //! * a **level trait** for every level from x86-64-v2 up that the host reaches
-//!   ([`super::analysis::HostReport::level`]: its host-model CPU when its facts have
+//!   ([`crate::cluster::analysis::HostReport::level`]: its host-model CPU when its facts have
 //!   domcapabilities), `CUSTOM_X86_64_V2` … `CUSTOM_X86_64_V4` (tags `x86-64-v2` …). v1 has
 //!   none: every x86_64 host reaches it.
 //! * a **cluster trait** on every host, naming the cluster's CPU: the baseline that
@@ -15,7 +15,7 @@
 //!   vendor mix), as `CUSTOM_VCP_CLUSTER_<MODEL>_<FP>` (tag `vcp-cluster-<model>-<fp>`).
 //!   `<MODEL>` is the model name with every character other than an ASCII letter or digit
 //!   written `_`, upper case; `<FP>` is the first 8 hex digits of the SHA-256 of
-//!   [`ClusterCpu::canonical`] (`ARCH\nMODEL\nVENDOR\nFEATURES\n`: the vendor empty when none,
+//!   [`NamedCpu::canonical`] (`ARCH\nMODEL\nVENDOR\nFEATURES\n`: the vendor empty when none,
 //!   the CPU's effective features, model's plus required minus disabled, sorted and joined with
 //!   single spaces). Two clusters whose CPUs differ in one feature get different traits, the
 //!   same CPU always the same one, and an operator can reproduce it with `sha256sum`.
@@ -25,9 +25,9 @@
 //!
 //! Nothing here reads files: the traits are a function of a [`ClusterReport`].
 
-use super::analysis::ClusterReport;
+use crate::cluster::analysis::ClusterReport;
+use crate::cluster::cluster_cpu::NamedCpu;
 use crate::cpu::Level;
-use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 
 /// Placement's longest trait name (os-traits; Nova's provider config schema).
@@ -40,65 +40,23 @@ pub const MAX_PROVIDER_NAME_LEN: usize = 200;
 /// The prefix of the cluster trait (`CUSTOM_VCP_CLUSTER_`) and tag (`vcp-cluster-`).
 const CLUSTER_PREFIX: &str = "VCP_CLUSTER";
 
-/// Hex digits of the fingerprint kept in a name: 32 bits tell a fleet's few cluster CPUs apart.
-const FINGERPRINT_LEN: usize = 8;
-
-/// The cluster's CPU as the traits name it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClusterCpu {
-    /// The hosts' arch (`x86_64`, `i686`).
-    pub arch: String,
-    /// The baseline model (libvirt's name).
-    pub model: String,
-    /// Its vendor; None for a vendor mix or a host naming none.
-    pub vendor: Option<String>,
-    /// The effective features (model + required − disabled), sorted by name.
-    pub features: Vec<String>,
+/// The placement trait of the cluster's CPU: `CUSTOM_VCP_CLUSTER_<MODEL>_<FP>` (upper case; at most 255
+/// characters, the model part shortened if it must be).
+#[must_use]
+pub fn cluster_trait(cpu: &NamedCpu) -> String {
+    let fp = cpu.fingerprint().to_ascii_uppercase();
+    let fixed = "CUSTOM_".len() + CLUSTER_PREFIX.len() + 2 + fp.len();
+    let model = trait_word(&cpu.model);
+    let model = &model[..model.len().min(MAX_TRAIT_LEN - fixed)];
+    format!("CUSTOM_{CLUSTER_PREFIX}_{model}_{fp}")
 }
 
-impl ClusterCpu {
-    /// The text the fingerprint hashes: `ARCH\nMODEL\nVENDOR\nFEATURES\n`, the vendor empty
-    /// when none, the features sorted and joined with single spaces.
-    #[must_use]
-    pub fn canonical(&self) -> String {
-        format!(
-            "{}\n{}\n{}\n{}\n",
-            self.arch,
-            self.model,
-            self.vendor.as_deref().unwrap_or(""),
-            self.features.join(" ")
-        )
-    }
-
-    /// The first 8 hex digits (lower case) of the SHA-256 of [`ClusterCpu::canonical`].
-    #[must_use]
-    pub fn fingerprint(&self) -> String {
-        let digest = Sha256::digest(self.canonical().as_bytes());
-        let mut hex = String::with_capacity(FINGERPRINT_LEN);
-        for b in &digest[..FINGERPRINT_LEN / 2] {
-            let _ = write!(hex, "{b:02x}");
-        }
-        hex
-    }
-
-    /// The placement trait: `CUSTOM_VCP_CLUSTER_<MODEL>_<FP>` (upper case; at most 255
-    /// characters, the model part shortened if it must be).
-    #[must_use]
-    pub fn trait_name(&self) -> String {
-        let fp = self.fingerprint().to_ascii_uppercase();
-        let fixed = "CUSTOM_".len() + CLUSTER_PREFIX.len() + 2 + fp.len();
-        let model = trait_word(&self.model);
-        let model = &model[..model.len().min(MAX_TRAIT_LEN - fixed)];
-        format!("CUSTOM_{CLUSTER_PREFIX}_{model}_{fp}")
-    }
-
-    /// The CloudStack host tag: `vcp-cluster-<model>-<fp>` (lower case, `-` for what is not a
-    /// letter or digit).
-    #[must_use]
-    pub fn tag(&self) -> String {
-        let name = self.trait_name();
-        tag_word(&name["CUSTOM_".len()..])
-    }
+/// The CloudStack host tag of the cluster's CPU: `vcp-cluster-<model>-<fp>` (lower case, `-` for what is not a
+/// letter or digit).
+#[must_use]
+pub fn cluster_tag(cpu: &NamedCpu) -> String {
+    let name = cluster_trait(cpu);
+    tag_word(&name["CUSTOM_".len()..])
 }
 
 /// The placement trait of a level: `CUSTOM_X86_64_V2` for x86-64-v2.
@@ -154,17 +112,17 @@ pub struct HostTraits {
 impl HostTraits {
     /// The placement traits: each level's, then the cluster's.
     #[must_use]
-    pub fn traits(&self, cluster: &ClusterCpu) -> Vec<String> {
+    pub fn traits(&self, cluster: &NamedCpu) -> Vec<String> {
         let mut v: Vec<String> = self.levels.iter().map(|l| level_trait(*l)).collect();
-        v.push(cluster.trait_name());
+        v.push(cluster_trait(cluster));
         v
     }
 
     /// The CloudStack host tags: each level's, then the cluster's.
     #[must_use]
-    pub fn tags(&self, cluster: &ClusterCpu) -> Vec<String> {
+    pub fn tags(&self, cluster: &NamedCpu) -> Vec<String> {
         let mut v: Vec<String> = self.levels.iter().map(|l| level_tag(*l)).collect();
-        v.push(cluster.tag());
+        v.push(cluster_tag(cluster));
         v
     }
 }
@@ -173,14 +131,14 @@ impl HostTraits {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterTraits {
     /// The cluster's CPU.
-    pub cpu: ClusterCpu,
+    pub cpu: NamedCpu,
     /// The level every host reaches (the lowest host's).
     pub level: Option<Level>,
     /// Each host.
     pub hosts: Vec<HostTraits>,
     /// What the cluster's CPU leaves out because hosts are known only by their physical CPU
-    /// ([`super::analysis::ClusterReport::kvm_left_out`]): said in a comment line.
-    pub kvm_left_out: Option<super::analysis::KvmLeftOut>,
+    /// ([`crate::cluster::analysis::ClusterReport::kvm_left_out`]): said in a comment line.
+    pub kvm_left_out: Option<crate::cluster::analysis::KvmLeftOut>,
 }
 
 /// Why a cluster has no traits to give.
@@ -221,7 +179,7 @@ pub fn cluster_traits(report: &ClusterReport) -> Result<ClusterTraits, TraitsErr
     let mut features = report.features.clone();
     features.sort();
     features.dedup();
-    let cpu = ClusterCpu {
+    let cpu = NamedCpu {
         arch: report.arch.clone(),
         model: b.cpu.model.clone(),
         vendor: b.cpu.vendor.clone(),
@@ -346,8 +304,8 @@ pub fn render_json(t: &ClusterTraits, hosts: &[&HostTraits]) -> String {
             "vendor": t.cpu.vendor,
             "features": t.cpu.features,
             "fingerprint": t.cpu.fingerprint(),
-            "trait": t.cpu.trait_name(),
-            "tag": t.cpu.tag(),
+            "trait": cluster_trait(&t.cpu),
+            "tag": cluster_tag(&t.cpu),
             "level": level(t.level),
         },
         "hosts": hosts,
@@ -359,8 +317,8 @@ pub fn render_json(t: &ClusterTraits, hosts: &[&HostTraits]) -> String {
 mod tests {
     use super::*;
 
-    fn cpu(model: &str, features: &[&str]) -> ClusterCpu {
-        ClusterCpu {
+    fn cpu(model: &str, features: &[&str]) -> NamedCpu {
+        NamedCpu {
             arch: "x86_64".into(),
             model: model.into(),
             vendor: Some("Intel".into()),
@@ -389,25 +347,22 @@ mod tests {
         assert_eq!(c.canonical(), "x86_64\nNehalem\nIntel\nfpu sse4.2\n");
         // printf 'x86_64\nNehalem\nIntel\nfpu sse4.2\n' | sha256sum
         assert_eq!(c.fingerprint(), "07db9a5a");
-        assert_eq!(c.trait_name(), "CUSTOM_VCP_CLUSTER_NEHALEM_07DB9A5A");
-        assert_eq!(c.tag(), "vcp-cluster-nehalem-07db9a5a");
+        assert_eq!(cluster_trait(&c), "CUSTOM_VCP_CLUSTER_NEHALEM_07DB9A5A");
+        assert_eq!(cluster_tag(&c), "vcp-cluster-nehalem-07db9a5a");
     }
 
     #[test]
     fn one_feature_more_is_another_trait_and_the_same_cpu_the_same_one() {
         let a = cpu("Skylake-Client-IBRS", &["fpu", "pcid"]);
         let b = cpu("Skylake-Client-IBRS", &["fpu", "pcid", "spec-ctrl"]);
-        assert_ne!(a.trait_name(), b.trait_name());
-        assert_eq!(a.trait_name(), a.clone().trait_name());
-        assert!(
-            a.trait_name()
-                .starts_with("CUSTOM_VCP_CLUSTER_SKYLAKE_CLIENT_IBRS_")
-        );
-        let neutral = ClusterCpu {
+        assert_ne!(cluster_trait(&a), cluster_trait(&b));
+        assert_eq!(cluster_trait(&a), cluster_trait(&a.clone()));
+        assert!(cluster_trait(&a).starts_with("CUSTOM_VCP_CLUSTER_SKYLAKE_CLIENT_IBRS_"));
+        let neutral = NamedCpu {
             vendor: None,
             ..a.clone()
         };
-        assert_ne!(a.trait_name(), neutral.trait_name());
+        assert_ne!(cluster_trait(&a), cluster_trait(&neutral));
     }
 
     #[test]
@@ -419,7 +374,7 @@ mod tests {
             "a.b c",
             &"X".repeat(400),
         ] {
-            let t = cpu(model, &["fpu"]).trait_name();
+            let t = cluster_trait(&cpu(model, &["fpu"]));
             assert!(valid_custom_trait(&t), "{t}");
         }
         for l in Level::ALL {
