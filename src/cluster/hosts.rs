@@ -30,7 +30,7 @@ use crate::libvirt::cpu_def::{CpuDef, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::X86Map;
 use crate::libvirt::domcaps::DomCaps;
 use crate::libvirt::version::LibvirtVersion;
-use crate::libvirt::{Document, DocumentError, read_document};
+use crate::libvirt::{Document, DocumentError, DocumentKind, read_document};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -352,10 +352,10 @@ pub fn read_hosts(paths: &[PathBuf]) -> Result<Vec<ClusterHost>, CpuError> {
 /// As [`read_hosts`].
 pub fn read_host(path: &Path) -> Result<ClusterHost, CpuError> {
     let accept = [
-        "domainCapabilities",
-        "capabilities",
-        "cpu",
-        crate::libvirt::host_facts::ROOT,
+        DocumentKind::DomCaps,
+        DocumentKind::Capabilities,
+        DocumentKind::Cpu,
+        DocumentKind::HostFacts,
     ];
     let doc = read_document(path, &accept).map_err(|e| match e {
         DocumentError::Input(e) => CpuError::Input(e),

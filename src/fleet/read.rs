@@ -6,6 +6,7 @@ use super::guest::{self, GuestFacts};
 use crate::cpu::CpuError;
 use crate::libvirt::cpu_def::CpuDef;
 use crate::libvirt::version::LibvirtVersion;
+use crate::libvirt::{Document, DocumentKind, read_root};
 use std::path::{Path, PathBuf};
 
 /// A capabilities' `<host><cpu>` with its signature and microcode.
@@ -93,13 +94,33 @@ pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
             .map(|n| n.strip_suffix(".xml").unwrap_or(&n).to_string())
             .unwrap_or_default()
     };
-    match root.tag_name().name() {
-        guest::ROOT => guest::read(root, &what).map(Input::Guests).map_err(facts),
-        "domain" | "domstatus" => guest::from_domain_document(root, &what)
-            .map(|g| Input::Guests(vec![g]))
-            .map_err(facts),
-        crate::libvirt::host_facts::ROOT => {
-            let f = crate::libvirt::host_facts::HostFacts::read(root, &what).map_err(facts)?;
+    let name = root.tag_name().name();
+    let neither = |other: &str| {
+        facts(format!(
+            "<{other}> is neither host facts (<hostFacts>, <capabilities>, <domainCapabilities>) nor guest facts (<guestFacts>, <domain>, <domstatus>)"
+        ))
+    };
+    match name {
+        guest::ROOT => return guest::read(root, &what).map(Input::Guests).map_err(facts),
+        "domain" | "domstatus" => {
+            return guest::from_domain_document(root, &what)
+                .map(|g| Input::Guests(vec![g]))
+                .map_err(facts);
+        }
+        _ => {}
+    }
+    // A host's facts: libvirt's documents, each read by its reader in crate::libvirt.
+    let host_document = DocumentKind::of_root(name).filter(|k| {
+        matches!(
+            k,
+            DocumentKind::HostFacts | DocumentKind::Capabilities | DocumentKind::DomCaps
+        )
+    });
+    let Some(kind) = host_document else {
+        return Err(neither(name));
+    };
+    match read_root(root, &what, kind).map_err(facts)? {
+        Document::HostFacts(f) => {
             let cpu = f.capabilities.as_ref().and_then(CapsCpu::of);
             Ok(Input::Host {
                 name: f.name.unwrap_or_else(stem),
@@ -108,28 +129,19 @@ pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
                 cpu,
             })
         }
-        "capabilities" => {
-            let caps = crate::libvirt::capabilities::Capabilities::read(root, &what);
-            let caps = caps.map_err(facts)?;
-            Ok(Input::Host {
-                name: stem(),
-                libvirt: None,
-                cpu: CapsCpu::of(&caps),
-                key: Judged::boxed(None, Some(caps), Vec::new()),
-            })
-        }
-        "domainCapabilities" => {
-            let dc = crate::libvirt::domcaps::DomCaps::read(root, &what).map_err(facts)?;
-            Ok(Input::Host {
-                name: stem(),
-                libvirt: None,
-                key: Judged::boxed(None, None, vec![dc]),
-                cpu: None,
-            })
-        }
-        other => Err(facts(format!(
-            "<{other}> is neither host facts (<hostFacts>, <capabilities>, <domainCapabilities>) nor guest facts (<guestFacts>, <domain>, <domstatus>)"
-        ))),
+        Document::Capabilities(caps) => Ok(Input::Host {
+            name: stem(),
+            libvirt: None,
+            cpu: CapsCpu::of(&caps),
+            key: Judged::boxed(None, Some(caps), Vec::new()),
+        }),
+        Document::DomCaps(dc) => Ok(Input::Host {
+            name: stem(),
+            libvirt: None,
+            key: Judged::boxed(None, None, vec![*dc]),
+            cpu: None,
+        }),
+        other => Err(neither(other.root())),
     }
 }
 

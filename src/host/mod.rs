@@ -29,7 +29,7 @@ use crate::libvirt::cpu_map::{CpuMap, DEFAULT_CPU_MAP};
 use crate::libvirt::domcaps::DomCaps;
 use crate::libvirt::qemu_caps::QemuCache;
 use crate::libvirt::version::{LibvirtVersion, QemuVersion};
-use crate::libvirt::{Document, DocumentError, read_document};
+use crate::libvirt::{Document, DocumentError, DocumentKind, read_document};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -373,10 +373,10 @@ impl Host {
     /// As [`Host::discover`].
     pub fn read_caps_file(&mut self, path: &Path) -> Result<()> {
         let accept = [
-            "capabilities",
-            "domainCapabilities",
-            "qemuCaps",
-            crate::libvirt::host_facts::ROOT,
+            DocumentKind::Capabilities,
+            DocumentKind::DomCaps,
+            DocumentKind::QemuCaps,
+            DocumentKind::HostFacts,
         ];
         let doc = read_document(path, &accept).map_err(|e| match e {
             DocumentError::Input(e) => e,

@@ -49,16 +49,22 @@ pub enum Document {
 }
 
 impl Document {
+    /// The document's kind.
+    #[must_use]
+    pub fn kind(&self) -> DocumentKind {
+        match self {
+            Document::Capabilities(_) => DocumentKind::Capabilities,
+            Document::DomCaps(_) => DocumentKind::DomCaps,
+            Document::QemuCaps(_) => DocumentKind::QemuCaps,
+            Document::HostFacts(_) => DocumentKind::HostFacts,
+            Document::Cpu(_) => DocumentKind::Cpu,
+        }
+    }
+
     /// The document's root element, for messages (`<capabilities>`...).
     #[must_use]
     pub fn root(&self) -> &'static str {
-        match self {
-            Document::Capabilities(_) => "capabilities",
-            Document::DomCaps(_) => "domainCapabilities",
-            Document::QemuCaps(_) => "qemuCaps",
-            Document::HostFacts(_) => host_facts::ROOT,
-            Document::Cpu(_) => "cpu",
-        }
+        self.kind().root()
     }
 }
 
@@ -78,6 +84,52 @@ pub enum DocumentError {
     },
 }
 
+/// The documents this module reads, named by their root element in libvirt's (empty) namespace:
+/// what a caller accepts ([`read_document`]) or asks of an element it parsed ([`read_root`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DocumentKind {
+    /// `<capabilities>` (`virsh capabilities`).
+    Capabilities,
+    /// `<domainCapabilities>` (`virsh domcapabilities`).
+    DomCaps,
+    /// `<qemuCaps>`, one file of libvirt's QEMU capability cache.
+    QemuCaps,
+    /// `<hostFacts>`, the tool's own bundle of a host's documents.
+    HostFacts,
+    /// A bare `<cpu>`.
+    Cpu,
+}
+
+impl DocumentKind {
+    /// Every kind, in the order [`DocumentKind::of_root`] tries them.
+    pub const ALL: [DocumentKind; 5] = [
+        DocumentKind::Capabilities,
+        DocumentKind::DomCaps,
+        DocumentKind::QemuCaps,
+        DocumentKind::HostFacts,
+        DocumentKind::Cpu,
+    ];
+
+    /// Its root element's name: `capabilities`, `domainCapabilities`, `qemuCaps`, `hostFacts`,
+    /// `cpu`.
+    #[must_use]
+    pub fn root(self) -> &'static str {
+        match self {
+            DocumentKind::Capabilities => "capabilities",
+            DocumentKind::DomCaps => "domainCapabilities",
+            DocumentKind::QemuCaps => "qemuCaps",
+            DocumentKind::HostFacts => host_facts::ROOT,
+            DocumentKind::Cpu => "cpu",
+        }
+    }
+
+    /// The kind whose root element is named `name`, if any.
+    #[must_use]
+    pub fn of_root(name: &str) -> Option<DocumentKind> {
+        DocumentKind::ALL.into_iter().find(|k| k.root() == name)
+    }
+}
+
 /// Largest host-facts file read, in bytes (libvirt's domcapabilities are about 100 KiB, its
 /// QEMU capability cache files a few hundred KiB).
 pub const MAX_DOCUMENT_BYTES: usize = crate::readfile::MAX_FACT_BYTES;
@@ -91,7 +143,7 @@ pub const MAX_DOCUMENT_BYTES: usize = crate::readfile::MAX_FACT_BYTES;
 /// [`DocumentError::Input`] for a file that cannot be read or parsed; [`DocumentError::Invalid`]
 /// for another root element ("the root element `<domain>` is not `<capabilities>` or
 /// `<hostFacts>`") or a document the element's reader refuses.
-pub fn read_document(path: &Path, accept: &[&str]) -> Result<Document, DocumentError> {
+pub fn read_document(path: &Path, accept: &[DocumentKind]) -> Result<Document, DocumentError> {
     let what = path.display().to_string();
     let bytes =
         crate::readfile::read_regular(path, MAX_DOCUMENT_BYTES).map_err(crate::Error::from)?;
@@ -103,29 +155,42 @@ pub fn read_document(path: &Path, accept: &[&str]) -> Result<Document, DocumentE
         message,
     };
     let name = root.tag_name().name();
-    if root.tag_name().namespace().is_some() || !accept.contains(&name) {
+    let kind = DocumentKind::of_root(name)
+        .filter(|k| root.tag_name().namespace().is_none() && accept.contains(k));
+    let Some(kind) = kind else {
         return Err(invalid(not_one_of(name, accept)));
-    }
-    Ok(match name {
-        "capabilities" => {
-            Document::Capabilities(capabilities::Capabilities::read(root, &what).map_err(invalid)?)
+    };
+    read_root(root, &what, kind).map_err(invalid)
+}
+
+/// Reads the element `root` (of the document `what`, for messages) as a document of `kind`,
+/// whatever its name: the caller has matched it ([`DocumentKind::of_root`]).
+///
+/// # Errors
+/// The reader's sentence when libvirt would refuse the document (libvirt's words where it has
+/// some).
+pub fn read_root(
+    root: roxmltree::Node<'_, '_>,
+    what: &str,
+    kind: DocumentKind,
+) -> Result<Document, String> {
+    Ok(match kind {
+        DocumentKind::Capabilities => {
+            Document::Capabilities(capabilities::Capabilities::read(root, what)?)
         }
-        "domainCapabilities" => Document::DomCaps(Box::new(
-            domcaps::DomCaps::read(root, &what).map_err(invalid)?,
-        )),
-        "qemuCaps" => Document::QemuCaps(qemu_caps::QemuCaps::read(root, &what)),
-        host_facts::ROOT => Document::HostFacts(Box::new(
-            host_facts::HostFacts::read(root, &what).map_err(invalid)?,
-        )),
-        "cpu" => Document::Cpu(cpu_def::CpuDef::read(root).map_err(invalid)?),
-        other => return Err(invalid(not_one_of(other, accept))),
+        DocumentKind::DomCaps => Document::DomCaps(Box::new(domcaps::DomCaps::read(root, what)?)),
+        DocumentKind::QemuCaps => Document::QemuCaps(qemu_caps::QemuCaps::read(root, what)),
+        DocumentKind::HostFacts => {
+            Document::HostFacts(Box::new(host_facts::HostFacts::read(root, what)?))
+        }
+        DocumentKind::Cpu => Document::Cpu(cpu_def::CpuDef::read(root)?),
     })
 }
 
 /// The refusal of a root element that is none of `accept`: "the root element <x> is not <a>,
 /// <b> or <c>".
-fn not_one_of(root: &str, accept: &[&str]) -> String {
-    let tags: Vec<String> = accept.iter().map(|a| format!("<{a}>")).collect();
+fn not_one_of(root: &str, accept: &[DocumentKind]) -> String {
+    let tags: Vec<String> = accept.iter().map(|a| format!("<{}>", a.root())).collect();
     let list = match tags.split_last() {
         Some((last, [])) => last.clone(),
         Some((last, rest)) => format!("{} or {last}", rest.join(", ")),

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use virt_cpu_policy::libvirt::cpu_def::CpuDef;
 use virt_cpu_policy::libvirt::cpu_map::x86::X86Map;
 use virt_cpu_policy::libvirt::cpudata::X86CpuData;
-use virt_cpu_policy::libvirt::{Document, read_document};
+use virt_cpu_policy::libvirt::{Document, DocumentKind, read_document};
 
 /// The libvirt generations whose cpu_maps the tests hold, oldest first.
 const GENERATIONS: [&str; 4] = ["bullseye", "bookworm", "trixie", "forky"];
@@ -69,7 +69,7 @@ fn expected_for(dump: &Path) -> Option<PathBuf> {
 }
 
 fn read_cpu(path: &Path) -> CpuDef {
-    match read_document(path, &["cpu"]) {
+    match read_document(path, &[DocumentKind::Cpu]) {
         Ok(Document::Cpu(c)) => c,
         other => panic!("{}: {other:?}", path.display()),
     }
