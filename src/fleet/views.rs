@@ -465,7 +465,7 @@ fn cluster_model(
         esc(arch)
     );
     let class = &fleet.classes[fleet.hosts[h].class];
-    let reasons = super::judge_shape(
+    let reasons = super::judge::judge_shape(
         &shape,
         fleet.policy_none(),
         &class.host,
@@ -512,7 +512,7 @@ pub fn upgrade(fleet: &Fleet, h: usize, to: usize, policy: &Policy) -> Vec<Upgra
             let definition = facts.definition.as_deref().unwrap_or(&facts.domain);
             let reasons = Rc::new(fleet.in_own_words(
                 to,
-                super::judge_shape(
+                super::judge::judge_shape(
                     definition,
                     fleet.policy_none(),
                     &class.host,
@@ -561,7 +561,7 @@ fn fix(
         .collect();
     // An upgrade stops the guest (or it migrates to an upgraded host): judged by define and
     // start, as libvirt there will.
-    let remaining = super::judge_shape(
+    let remaining = super::judge::judge_shape(
         &outcome.output,
         fleet.policy_none(),
         host,

@@ -188,7 +188,7 @@ fn top_level_order(lib: &syn::File) -> Vec<String> {
 }
 
 /// True for an item the test build only compiles: `#[cfg(test)]` or `#[test]`.
-fn is_test_only(attrs: &[syn::Attribute]) -> bool {
+pub fn is_test_only(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|a| {
         a.path().is_ident("test")
             || (a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test"))
@@ -197,7 +197,7 @@ fn is_test_only(attrs: &[syn::Attribute]) -> bool {
 
 /// The directory where the files of `file`'s submodules are: beside `lib.rs` and `mod.rs`,
 /// in `foo/` for `foo.rs`.
-fn child_dir(file: &Path) -> PathBuf {
+pub fn child_dir(file: &Path) -> PathBuf {
     let dir = file.parent().unwrap_or(Path::new("."));
     match file.file_stem().and_then(|s| s.to_str()) {
         Some("lib" | "mod" | "main") => dir.to_path_buf(),

@@ -3,11 +3,12 @@
 //! One place for the commands a contributor and CI run, so that none of them hides in a test or
 //! a shell history: `check` before a commit, `ci` for the whole suite as CI runs it, `bless` to
 //! rewrite the golden outputs, `regen-cpu-map` to regenerate the built-in CPU model table,
-//! `fuzz`, `bench`, `shellcheck`, `layers` and `msrv`. Each task says what it runs, runs it from the
+//! `fuzz`, `bench`, `shellcheck`, `layers`, `sizes` and `msrv`. Each task says what it runs, runs it from the
 //! repository root, and stops at the first failure with that command's exit status.
 
 mod layers;
 mod shellcheck;
+mod sizes;
 
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
@@ -28,7 +29,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// What to run before a commit: rustfmt, clippy, rustdoc (warnings denied), shellcheck, the
-    /// layering check and every test that needs neither root nor a running libvirtd.
+    /// layering and size checks and every test that needs neither root nor a running libvirtd.
     Check,
     /// The whole suite as CI runs it (`.ci/run`: as root, installs libvirt and QEMU, starts
     /// libvirtd and the other libvirt generations, runs every test, the e2e scripts, fuzzing and
@@ -79,6 +80,9 @@ enum Task {
     /// The layering check: no module of the library imports one src/lib.rs lists after it, and
     /// no submodules import each other in a circle (ARCHITECTURE.md; test code is not judged).
     Layers,
+    /// The size check: no file of src/ over 800 lines, no non-test function of the library over
+    /// 80 (one screen).
+    Sizes,
     /// `cargo check` of the library and both binaries with the Rust of the package's
     /// rust-version (Debian 13's rustc, in an overlay of the Debian 13 root: `.ci/msrv`).
     Msrv,
@@ -111,6 +115,7 @@ fn main() -> ExitCode {
         } => bench(whole_process, test),
         Task::Shellcheck => shellcheck::run(Path::new(".")),
         Task::Layers => layers::run(Path::new(".")),
+        Task::Sizes => sizes::run(Path::new(".")),
         Task::Msrv => run(Command::new(".ci/msrv")),
     };
     match result {
@@ -180,6 +185,7 @@ fn check() -> Result<(), Failure> {
     run(doc)?;
     shellcheck::run(Path::new("."))?;
     layers::run(Path::new("."))?;
+    sizes::run(Path::new("."))?;
     run(cargo(&[
         "test",
         "--workspace",
