@@ -243,7 +243,7 @@ fn kvm_custom_cpu_checks_agree_with_virsh_start() {
 
 /// The generations whose KVM works on this machine and in CI: the host's libvirt 9.0 and the
 /// trixie (11.3) and forky (12.8) roots (bullseye's QEMU 5.2 is left out: its KVM is not asked).
-const KVM_GENERATIONS: [&str; 3] = ["bookworm", "trixie", "forky"];
+pub(crate) const KVM_GENERATIONS: [&str; 3] = ["bookworm", "trixie", "forky"];
 
 /// The default number of custom-CPU documents started per generation besides every one the tool
 /// refuses ([`kvm_start_budget`]): what keeps the three generations under two minutes in CI.

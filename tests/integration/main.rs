@@ -31,6 +31,7 @@ mod libvirt;
 mod machines;
 mod modes;
 mod oracles;
+mod producer_floors;
 mod producers;
 mod props;
 mod tables;

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Deduplicate a staging tree of producer documents into tests/data/producers (issue 19).
 
-    tests/producers/collect.py STAGE DEST
+    tests/producers/collect.py [--add] STAGE DEST
 
 STAGE/<libvirt version>/<producer>/<form>/<source>.xml are the documents as made (the version is
 the libvirt they were made for or on; `tests/producers/regenerate` lays them out). Identical
@@ -14,6 +14,12 @@ documents (byte for byte) are kept once. DEST is replaced by:
                                         for, every producer/form/source@version that gave it
 
 The differential test (tests/integration/producers.rs) reads MANIFEST.tsv.
+
+With --add, DEST is kept and STAGE's documents are added to it (tests/producers/regenerate
+--add: new option sets only): every existing file keeps its bytes and its MANIFEST.tsv line, the
+new files get theirs, named as a full run names them. It refuses (and writes nothing) when a new
+document would replace an existing file with other bytes, or is byte for byte an existing file
+(a full run would list both under one name): those need the full regeneration.
 
 Standard library only.
 """
@@ -30,10 +36,14 @@ def version_key(v):
 
 
 def main():
-    if len(sys.argv) != 3:
-        print("usage: collect.py STAGE DEST", file=sys.stderr)
+    argv = sys.argv[1:]
+    add = argv[:1] == ["--add"]
+    if add:
+        argv = argv[1:]
+    if len(argv) != 2:
+        print("usage: collect.py [--add] STAGE DEST", file=sys.stderr)
         return 2
-    stage, dest = Path(sys.argv[1]), Path(sys.argv[2])
+    stage, dest = Path(argv[0]), Path(argv[1])
     # (producer, form, source) -> {version: digest}; digest -> text and origins
     by_source = defaultdict(dict)
     texts, origins = {}, defaultdict(list)
@@ -46,9 +56,24 @@ def main():
         by_source[(producer, form, source)][version] = digest
         origins[digest].append((producer, form, source, version))
 
-    if dest.exists():
+    header = ("# file\tlibvirt versions it was made for\tproducer/form/source@version of every "
+              "identical document\n")
+    kept = {}
+    if add:
+        # The rows of DEST as they are, by file; the digest of every file they name.
+        for line in (dest / "MANIFEST.tsv").read_text().splitlines():
+            if line and not line.startswith("#"):
+                kept[line.split("\t", 1)[0]] = line
+        existing = {hashlib.sha256((dest / f).read_bytes()).hexdigest(): f for f in kept}
+        clash = [f"{existing[d]} (a document of {origins[d][0][2]})"
+                 for d in origins if d in existing]
+        if clash:
+            print("collect.py --add: identical to an existing file, regenerate in full: "
+                  + ", ".join(clash), file=sys.stderr)
+            return 1
+    elif dest.exists():
         shutil.rmtree(dest)
-    rows, written = [], set()
+    rows, written, files = [], set(), {}
     # The first origin (producer, form, source, oldest version) names each distinct document.
     for digest, orig in sorted(origins.items(), key=lambda kv: min(kv[1])):
         producer, form, source, _ = min(orig, key=lambda o: (o[:3], version_key(o[3])))
@@ -62,14 +87,19 @@ def main():
         rel = Path(producer) / form / name
         assert rel not in written, rel
         written.add(rel)
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        (dest / rel).write_text(texts[digest])
+        files[rel] = texts[digest]
         made = ",".join(f"{p}/{f}/{s}@{v}" for p, f, s, v in
                         sorted(orig, key=lambda o: (o[:3], version_key(o[3]))))
         rows.append(f"{rel}\t{','.join(versions)}\t{made}")
-    rows.sort()
-    header = ("# file\tlibvirt versions it was made for\tproducer/form/source@version of every "
-              "identical document\n")
+    taken = [str(rel) for rel in files if str(rel) in kept or (dest / rel).exists()]
+    if taken:
+        print("collect.py --add: these files exist already, regenerate in full: "
+              + ", ".join(sorted(taken)), file=sys.stderr)
+        return 1
+    for rel, text in files.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(text)
+    rows = sorted(rows + list(kept.values()))
     (dest / "MANIFEST.tsv").write_text(header + "\n".join(rows) + "\n")
     total = sum(len(o) for o in origins.values())
     print(f"collect.py: {total} documents, {len(rows)} distinct, in {dest}", file=sys.stderr)

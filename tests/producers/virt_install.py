@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """Domain XML made by virt-install (Debian's `virtinst`) with --print-xml (issue 19's corpus).
 
-    tests/producers/virt_install.py URI OUTDIR
+    tests/producers/virt_install.py URI OUTDIR [SLUG...]
 
-For every option set below, runs `virt-install --connect URI --print-xml ...` and writes the
-document it prints to OUTDIR/<slug>.xml; an option set virt-install refuses is listed on stderr
-with its message (and not written). virt-install asks the connected libvirt for its capabilities
+For every option set below (or those the SLUGs name), runs `virt-install --connect URI
+--print-xml ...` and writes the document it prints to OUTDIR/<slug>.xml; an option set
+virt-install refuses is listed on stderr with its message (and not written). virt-install asks the connected libvirt for its capabilities
 and domcapabilities (machine types, CPU modes, emulator, defaults), so each generation gets its
 own documents: run it once per libvirt (tests/producers/regenerate does).
 
@@ -15,9 +15,16 @@ the network and graphics fix the MAC address, which virt-install otherwise draws
 `@Q35@`, `@PC@` and `@Q35_255@` stand for this libvirt's newest versioned q35 and i440fx machine
 types and its newest q35 limited to 255 vCPUs (pc-q35-2.7), read from `virsh capabilities`.
 
+The sets of SETS_NEWER_OSINFO name OS ids that Debian 12's osinfo-db (0.20221130) lacks (RHEL 10
+and its rebuilds, issue 31's floors): virt-install runs them with libosinfo pointed at the newer
+database in $VCP_OSINFO_DB (OSINFO_SYSTEM_DIR, which replaces /usr/share/osinfo for libosinfo;
+tests/producers/regenerate fetches it, pinned); without it they are skipped, saying so. The
+other sets keep Debian 12's database, so that their documents do not change with it.
+
 Standard library only: runs with Debian's python3 beside virtinst.
 """
 
+import os
 import re
 import subprocess
 import sys
@@ -43,6 +50,9 @@ SETS_X86 = [
     ("ubuntu22.04", ["--osinfo", "ubuntu22.04", *BARE]),
     ("rhel9.0", ["--osinfo", "rhel9.0", *BARE]),
     ("rhel8.0", ["--osinfo", "rhel8.0", *BARE]),
+    # RHEL 9 under TCG: no <cpu>, so QEMU's qemu64, below the OS's floor (x86-64-v2) until a
+    # rewrite raises it (tests/integration/producer_floors.rs starts it).
+    ("rhel9.0-tcg", ["--osinfo", "rhel9.0", "--virt-type", "qemu", *BARE]),
     ("centos-stream9", ["--osinfo", "centos-stream9", *BARE]),
     ("fedora37", ["--osinfo", "fedora37", *BARE]),
     ("opensuse15.4", ["--osinfo", "opensuse15.4", *BARE]),
@@ -215,6 +225,24 @@ SETS_X86 = [
       *BARE]),
 ]
 
+# RHEL 10 and its rebuilds (floor x86-64-v3), each as virt-install makes it for KVM (its
+# default, host-passthrough) and under TCG (no <cpu>: QEMU's qemu64), with the osinfo-db of
+# $VCP_OSINFO_DB. osinfo-db 0.20250606 (the pinned one) has rhel10.0, centos-stream10 and
+# almalinux10 but not yet rocky10 nor ol10: virt-install refuses those two as unknown OS names
+# (listed on stderr) until the pin moves to a database that has them.
+SETS_NEWER_OSINFO = [
+    ("rhel10.0", ["--osinfo", "rhel10.0", *BARE]),
+    ("rhel10.0-tcg", ["--osinfo", "rhel10.0", "--virt-type", "qemu", *BARE]),
+    ("centos-stream10", ["--osinfo", "centos-stream10", *BARE]),
+    ("centos-stream10-tcg", ["--osinfo", "centos-stream10", "--virt-type", "qemu", *BARE]),
+    ("almalinux10", ["--osinfo", "almalinux10", *BARE]),
+    ("almalinux10-tcg", ["--osinfo", "almalinux10", "--virt-type", "qemu", *BARE]),
+    ("rocky10", ["--osinfo", "rocky10", *BARE]),
+    ("rocky10-tcg", ["--osinfo", "rocky10", "--virt-type", "qemu", *BARE]),
+    ("ol10", ["--osinfo", "ol10", *BARE]),
+    ("ol10-tcg", ["--osinfo", "ol10", "--virt-type", "qemu", *BARE]),
+]
+
 SETS_AARCH64 = [
     # virt-install's default: ACPI, which libvirt refuses on aarch64 without UEFI firmware (none is
     # installed on the rig); the other sets turn ACPI off so that libvirt defines them.
@@ -269,25 +297,44 @@ def has_arch(uri, arch):
 
 
 def main():
-    if len(sys.argv) != 3:
-        print("usage: virt_install.py URI OUTDIR", file=sys.stderr)
+    if len(sys.argv) < 3:
+        print("usage: virt_install.py URI OUTDIR [SLUG...]", file=sys.stderr)
         return 2
-    uri, out = sys.argv[1], Path(sys.argv[2])
+    uri, out, only = sys.argv[1], Path(sys.argv[2]), set(sys.argv[3:])
     out.mkdir(parents=True, exist_ok=True)
     ms = machines(uri)
     subst = {"@Q35@": newest(ms, "pc-q35"), "@PC@": newest(ms, "pc-i440fx"),
              "@Q35_255@": "pc-q35-2.7" if "pc-q35-2.7" in ms else None}
-    sets = list(SETS_X86)
+    newer = os.environ.get("VCP_OSINFO_DB", "")
+    if newer and not (Path(newer) / "os").is_dir():
+        print(f"virt_install.py: VCP_OSINFO_DB={newer} holds no osinfo-db (no os/)",
+              file=sys.stderr)
+        return 1
+    # (slug, arguments, environment): the newer sets with libosinfo reading only that database.
+    sets = [(slug, args, None) for slug, args in SETS_X86]
     if has_arch(uri, "aarch64"):
-        sets += SETS_AARCH64
+        sets += [(slug, args, None) for slug, args in SETS_AARCH64]
+    sets += [(slug, args, {**os.environ, "OSINFO_SYSTEM_DIR": newer} if newer else False)
+             for slug, args in SETS_NEWER_OSINFO]
+    unknown = only - {slug for slug, _, _ in sets}
+    if unknown:
+        print(f"virt_install.py: no such option set: {', '.join(sorted(unknown))}",
+              file=sys.stderr)
+        return 2
+    if only:
+        sets = [s for s in sets if s[0] in only]
     written = 0
-    for slug, args in sets:
+    for slug, args, env in sets:
+        if env is False:
+            print(f"virt-install {slug}: skipped (its OS id needs the newer osinfo-db: "
+                  "VCP_OSINFO_DB, which tests/producers/regenerate sets)", file=sys.stderr)
+            continue
         if any(subst.get(a) is None and a in subst for a in args):
             print(f"virt-install {slug}: skipped (no such machine type here)", file=sys.stderr)
             continue
         args = [subst.get(a, a) for a in args]
         cmd = ["virt-install", "--connect", uri, *BASE, *args]
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if r.returncode != 0 or not r.stdout.lstrip().startswith("<domain"):
             msg = " ".join((r.stderr or r.stdout).split())
             print(f"virt-install {slug}: refused: {msg}", file=sys.stderr)
