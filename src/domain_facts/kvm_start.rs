@@ -3,9 +3,12 @@
 //! with what QEMU's KVM adds (`check='partial'`), and KVM's host-model CPU (`check='full'`).
 
 use crate::cluster::hosts::ClusterHost;
+use crate::cpu::baseline::{BaselineOptions, decode};
+use crate::cpu::normalize_feature;
 use crate::domain::Domain;
 use crate::host::Host;
 use crate::libvirt::arch::is_x86;
+use crate::libvirt::cpu_def::{CpuDef, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::X86Map;
 use crate::libvirt::domcaps::DomCaps;
 use std::sync::OnceLock;
@@ -22,6 +25,9 @@ pub struct KvmStartHost<'h> {
     arch: String,
     /// KVM's domcapabilities with a host-model CPU, when given.
     pub(crate) domcaps: Option<&'h DomCaps>,
+    /// The guest's `<emulator>`: whose QEMU capability cache file tells what QEMU's KVM adds
+    /// when no domcapabilities are given ([`KvmStartHost::kvm_cpu_from_cache`]).
+    emulator: Option<String>,
     /// What [`KvmStartHost::loaded`] made.
     loaded: OnceLock<Option<Loaded>>,
 }
@@ -49,13 +55,21 @@ impl KvmStartHost<'_> {
             .loaded
             .get_or_init(|| {
                 let domcaps = self.domcaps;
-                let adds = domcaps.and_then(|d| d.host_model.as_ref().map(|hm| (hm, &d.source)));
                 let physical = self
                     .host
                     .host_cpu()
                     .filter(|c| c.value.arch.as_deref() == Some(self.arch.as_str()))
                     // A host CPU naming no model carries no CPUID facts to compare with.
                     .filter(|c| c.value.model.is_some());
+                // What QEMU's KVM adds to the CPUID: domcapabilities' host-model CPU, else (a
+                // host as found) QEMU's own word in this machine's capability cache.
+                let given =
+                    domcaps.and_then(|d| d.host_model.as_ref().map(|hm| (hm, d.source.as_str())));
+                let cached = match (given, physical) {
+                    (None, Some(p)) => self.kvm_cpu_from_cache(map, p.value.vendor.as_deref()),
+                    _ => None,
+                };
+                let adds = given.or_else(|| cached.as_ref().map(|(c, s)| (c, s.as_str())));
                 let full = physical.map(|physical| {
                     let source = match adds {
                         Some((_, d)) => format!(
@@ -79,6 +93,36 @@ impl KvmStartHost<'_> {
             })
             .as_ref()?;
         Some((map, loaded))
+    }
+
+    /// QEMU's KVM host CPU from this machine's QEMU capability cache ([`Host::kvm_host_cpu_from_cache`]),
+    /// decoded as libvirt decodes it into domcapabilities' host-model CPU
+    /// (`virQEMUCapsInitCPUModelX86`: the true properties as CPUID data, then `x86Decode` with
+    /// the host's `vendor`), and where it came from; None without a fresh cache file or a model
+    /// that decodes it.
+    fn kvm_cpu_from_cache(&self, map: &X86Map, vendor: Option<&str>) -> Option<(CpuDef, String)> {
+        let cpu = self
+            .host
+            .kvm_host_cpu_from_cache(&self.arch, self.emulator.as_deref())?;
+        let mut data = map.empty_data();
+        for name in &cpu.value {
+            // QEMU's spellings (`lahf-lm`); a property libvirt has no feature for is not CPUID.
+            let name = normalize_feature(name).unwrap_or_else(|| name.clone());
+            if let Some(f) = map.feature(&name) {
+                data.add(&f.data);
+            }
+        }
+        let decoded = decode(map, &data, vendor, &[], &BaselineOptions::default()).ok()?;
+        let features = decoded.require.into_iter();
+        Some((
+            CpuDef {
+                model: Some(decoded.model),
+                vendor: decoded.vendor,
+                features: features.map(|f| (f, FeaturePolicy::Require)).collect(),
+                ..CpuDef::default()
+            },
+            cpu.source,
+        ))
     }
 }
 
@@ -107,6 +151,7 @@ pub fn gather<'h>(dom: &Domain<'_>, host: &'h Host) -> Option<KvmStartHost<'h>> 
         host,
         arch: dom.arch().to_owned(),
         domcaps,
+        emulator: dom.emulator(),
         loaded: OnceLock::new(),
     })
 }

@@ -70,6 +70,26 @@ impl Host {
     }
 }
 
+impl Host {
+    /// QEMU's view of the host CPU under KVM for the domain's emulator (`<hostCPU type='kvm'>`
+    /// of its fresh file in libvirt's QEMU capability cache: the true boolean properties, QEMU's
+    /// spellings) and the file; None without a fresh file or that element. What a host known
+    /// as found (no domcapabilities given) tells of the features QEMU's KVM adds to the CPUID.
+    #[must_use]
+    pub fn kvm_host_cpu_from_cache(
+        &self,
+        arch: &str,
+        emulator: Option<&str>,
+    ) -> Option<Sourced<Vec<String>>> {
+        let f = self.fresh_cache_file(arch, emulator)?;
+        let text = crate::readfile::read_regular(&f.path, crate::readfile::MAX_FACT_BYTES).ok()?;
+        Some(Sourced {
+            value: crate::libvirt::qemu_caps::kvm_host_cpu(&text)?,
+            source: format!("<hostCPU type='kvm'> in {}", f.path.display()),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

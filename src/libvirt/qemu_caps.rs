@@ -223,7 +223,22 @@ pub fn tcg_model(text: &[u8], model: &str) -> Option<TcgCpuModel> {
 /// `maximum` are made of under TCG); None without that element. Searched as bytes.
 #[must_use]
 pub fn tcg_host_cpu(text: &[u8]) -> Option<Vec<String>> {
-    let rest = &text[memchr::memmem::find(text, b"<hostCPU type='tcg'")?..];
+    host_cpu_on(text, b"<hostCPU type='tcg'")
+}
+
+/// The boolean `<property>`s of the file's `<hostCPU type='kvm'>` that are true, QEMU's
+/// spellings: QEMU's view of the host CPU under KVM (its `query-cpu-model-expansion` of `host`),
+/// which libvirt decodes into domcapabilities' host-model CPU and whose features beyond the
+/// CPUID it adds to the host CPU a KVM guest is compared with (`virQEMUCapsInitHostCPUModel`);
+/// None without that element. Searched as bytes.
+#[must_use]
+pub fn kvm_host_cpu(text: &[u8]) -> Option<Vec<String>> {
+    host_cpu_on(text, b"<hostCPU type='kvm'")
+}
+
+/// The true boolean properties of the `<hostCPU ...>` element that starts with `start`.
+fn host_cpu_on(text: &[u8], start: &[u8]) -> Option<Vec<String>> {
+    let rest = &text[memchr::memmem::find(text, start)?..];
     let block = &rest[..memchr::memmem::find(rest, b"</hostCPU>")?];
     let on = memchr::memmem::find_iter(block, b"<property name='").filter_map(|at| {
         let prop = &block[at..];
@@ -384,6 +399,9 @@ mod tests {
         let host_cpu = b"<hostCPU type='kvm' model='base'>\n<property name='avx512f' type='boolean' value='true'/>\n</hostCPU>\n<hostCPU type='tcg' model='base' migratability='yes'>\n    <property name='vme' type='boolean' value='false'/>\n    <property name='sse4.2' type='boolean' value='true' migratable='yes'/>\n    <property name='lahf-lm' type='boolean' value='true' migratable='yes'/>\n    <property name='family' type='number' value='6'/>\n</hostCPU>";
         assert_eq!(tcg_host_cpu(host_cpu).unwrap(), ["sse4.2", "lahf-lm"]);
         assert_eq!(tcg_host_cpu(b"<qemuCaps/>"), None);
+        let both = b"<hostCPU type='kvm' model='base'>\n<property name='x2apic' type='boolean' value='true'/>\n<property name='svm' type='boolean' value='false'/>\n</hostCPU>\n<hostCPU type='tcg' model='base'>\n<property name='sse4.2' type='boolean' value='true'/>\n</hostCPU>";
+        assert_eq!(kvm_host_cpu(both).unwrap(), ["x2apic"]);
+        assert_eq!(tcg_host_cpu(both).unwrap(), ["sse4.2"]);
     }
 
     #[test]
