@@ -28,6 +28,7 @@ use crate::log::{Decision, Fields};
 use crate::pipeline::Pipeline;
 use crate::policy::{Mode, OnError, OnViolation, Plan, Policy, on_error_hint};
 use crate::rewrite::rewrite_pipeline;
+use crate::verdict::Verdict;
 use crate::xml::{child, decode, text_of};
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -391,11 +392,10 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Deci
         // Not compared (a fact missing, the `not-compared` warning logged above): let through
         // under any `on_violation`, since libvirt makes that comparison itself as it starts
         // the guest, and refuses it there if it must.
-        let not_compared = crate::verdict::Verdict::of(&o) == crate::verdict::Verdict::NotCompared;
-        let reason = if not_compared {
+        let reason = if Verdict::of(&o) == Verdict::NotCompared {
             "not compared (a start check needed a fact this host's facts lack, named in the not-compared warning; libvirt makes it itself at start)"
         } else {
-            "conforms"
+            Verdict::Conforms.as_str()
         };
         return Ok(allowed(guest, Phase::Prepare, reason));
     }

@@ -51,7 +51,8 @@ impl FailureReason {
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
-            FailureReason::CannotConform => "cannot-conform",
+            // The verdict's word: the reason is that verdict.
+            FailureReason::CannotConform => Verdict::CannotConform.as_str(),
             FailureReason::Unreadable => "unreadable",
             FailureReason::Backup => "backup",
             FailureReason::Define => "define",

@@ -10,7 +10,7 @@
 //! ([`crate::apic_id`]) and libvirt's CPU check under TCG.
 
 use crate::domain::{Domain, cpu_mode, model_name};
-use crate::host::{Host, Sourced};
+use crate::host::{CacheTcg, Host, Sourced};
 use crate::libvirt::arch::is_x86;
 use crate::libvirt::cpu_def::{CpuCheck, CpuMode};
 use crate::libvirt::domcaps::DomCaps;
@@ -168,17 +168,10 @@ impl TcgFacts {
             return TcgFacts::default();
         }
         let (arch, emulator) = (dom.arch(), dom.emulator());
-        let vcpu_rule = plan.vcpu_max.is_some() || plan.topology.is_some() || plan.iommu.is_some();
         let compare = compares(dom, plan);
-        let eim = dom.writes_eim_on();
-        let version = (vcpu_rule
-            || compare
-            || eim
-            || plan.min_level.is_some()
-            || reaches_x2apic(dom)
-            || has_hotplug_room(dom))
-        .then(|| host.qemu_version(arch, emulator.as_deref()))
-        .flatten();
+        let version = needs_release(dom, plan, compare)
+            .then(|| host.qemu_version(arch, emulator.as_deref()))
+            .flatten();
         let mut facts = TcgFacts {
             x86_tcg: true,
             version,
@@ -191,12 +184,8 @@ impl TcgFacts {
             return facts;
         }
         // The models' TCG verdicts matter only where libvirt compares.
-        let names: BTreeSet<String> = if compare {
-            dom.cpus()
-                .iter()
-                .filter_map(|c| child(*c, "model").and_then(model_name))
-                .chain(plan.model.as_ref().map(|m| m.value.clone()))
-                .collect()
+        let names = if compare {
+            compared_models(dom, plan)
         } else {
             BTreeSet::new()
         };
@@ -221,30 +210,9 @@ impl TcgFacts {
                 host.tcg_from_cache(arch, emulator.as_deref(), names.iter().map(String::as_str))
             })
             .flatten();
-        facts.host_cpu = dc_host_cpu.or_else(|| {
-            let c = cache.as_ref()?;
-            let on = c
-                .host_cpu
-                .as_ref()?
-                .iter()
-                .map(|f| libvirt_name(f))
-                .collect();
-            Some((on, format!("<hostCPU type='tcg'> in {}", c.source)))
-        });
+        facts.host_cpu = dc_host_cpu.or_else(|| cache.as_ref().and_then(cache_host_cpu));
         for name in &names {
-            let cached = cache.as_ref().and_then(|c| {
-                let m = c.models.get(name)?;
-                Some(TcgModel {
-                    usable: m.usable,
-                    blockers: Some(m.blockers.iter().map(|f| libvirt_name(f)).collect()),
-                    source: c.source.clone(),
-                })
-            });
-            let known = match from_domcaps.get(name.as_str()) {
-                Some(m) if m.blockers.is_some() => Some(m.clone()),
-                other => cached.or_else(|| other.cloned()),
-            };
-            if let Some(m) = known {
+            if let Some(m) = model_verdict(name, from_domcaps.get(name.as_str()), cache.as_ref()) {
                 facts.models.insert(name.clone(), m);
             }
         }
@@ -253,6 +221,65 @@ impl TcgFacts {
             _ => host.libvirt_version().is_some_and(|v| v.value.major >= 11),
         };
         facts
+    }
+}
+
+/// Whether a rule of `dom` under `plan` needs the QEMU release ([`TcgFacts::version`]): a
+/// `vcpu.*` rule that can change the vCPUs, a CPU libvirt compares (`compare`, [`compares`]),
+/// an Intel IOMMU with `eim='on'`, a `cpu.min_level` rule, vCPUs that reach an APIC ID of 255,
+/// or room for hot-plugged vCPUs. Asked only then: finding the release can mean reading
+/// libvirt's QEMU capability cache.
+fn needs_release(dom: &Domain<'_>, plan: &Plan, compare: bool) -> bool {
+    let vcpu_rule = plan.vcpu_max.is_some() || plan.topology.is_some() || plan.iommu.is_some();
+    vcpu_rule
+        || compare
+        || dom.writes_eim_on()
+        || plan.min_level.is_some()
+        || reaches_x2apic(dom)
+        || has_hotplug_room(dom)
+}
+
+/// The custom models libvirt can compare with what TCG gives: each `<cpu>`'s model and the
+/// plan's (the rewrite may write it).
+fn compared_models(dom: &Domain<'_>, plan: &Plan) -> BTreeSet<String> {
+    dom.cpus()
+        .iter()
+        .filter_map(|c| child(*c, "model").and_then(model_name))
+        .chain(plan.model.as_ref().map(|m| m.value.clone()))
+        .collect()
+}
+
+/// The CPU TCG gives per libvirt's QEMU capability cache (`<hostCPU type='tcg'>`, its features
+/// in libvirt's spelling), for when domcapabilities have no TCG host-model CPU.
+fn cache_host_cpu(c: &CacheTcg) -> Option<(BTreeSet<String>, String)> {
+    let on = c
+        .host_cpu
+        .as_ref()?
+        .iter()
+        .map(|f| libvirt_name(f))
+        .collect();
+    Some((on, format!("<hostCPU type='tcg'> in {}", c.source)))
+}
+
+/// The TCG's word on model `name`: domcapabilities' (`from_domcaps`) when it names the
+/// blockers, else the capability cache's (`cache`, which always names them), else
+/// domcapabilities' `usable` alone (libvirt 9.0); None when neither knows the model.
+fn model_verdict(
+    name: &str,
+    from_domcaps: Option<&TcgModel>,
+    cache: Option<&CacheTcg>,
+) -> Option<TcgModel> {
+    let cached = cache.and_then(|c| {
+        let m = c.models.get(name)?;
+        Some(TcgModel {
+            usable: m.usable,
+            blockers: Some(m.blockers.iter().map(|f| libvirt_name(f)).collect()),
+            source: c.source.clone(),
+        })
+    });
+    match from_domcaps {
+        Some(m) if m.blockers.is_some() => Some(m.clone()),
+        other => cached.or_else(|| other.cloned()),
     }
 }
 

@@ -11,6 +11,7 @@ use super::{EXIT_BAD_INPUT, EXIT_NEEDS_REWRITE, EXIT_OK, EXIT_REFUSED, FactArgs,
 use crate::audit::{Entry, Guest, Totals};
 use crate::host::Host;
 use crate::policy::Policy;
+use crate::verdict::Verdict;
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 use std::fmt::Write as _;
@@ -240,13 +241,14 @@ fn json(entries: &[Entry], t: &Totals, policy: &Policy, code: i32) -> Value {
         "policy": policy.source,
         "guests": guests,
         "unreadable": unreadable,
+        // Each verdict's count under the verdict's own word, as `check` writes it.
         "totals": {
             "files": t.files,
-            "conforms": t.conforms,
-            "needs-rewrite": t.needs_rewrite,
-            "cannot-conform": t.cannot_conform,
-            "out-of-scope": t.out_of_scope,
-            "not-compared": t.not_compared,
+            (Verdict::Conforms.as_str()): t.conforms,
+            (Verdict::NeedsRewrite.as_str()): t.needs_rewrite,
+            (Verdict::CannotConform.as_str()): t.cannot_conform,
+            (Verdict::OutOfScope.as_str()): t.out_of_scope,
+            (Verdict::NotCompared.as_str()): t.not_compared,
             "unreadable": t.unreadable,
         },
         "exit": code,

@@ -271,45 +271,8 @@ fn x86(
             vendor_neutral: !opts.strict_vendor,
         },
     )
-    .map_err(|e| match e {
-        // libvirt's sentence names no host; the operator needs to know which differ.
-        CpuError::Incompatible(why) => {
-            let cpus: Vec<String> = report
-                .hosts
-                .iter()
-                .map(|h| {
-                    let model = h.model.as_deref().unwrap_or("no model");
-                    let vendor = h.vendor.as_deref().unwrap_or("no vendor");
-                    format!("{}: {model}, {vendor}", h.name)
-                })
-                .collect();
-            CpuError::Incompatible(format!("{why} (hosts {})", cpus.join("; ")))
-        }
-        e => e,
-    })?;
-    let physical: Vec<String> = hosts
-        .iter()
-        .filter(|h| h.origin != Some(CpuOrigin::HostModel))
-        .map(|h| h.name.clone())
-        .collect();
-    if !physical.is_empty() {
-        let features = leave_out_kvm_never(map, &mut b);
-        if !features.is_empty() {
-            report.kvm_left_out = Some(KvmLeftOut {
-                features,
-                hosts: physical,
-            });
-        }
-    }
-    report.topology_left_out = crate::cpu::baseline::leave_out_topology(&mut b);
-    let vendor = b.cpu.vendor.clone().or_else(|| {
-        // The hosts' one vendor when the baseline does not name it (not every host did).
-        let mut v = hosts.iter().filter_map(|h| h.cpu.as_ref()?.vendor.clone());
-        let first = v.next()?;
-        v.all(|x| x == first).then_some(first)
-    });
-    report.arch_capabilities_left_out =
-        crate::cpu::baseline::leave_out_arch_capabilities(&mut b, vendor.as_deref());
+    .map_err(|e| naming_the_hosts(report, e))?;
+    leave_out_what_guests_lose(report, hosts, map, &mut b);
     report.features = b
         .effective_features(map)
         .into_iter()
@@ -324,6 +287,62 @@ fn x86(
         .collect();
     report.baseline = Some(b);
     Ok(())
+}
+
+/// `e` from libvirt's baseline, an incompatibility naming each host's CPU: libvirt's sentence
+/// names no host, and the operator needs to know which differ.
+fn naming_the_hosts(report: &ClusterReport, e: CpuError) -> CpuError {
+    match e {
+        CpuError::Incompatible(why) => {
+            let cpus: Vec<String> = report
+                .hosts
+                .iter()
+                .map(|h| {
+                    let model = h.model.as_deref().unwrap_or("no model");
+                    let vendor = h.vendor.as_deref().unwrap_or("no vendor");
+                    format!("{}: {model}, {vendor}", h.name)
+                })
+                .collect();
+            CpuError::Incompatible(format!("{why} (hosts {})", cpus.join("; ")))
+        }
+        e => e,
+    }
+}
+
+/// Takes out of baseline `b` what a guest given it would not keep, and says so in `report`:
+/// with hosts known by their physical CPU (not domcapabilities' host-model), what KVM never
+/// gives a guest ([`ClusterReport::kvm_left_out`]); the features QEMU derives from a guest's
+/// topology ([`ClusterReport::topology_left_out`]); on AMD, `arch-capabilities`
+/// ([`ClusterReport::arch_capabilities_left_out`]).
+fn leave_out_what_guests_lose(
+    report: &mut ClusterReport,
+    hosts: &[ClusterHost],
+    map: &X86Map,
+    b: &mut Baseline,
+) {
+    let physical: Vec<String> = hosts
+        .iter()
+        .filter(|h| h.origin != Some(CpuOrigin::HostModel))
+        .map(|h| h.name.clone())
+        .collect();
+    if !physical.is_empty() {
+        let features = leave_out_kvm_never(map, b);
+        if !features.is_empty() {
+            report.kvm_left_out = Some(KvmLeftOut {
+                features,
+                hosts: physical,
+            });
+        }
+    }
+    report.topology_left_out = crate::cpu::baseline::leave_out_topology(b);
+    let vendor = b.cpu.vendor.clone().or_else(|| {
+        // The hosts' one vendor when the baseline does not name it (not every host did).
+        let mut v = hosts.iter().filter_map(|h| h.cpu.as_ref()?.vendor.clone());
+        let first = v.next()?;
+        v.all(|x| x == first).then_some(first)
+    });
+    report.arch_capabilities_left_out =
+        crate::cpu::baseline::leave_out_arch_capabilities(b, vendor.as_deref());
 }
 
 /// Each host's CPU as CPUID data, in the hosts' order, and the features each host's CPU names

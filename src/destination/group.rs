@@ -292,7 +292,7 @@ pub fn passthrough_mode(dom: &Domain<'_>) -> Option<&'static str> {
         .copied()
         .and_then(crate::domain::cpu_mode)
     {
-        Some(CpuMode::HostPassthrough) => Some("host-passthrough"),
+        Some(CpuMode::HostPassthrough) => Some(CpuMode::HostPassthrough.as_str()),
         Some(CpuMode::Maximum) if dom.virt_type() != "qemu" => {
             Some("maximum (under KVM, host-passthrough)")
         }

@@ -4,17 +4,18 @@
 use super::views::{Admission, Leaving, Pair, Tally, Upgraded, class_members};
 use super::{Fleet, Reason, running};
 use crate::cluster::cluster_cpu::ClusterCpu;
-use crate::verdict::JSON_SCHEMA_VERSION;
+use crate::verdict::{JSON_SCHEMA_VERSION, Verdict};
 use serde_json::{Value, json};
 use std::fmt::Write as _;
 use std::io::Write;
 
-/// `runs`, `not-compared` ([`super::not_compared`]) or `cannot`.
+/// `runs`, `not-compared` ([`super::not_compared`]) or `cannot`. A pair not compared for want
+/// of a fact is what `check` calls [`Verdict::NotCompared`], and is written in its word.
 fn verdict(reasons: &[Reason]) -> &'static str {
     if reasons.is_empty() {
         "runs"
     } else if super::not_compared(reasons) {
-        "not-compared"
+        Verdict::NotCompared.as_str()
     } else {
         "cannot"
     }
@@ -388,7 +389,7 @@ pub fn prometheus(fleet: &Fleet, t: &Tally) -> String {
     for (v, n) in [
         ("runs", pairs - cannot - not_compared),
         ("cannot", cannot),
-        ("not-compared", not_compared),
+        (Verdict::NotCompared.as_str(), not_compared),
     ] {
         by_verdict
             .get_or_create(&vec![("verdict".to_string(), v.to_string())])

@@ -30,6 +30,7 @@ use crate::destination::{Arrival, CpuMapCache};
 use crate::domain::Domain;
 use crate::finding::Code;
 use crate::host::{Host, HostOptions};
+use crate::libvirt::cpu_def::CpuMode;
 use crate::libvirt::version::LibvirtVersion;
 use crate::policy::Policy;
 use guest::{GuestFacts, GuestState};
@@ -407,9 +408,12 @@ impl Fleet {
             // under hardware virtualisation "is functionally identical to host-passthrough"
             // (libvirt's formatdomain; QEMU's `-cpu max` under KVM is `-cpu host`): the same
             // group. Under TCG it is QEMU's emulated CPU, the same on every host of a QEMU.
-            // Read here once, for every group question of the shape.
-            let maybe =
-                facts.domain.contains("host-passthrough") || facts.domain.contains("maximum");
+            // Read here once, for every group question of the shape. The text search is the
+            // filter that keeps the parse off the other shapes (it can only say yes too often:
+            // the parse decides).
+            let maybe = [CpuMode::HostPassthrough, CpuMode::Maximum]
+                .iter()
+                .any(|m| facts.domain.contains(m.as_str()));
             let passthrough = maybe
                 .then(|| Domain::parse(&facts.domain, "guest facts").ok())
                 .flatten()

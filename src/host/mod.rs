@@ -195,6 +195,65 @@ impl HostOptions {
     }
 }
 
+/// The cpu_map directory that answers for the host, and the note said when none does (the
+/// built-in table from libvirt 9.0 answers then): the one named (its index.xml read now, so a
+/// broken one is an error at once), none when only the facts given count (this machine's
+/// belongs to another host), else this machine's libvirt's when it is there.
+///
+/// # Errors
+/// [`Error::Host`] for a named cpu_map whose index.xml cannot be read.
+fn cpu_map_of(opts: &HostOptions) -> Result<(Option<PathBuf>, Option<String>)> {
+    // Only index.xml is read now; model files are read when a model is met.
+    Ok(match &opts.cpu_map {
+        Some(dir) => {
+            CpuMap::load_models(dir, &[]).map_err(|e| Error::Host(e.to_string()))?;
+            (Some(dir.clone()), None)
+        }
+        None if opts.only_given_facts => (
+            None,
+            Some(
+                "no cpu_map given for this host; using the built-in table from libvirt 9.0"
+                    .to_string(),
+            ),
+        ),
+        None => {
+            let dir = Path::new(DEFAULT_CPU_MAP);
+            // Checked for presence only: a broken file is reported when a model is read
+            // (`cpu-map-unreadable`), so a rewrite reads index.xml once.
+            if dir.join("index.xml").is_file() {
+                (Some(dir.to_path_buf()), None)
+            } else {
+                (
+                    None,
+                    Some(format!(
+                        "{DEFAULT_CPU_MAP} not found (libvirt not installed?); using the built-in table from libvirt 9.0"
+                    )),
+                )
+            }
+        }
+    })
+}
+
+/// The directory of libvirt's QEMU capability cache to read: the one named, none when the
+/// option names the empty path (the cache not read), else libvirt's own.
+///
+/// # Errors
+/// [`Error::Host`] for a named path that is not a directory: a mistyped directory would
+/// silently judge without the cache, so it is said, not guessed.
+fn qemu_cache_of(opts: &HostOptions) -> Result<Option<PathBuf>> {
+    match &opts.qemu_cache {
+        Some(p) if p.as_os_str().is_empty() => Ok(None),
+        Some(p) if !p.is_dir() => Err(Error::Host(format!(
+            "QEMU capability cache {}: not a directory",
+            p.display()
+        ))),
+        Some(p) => Ok(Some(p.clone())),
+        None => Ok(Some(PathBuf::from(
+            crate::libvirt::qemu_caps::QEMU_CAPS_CACHE,
+        ))),
+    }
+}
+
 impl Host {
     /// Gather host facts from `opts`.
     ///
@@ -205,48 +264,8 @@ impl Host {
     /// [`Error::Read`] for a named file that cannot be read; [`Error::Host`] for a file that is
     /// not a capabilities, domcapabilities or qemuCaps document, or a broken cpu_map.
     pub fn discover(opts: &HostOptions) -> Result<Host> {
-        // Only index.xml is read now; model files are read when a model is met.
-        let (cpu_map_dir, cpu_map_note) = match &opts.cpu_map {
-            Some(dir) => {
-                CpuMap::load_models(dir, &[]).map_err(|e| Error::Host(e.to_string()))?;
-                (Some(dir.clone()), None)
-            }
-            None if opts.only_given_facts => (
-                None,
-                Some(
-                    "no cpu_map given for this host; using the built-in table from libvirt 9.0"
-                        .to_string(),
-                ),
-            ),
-            None => {
-                let dir = Path::new(DEFAULT_CPU_MAP);
-                // Checked for presence only: a broken file is reported when a model is read
-                // (`cpu-map-unreadable`), so a rewrite reads index.xml once.
-                if dir.join("index.xml").is_file() {
-                    (Some(dir.to_path_buf()), None)
-                } else {
-                    (
-                        None,
-                        Some(format!(
-                            "{DEFAULT_CPU_MAP} not found (libvirt not installed?); using the built-in table from libvirt 9.0"
-                        )),
-                    )
-                }
-            }
-        };
-        if let Some(p) = opts
-            .qemu_cache
-            .as_ref()
-            .filter(|p| !p.as_os_str().is_empty())
-        {
-            // A mistyped directory would silently judge without the cache: said, not guessed.
-            if !p.is_dir() {
-                return Err(Error::Host(format!(
-                    "QEMU capability cache {}: not a directory",
-                    p.display()
-                )));
-            }
-        }
+        let (cpu_map_dir, cpu_map_note) = cpu_map_of(opts)?;
+        let qemu_cache_dir = qemu_cache_of(opts)?;
         let mut host = Host {
             cpu_map_dir,
             cpu_map_note,
@@ -261,11 +280,7 @@ impl Host {
             decoded_host_cpu: std::sync::OnceLock::new(),
             x86_map: std::sync::OnceLock::new(),
             files: Vec::new(),
-            qemu_cache: QemuCache::new(match &opts.qemu_cache {
-                Some(p) if p.as_os_str().is_empty() => None,
-                Some(p) => Some(p.clone()),
-                None => Some(PathBuf::from(crate::libvirt::qemu_caps::QEMU_CAPS_CACHE)),
-            }),
+            qemu_cache: QemuCache::new(qemu_cache_dir),
             qemu_cache_machines: std::sync::Mutex::default(),
             kvm_limit: std::sync::OnceLock::new(),
             kvm_override: opts.kvm_max_vcpus.clone(),

@@ -64,6 +64,15 @@ impl CpuMode {
     pub fn is_host_based(self) -> bool {
         self != CpuMode::Custom
     }
+
+    /// Whether the guest gets the hypervisor's whole CPU as it is (`host-passthrough`,
+    /// `maximum`), no model made of it: the modes libvirt allows `migratable` and `<cache
+    /// mode='passthrough'>` with, and whose model `fallback` it does not read
+    /// (`virCPUDefParseXML`).
+    #[must_use]
+    pub fn is_passthrough_like(self) -> bool {
+        matches!(self, CpuMode::HostPassthrough | CpuMode::Maximum)
+    }
 }
 
 impl std::fmt::Display for CpuMode {
@@ -347,7 +356,7 @@ impl CpuDef {
             (None, true) => {}
             (None, false) => cpu.mode = Some(CpuMode::Custom),
         }
-        let passthrough = matches!(cpu.mode, Some(CpuMode::HostPassthrough | CpuMode::Maximum));
+        let passthrough = cpu.mode.is_some_and(CpuMode::is_passthrough_like);
         if node.attribute("migratable").is_some() && !passthrough {
             return Err(
                 "Attribute migratable is only allowed for 'host-passthrough' / 'maximum' CPU mode"

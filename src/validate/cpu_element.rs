@@ -21,12 +21,14 @@ pub(super) fn check(
     out: &mut Vec<Finding>,
 ) {
     let Some(cpu) = cpu else {
-        check_level(dom, None, plan, facts, out);
+        check_level(dom, None, CpuMode::Custom, plan, facts, out);
         super::os_floor::check(dom, None, plan, facts, out);
         return;
     };
-    let mode = cpu.attribute("mode").unwrap_or("custom");
-    let Some(known) = CpuMode::parse(mode) else {
+    let mode = cpu.attribute("mode").unwrap_or(CpuMode::Custom.as_str());
+    // Read once: every check below asks the mode libvirt reads, and a word it does not know
+    // ends them here (libvirt refuses the domain at define).
+    let Some(mode) = CpuMode::parse(mode) else {
         out.push(Finding::error(
             Code::CpuModeInvalid,
             format!("Invalid mode attribute '{mode}' (libvirt accepts custom, host-model, host-passthrough, maximum)"),
@@ -34,20 +36,20 @@ pub(super) fn check(
         ));
         return;
     };
-    check_mode_supported(known, facts, out);
+    check_mode_supported(mode, facts, out);
     check_mode_attributes(cpu, mode, out);
     let model = child(cpu, "model").and_then(model_name);
     check_model_presence(cpu, mode, model.as_deref(), out);
     check_features(cpu, mode, dom.arch(), facts, out);
-    if let (Some(m), "custom") = (&model, mode) {
+    if let (Some(m), CpuMode::Custom) = (&model, mode) {
         check_model_known(cpu, m, dom.arch(), facts, out);
         // libvirt's refusal at start (`cpu-incompatible`) says more than an unusable model.
         if !super::kvm::check(dom, cpu, facts, out) {
             check_model_usable(cpu, m, dom.virt_type(), facts, out);
         }
     }
-    super::tcg::check_cpu(cpu, known, facts, out);
-    check_level(dom, Some(cpu), plan, facts, out);
+    super::tcg::check_cpu(cpu, mode, facts, out);
+    check_level(dom, Some(cpu), mode, plan, facts, out);
     super::os_floor::check(dom, Some(cpu), plan, facts, out);
 }
 
@@ -80,9 +82,9 @@ fn check_mode_supported(mode: CpuMode, facts: &DomainFacts<'_>, out: &mut Vec<Fi
 
 /// `match` means nothing under host-model; `migratable` and `<cache mode='passthrough'>` are
 /// allowed with host-passthrough and maximum only.
-fn check_mode_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) {
+fn check_mode_attributes(cpu: Node<'_, '_>, mode: CpuMode, out: &mut Vec<Finding>) {
     check_enum_attributes(cpu, mode, out);
-    if mode == "host-model" && cpu.attribute("match").is_some() {
+    if mode == CpuMode::HostModel && cpu.attribute("match").is_some() {
         out.push(Finding::warning(
             Code::CpuMatchHostModel,
             "<cpu match> has no meaning with mode='host-model'",
@@ -90,14 +92,14 @@ fn check_mode_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) 
         ));
     }
     let cache = child(cpu, "cache").and_then(|c| c.attribute("mode"));
-    if cache == Some("passthrough") && !matches!(mode, "host-passthrough" | "maximum") {
+    if cache == Some("passthrough") && !mode.is_passthrough_like() {
         out.push(Finding::error(
             Code::CpuCacheMode,
             "CPU cache mode 'passthrough' can only be used with 'host-passthrough' / 'maximum' CPUs",
             "remove <cache mode='passthrough'/> (virt-cpu-policy rewrite does)",
         ));
     }
-    if cpu.attribute("migratable").is_some() && !matches!(mode, "host-passthrough" | "maximum") {
+    if cpu.attribute("migratable").is_some() && !mode.is_passthrough_like() {
         out.push(Finding::error(
             Code::CpuMigratableMode,
             "Attribute migratable is only allowed for 'host-passthrough' / 'maximum' CPU mode",
@@ -110,7 +112,7 @@ fn check_mode_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) 
 /// (`virCPUDefParseXML`, `virXMLPropEnum`) refuses the definition otherwise, in the words of
 /// [`CpuDef::read_as`](crate::libvirt::cpu_def::CpuDef::read_as); `fallback` is read only outside
 /// host-passthrough and maximum, as there.
-fn check_enum_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) {
+fn check_enum_attributes(cpu: Node<'_, '_>, mode: CpuMode, out: &mut Vec<Finding>) {
     let fix = "use one of libvirt's values (docs/findings.md) or remove the attribute";
     let invalid = [
         (
@@ -135,7 +137,7 @@ fn check_enum_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) 
     }
     let fallback = child(cpu, "model").and_then(|m| m.attribute("fallback"));
     if let Some(v) = fallback.filter(|v| Fallback::parse(v).is_none()) {
-        if !matches!(mode, "host-passthrough" | "maximum") {
+        if !mode.is_passthrough_like() {
             out.push(Finding::error(
                 Code::CpuAttributeInvalid,
                 format!("Invalid fallback attribute ('{v}'; libvirt knows allow and forbid)"),
@@ -148,12 +150,12 @@ fn check_enum_attributes(cpu: Node<'_, '_>, mode: &str, out: &mut Vec<Finding>) 
 /// Features in custom mode and a vendor need a model.
 fn check_model_presence(
     cpu: Node<'_, '_>,
-    mode: &str,
+    mode: CpuMode,
     model: Option<&str>,
     out: &mut Vec<Finding>,
 ) {
     let has_features = cpu.children().any(|c| is_libvirt_element(c, "feature"));
-    if mode == "custom" && model.is_none() && has_features {
+    if mode == CpuMode::Custom && model.is_none() && has_features {
         out.push(Finding::error(
             Code::CpuFeaturesWithoutModel,
             "Non-empty feature list specified without CPU model",
@@ -172,7 +174,7 @@ fn check_model_presence(
 /// Every `<feature>`: a name, known to libvirt, listed once, with a valid policy.
 fn check_features(
     cpu: Node<'_, '_>,
-    mode: &str,
+    mode: CpuMode,
     arch: &str,
     facts: &DomainFacts<'_>,
     out: &mut Vec<Finding>,
@@ -206,8 +208,7 @@ fn check_features(
             ));
         }
         if let Some(p) = f.attribute("policy") {
-            if FeaturePolicy::parse(p).is_none() && mode != "host-passthrough" && mode != "maximum"
-            {
+            if FeaturePolicy::parse(p).is_none() && !mode.is_passthrough_like() {
                 out.push(Finding::error(
                     Code::CpuFeatureInvalid,
                     format!("Invalid CPU feature policy '{p}' for feature '{name}'"),
@@ -340,10 +341,12 @@ fn missing_features(level: Level, feats: &BTreeSet<String>) -> Vec<&'static str>
 
 /// `cpu.min_level`: for a custom CPU, the model's features (cpu_map) with the listed ones must
 /// reach it (`cpu-level`); for host-model/host-passthrough/maximum under KVM the host decides, and
-/// domcapabilities' host-model CPU says what it gives (`host-level`, a warning).
+/// domcapabilities' host-model CPU says what it gives (`host-level`, a warning). `mode` is the
+/// mode libvirt reads of `cpu` (custom without one).
 fn check_level(
     dom: &Domain<'_>,
     cpu: Option<Node<'_, '_>>,
+    mode: CpuMode,
     plan: &Plan,
     facts: &DomainFacts<'_>,
     out: &mut Vec<Finding>,
@@ -354,9 +357,8 @@ fn check_level(
     if dom.arch() != "x86_64" {
         return;
     }
-    let mode = cpu.and_then(|c| c.attribute("mode")).unwrap_or("custom");
     let explicit = cpu.map(cpu_features).unwrap_or_default();
-    if mode == "custom" {
+    if mode == CpuMode::Custom {
         check_custom_cpu_level(cpu, &explicit, level, facts, out);
     } else {
         check_host_cpu_level(dom, mode, &explicit, level, facts, out);
@@ -403,14 +405,14 @@ fn check_custom_cpu_level(
 /// it is a warning (`host-level`): the guest is as written, the host cannot give it more.
 fn check_host_cpu_level(
     dom: &Domain<'_>,
-    mode: &str,
+    mode: CpuMode,
     explicit: &[(String, Option<FeaturePolicy>)],
     level: &crate::policy::Ruled<Level>,
     facts: &DomainFacts<'_>,
     out: &mut Vec<Finding>,
 ) {
     let tcg = dom.virt_type() == "qemu";
-    if tcg && mode != CpuMode::HostModel.as_str() {
+    if tcg && mode != CpuMode::HostModel {
         return;
     }
     let Some(feats) = facts.host_model_features(explicit) else {

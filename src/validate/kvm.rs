@@ -47,7 +47,7 @@
 //! (its CPU) and libvirt's cpu_map (its CPUID data): without either nothing is said.
 
 use crate::cluster::hosts::compare;
-use crate::cpu::compare::{Compatibility, GuestCpu};
+use crate::cpu::compare::{Comparison, Compatibility, GuestCpu};
 use crate::domain::{Domain, cpu_mode};
 use crate::domain_facts::DomainFacts;
 use crate::domain_facts::kvm_start::{KvmStartHost, Loaded};
@@ -215,12 +215,29 @@ fn compare_at_start(
     check: CpuCheck,
     out: &mut Vec<Finding>,
 ) -> Compared {
-    let path = Path::new("the domain XML");
     if plain_usable(start, guest) {
         return Compared::Passed;
     }
+    let (c, source) = match compare_as_libvirt(start, guest) {
+        Ok(compared) => compared,
+        Err(why) => return Compared::Not(why),
+    };
+    if c.verdict != Compatibility::Incompatible {
+        return Compared::Passed;
+    }
+    refusal(guest, check, c, &source, out)
+}
+
+/// `guest` compared as libvirt compares it at start, and the CPU it is compared with, in a
+/// message's words: the host's own CPU, or for a model its cpu_map does not mark `<check
+/// partial='compat'/>` what KVM gives (libvirt 11.3 and later, module docs). Err: why the
+/// comparison cannot be made (the cpu_map unread, the CPU to compare with not known).
+fn compare_as_libvirt(
+    start: &KvmStartHost<'_>,
+    guest: &GuestCpu,
+) -> Result<(Comparison, String), String> {
     let Some((map, loaded)) = start.loaded() else {
-        return Compared::Not(format!(
+        return Err(format!(
             "libvirt's cpu_map could not be read as CPUID data ({})",
             start.host.x86_map().err().unwrap_or_default()
         ));
@@ -246,7 +263,7 @@ fn compare_at_start(
             .map(|(h, s)| (h, format!("this host's own CPU ({s})")))
     };
     let Some((host, source)) = against else {
-        return Compared::Not(if via_kvm {
+        return Err(if via_kvm {
             "what KVM gives, which libvirt compares this model with, is not known (no kvm domcapabilities with a host-model CPU)".to_string()
         } else {
             format!(
@@ -258,13 +275,24 @@ fn compare_at_start(
             )
         });
     };
-    let c = match compare(map, host, guest, path) {
-        Ok(c) => c,
-        Err(e) => return Compared::Not(format!("the comparison could not be made ({e})")),
-    };
-    if c.verdict != Compatibility::Incompatible {
-        return Compared::Passed;
+    match compare(map, host, guest, Path::new("the domain XML")) {
+        Ok(c) => Ok((c, source)),
+        Err(e) => Err(format!("the comparison could not be made ({e})")),
     }
+}
+
+/// libvirt's refusal at start of `guest`, which comparison `c` with `source` (the CPU compared
+/// with, in words) found incompatible: `cpu-incompatible`, naming the first forbidden feature
+/// the host has, else in libvirt's reason. Under `check='full'` a CPU that only lacks features
+/// is refused in the words of the check of the CPU QEMU built (`kvm-check-full`): here for
+/// `match='minimum'`; for exact and strict [`check_full`] says it, and this passes.
+fn refusal(
+    guest: &GuestCpu,
+    check: CpuCheck,
+    c: Comparison,
+    source: &str,
+    out: &mut Vec<Finding>,
+) -> Compared {
     // At start libvirt names the first forbidden feature the host has, in the guest's order
     // (seen: "Host CPU provides forbidden feature 'lm'"; `virsh hypervisor-cpu-compare` lists
     // them all).

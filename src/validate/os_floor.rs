@@ -15,7 +15,7 @@ use crate::domain::{Domain, cpu_features};
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding};
 use crate::guest_os::{Floor, GuestOs, OsSource};
-use crate::libvirt::cpu_def::{CpuCheck, CpuMode};
+use crate::libvirt::cpu_def::{CpuCheck, CpuMode, FeaturePolicy};
 use crate::policy::Plan;
 use roxmltree::Node;
 use std::collections::BTreeSet;
@@ -95,80 +95,122 @@ fn judge(
     plan: &Plan,
     facts: &DomainFacts<'_>,
 ) -> Judged {
+    let (os, floor) = match floor_to_judge(dom, plan) {
+        Ok(judged) => judged,
+        Err(not) => return not,
+    };
+    // The word as written, for the messages: [`answer`] judges a document whose mode libvirt
+    // may not know (`cpu-mode-invalid` says so), and names that word.
+    let mode = cpu
+        .and_then(|c| c.attribute("mode"))
+        .unwrap_or(CpuMode::Custom.as_str());
+    let explicit = cpu.map(cpu_features).unwrap_or_default();
+    match CpuMode::parse(mode) {
+        Some(CpuMode::Custom) => judge_custom(cpu, os, floor, &explicit, plan, facts),
+        known if dom.virt_type() == "kvm" || known == Some(CpuMode::HostModel) => {
+            judge_host_given(mode, os, floor, &explicit, facts)
+        }
+        // maximum and host-passthrough under TCG: QEMU's whole TCG CPU, judged by the TCG checks.
+        _ => Judged::Not(format!(
+            "QEMU's whole TCG CPU ({mode} under TCG) is judged by the TCG checks, not against the floor"
+        )),
+    }
+}
+
+/// The guest's OS and the floor to judge it by, or why there is none to judge before the CPU
+/// is looked at: no OS named, no floor known for it, a guest not x86-64 (the floors are x86-64
+/// levels and features), or a rule's waiver (`cpu.os_floor = false`).
+fn floor_to_judge<'p>(
+    dom: &Domain<'_>,
+    plan: &'p Plan,
+) -> Result<(&'p GuestOs, &'static Floor), Judged> {
     let (os, floor) = match &plan.os {
         Some((os, Some(floor))) => (os, *floor),
         Some((os, None)) if os.source == OsSource::Libosinfo => {
-            return Judged::Not(format!(
+            return Err(Judged::Not(format!(
                 "no floor is known for {} (no row of the floors table names it)",
                 os.short()
-            ));
+            )));
         }
         // A `<description>` names an OS only where a row's CloudStack name matches it.
         _ => {
-            return Judged::Not(
+            return Err(Judged::Not(
                 "the domain names no OS (no libosinfo <os id> in <metadata>, no CloudStack guest OS name in <description> that the floors table knows)"
                     .into(),
-            );
+            ));
         }
     };
     if dom.arch() != "x86_64" {
-        return Judged::Not(format!(
+        return Err(Judged::Not(format!(
             "the floors are x86-64 levels and features: {} is not judged on an {} guest",
             os.short(),
             dom.arch()
-        ));
+        )));
     }
     if let Some(r) = plan.floor_waiver() {
-        return Judged::Waived(r.rule.clone());
+        return Err(Judged::Waived(r.rule.clone()));
     }
-    let mode = cpu.and_then(|c| c.attribute("mode")).unwrap_or("custom");
-    let explicit = cpu.map(cpu_features).unwrap_or_default();
-    let f = |feats: &BTreeSet<String>, what: String, fix: String| {
-        short_of(os, floor, feats, &what, &fix)
-            .map_or(Judged::Reaches, |f| Judged::Short(Box::new(f)))
+    Ok((os, floor))
+}
+
+/// A custom CPU against the floor: its model's features (cpu_map) with the ones it lists. Short
+/// of the floor is `os-floor`, unless the plan asks for the floor (the rewrite gives it, and the
+/// rule's `cpu-level` says what is short); a CPU with the floor as written can still lose some
+/// of it under TCG ([`tcg_short_of`]).
+fn judge_custom(
+    cpu: Option<Node<'_, '_>>,
+    os: &GuestOs,
+    floor: &Floor,
+    explicit: &[(String, Option<FeaturePolicy>)],
+    plan: &Plan,
+    facts: &DomainFacts<'_>,
+) -> Judged {
+    let Some((model, feats)) = facts.custom_cpu_features(cpu, explicit) else {
+        // `cpu-model-unknown` says so: not a second finding.
+        return Judged::Not("the CPU model's features are not known (not in the cpu_map)".into());
     };
-    if mode == CpuMode::Custom.as_str() {
-        let Some((model, feats)) = facts.custom_cpu_features(cpu, &explicit) else {
-            // `cpu-model-unknown` says so: not a second finding.
-            return Judged::Not(
-                "the CPU model's features are not known (not in the cpu_map)".into(),
-            );
-        };
-        let what = format!("this CPU (model {model})");
-        let needs = floor.needs();
-        match f(
-            &feats,
-            what.clone(),
-            format!(
-                "give the guest a CPU with {needs}: `cpu.os_floor = true` on a rule that matches it (the default policy's) makes `virt-cpu-policy rewrite` write it; `cpu.os_floor = false` waives the floor"
-            ),
-        ) {
-            // The plan asks for the floor: the rewrite gives it, and `cpu-level` says so.
-            Judged::Short(_) if plan.asks_floor(floor) => Judged::Reaches,
-            Judged::Short(f) => Judged::Short(f),
-            _ => tcg_short_of(cpu, os, floor, &feats, &what, facts),
-        }
-    } else if dom.virt_type() == "kvm" || mode == CpuMode::HostModel.as_str() {
-        let Some(feats) = facts.host_model_features(&explicit) else {
-            return Judged::Missing(format!(
-                "this host's {mode} CPU is not known (no domcapabilities)"
-            ));
-        };
-        let source = facts.domcaps.map_or("", |d| d.source.as_str());
-        f(
-            &feats,
-            format!("this host's {mode} CPU (per {source})"),
-            format!(
-                "run the guest on a host whose CPU gives {}: no rewrite changes what this host gives",
-                floor.needs()
-            ),
-        )
-    } else {
-        // maximum and host-passthrough under TCG: QEMU's whole TCG CPU, judged by the TCG checks.
-        Judged::Not(format!(
-            "QEMU's whole TCG CPU ({mode} under TCG) is judged by the TCG checks, not against the floor"
-        ))
+    let what = format!("this CPU (model {model})");
+    let needs = floor.needs();
+    let fix = format!(
+        "give the guest a CPU with {needs}: `cpu.os_floor = true` on a rule that matches it (the default policy's) makes `virt-cpu-policy rewrite` write it; `cpu.os_floor = false` waives the floor"
+    );
+    match short_of(os, floor, &feats, &what, &fix) {
+        // The plan asks for the floor: the rewrite gives it, and `cpu-level` says so.
+        Some(_) if plan.asks_floor(floor) => Judged::Reaches,
+        Some(f) => Judged::Short(Box::new(f)),
+        None => tcg_short_of(cpu, os, floor, &feats, &what, facts),
     }
+}
+
+/// A CPU this host gives as it is (`mode`, the word as written: host-model, or any but custom
+/// under KVM) against the floor: domcapabilities' host-model CPU with the features listed. No
+/// rewrite changes what the host gives, so the fix is another host; without domcapabilities the
+/// floor is not judged for want of that fact.
+fn judge_host_given(
+    mode: &str,
+    os: &GuestOs,
+    floor: &Floor,
+    explicit: &[(String, Option<FeaturePolicy>)],
+    facts: &DomainFacts<'_>,
+) -> Judged {
+    let Some(feats) = facts.host_model_features(explicit) else {
+        return Judged::Missing(format!(
+            "this host's {mode} CPU is not known (no domcapabilities)"
+        ));
+    };
+    let source = facts.domcaps.map_or("", |d| d.source.as_str());
+    let fix = format!(
+        "run the guest on a host whose CPU gives {}: no rewrite changes what this host gives",
+        floor.needs()
+    );
+    short_of(
+        os,
+        floor,
+        &feats,
+        &format!("this host's {mode} CPU (per {source})"),
+        &fix,
+    )
+    .map_or(Judged::Reaches, |f| Judged::Short(Box::new(f)))
 }
 
 /// What an answer says of the guest's OS and its floor (`check --format json`'s `os`, the

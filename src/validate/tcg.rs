@@ -323,33 +323,9 @@ pub(super) fn check_cpu(
     let mut missing: BTreeSet<String> = BTreeSet::new();
     let mut basis = Vec::new();
     if let (Some(m), CpuMode::Custom) = (&model, mode) {
-        let tcg = facts.tcg.models.get(m.as_str());
-        let blockers = tcg.and_then(|t| t.blockers.as_ref().map(|b| (b, &t.source)));
-        // The partial check of a libvirt that takes QEMU's word (`usable_decides`) stops at a
-        // usable model and names an unusable one's blockers; otherwise (and for `full`, which
-        // compares what QEMU built) the model's features count one by one.
-        let qemu_word = facts.tcg.usable_decides && check == CpuCheck::Partial;
-        match (qemu_word, tcg.is_some_and(|t| t.usable), blockers) {
-            (true, true, _) => {}
-            (true, false, Some((b, source))) => {
-                let before = missing.len();
-                missing.extend(b.iter().filter(|f| !dropped.contains(f.as_str())).cloned());
-                if missing.len() > before {
-                    basis.push(format!("the blockers of {m} in {source}"));
-                }
-            }
-            _ => {
-                if let (Some((_, source)), Some(own)) = (gives, facts.model_features(m)) {
-                    let before = missing.len();
-                    let lacking = own.iter().filter(|f| {
-                        !facts.tcg.check_finds(f, check) && !dropped.contains(f.as_str())
-                    });
-                    missing.extend(lacking.cloned());
-                    if missing.len() > before {
-                        basis.push(format!("{m} in libvirt's cpu_map against {source}"));
-                    }
-                }
-            }
+        if let Some((lacking, per)) = model_lacks(m, check, &dropped, facts) {
+            missing.extend(lacking);
+            basis.push(per);
         }
     }
     // Features listed beyond the model: against the CPU TCG gives.
@@ -381,6 +357,49 @@ pub(super) fn check_cpu(
     } else {
         check_full(mode, model.as_deref(), &listed, &missing, &why, out);
     }
+}
+
+/// The features of custom model `m` that libvirt's `check` finds TCG lacking, those the guest
+/// drops (`dropped`: listed with a policy that does not need them) left out, and what says so;
+/// None when it finds none, or nothing can say. The partial check of a libvirt that takes
+/// QEMU's word ([`crate::tcg_facts::TcgFacts::usable_decides`]) stops at a usable model and
+/// names an unusable one's blockers; otherwise (and under `full`, which compares what QEMU
+/// built) the model's features (cpu_map) count one by one against the CPU TCG gives.
+fn model_lacks(
+    m: &str,
+    check: CpuCheck,
+    dropped: &BTreeSet<&str>,
+    facts: &DomainFacts<'_>,
+) -> Option<(BTreeSet<String>, String)> {
+    let tcg = facts.tcg.models.get(m);
+    let blockers = tcg.and_then(|t| t.blockers.as_ref().map(|b| (b, &t.source)));
+    let qemu_word = facts.tcg.usable_decides && check == CpuCheck::Partial;
+    let (lacking, per): (BTreeSet<String>, String) =
+        match (qemu_word, tcg.is_some_and(|t| t.usable), blockers) {
+            (true, true, _) => return None,
+            (true, false, Some((b, source))) => (
+                b.iter()
+                    .filter(|f| !dropped.contains(f.as_str()))
+                    .cloned()
+                    .collect(),
+                format!("the blockers of {m} in {source}"),
+            ),
+            _ => {
+                let (Some((_, source)), Some(own)) =
+                    (facts.tcg.host_cpu.as_ref(), facts.model_features(m))
+                else {
+                    return None;
+                };
+                let lacking = own
+                    .iter()
+                    .filter(|f| !facts.tcg.check_finds(f, check) && !dropped.contains(f.as_str()));
+                (
+                    lacking.cloned().collect(),
+                    format!("{m} in libvirt's cpu_map against {source}"),
+                )
+            }
+        };
+    (!lacking.is_empty()).then_some((lacking, per))
 }
 
 /// `check='partial'`: libvirt's refusal when TCG lacks a feature the guest needs, or has one it

@@ -100,21 +100,9 @@ pub(crate) fn apply(
     let Some((vcpu_node, count)) = read_counts(dom, plan, rule, &mut r.notes) else {
         return r;
     };
-    let max = match &plan.vcpu_max {
-        Some(want) => match target_maximum(dom, want, facts, &mut r.notes) {
-            Some(max) => max,
-            None => return r,
-        },
-        None => count.max,
-    };
-    if max > QEMU_MAX_VCPUS {
-        r.notes.finding(Finding::error(
-            Code::MachineVcpuLimit,
-            format!("vCPU maximum {max} is above {QEMU_MAX_VCPUS}, the most any QEMU machine type takes (QEMU's largest MachineClass::max_cpus); {}", maximum_origin(plan, facts)),
-            format!("give a vcpu.max of {QEMU_MAX_VCPUS} or less, and the host's real capabilities (virsh capabilities > FILE)"),
-        ).rule(rule));
+    let Some(max) = wanted_maximum(dom, plan, facts, count, rule, &mut r.notes) else {
         return r;
-    }
+    };
     let (max, need_iommu) = x86_xapic_rule(dom, plan, facts, max, &mut r.notes);
     let clusters = facts.applies(VersionRule::Clusters);
     let Some((max, x2apic)) = x2apic::tcg_maximum(
@@ -161,14 +149,56 @@ pub(crate) fn apply(
         } else {
             plan.topology.as_ref().map_or(rule, |t| t.rule.as_str())
         };
-        if let Some(list) = child(dom.root(), "vcpus") {
-            regenerate_vcpus(text, list, max, count.current, q, follow_rule, &mut r);
-        }
-        if let Some(n) = numa {
-            numa_cover(text, n, max, q, follow_rule, &mut r);
-        }
+        follow_counts(dom, numa, max, count.current, q, follow_rule, &mut r);
     }
     r
+}
+
+/// The vCPU maximum the rules work from: `vcpu.max`'s, clamped to what the host runs
+/// ([`target_maximum`]), else the document's own. None, with an error finding, when the limit
+/// `vcpu.max` asks for is not known, or when the maximum is above [`QEMU_MAX_VCPUS`]: no QEMU
+/// machine type takes it, so what the rules would build on it could start nowhere.
+fn wanted_maximum(
+    dom: &Domain<'_>,
+    plan: &Plan,
+    facts: &DomainFacts<'_>,
+    count: VcpuCount,
+    rule: &str,
+    n: &mut Notes,
+) -> Option<u32> {
+    let max = match &plan.vcpu_max {
+        Some(want) => target_maximum(dom, want, facts, n)?,
+        None => count.max,
+    };
+    if max > QEMU_MAX_VCPUS {
+        n.finding(Finding::error(
+            Code::MachineVcpuLimit,
+            format!("vCPU maximum {max} is above {QEMU_MAX_VCPUS}, the most any QEMU machine type takes (QEMU's largest MachineClass::max_cpus); {}", maximum_origin(plan, facts)),
+            format!("give a vcpu.max of {QEMU_MAX_VCPUS} or less, and the host's real capabilities (virsh capabilities > FILE)"),
+        ).rule(rule));
+        return None;
+    }
+    Some(max)
+}
+
+/// What follows a new maximum or a reshaped topology (`max` vCPUs, `current` of them online),
+/// under `rule`, the rule that made the change: `<vcpus>`, which lists every vCPU, and the NUMA
+/// cells, which must cover them all, or libvirt refuses the document.
+fn follow_counts(
+    dom: &Domain<'_>,
+    numa: Option<Node<'_, '_>>,
+    max: u32,
+    current: u32,
+    q: char,
+    rule: &str,
+    r: &mut VcpuResult,
+) {
+    if let Some(list) = child(dom.root(), "vcpus") {
+        regenerate_vcpus(dom.text, list, max, current, q, rule, r);
+    }
+    if let Some(n) = numa {
+        numa_cover(dom.text, n, max, q, rule, r);
+    }
 }
 
 /// Where a maximum above [`QEMU_MAX_VCPUS`] came from, for the refusal: the machine limit's
