@@ -309,7 +309,7 @@ mod tests {
     fn the_repository_keeps_its_sizes() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
         let (found, counted) = check(root).unwrap();
-        assert!(counted > 1000, "measured only {counted} functions");
+        assert!(counted > 500, "measured only {counted} functions");
         let listed: Vec<String> = found.iter().map(ToString::to_string).collect();
         assert!(listed.is_empty(), "{}", listed.join("\n"));
     }
