@@ -147,15 +147,21 @@ pub(super) fn check(
     let unknown_feature = crate::domain::cpu_features(cpu)
         .iter()
         .any(|(f, _)| !facts.feature_known(f));
-    if unknown_model || unknown_feature {
-        return false;
-    }
     let path = Path::new("the domain XML");
     // A CPU libvirt refuses to read: the `<cpu>` checks say why.
     let Ok(guest) = guest_cpu(dom.text, path) else {
         return false;
     };
     if !is_x86(dom.arch()) {
+        return false;
+    }
+    if unknown_model || unknown_feature {
+        // With the built-in table the name may be one the guest's libvirt knows (the finding
+        // is a warning), and then libvirt compares at start: that was not done.
+        if facts.cpu_map_is_builtin() {
+            let why = "the CPU names a model or feature the built-in table lacks, so its CPUID data is not known (libvirt's cpu_map is not in use)";
+            out.push(not_compared(&guest, check, why));
+        }
         return false;
     }
     let Some(start) = &facts.kvm_start else {
@@ -421,6 +427,29 @@ mod tests {
         let policy = Policy::parse("version = 1\n", "test").unwrap();
         let p = Pipeline::new(dom, &policy, host).unwrap();
         crate::validate::validate(&p.dom, &p.plan, &p.facts)
+    }
+
+    /// With the built-in table (no cpu_map directory) a feature it lacks may be one the guest's
+    /// libvirt knows: the comparison libvirt makes at start is not made, and said so, however
+    /// the CPU names it (an unknown name never makes the answer better).
+    #[test]
+    fn an_unknown_name_with_the_built_in_table_is_not_compared() {
+        let caps = vec![generation("bookworm", "capabilities.xml")];
+        let host = Host::discover(&HostOptions::of_facts(caps, None, None)).unwrap();
+        for cpu in [
+            "<cpu mode='custom'><model>Nehalem</model></cpu>",
+            "<cpu mode='custom'><model>Nehalem</model><feature policy='require' name='f0'/></cpu>",
+        ] {
+            let f = findings(&host, "kvm", cpu);
+            assert!(
+                f.iter().any(|f| f.code == Code::NotCompared),
+                "{cpu}: {f:?}"
+            );
+            assert!(
+                f.iter().all(|f| f.severity != Severity::Error),
+                "{cpu}: {f:?}"
+            );
+        }
     }
 
     fn incompatible(host: &Host, vt: &str, cpu: &str) -> Option<String> {

@@ -7,7 +7,7 @@
 //! Every test passes `--policy` explicitly, so a `/etc/virt-cpu-policy/policy.toml` on the machine
 //! running the tests cannot change the results.
 
-use crate::harness::{Cmd, Output, Scratch, bin, is_root, root, s, shared_corpus};
+use crate::harness::{Cmd, Output, Scratch, bin, is_root, recorded_host, root, s, shared_corpus};
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
@@ -244,17 +244,24 @@ fn rewrite_identical_numa_in_two_cpus_is_kept_once() {
 #[test]
 fn check_exit_0_when_conforming() {
     let p = default_policy();
-    let out = check(&["--policy", &p]).stdin(CONFORMING).run();
+    let out = check(&["--policy", &p])
+        .args(&recorded_host())
+        .stdin(CONFORMING)
+        .run();
     out.status(0);
     no_panic(&out);
     assert!(out.stdout.contains("conforms"), "{}", out.stdout);
     let j = check(&["--policy", &p, "--format", "json"])
+        .args(&recorded_host())
         .stdin(CONFORMING)
         .run();
     j.status(0);
     assert_eq!(json_verdict(&j), ("conforms".to_string(), 0));
     // And `rewrite` leaves it byte-identical.
-    let r = rewrite(&["--policy", &p]).stdin(CONFORMING).run();
+    let r = rewrite(&["--policy", &p])
+        .args(&recorded_host())
+        .stdin(CONFORMING)
+        .run();
     r.status(0);
     assert_eq!(r.stdout, CONFORMING);
 }
@@ -263,7 +270,7 @@ fn check_exit_0_when_conforming() {
 fn check_exit_3_when_a_rewrite_is_needed() {
     let p = default_policy();
     let c = s(&cloudstack());
-    let out = check(&["--policy", &p, &c]).run();
+    let out = check(&["--policy", &p, &c]).args(&recorded_host()).run();
     out.status(3);
     no_panic(&out);
     assert!(
@@ -271,7 +278,9 @@ fn check_exit_3_when_a_rewrite_is_needed() {
         "changes listed:\n{}",
         out.stdout
     );
-    let j = check(&["--policy", &p, "--format", "json", &c]).run();
+    let j = check(&["--policy", &p, "--format", "json", &c])
+        .args(&recorded_host())
+        .run();
     j.status(3);
     assert_eq!(json_verdict(&j), ("needs-rewrite".to_string(), 3));
     let v: serde_json::Value = serde_json::from_str(&j.stdout).unwrap();
@@ -911,11 +920,15 @@ fn in_place_rewrites_atomically_and_keeps_permissions() {
     let t = Scratch::new("inplace");
     let f = t.write("guest.xml", cloudstack_text());
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
-    let expected = rewrite(&["--policy", &default_policy(), &s(&f)]).run();
+    let expected = rewrite(&["--policy", &default_policy(), &s(&f)])
+        .args(&recorded_host())
+        .run();
     expected.status(0);
     assert_ne!(expected.stdout, cloudstack_text());
 
-    let out = rewrite(&["--policy", &default_policy(), "--in-place", &s(&f)]).run();
+    let out = rewrite(&["--policy", &default_policy(), "--in-place", &s(&f)])
+        .args(&recorded_host())
+        .run();
     out.status(0);
     no_panic(&out);
     assert!(
@@ -932,7 +945,9 @@ fn in_place_rewrites_atomically_and_keeps_permissions() {
         "no temporary file left behind"
     );
     // A second run is a no-op.
-    let again = check(&["--policy", &default_policy(), &s(&f)]).run();
+    let again = check(&["--policy", &default_policy(), &s(&f)])
+        .args(&recorded_host())
+        .run();
     again.status(0);
 }
 

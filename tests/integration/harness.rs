@@ -466,6 +466,28 @@ pub fn generation_facts(name: &str) -> PathBuf {
     root().join("tests/data/generations").join(name)
 }
 
+/// libvirt 9.0's captured facts (`tests/data/generations/bookworm`: its cpu_map, capabilities
+/// and KVM domcapabilities, and its libvirt release) as command-line options, so a verdict that
+/// compares a KVM guest's CPU with the host's does not depend on this machine's libvirt: on a
+/// fresh machine without one the comparison is `not-compared` (exit 4).
+pub fn recorded_host() -> Vec<String> {
+    let dir = generation_facts("bookworm");
+    let mut args = vec![
+        "--no-qemu-caps-cache".to_string(),
+        "--libvirt-version".into(),
+        "9.0.0".into(),
+        "--cpu-map".into(),
+        s(&dir.join("cpu_map")),
+        "--caps".into(),
+        s(&dir.join("capabilities.xml")),
+    ];
+    for m in ["pc", "q35"] {
+        args.push("--caps".into());
+        args.push(s(&dir.join(format!("domcapabilities-x86_64-{m}-kvm.xml"))));
+    }
+    args
+}
+
 /// Every generation that answers ([`generations`]) as an oracle: the tests that judge the tool
 /// against "each libvirt" run on all four under `.ci/run` (`VCP_REQUIRE_GENERATIONS`), each
 /// judged with its own facts ([`Oracle::tool_args`]: its version and cpu_map; its capabilities

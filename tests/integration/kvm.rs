@@ -187,15 +187,7 @@ fn kvm_custom_cpu_checks_agree_with_virsh_start() {
     let caps = facts("capabilities.xml", &["capabilities"]);
     let domcaps = facts(
         "domcapabilities-kvm.xml",
-        &[
-            "domcapabilities",
-            "--virttype",
-            "kvm",
-            "--arch",
-            "x86_64",
-            "--machine",
-            "pc",
-        ],
+        &crate::producers::kvm_domcaps_args("pc"),
     );
     let policy = dir.write("empty.toml", "version = 1\n");
     let qemu = crate::tcg::qemu_version(&host);
@@ -262,15 +254,7 @@ fn as_found_kvm_additions_agree_with_virsh_start() {
         v.stdout
     };
     let caps = virsh(&["capabilities"]);
-    let domcaps = virsh(&[
-        "domcapabilities",
-        "--virttype",
-        "kvm",
-        "--arch",
-        "x86_64",
-        "--machine",
-        "pc",
-    ]);
+    let domcaps = virsh(&crate::producers::kvm_domcaps_args("pc"));
     let names = |text: &str, within: &str, policy: Option<&str>| -> BTreeSet<String> {
         let doc = roxmltree::Document::parse(text).unwrap();
         let scope = doc
@@ -435,39 +419,8 @@ fn kvm_generation(
     };
     let dir = tmp.join(&g.name);
     std::fs::create_dir_all(&dir).unwrap();
-    let live = |name: &str, args: &[&str]| {
-        let v = g.virsh(args);
-        assert!(v.ok, "{}: virsh {args:?}: {}", g.label, v.stderr);
-        let p = dir.join(name);
-        std::fs::write(&p, v.stdout).unwrap();
-        p
-    };
     // Live facts: the judged CPU is this machine's, whatever machine captured the stored ones.
-    let mut base = Facts::of(g, qemu_version_option(exe)).base;
-    let at = base.iter().position(|a| a == "--caps").unwrap();
-    base.truncate(at);
-    base.extend([
-        "--caps".to_string(),
-        s(&live("capabilities.xml", &["capabilities"])),
-    ]);
-    let domcaps = ["pc", "q35"]
-        .iter()
-        .map(|m| {
-            live(
-                &format!("domcapabilities-x86_64-{m}-kvm.xml"),
-                &[
-                    "domcapabilities",
-                    "--virttype",
-                    "kvm",
-                    "--arch",
-                    "x86_64",
-                    "--machine",
-                    m,
-                ],
-            )
-        })
-        .collect();
-    let facts = Facts { base, domcaps };
+    let facts = Facts::live_kvm(g, &dir, qemu_version_option(exe));
     let empty = dir.join("empty.toml");
     std::fs::write(&empty, "version = 1\n").unwrap();
     let policies: Vec<(&str, PathBuf)> = POLICIES

@@ -699,6 +699,35 @@ fn tcg_generation(g: &Generation, docs: &[Tagged], tmp: &Path) -> (String, Vec<S
     (report, failures)
 }
 
+/// One generation's oracle over the documents, in a scratch directory: its report line and its
+/// failures.
+type GenerationRun = fn(&Generation, &[Tagged], &Path) -> (String, Vec<String>);
+
+/// `run` on each of `gens` at once (each generation its own libvirt), with the documents `docs`
+/// and a scratch directory named by `tag`: each run's report printed, their failures returned.
+fn on_each(gens: &[Generation], docs: &[Tagged], tag: &str, run: GenerationRun) -> Vec<String> {
+    let tmp = Scratch::new(tag);
+    let runs: Vec<(String, Vec<String>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = gens
+            .iter()
+            .map(|g| {
+                let tmp = &tmp.0;
+                scope.spawn(move || run(g, docs, tmp))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a generation's run panicked"))
+            .collect()
+    });
+    let mut failures = Vec::new();
+    for (report, f) in runs {
+        eprint!("{report}");
+        failures.extend(f);
+    }
+    failures
+}
+
 /// The TCG documents of [`tagged`] rewritten by the built-in policy with each generation's
 /// captured facts, against that generation's libvirt and QEMU ([`tcg_generation`]): where its
 /// TCG gives the floor, the rewrite defines, starts, and its vCPU has every feature of the
@@ -714,25 +743,7 @@ fn virt_installs_rhel_tcg_domains_start_at_their_floor() {
         !gens.is_empty(),
         "no libvirt generation answers (tests/libvirt/start, tests/libvirt/generations start)"
     );
-    let tmp = Scratch::new("floor-tcg");
-    let runs: Vec<(String, Vec<String>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = gens
-            .iter()
-            .map(|g| {
-                let (docs, tmp) = (&docs, &tmp.0);
-                scope.spawn(move || tcg_generation(g, docs, tmp))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a generation's run panicked"))
-            .collect()
-    });
-    let mut failures = Vec::new();
-    for (report, f) in runs {
-        eprint!("{report}");
-        failures.extend(f);
-    }
+    let failures = on_each(&gens, &docs, "floor-tcg", tcg_generation);
     eprintln!(
         "os-floor TCG: {} generations [{:.1?}]",
         gens.len(),
@@ -753,38 +764,8 @@ fn kvm_generation(g: &Generation, docs: &[Tagged], tmp: &Path) -> (String, Vec<S
     };
     let dir = tmp.join(&g.name);
     std::fs::create_dir_all(&dir).unwrap();
-    let live = |name: &str, args: &[&str]| {
-        let v = g.virsh(args);
-        assert!(v.ok, "{}: virsh {args:?}: {}", g.label, v.stderr);
-        let p = dir.join(name);
-        std::fs::write(&p, v.stdout).unwrap();
-        p
-    };
-    let mut base = Facts::of(g, true).base;
-    let at = base.iter().position(|a| a == "--caps").unwrap();
-    base.truncate(at);
-    base.extend([
-        "--caps".to_string(),
-        s(&live("capabilities.xml", &["capabilities"])),
-    ]);
-    let domcaps = ["pc", "q35"]
-        .iter()
-        .map(|m| {
-            live(
-                &format!("domcapabilities-x86_64-{m}-kvm.xml"),
-                &[
-                    "domcapabilities",
-                    "--virttype",
-                    "kvm",
-                    "--arch",
-                    "x86_64",
-                    "--machine",
-                    m,
-                ],
-            )
-        })
-        .collect();
-    let facts = Facts { base, domcaps };
+    // Live facts: the judged CPU is this machine's, whatever machine captured the stored ones.
+    let facts = Facts::live_kvm(g, &dir, true);
     let (mut failures, mut verdicts, mut msr_aborts) = (Vec::new(), BTreeMap::new(), 0);
     for (k, d) in docs
         .iter()
@@ -861,25 +842,7 @@ fn virt_installs_rhel_kvm_domains_are_judged_by_what_kvm_gives() {
         .filter(|g| crate::kvm::KVM_GENERATIONS.contains(&g.name.as_str()))
         .collect();
     assert!(!gens.is_empty(), "no KVM generation answers");
-    let tmp = Scratch::new("floor-kvm");
-    let runs: Vec<(String, Vec<String>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = gens
-            .iter()
-            .map(|g| {
-                let (docs, tmp) = (&docs, &tmp.0);
-                scope.spawn(move || kvm_generation(g, docs, tmp))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a generation's run panicked"))
-            .collect()
-    });
-    let mut failures = Vec::new();
-    for (report, f) in runs {
-        eprint!("{report}");
-        failures.extend(f);
-    }
+    let failures = on_each(&gens, &docs, "floor-kvm", kvm_generation);
     eprintln!(
         "os-floor KVM: {} generations [{:.1?}]",
         gens.len(),

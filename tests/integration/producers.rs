@@ -231,7 +231,49 @@ pub(crate) struct Facts {
     pub(crate) domcaps: Vec<PathBuf>,
 }
 
+/// `virsh domcapabilities` of x86_64 KVM guests of machine type `machine`.
+pub(crate) fn kvm_domcaps_args(machine: &str) -> [&str; 7] {
+    [
+        "domcapabilities",
+        "--virttype",
+        "kvm",
+        "--arch",
+        "x86_64",
+        "--machine",
+        machine,
+    ]
+}
+
 impl Facts {
+    /// Generation `g`'s facts with its live capabilities and KVM domcapabilities (`pc`, `q35`)
+    /// asked of its libvirt now and written into `dir`, in place of the captured ones: the
+    /// judged CPU is this machine's, whatever machine captured the stored facts. `qemu` as
+    /// [`Facts::of`].
+    pub(crate) fn live_kvm(g: &Generation, dir: &Path, qemu: bool) -> Facts {
+        let live = |name: &str, args: &[&str]| {
+            let v = g.virsh(args);
+            assert!(v.ok, "{}: virsh {args:?}: {}", g.label, v.stderr);
+            let p = dir.join(name);
+            std::fs::write(&p, v.stdout).unwrap();
+            p
+        };
+        let mut base = Facts::of(g, qemu).base;
+        let at = base.iter().position(|a| a == "--caps").unwrap();
+        base.truncate(at);
+        base.extend([
+            "--caps".to_string(),
+            s(&live("capabilities.xml", &["capabilities"])),
+        ]);
+        let domcaps = ["pc", "q35"]
+            .iter()
+            .map(|m| {
+                let file = format!("domcapabilities-x86_64-{m}-kvm.xml");
+                live(&file, &kvm_domcaps_args(m))
+            })
+            .collect();
+        Facts { base, domcaps }
+    }
+
     /// Generation `g`'s facts; `qemu` says whether to pass `--qemu-version` (from its
     /// `version` file: [`qemu_version_option`]).
     pub(crate) fn of(g: &Generation, qemu: bool) -> Facts {

@@ -153,7 +153,7 @@ pub fn check(root: &Path) -> Result<Found, String> {
         }
     }
     violations.extend(upward.into_values());
-    violations.extend(circles(&edges, &names));
+    violations.extend(circles(&edges));
     Ok(Found {
         modules: modules.len(),
         references: edges.len(),
@@ -206,6 +206,26 @@ pub fn child_dir(file: &Path) -> PathBuf {
     }
 }
 
+/// The file of `mod name;` declared in `file`: `name.rs` or `name/mod.rs` in [`child_dir`].
+///
+/// Errors: neither exists, as a sentence naming both.
+pub fn module_file(file: &Path, name: &str) -> Result<PathBuf, String> {
+    let dir = child_dir(file);
+    let candidates = [
+        dir.join(format!("{name}.rs")),
+        dir.join(name).join("mod.rs"),
+    ];
+    match candidates.iter().find(|c| c.is_file()) {
+        Some(f) => Ok(f.clone()),
+        None => Err(format!(
+            "{}: `mod {name};` has no file ({} or {})",
+            file.display(),
+            candidates[0].display(),
+            candidates[1].display()
+        )),
+    }
+}
+
 /// Reads `items` (of module `path`, in `file`) into `modules`, recursing into every non-test
 /// submodule, inline or in its own file.
 fn read_items(
@@ -226,22 +246,9 @@ fn read_items(
             if let Some((_, inner)) = &m.content {
                 read_items(root, file, inner, child, modules)?;
             } else {
-                let dir = child_dir(file);
-                let name = m.ident.to_string();
-                let candidates = [
-                    dir.join(format!("{name}.rs")),
-                    dir.join(&name).join("mod.rs"),
-                ];
-                let Some(f) = candidates.iter().find(|c| c.is_file()) else {
-                    return Err(format!(
-                        "{}: `mod {name};` has no file ({} or {})",
-                        file.display(),
-                        candidates[0].display(),
-                        candidates[1].display()
-                    ));
-                };
-                let parsed = parse(f)?;
-                read_items(root, f, &parsed.items, child, modules)?;
+                let f = module_file(file, &m.ident.to_string())?;
+                let parsed = parse(&f)?;
+                read_items(root, &f, &parsed.items, child, modules)?;
             }
             continue;
         }
@@ -400,10 +407,7 @@ fn is_within(inner: &[String], outer: &[String]) -> bool {
 
 /// Circles among the submodules of each module: an edge `a -> b` between two children of one
 /// parent for every reference from `a` (or below it) to `b` (or below it).
-fn circles(
-    edges: &BTreeMap<(ModPath, ModPath), String>,
-    names: &BTreeSet<ModPath>,
-) -> Vec<Violation> {
+fn circles(edges: &BTreeMap<(ModPath, ModPath), String>) -> Vec<Violation> {
     // parent -> child -> child -> where
     let mut graphs: BTreeMap<ModPath, BTreeMap<String, BTreeMap<String, String>>> = BTreeMap::new();
     for ((from, to), at) in edges {
@@ -420,7 +424,6 @@ fn circles(
             .entry(to[common].clone())
             .or_insert_with(|| at.clone());
     }
-    let _ = names;
     let mut out = Vec::new();
     for (parent, graph) in graphs {
         let mut seen = BTreeSet::new();
@@ -618,16 +621,8 @@ impl<'ast> Visit<'ast> for Refs {
 mod tests {
     use super::*;
 
-    /// A throwaway crate: `files` as (path below src/, text).
     fn crate_of(name: &str, files: &[(&str, &str)]) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("xtask-layers-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        for (path, text) in files {
-            let p = dir.join("src").join(path);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
-        }
-        dir
+        crate::scratch_crate(&format!("layers-{name}"), files)
     }
 
     #[test]

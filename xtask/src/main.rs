@@ -300,3 +300,17 @@ fn bench(whole_process: bool, test: bool) -> Result<(), Failure> {
     }
     Ok(())
 }
+
+/// A throwaway crate for the checks' tests: `files` as (path below `src/`, text), in a fresh
+/// directory of the system's temporary directory named by `tag`.
+#[cfg(test)]
+fn scratch_crate(tag: &str, files: &[(&str, &str)]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("xtask-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (path, text) in files {
+        let p = dir.join("src").join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    dir
+}

@@ -8,7 +8,7 @@
 //! functions, modules declared under `#[cfg(test)]`) may be longer: a test reads best whole.
 
 use crate::Failure;
-use crate::layers::{child_dir, is_test_only};
+use crate::layers::{is_test_only, module_file};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use syn::spanned::Spanned;
@@ -184,16 +184,8 @@ fn items(
             syn::Item::Mod(m) if !is_test_only(&m.attrs) => match &m.content {
                 Some((_, inner)) => items(root, file, rel, inner, found, counted)?,
                 None => {
-                    let dir = child_dir(file);
-                    let name = m.ident.to_string();
-                    let candidates = [
-                        dir.join(format!("{name}.rs")),
-                        dir.join(&name).join("mod.rs"),
-                    ];
-                    let Some(f) = candidates.iter().find(|c| c.is_file()) else {
-                        return Err(format!("{}: `mod {name};` has no file", file.display()));
-                    };
-                    functions(root, f, found, counted)?;
+                    let f = module_file(file, &m.ident.to_string())?;
+                    functions(root, &f, found, counted)?;
                 }
             },
             _ => {}
@@ -239,14 +231,8 @@ mod tests {
     use super::*;
 
     fn crate_of(name: &str, files: &[(&str, String)]) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("xtask-sizes-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        for (path, text) in files {
-            let p = dir.join("src").join(path);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
-        }
-        dir
+        let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+        crate::scratch_crate(&format!("sizes-{name}"), &files)
     }
 
     /// A function of `n` lines in all.
