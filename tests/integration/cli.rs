@@ -318,9 +318,10 @@ fn check_exit_3_when_a_rewrite_is_needed() {
     assert_eq!(e["changes"], v["changes"]);
     assert!(r.stdout.contains("<model>qemu64</model>"), "{}", r.stdout);
     // The rewritten document then conforms.
-    let r = rewrite(&["--policy", &p, &c]).run();
+    let r = rewrite(&["--policy", &p, &c]).args(&recorded_host()).run();
     r.status(0);
     check(&["--policy", &p])
+        .args(&recorded_host())
         .stdin(r.stdout.clone())
         .run()
         .status(0);
