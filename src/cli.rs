@@ -180,7 +180,8 @@ pub struct Common {
 /// come from, and the libvirt version.
 #[derive(Debug, Args, Clone, Default)]
 pub struct LimitArgs {
-    /// libvirt's QEMU capability cache directory (default /var/cache/libvirt/qemu/capabilities).
+    /// libvirt's QEMU capability cache directory (default /var/cache/libvirt/qemu/capabilities;
+    /// ROOT/var/cache/libvirt/qemu/capabilities is another root's, its emulators under ROOT).
     #[arg(long, value_name = "DIR", conflicts_with = "no_qemu_caps_cache")]
     pub qemu_caps_cache: Option<PathBuf>,
     /// Do not read libvirt's QEMU capability cache.

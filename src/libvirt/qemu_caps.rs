@@ -265,19 +265,39 @@ pub struct CacheFile {
     pub path: PathBuf,
     /// Its head.
     pub head: Head,
+    /// The root of the file system its `<emulator>` path is in ([`cache_root`]).
+    pub root: PathBuf,
 }
 
 impl CacheFile {
-    /// Whether the file still describes its emulator: its `<qemuctime>` is the emulator's ctime,
-    /// libvirt's own test before it reuses the file (`virQEMUCapsIsValid`); after a QEMU upgrade
-    /// a stale file says nothing about the binary.
+    /// Whether the file still describes its emulator: its `<qemuctime>` is the emulator's ctime
+    /// (the emulator looked for under [`CacheFile::root`]), libvirt's own test before it reuses
+    /// the file (`virQEMUCapsIsValid`); after a QEMU upgrade a stale file says nothing about the
+    /// binary.
     #[must_use]
     pub fn is_fresh(&self) -> bool {
-        let emulator = self.head.emulator.as_deref().map(std::fs::metadata);
+        let emulator = self
+            .head
+            .emulator
+            .as_deref()
+            .map(|e| std::fs::metadata(self.root.join(e.trim_start_matches('/'))));
         match (self.head.ctime, emulator) {
             (Some(t), Some(Ok(m))) => std::os::unix::fs::MetadataExt::ctime(&m) == t,
             _ => false,
         }
+    }
+}
+
+/// The root of the file system a cache directory belongs to, where its files' `<emulator>` paths
+/// are: `R` for `R/var/cache/libvirt/qemu/capabilities` (libvirt's system cache of another root
+/// mounted here: a chroot, another machine's disk), else `/`.
+#[must_use]
+pub fn cache_root(dir: &Path) -> PathBuf {
+    const SYSTEM_CACHE: &str = "var/cache/libvirt/qemu/capabilities";
+    let text = dir.to_string_lossy();
+    match text.trim_end_matches('/').strip_suffix(SYSTEM_CACHE) {
+        Some(root) if !root.is_empty() => PathBuf::from(root),
+        _ => PathBuf::from("/"),
     }
 }
 
@@ -312,9 +332,14 @@ impl QemuCache {
             let Some(dir) = &self.dir else {
                 return Vec::new();
             };
+            let root = cache_root(dir);
             crate::readfile::xml_files(dir)
                 .into_iter()
-                .filter_map(|path| head(&path).map(|head| CacheFile { path, head }))
+                .filter_map(|path| {
+                    let head = head(&path)?;
+                    let root = root.clone();
+                    Some(CacheFile { path, head, root })
+                })
                 .collect()
         })
     }
@@ -379,6 +404,21 @@ mod tests {
             ]
         );
         assert_eq!(q.kvm_host_cpu, Some(vec!["lahf-lm".to_string()]));
+    }
+
+    #[test]
+    fn the_root_of_a_cache_is_where_its_emulators_are() {
+        let root = |d: &str| cache_root(Path::new(d));
+        assert_eq!(root("/var/cache/libvirt/qemu/capabilities"), Path::new("/"));
+        assert_eq!(
+            root("/var/tmp/vcp-forky/root/var/cache/libvirt/qemu/capabilities/"),
+            Path::new("/var/tmp/vcp-forky/root/")
+        );
+        assert_eq!(
+            root("/home/u/.cache/libvirt/qemu/capabilities"),
+            Path::new("/")
+        );
+        assert_eq!(root("/srv/cache"), Path::new("/"));
     }
 
     #[test]

@@ -870,3 +870,32 @@ fn tcg_cpu_hotplug_is_lost_on_qemu_5_1_to_7_2_0() {
         .run();
     assert!(warned(&out).is_none(), "{}{}", out.stdout, out.stderr);
 }
+
+/// The QEMU capability cache of another root (`--qemu-caps-cache ROOT/var/cache/libvirt/qemu/
+/// capabilities`: a generation's root, as a chroot or another machine's disk mounted here) is
+/// judged fresh against that root's emulator, not this machine's: `host` names the root's QEMU
+/// release, the one its libvirtd runs (`virsh version`). Before, every file of another root was
+/// stale against this machine's QEMU, and the release unknown.
+#[test]
+#[ignore = "needs the libvirt generations: .ci/run builds and starts them (tests/libvirt/generations)"]
+fn another_roots_qemu_cache_names_that_roots_qemu() {
+    let gens = generations();
+    assert!(!gens.is_empty(), "no libvirt generation answers");
+    for g in &gens {
+        let cache = g.oracle.root.join("var/cache/libvirt/qemu/capabilities");
+        let out = Cmd::new(&["host", "--qemu-caps-cache", &s(&cache)]).run();
+        assert_eq!(out.code, 0, "{}: {}", g.name, out.stderr);
+        let want = qemu_version(&g.oracle);
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("QEMU (qemu-system-x86_64): "))
+            .unwrap_or_else(|| panic!("{}: no QEMU line: {}", g.name, out.stdout));
+        assert!(
+            line.starts_with(&format!("QEMU (qemu-system-x86_64): {want} ")),
+            "{}: {line} (virsh version: QEMU {want})",
+            g.name
+        );
+        eprintln!("tcg: {}'s cache: {line}", g.name);
+    }
+}
