@@ -445,6 +445,8 @@ fn attribute<T>(
 /// ignored, as libvirt does; every name once.
 fn features(node: Node<'_, '_>, host: bool) -> Result<Vec<(String, FeaturePolicy)>, String> {
     let mut out: Vec<(String, FeaturePolicy)> = Vec::new();
+    // Names seen: a set, as a hostile `<cpu>` may list tens of thousands.
+    let mut seen = std::collections::HashSet::new();
     for f in node
         .children()
         .filter(|n| is_libvirt_element(*n, "feature"))
@@ -460,7 +462,7 @@ fn features(node: Node<'_, '_>, host: bool) -> Result<Vec<(String, FeaturePolicy
             .attribute("name")
             .filter(|n| !n.is_empty())
             .ok_or("Invalid CPU feature name")?;
-        if out.iter().any(|(n, _)| n == name) {
+        if !seen.insert(name) {
             return Err(format!("CPU feature '{name}' specified more than once"));
         }
         out.push((name.to_string(), policy));

@@ -147,23 +147,25 @@ pub(super) fn check(
     let unknown_feature = crate::domain::cpu_features(cpu)
         .iter()
         .any(|(f, _)| !facts.feature_known(f));
-    let path = Path::new("the domain XML");
-    // A CPU libvirt refuses to read: the `<cpu>` checks say why.
-    let Ok(guest) = guest_cpu(dom.text, path) else {
-        return false;
-    };
     if !is_x86(dom.arch()) {
         return false;
     }
+    let path = Path::new("the domain XML");
     if unknown_model || unknown_feature {
         // With the built-in table the name may be one the guest's libvirt knows (the finding
         // is a warning), and then libvirt compares at start: that was not done.
         if facts.cpu_map_is_builtin() {
-            let why = "the CPU names a model or feature the built-in table lacks, so its CPUID data is not known (libvirt's cpu_map is not in use)";
-            out.push(not_compared(&guest, check, why));
+            if let Ok(guest) = guest_cpu(dom.text, path) {
+                let why = "the CPU names a model or feature the built-in table lacks, so its CPUID data is not known (libvirt's cpu_map is not in use)";
+                out.push(not_compared(&guest, check, why));
+            }
         }
         return false;
     }
+    // A CPU libvirt refuses to read: the `<cpu>` checks say why.
+    let Ok(guest) = guest_cpu(dom.text, path) else {
+        return false;
+    };
     let Some(start) = &facts.kvm_start else {
         // Under check='full' the `hypervisor` bit QEMU's KVM adds is refused whatever the host:
         // that needs no fact.

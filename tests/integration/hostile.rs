@@ -1822,7 +1822,10 @@ fn many_features_and_cpu_elements_stay_linear() {
             out.stderr
         );
         let took = out.cpu.unwrap_or(out.elapsed);
-        assert!(took.as_secs_f64() < 6.0, "{what}: {took:.1?} of CPU time");
+        // 1.1 s (30,000 <cpu>) and 0.6 s (20,000 features) in a debug build; a duplicate
+        // check by list (a feature named twice) made them 5.4 s and 2.5 s, under the 6 s this
+        // bound was: it is 3 s.
+        assert!(took.as_secs_f64() < 3.0, "{what}: {took:.1?} of CPU time");
         eprintln!(
             "hostile: {what}: check in {took:.1?} of CPU time ({:.1?} wall)",
             out.elapsed
