@@ -6,10 +6,12 @@
 //! and [`validate`] checks the result the way libvirt and QEMU will. Host facts come from files
 //! only ([`host`]): the libvirt hook must never call back into libvirt.
 //!
-//! Data flows one way, and the modules below are listed in that order (none imports one listed
-//! after it): libvirt's documents ([`libvirt`], one reader each) → domain → cluster → policy plan
-//! → host facts → one [`pipeline::Pipeline`] per domain → desired CPU/vCPU → edits, validated →
-//! verdict, then the front ends (hook, daemon, command line) that drive it.
+//! Data flows one way, and the modules below are listed in that order, in layers
+//! (ARCHITECTURE.md; none imports one listed after it: `cargo xtask layers` checks it):
+//! shared records, libvirt's documents ([`libvirt`], one reader each), CPU knowledge, the
+//! domain, facts (cluster, plan, host, domain) and one [`pipeline::Pipeline`] per domain, the
+//! judges (validate, destination, rewrite), the verdict, the views, then the front ends (hook,
+//! daemon, command line) that drive it.
 #![deny(missing_docs)]
 
 // Shared records and knowledge, imported by everything below them. (Blank lines keep rustfmt

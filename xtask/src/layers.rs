@@ -379,7 +379,8 @@ fn resolve_via(
             continue;
         }
         // Through a parent's imports: `super::name` where the parent has `use child::name`.
-        let known = (1..=path.len())
+        // From the crate root up: `crate::name` may be a root re-export (`pub use error::Error`).
+        let known = (0..=path.len())
             .rev()
             .find(|n| names.contains(&path[..*n].to_vec()))?;
         via.push(path[..known].to_vec());
@@ -545,6 +546,30 @@ impl Refs {
         self.uses.push((name, full));
     }
 
+    /// `"crate::a::b"` string literals among an attribute's tokens (serde's `default = "..."`,
+    /// `with = "..."`): paths rustc resolves too.
+    fn literal_paths(&mut self, tokens: proc_macro2::TokenStream) {
+        for t in tokens {
+            match t {
+                proc_macro2::TokenTree::Group(g) => self.literal_paths(g.stream()),
+                proc_macro2::TokenTree::Literal(l) => {
+                    let Ok(text) = syn::parse_str::<syn::LitStr>(&l.to_string()) else {
+                        continue;
+                    };
+                    let Ok(p) = syn::parse_str::<syn::Path>(&text.value()) else {
+                        continue;
+                    };
+                    let segs: Vec<String> =
+                        p.segments.iter().map(|s| s.ident.to_string()).collect();
+                    if segs.len() >= 2 && matches!(segs[0].as_str(), "crate" | "super") {
+                        self.paths.push(segs);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// `crate::a::b` and `super::a` inside a macro's tokens (`matches!`, `format!`, ...).
     fn tokens(&mut self, tokens: proc_macro2::TokenStream) {
         use proc_macro2::TokenTree;
@@ -611,6 +636,16 @@ impl<'ast> Visit<'ast> for Refs {
         syn::visit::visit_path(self, p);
     }
 
+    fn visit_attribute(&mut self, a: &'ast syn::Attribute) {
+        // An attribute's arguments are tokens to syn (`#[arg(default_value = crate::x::DIR)]`):
+        // read them as a macro's are.
+        if let syn::Meta::List(l) = &a.meta {
+            self.tokens(l.tokens.clone());
+            self.literal_paths(l.tokens.clone());
+        }
+        syn::visit::visit_attribute(self, a);
+    }
+
     fn visit_macro(&mut self, m: &'ast syn::Macro) {
         self.tokens(m.tokens.clone());
         syn::visit::visit_macro(self, m);
@@ -672,6 +707,40 @@ mod tests {
             matches!(&found.violations[0], Violation::Upward { from, to, .. } if from == "low" && to == "high")
         );
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn paths_in_attributes_and_through_root_reexports_are_caught() {
+        for (tag, low) in [
+            (
+                "attr",
+                "pub struct A {\n    #[arg(default_value = crate::high::DIR)]\n    pub dir: String,\n}\n",
+            ),
+            (
+                "attr-string",
+                "#[serde(default = \"crate::high::g\")]\npub struct A;\n",
+            ),
+            ("root-reexport", "pub fn f() -> u8 {\n    crate::g()\n}\n"),
+        ] {
+            let dir = crate_of(
+                tag,
+                &[
+                    ("lib.rs", "pub mod low;\npub mod high;\npub use high::g;\n"),
+                    ("low.rs", low),
+                    (
+                        "high.rs",
+                        "pub const DIR: &str = \"x\";\npub fn g() -> u8 {\n    1\n}\n",
+                    ),
+                ],
+            );
+            let found = check(&dir).unwrap();
+            assert!(
+                matches!(found.violations.as_slice(), [Violation::Upward { from, to, .. }] if from == "low" && to == "high"),
+                "{tag}: {:?}",
+                found.violations
+            );
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 
     #[test]
