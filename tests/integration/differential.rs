@@ -17,7 +17,7 @@
 //! Domains are named `vcp-diff-<pid>-<i>`; a guard undefines every domain with that prefix, also
 //! when the test fails.
 
-use crate::harness::{Oracle, Output, Scratch, bin, every_generation, virsh_at};
+use crate::harness::{Oracle, Output, Scratch, bin, every_generation, in_parallel, virsh_at};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -833,19 +833,12 @@ fn check_agrees_with_virsh_define_and_rewrites_are_accepted() {
     // One thread per generation: each has its own daemon, files and domain names, and the run
     // waits on libvirt far more than on the CPU, so the four overlap.
     let oracles = every_generation();
-    let failures: Vec<String> = std::thread::scope(|scope| {
-        let runs: Vec<_> = oracles
-            .iter()
-            .map(|oracle| {
-                let (exe, tmp) = (&exe, &tmp);
-                let (empty, host_policy) = (&empty, &host_policy);
-                scope.spawn(move || differential_on(oracle, exe, tmp, empty, host_policy))
-            })
-            .collect();
-        runs.into_iter()
-            .flat_map(|r| r.join().expect("a generation's run panicked"))
-            .collect()
-    });
+    let failures: Vec<String> = in_parallel(&oracles, |oracle| {
+        differential_on(oracle, &exe, &tmp, &empty, &host_policy)
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     assert!(
         failures.is_empty(),
         "{} disagreement(s) with virsh define on the input, or rewrite(s) with exit 0 refused by virsh define (see above)",

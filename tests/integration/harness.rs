@@ -471,21 +471,40 @@ pub fn generation_facts(name: &str) -> PathBuf {
 /// compares a KVM guest's CPU with the host's does not depend on this machine's libvirt: on a
 /// fresh machine without one the comparison is `not-compared` (exit 4).
 pub fn recorded_host() -> Vec<String> {
-    let dir = generation_facts("bookworm");
-    let mut args = vec![
-        "--no-qemu-caps-cache".to_string(),
-        "--libvirt-version".into(),
-        "9.0.0".into(),
-        "--cpu-map".into(),
-        s(&dir.join("cpu_map")),
-        "--caps".into(),
-        s(&dir.join("capabilities.xml")),
-    ];
-    for m in ["pc", "q35"] {
-        args.push("--caps".into());
-        args.push(s(&dir.join(format!("domcapabilities-x86_64-{m}-kvm.xml"))));
+    let (_, facts) = crate::producers::Facts::captured(&generation_facts("bookworm"), false);
+    let mut args = facts.base;
+    for d in &facts.domcaps {
+        args.extend(["--caps".to_string(), s(d)]);
     }
     args
+}
+
+/// `run` on each of `items` at once, one thread each (each generation has its own daemon,
+/// files and domain names, and the oracles wait on libvirt far more than on the CPU), the
+/// answers in `items`' order; a run that panics fails the caller's test.
+pub fn in_parallel<I: Sync, T: Send>(items: &[I], run: impl Fn(&I) -> T + Sync) -> Vec<T> {
+    std::thread::scope(|scope| {
+        let run = &run;
+        let handles: Vec<_> = items.iter().map(|i| scope.spawn(move || run(i))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a generation's run panicked"))
+            .collect()
+    })
+}
+
+/// One oracle's scratch on generation `g`: the prefix its guests are named with
+/// (`vcp-TAG-PID-NAME-`), the [`Sweep`] that destroys and undefines them when dropped, and its
+/// directory `tmp/NAME`, made.
+pub fn generation_scratch(g: &Generation, tag: &str, tmp: &Path) -> (String, Sweep, PathBuf) {
+    let prefix = format!("vcp-{tag}-{}-{}-", std::process::id(), g.name);
+    let sweep = Sweep {
+        uri: g.uri.clone(),
+        prefix: prefix.clone(),
+    };
+    let dir = tmp.join(&g.name);
+    std::fs::create_dir_all(&dir).unwrap();
+    (prefix, sweep, dir)
 }
 
 /// Every generation that answers ([`generations`]) as an oracle: the tests that judge the tool

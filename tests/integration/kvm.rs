@@ -14,7 +14,9 @@
 //! package scripts reset it): without `/dev/kvm` it says SKIP, and with `VCP_REQUIRE_KVM=1`
 //! fails instead.
 
-use crate::harness::{Cmd, Generation, Scratch, Sweep, bin, generations, oracles, root, s};
+use crate::harness::{
+    Cmd, Generation, Scratch, bin, generation_scratch, generations, in_parallel, oracles, root, s,
+};
 use crate::producers::{
     DATA, Facts, POLICIES, fnv1a, manifest, qemu_version_option, reason, renamed, start_seed,
     startable as startable_form, tool, tool_args,
@@ -412,13 +414,7 @@ fn kvm_generation(
     tmp: &Path,
 ) -> (BTreeMap<KvmClass, usize>, String, Vec<String>) {
     let started_at = Instant::now();
-    let prefix = format!("vcp-kvmo-{}-{}-", std::process::id(), g.name);
-    let _sweep = Sweep {
-        uri: g.uri.clone(),
-        prefix: prefix.clone(),
-    };
-    let dir = tmp.join(&g.name);
-    std::fs::create_dir_all(&dir).unwrap();
+    let (prefix, _sweep, dir) = generation_scratch(g, "kvmo", tmp);
     // Live facts: the judged CPU is this machine's, whatever machine captured the stored ones.
     let facts = Facts::live_kvm(g, &dir, qemu_version_option(exe));
     let empty = dir.join("empty.toml");
@@ -601,25 +597,15 @@ fn producers_kvm_against_virsh_create() {
         .filter(|g| KVM_GENERATIONS.contains(&g.name.as_str()))
         .collect();
     assert!(!gens.is_empty(), "no KVM generation answers");
-    let runs: Vec<_> = std::thread::scope(|scope| {
-        let handles: Vec<_> = gens
+    let runs = in_parallel(&gens, |g| {
+        let mut docs: Vec<(String, String)> = manifest
             .iter()
-            .map(|g| {
-                let mut docs: Vec<(String, String)> = manifest
-                    .iter()
-                    .filter(|d| d.versions.contains(&g.version))
-                    .map(|d| (d.file.clone(), read(&root().join(DATA).join(&d.file))))
-                    .filter(|(_, t)| kvm_x86_cpu(t).is_some())
-                    .collect();
-                docs.extend(corpus.iter().cloned());
-                let (exe, tmp) = (&exe, &tmp.0);
-                scope.spawn(move || kvm_generation(g, &docs, exe, tmp))
-            })
+            .filter(|d| d.versions.contains(&g.version))
+            .map(|d| (d.file.clone(), read(&root().join(DATA).join(&d.file))))
+            .filter(|(_, t)| kvm_x86_cpu(t).is_some())
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a generation's run panicked"))
-            .collect()
+        docs.extend(corpus.iter().cloned());
+        kvm_generation(g, &docs, &exe, &tmp.0)
     });
     let mut failures = Vec::new();
     for (_, report, f) in &runs {

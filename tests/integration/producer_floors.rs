@@ -20,7 +20,9 @@
 //! The levels and the floors below are the test's own statement of the specification (the
 //! psABI, the vendors' release notes), not read from the tool.
 
-use crate::harness::{Generation, Oracle, Output, Scratch, Sweep, bin, generations, root, s};
+use crate::harness::{
+    Generation, Oracle, Output, Scratch, bin, generation_scratch, generations, in_parallel, root, s,
+};
 use crate::producers::{DATA, Facts, manifest, renamed, startable, tool};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -465,33 +467,25 @@ fn judge_captured(d: &Tagged, generation: &str, dir: &Path, facts: &Facts) -> Re
 fn virt_installs_rhel_domains_are_judged_against_their_floor() {
     let t = Instant::now();
     let docs = tagged();
-    let gens = captured_generations();
+    let gens: Vec<(String, (String, PathBuf))> = captured_generations().into_iter().collect();
     let (mut failures, mut counts) = (Vec::new(), BTreeMap::new());
-    let results: Vec<(String, String, Result<i32, String>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = gens
-            .iter()
-            .map(|(version, (name, dir))| {
-                let docs = &docs;
-                scope.spawn(move || {
-                    let (_, facts) = Facts::captured(dir, true);
-                    docs.iter()
-                        .filter(|d| d.versions.contains(version))
-                        .map(|d| {
-                            (
-                                name.clone(),
-                                d.file.clone(),
-                                judge_captured(d, name, dir, &facts),
-                            )
-                        })
-                        .collect::<Vec<_>>()
+    let results: Vec<(String, String, Result<i32, String>)> =
+        in_parallel(&gens, |(version, (name, dir))| {
+            let (_, facts) = Facts::captured(dir, true);
+            docs.iter()
+                .filter(|d| d.versions.contains(version))
+                .map(|d| {
+                    (
+                        name.clone(),
+                        d.file.clone(),
+                        judge_captured(d, name, dir, &facts),
+                    )
                 })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("a generation's run panicked"))
-            .collect()
-    });
+                .collect::<Vec<_>>()
+        })
+        .into_iter()
+        .flatten()
+        .collect();
     for (name, file, r) in &results {
         match r {
             Ok(code) => *counts.entry((name.clone(), *code)).or_insert(0) += 1,
@@ -609,13 +603,7 @@ fn tcg_lacks(g: &Generation, dir: &Path, prefix: &str) -> Result<BTreeSet<String
 /// lines, the failures).
 fn tcg_generation(g: &Generation, docs: &[Tagged], tmp: &Path) -> (String, Vec<String>) {
     let t = Instant::now();
-    let prefix = format!("vcp-floor-{}-{}-", std::process::id(), g.name);
-    let _sweep = Sweep {
-        uri: g.uri.clone(),
-        prefix: prefix.clone(),
-    };
-    let dir = tmp.join(&g.name);
-    std::fs::create_dir_all(&dir).unwrap();
+    let (prefix, _sweep, dir) = generation_scratch(g, "floor", tmp);
     let (mut report, mut failures) = (String::new(), Vec::new());
     let lacks = match tcg_lacks(g, &dir, &prefix) {
         Ok(l) => l,
@@ -707,19 +695,7 @@ type GenerationRun = fn(&Generation, &[Tagged], &Path) -> (String, Vec<String>);
 /// and a scratch directory named by `tag`: each run's report printed, their failures returned.
 fn on_each(gens: &[Generation], docs: &[Tagged], tag: &str, run: GenerationRun) -> Vec<String> {
     let tmp = Scratch::new(tag);
-    let runs: Vec<(String, Vec<String>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = gens
-            .iter()
-            .map(|g| {
-                let tmp = &tmp.0;
-                scope.spawn(move || run(g, docs, tmp))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a generation's run panicked"))
-            .collect()
-    });
+    let runs = in_parallel(gens, |g| run(g, docs, &tmp.0));
     let mut failures = Vec::new();
     for (report, f) in runs {
         eprint!("{report}");
@@ -757,13 +733,7 @@ fn virt_installs_rhel_tcg_domains_start_at_their_floor() {
 /// the vCPU KVM gives the document's host-passthrough guest. The report's line, the failures.
 fn kvm_generation(g: &Generation, docs: &[Tagged], tmp: &Path) -> (String, Vec<String>) {
     let t = Instant::now();
-    let prefix = format!("vcp-floorkvm-{}-{}-", std::process::id(), g.name);
-    let _sweep = Sweep {
-        uri: g.uri.clone(),
-        prefix: prefix.clone(),
-    };
-    let dir = tmp.join(&g.name);
-    std::fs::create_dir_all(&dir).unwrap();
+    let (prefix, _sweep, dir) = generation_scratch(g, "floorkvm", tmp);
     // Live facts: the judged CPU is this machine's, whatever machine captured the stored ones.
     let facts = Facts::live_kvm(g, &dir, true);
     let (mut failures, mut verdicts, mut msr_aborts) = (Vec::new(), BTreeMap::new(), 0);

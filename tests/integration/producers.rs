@@ -30,7 +30,9 @@
 //! Guests are named `vcp-prod-<pid>-…`; a guard destroys and undefines every one of them on
 //! each libvirt, also when the test fails.
 
-use crate::harness::{Generation, Oracle, Output, Scratch, Sweep, bin, generations, root, s};
+use crate::harness::{
+    Generation, Oracle, Output, Scratch, Sweep, bin, generations, in_parallel, root, s,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -1501,18 +1503,8 @@ fn producers_against_libvirt() {
             "producers: the tool has no --qemu-version: each generation is judged without its QEMU version"
         );
     }
-    let runs: Vec<GenerationRun> = std::thread::scope(|scope| {
-        let handles: Vec<_> = gens
-            .iter()
-            .map(|g| {
-                let (docs, exe, empty, policies, tmp) = (&docs, &exe, &empty, &policies, &tmp.0);
-                scope.spawn(move || run_generation(g, qemu, docs, exe, empty, policies, tmp))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a generation's run panicked"))
-            .collect()
+    let runs: Vec<GenerationRun> = in_parallel(&gens, |g| {
+        run_generation(g, qemu, &docs, &exe, &empty, &policies, &tmp.0)
     });
     let mut failures = Vec::new();
     for r in &runs {
