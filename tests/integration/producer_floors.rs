@@ -210,6 +210,15 @@ fn model_features(dir: &Path, name: &str) -> Option<BTreeSet<String>> {
     None
 }
 
+/// The features of `level` that `has` lacks, in the level's order.
+fn lacking_of(level: Level, has: &BTreeSet<String>) -> Vec<&'static str> {
+    level
+        .features()
+        .into_iter()
+        .filter(|f| !has.contains(*f))
+        .collect()
+}
+
 /// The features the custom `<cpu>` of `doc` gives the guest by libvirt's cpu_map at `cpu_map`:
 /// its model's, and those it requires or forces, less those it disables or forbids. None when
 /// the CPU is not a custom one with a model.
@@ -369,12 +378,7 @@ fn judge_captured(d: &Tagged, generation: &str, dir: &Path, facts: &Facts) -> Re
             }
             let cpu_map = dir.join("cpu_map");
             let has = custom_cpu_features(&cpu_map, &rewrite.stdout).unwrap_or_default();
-            let lacking: Vec<&str> = d
-                .level
-                .features()
-                .into_iter()
-                .filter(|f| !has.contains(*f))
-                .collect();
+            let lacking = lacking_of(d.level, &has);
             if !lacking.is_empty() {
                 return Err(format!(
                     "the rewrite's CPU lacks {lacking:?} of {} (by {generation}'s cpu_map):\n{}",
@@ -439,12 +443,7 @@ fn judge_captured(d: &Tagged, generation: &str, dir: &Path, facts: &Facts) -> Re
                 ));
             }
             if let Some(has) = custom_cpu_features(&dir.join("cpu_map"), &d.text) {
-                let lacking: Vec<&str> = d
-                    .level
-                    .features()
-                    .into_iter()
-                    .filter(|f| !has.contains(*f))
-                    .collect();
+                let lacking = lacking_of(d.level, &has);
                 if !lacking.is_empty() {
                     return Err(format!("check exits 0, the CPU lacks {lacking:?}"));
                 }
