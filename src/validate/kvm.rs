@@ -139,33 +139,28 @@ pub(super) fn check(
     if check == CpuCheck::None {
         return false;
     }
-    // A model or feature libvirt does not know is refused at define (`cpu-model-unknown`,
-    // `cpu-feature-unknown` say so): nothing is compared at start.
+    // A model or feature libvirt's cpu_map does not know is refused at define
+    // (`cpu-model-unknown`, `cpu-feature-unknown` say so): nothing is compared at start. The
+    // built-in table's word is not libvirt's (a newer libvirt may know the name, the finding is
+    // a warning): judged on, and without libvirt's cpu_map the comparison is not made, as for
+    // any CPU (`not-compared`).
     let unknown_model = child(cpu, "model")
         .and_then(crate::domain::model_name)
         .is_some_and(|m| facts.model_features(&m).is_none());
     let unknown_feature = crate::domain::cpu_features(cpu)
         .iter()
         .any(|(f, _)| !facts.feature_known(f));
-    if !is_x86(dom.arch()) {
+    if (unknown_model || unknown_feature) && !facts.cpu_map_is_builtin() {
         return false;
     }
     let path = Path::new("the domain XML");
-    if unknown_model || unknown_feature {
-        // With the built-in table the name may be one the guest's libvirt knows (the finding
-        // is a warning), and then libvirt compares at start: that was not done.
-        if facts.cpu_map_is_builtin() {
-            if let Ok(guest) = guest_cpu(dom.text, path) {
-                let why = "the CPU names a model or feature the built-in table lacks, so its CPUID data is not known (libvirt's cpu_map is not in use)";
-                out.push(not_compared(&guest, check, why));
-            }
-        }
-        return false;
-    }
     // A CPU libvirt refuses to read: the `<cpu>` checks say why.
     let Ok(guest) = guest_cpu(dom.text, path) else {
         return false;
     };
+    if !is_x86(dom.arch()) {
+        return false;
+    }
     let Some(start) = &facts.kvm_start else {
         // Under check='full' the `hypervisor` bit QEMU's KVM adds is refused whatever the host:
         // that needs no fact.
