@@ -70,7 +70,6 @@ impl Cmd {
     }
 
     /// Run `program` instead of `virt-cpu-policy`.
-    #[cfg(feature = "daemon")]
     pub fn program(mut self, program: &'static str) -> Self {
         self.program = program;
         self

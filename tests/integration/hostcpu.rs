@@ -8,7 +8,7 @@
 //!   generation, but for the exceptions of [`EXCEPTIONS`];
 //! * this machine's CPU decoded with its libvirt's cpu_map against `virsh capabilities`.
 
-use crate::harness::{root, shared_corpus, virsh};
+use crate::harness::{Cmd, Scratch, bin, is_root, root, s, shared_corpus, virsh};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use virt_cpu_policy::libvirt::cpu_def::CpuDef;
@@ -196,4 +196,98 @@ fn this_machine_decodes_as_virsh_capabilities_says() {
     let raw = virt_cpu_policy::host::cpuid::this_machine(&map).expect("x86_64");
     let got = shape(&map.decode_host(&raw).expect("decode this machine's CPU"));
     assert_eq!(got, want, "{}", difference(&got, &want));
+}
+
+/// libvirt 9.0's recorded cpu_map with its x86 data taken out: its `index.xml` without the
+/// `<arch name='x86'>` element and none of the `x86_*.xml` files (the arm and ppc64 data kept),
+/// as a cpu_map of a libvirt built for another arch, or one cut short, is.
+fn cpu_map_without_x86(scratch: &Scratch) -> PathBuf {
+    let recorded = root().join("tests/data/generations/bookworm/cpu_map");
+    let dir = scratch.path("cpu_map");
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(&recorded).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name != "index.xml" && !name.starts_with("x86_") {
+            std::fs::copy(recorded.join(&name), dir.join(&name)).unwrap();
+        }
+    }
+    let index = std::fs::read_to_string(recorded.join("index.xml")).unwrap();
+    let start = index
+        .find("<arch name='x86'>")
+        .expect("the recorded index's x86 arch");
+    let end = start + index[start..].find("</arch>").unwrap() + "</arch>".len();
+    let cut = format!("{}{}", &index[..start], &index[end..]);
+    assert!(cut.contains("<arch name='arm'>"), "{cut}");
+    std::fs::write(dir.join("index.xml"), cut).unwrap();
+    dir
+}
+
+/// A KVM guest with a custom CPU libvirt compares with the host's at start.
+const KVM_NEHALEM: &str = "<domain type='kvm'><name>g</name><memory>1048576</memory><vcpu>2</vcpu><os><type arch='x86_64' machine='pc-q35-7.2'>hvm</type></os><cpu mode='custom' match='exact' check='partial'><model fallback='forbid'>Nehalem</model></cpu></domain>";
+
+/// libvirt's words for a cpu_map without x86 data (`cpuMapLoad`).
+const NO_X86_DATA: &str = "cannot find CPU map for x86 architecture";
+
+/// A cpu_map named with `--cpu-map` that has no x86 data is bad input, said in libvirt's words
+/// (exit 2, nothing on stdout), not a guest whose model is unknown (exit 1, which it was).
+#[test]
+fn a_named_cpu_map_without_x86_data_is_named_so() {
+    let scratch = Scratch::new("no-x86-map");
+    let map = cpu_map_without_x86(&scratch);
+    let guest = scratch.write("g.xml", KVM_NEHALEM);
+    for command in ["check", "rewrite"] {
+        let out = Cmd::new(&[command, "--cpu-map", &s(&map), &s(&guest)]).run();
+        out.status(2);
+        assert!(out.stdout.is_empty(), "{}", out.stdout);
+        assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+        assert!(out.stderr.contains(NO_X86_DATA), "{}", out.stderr);
+        assert!(
+            out.stderr.contains(&s(&map.join("index.xml"))),
+            "{}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("unknown"), "{}", out.stderr);
+    }
+}
+
+/// This machine's libvirt cpu_map without x86 data (put over /usr/share/libvirt/cpu_map in a
+/// private mount namespace), nothing given but the guest: the comparison libvirt makes at the
+/// KVM guest's start needs the host's CPU, which cannot be decoded: `not-compared` (exit 4)
+/// naming the fact, the model answered from the built-in table with `cpu-map-unreadable`, never
+/// "conforms" nor "unknown model".
+#[test]
+#[ignore = "needs root and util-linux's unshare to mount over /usr/share/libvirt/cpu_map in a private namespace: .ci/run runs it as root"]
+fn this_machines_cpu_map_without_x86_data_is_not_compared() {
+    assert!(is_root(), "needs root to mount in a private namespace");
+    let scratch = Scratch::new("no-x86-own-map");
+    let map = cpu_map_without_x86(&scratch);
+    let guest = scratch.write("g.xml", KVM_NEHALEM);
+    // A machine without libvirt has no /usr/share/libvirt to mount over: /usr/share is covered.
+    let script = format!(
+        "d=/usr/share/libvirt; [ -d $d ] || d=/usr/share; mount -t tmpfs tmpfs $d \
+         && mkdir -p /usr/share/libvirt/cpu_map && cp '{}'/* /usr/share/libvirt/cpu_map/ \
+         && exec '{}' check '{}'",
+        s(&map),
+        bin(),
+        s(&guest)
+    );
+    let out = Cmd::new(&["-m", "--propagation", "private", "sh", "-c", &script])
+        .program("unshare")
+        .run();
+    out.status(4);
+    let not_compared = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("warning[not-compared]"))
+        .unwrap_or_else(|| panic!("no not-compared finding:\n{}", out.stdout));
+    assert!(not_compared.contains(NO_X86_DATA), "{not_compared}");
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.contains("warning[cpu-map-unreadable]")
+                && l.contains("the built-in table answered for model 'Nehalem'")),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("cpu-model-unknown"), "{}", out.stdout);
 }

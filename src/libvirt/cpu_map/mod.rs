@@ -188,7 +188,29 @@ pub(crate) fn x86_arch<'a, 'i>(
         .root_element()
         .children()
         .find(|n| n.has_tag_name("arch") && n.attribute("name") == Some("x86"))
-        .ok_or_else(|| invalid(path, "it has no <arch name='x86'> element".to_owned()))
+        .ok_or_else(|| no_x86_arch(path))
+}
+
+/// Whether the text of an `index.xml` has an `<arch name='x86'>` start tag, found without
+/// parsing (the hook's per-start path reads index.xml as text, [`CpuMap::load_models`]): an
+/// index of another arch's data only lists no x86 model, and must not read as "unknown model".
+pub(crate) fn lists_x86_arch(index_text: &str) -> bool {
+    index_text.match_indices("<arch").any(|(at, _)| {
+        let tag = &index_text[at + "<arch".len()..];
+        let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
+        tag.starts_with(|c: char| c.is_ascii_whitespace())
+            && (tag.contains("name='x86'") || tag.contains("name=\"x86\""))
+    })
+}
+
+/// [`CpuMapError::Invalid`] for an `index.xml` without x86 data, in libvirt's words
+/// (`cpuMapLoad`: "cannot find CPU map for %s architecture").
+pub(crate) fn no_x86_arch(path: &Path) -> CpuMapError {
+    invalid(
+        path,
+        "it has no <arch name='x86'> element, no x86 data (libvirt: \"cannot find CPU map for x86 architecture\")"
+            .to_owned(),
+    )
 }
 
 /// Reads a whole `cpu_map` file: a regular file (a FIFO there would hang the hook) of at most
@@ -279,5 +301,31 @@ pub(crate) fn invalid(path: &Path, message: String) -> CpuMapError {
     CpuMapError::Invalid {
         path: path.to_owned(),
         message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lists_x86_arch;
+
+    #[test]
+    fn an_index_lists_x86_data_only_in_an_x86_arch_start_tag() {
+        for yes in [
+            "<cpus>\n  <arch name='x86'>\n",
+            "<cpus><arch  name=\"x86\"><include filename='x86_Nehalem.xml'/></arch></cpus>",
+            "<cpus><arch name='arm'/><arch\tname='x86'></arch></cpus>",
+        ] {
+            assert!(lists_x86_arch(yes), "{yes}");
+        }
+        for no in [
+            "",
+            "<cpus",
+            "<cpus><arch name='arm'><include filename='arm_a64fx.xml'/></arch></cpus>",
+            "<cpus><arch name='x86_64'></arch></cpus>",
+            "<cpus><architecture name='x86'/></cpus>",
+            "<cpus><!-- name='x86' --><arch name='ppc64'/></cpus>",
+        ] {
+            assert!(!lists_x86_arch(no), "{no}");
+        }
     }
 }

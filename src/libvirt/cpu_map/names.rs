@@ -2,7 +2,9 @@
 //! need (is `popcnt` in `Nehalem`?), from the one loader of [`super`].
 
 use super::x86::X86Map;
-use super::{CpuMapError, ModelElement, invalid, parse, read_file, x86_arch};
+use super::{
+    CpuMapError, ModelElement, invalid, lists_x86_arch, no_x86_arch, parse, read_file, x86_arch,
+};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
 use std::sync::OnceLock;
@@ -73,6 +75,9 @@ impl CpuMap {
         // `<include filename='x86_NAME.xml'/>`), not parsed: this runs on every guest start.
         let index_path = dir.join("index.xml");
         let index_text = read_file(&index_path)?;
+        if !lists_x86_arch(&index_text) {
+            return Err(no_x86_arch(&index_path));
+        }
         let listed_at = |file: &str| {
             index_text
                 .find(&format!("filename='{file}'"))
@@ -427,6 +432,14 @@ mod tests {
         let no_x86 = TempDir::new(&[("index.xml", "<cpus><arch name='ppc64'/></cpus>")]);
         let err = CpuMap::load(&no_x86.0).unwrap_err();
         assert!(matches!(&err, CpuMapError::Invalid { .. }), "{err:?}");
+        // The hook's per-start reader says the same, not "no such model".
+        let one = CpuMap::load_models(&no_x86.0, &["Nehalem"]).unwrap_err();
+        assert_eq!(one.to_string(), err.to_string());
+        assert!(
+            err.to_string()
+                .contains("cannot find CPU map for x86 architecture"),
+            "{err}"
+        );
 
         let escape = TempDir::new(&[(
             "index.xml",
