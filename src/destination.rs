@@ -184,6 +184,8 @@ pub fn judge(
     arrival: Arrival,
 ) -> Judgement {
     let mut findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
+    // Said once, as the judgement's `arch`.
+    findings.retain(|f| f.code != Code::ArchUnsupported);
     // A running guest's OS booted on the CPU it keeps: its floor is a question for a start only.
     if arrival == Arrival::Migration {
         findings.retain(|f| !crate::validate::is_floor_finding(f));
@@ -198,39 +200,16 @@ pub fn judge(
     }
 }
 
-/// The guest's arch and virt type when the host's capabilities list guests and none of that
-/// arch and type (an x86_64 guest on an aarch64 host, a `kvm` guest of an arch the host only
-/// emulates): libvirt refuses the guest at define, "could not find capabilities for
-/// arch=x86_64 domaintype=kvm" (`virCapabilitiesDomainDataLookup`). Without capabilities, the
-/// host's domcapabilities: none of the guest's arch (the facts of an aarch64 host for an x86_64
-/// guest) is the same refusal. Nothing is said when the facts hold neither.
+/// The guest's arch and virt type when the host's facts say it runs none of them
+/// ([`Host::arch_unsupported`]: capabilities listing guests and none of that arch and type, an
+/// x86_64 guest on an aarch64 host, a `kvm` guest of an arch the host only emulates; without
+/// capabilities, domcapabilities of no such arch): libvirt refuses the guest at define, "could
+/// not find capabilities for arch=x86_64 domaintype=kvm" (`virCapabilitiesDomainDataLookup`).
+/// Nothing is said when the facts hold neither.
 #[must_use]
 pub fn arch_missing(dom: &Domain<'_>, host: &Host) -> Option<Finding> {
-    let (arch, vt) = (dom.arch(), dom.virt_type());
-    let (offered, from): (Vec<String>, &str) = if host.guest_types.is_empty() {
-        if host.domcaps.is_empty() || host.domcaps.iter().any(|d| d.arch == arch) {
-            return None;
-        }
-        let list = host
-            .domcaps
-            .iter()
-            .map(|d| format!("{} {}", d.arch, d.virt_type));
-        (list.collect(), "domcapabilities")
-    } else {
-        if host.guest_types.iter().any(|(a, t)| a == arch && t == vt) {
-            return None;
-        }
-        let list = host.guest_types.iter().map(|(a, t)| format!("{a} {t}"));
-        (list.collect(), "capabilities")
-    };
-    Some(Finding::error(
-        Code::ArchUnsupported,
-        format!(
-            "the host runs no {arch} {vt} guests (its {from} offer {}): libvirt refuses the guest (\"could not find capabilities for arch={arch} domaintype={vt}\")",
-            offered.join(", ")
-        ),
-        "run the guest on a host of its arch (a guest's arch never changes; under TCG, type='qemu', an emulated arch may be offered)",
-    ))
+    let offer = host.arch_unsupported(dom.arch(), dom.virt_type())?;
+    Some(crate::validate::arch_unsupported(dom, &offer))
 }
 
 /// The guest's machine type when the host's capabilities list machine types for its arch and
@@ -278,12 +257,13 @@ pub fn compare_cpu(
     // A stopped guest started unchecked: libvirt compares nothing, whatever the host's CPU (an
     // incompatible one runs too: libvirt_check_on_arrival), so no fact is missing.
     let started_unchecked = arrival == Arrival::Start && unchecked(dom, cpu);
-    let compared = host_cpu_libvirt_compares_with(dom, facts, physical).and_then(|against| {
-        let (model, c, source) = compare_with(text, &against, map)?;
-        Ok(libvirt_check_on_arrival(
-            dom, cpu, &model, c, &source, arrival,
-        ))
-    });
+    let compared =
+        host_cpu_libvirt_compares_with(dom, facts, physical, arrival).and_then(|against| {
+            let (model, c, source) = compare_with(text, &against, map)?;
+            Ok(libvirt_check_on_arrival(
+                dom, cpu, &model, c, &source, arrival,
+            ))
+        });
     compared.unwrap_or_else(|why| {
         let why = format!("CPU not compared: {why}");
         if started_unchecked {
@@ -303,11 +283,10 @@ fn compare_with(
     map: &CpuMapCache,
 ) -> Result<(String, Comparison, String), String> {
     let map = map.get()?;
-    let (host, source) = against.as_cluster_host(map);
     let guest_path = PathBuf::from("the incoming domain XML");
-    let (g, c) = guest_cpu(text, &guest_path)
-        .and_then(|g| compare(map, &host, &g, &guest_path).map(|c| (g, c)))
-        .map_err(|e| e.to_string())?;
+    let g = guest_cpu(text, &guest_path).map_err(|e| e.to_string())?;
+    let (host, source) = against.as_cluster_host(map, g.cpu.model.as_deref());
+    let c = compare(map, &host, &g, &guest_path).map_err(|e| e.to_string())?;
     let model = g.cpu.model.unwrap_or_else(|| "?".into());
     Ok((model, c, source))
 }
@@ -341,14 +320,41 @@ enum HostCpu<'a> {
     HostModel(&'a DomCaps),
     /// The host's physical CPU (`virsh capabilities`), of a KVM guest's arch.
     Physical(&'a Sourced<CpuDef>),
+    /// What libvirt compares a KVM guest's custom CPU with when it starts it (`check` partial
+    /// or full): the host's physical CPU with the features QEMU's KVM adds, per the host-model
+    /// CPU of its domcapabilities when there ([`ClusterHost::started_kvm_compare`]; the
+    /// validator's start check, [`crate::validate`], compares the same). Not what KVM gives: a
+    /// feature the CPUID has and KVM drops (`pni` on a nested host) passes, and QEMU drops it.
+    StartedKvm(&'a Sourced<CpuDef>, Option<&'a DomCaps>),
 }
 
 impl HostCpu<'_> {
     /// The host to compare with, and where its CPU came from, for messages: the host-model CPU,
     /// or the physical CPU less the features KVM never gives a guest
     /// ([`ClusterHost::kvm_of_physical`]).
-    fn as_cluster_host(&self, map: &X86Map) -> (ClusterHost, String) {
+    fn as_cluster_host(&self, map: &X86Map, model: Option<&str>) -> (ClusterHost, String) {
         match self {
+            // libvirt 11.3 and later compare a model their cpu_map does not mark `<check
+            // partial='compat'/>` with what KVM gives instead.
+            HostCpu::StartedKvm(_, Some(d))
+                if model.is_some_and(|m| map.partial_check_against_kvm(m)) =>
+            {
+                HostCpu::HostModel(d).as_cluster_host(map, model)
+            }
+            HostCpu::StartedKvm(c, d) => (
+                ClusterHost::started_kvm_compare(
+                    "this host",
+                    &c.source,
+                    &c.value,
+                    d.and_then(|d| d.host_model.as_ref()),
+                    map,
+                ),
+                format!(
+                    "own CPU, {}, with the features QEMU's KVM adds{}, which libvirt compares a custom CPU with at start",
+                    c.source,
+                    d.map(|d| format!(" per {}", d.source)).unwrap_or_default()
+                ),
+            ),
             HostCpu::HostModel(d) => (
                 ClusterHost::from_domcaps("this host", d),
                 format!("host-model CPU from {}", d.source),
@@ -364,16 +370,25 @@ impl HostCpu<'_> {
     }
 }
 
-/// The host CPU libvirt compares the guest's with: the host-model CPU of its domcapabilities;
-/// without one, for a KVM guest, its physical CPU of the guest's arch less what KVM never gives a
+/// The host CPU libvirt compares the guest's with: for a stopped KVM guest's start, the host's
+/// own CPU with what QEMU's KVM adds ([`HostCpu::StartedKvm`]); else the host-model CPU of its
+/// domcapabilities (a running guest arrives with what QEMU dropped at its start already out of
+/// its live CPU); without one, for a KVM guest, its physical CPU of the guest's arch less what KVM never gives a
 /// guest (the most KVM can give it; under TCG the physical CPU says nothing of what QEMU
 /// emulates). Err: neither is known.
 fn host_cpu_libvirt_compares_with<'a>(
     dom: &Domain<'_>,
     facts: &DomainFacts<'a>,
     physical: Option<&'a Sourced<CpuDef>>,
+    arrival: Arrival,
 ) -> Result<HostCpu<'a>, String> {
-    if let Some(d) = facts.domcaps.filter(|d| d.host_model.is_some()) {
+    let host_model = facts.domcaps.filter(|d| d.host_model.is_some());
+    let of_arch = physical
+        .filter(|c| dom.virt_type() == "kvm" && c.value.arch.as_deref() == Some(dom.arch()));
+    if let (Arrival::Start, Some(c)) = (arrival, of_arch) {
+        return Ok(HostCpu::StartedKvm(c, host_model));
+    }
+    if let Some(d) = host_model {
         return Ok(HostCpu::HostModel(d));
     }
     physical

@@ -57,6 +57,9 @@ pub struct DomainFacts<'h> {
     /// The emulator whose (fresh) QEMU capability cache does not list the domain's machine type
     /// ([`Host::machine_unsupported`]).
     pub machine_unsupported: Option<String>,
+    /// Why the host runs no guest of the domain's arch and virt type
+    /// ([`Host::arch_unsupported`]), when so.
+    pub arch_unsupported: Option<crate::host::ArchOffer>,
     /// Where [`DomainFacts::machine_unsupported`] was judged from: the judged host's
     /// capabilities file, or libvirt's QEMU capability cache.
     pub machine_support_source: String,
@@ -83,7 +86,7 @@ pub struct DomainFacts<'h> {
     /// The domain's arch, virt type, and the arch of the host that runs it
     /// ([`crate::libvirt::arch::host_arch`]), for the CPU modes libvirt offers.
     arch: String,
-    virt_type: String,
+    pub(crate) virt_type: String,
     host_arch: &'static str,
 }
 
@@ -144,6 +147,7 @@ impl<'h> DomainFacts<'h> {
                 machine,
                 dom.emulator().as_deref(),
             ),
+            arch_unsupported: host.arch_unsupported(arch, vt),
             machine_support_source: host.machine_support_source(),
             machine_deprecated: host.machine_deprecated(
                 arch,
@@ -265,23 +269,44 @@ impl<'h> DomainFacts<'h> {
         Some((model, feats))
     }
 
-    /// The features the host's host-model CPU (domcapabilities) gives, minus those the domain
-    /// switches off; None without domcapabilities.
+    /// The features the host's host-model CPU gives, minus those the domain switches off, and
+    /// where it came from: domcapabilities', else for a KVM guest of a host as found QEMU's
+    /// KVM host CPU of the capability cache decoded as libvirt decodes it into that CPU
+    /// ([`kvm_start::KvmStartHost`]: loads the cpu_map as CPUID data), for a TCG guest the CPU
+    /// TCG gives ([`TcgFacts::host_cpu`]). None when none says.
     #[must_use]
     pub fn host_model_features(
         &self,
         explicit: &[(String, Option<FeaturePolicy>)],
-    ) -> Option<BTreeSet<String>> {
-        let hm = self.domcaps?.host_model.as_ref()?;
-        let mut feats =
-            hm.guaranteed_features(hm.model.as_deref().and_then(|m| self.model_features(m)));
+    ) -> Option<(BTreeSet<String>, String)> {
+        let (mut feats, source) = match self.domcaps.and_then(|d| Some((d.host_model.as_ref()?, d)))
+        {
+            Some((hm, d)) => (
+                hm.guaranteed_features(hm.model.as_deref().and_then(|m| self.model_features(m))),
+                d.source.clone(),
+            ),
+            // Under TCG: the CPU it gives, from the capability cache (`<hostCPU type='tcg'>`).
+            None if self.virt_type == "qemu" => self.tcg.host_cpu.clone()?,
+            None => {
+                let start = self.kvm_start.as_ref()?;
+                let (_, loaded) = start.loaded()?;
+                let (host, source) = loaded.host_model.as_ref()?;
+                let hm = host.cpu.as_ref()?;
+                // The decoded model is none the domain names: read from the host's cpu_map.
+                let model = hm
+                    .model
+                    .as_deref()
+                    .and_then(|m| start.host.model_features(m));
+                (hm.guaranteed_features(model.as_ref()), source.clone())
+            }
+        };
         for (name, _) in explicit
             .iter()
             .filter(|(_, p)| !p.is_some_and(FeaturePolicy::gives))
         {
             feats.remove(name);
         }
-        Some(feats)
+        Some((feats, source))
     }
 
     /// Whether the model tables are the built-in copy of libvirt 9.0's (no cpu_map directory on

@@ -157,6 +157,15 @@ impl ClusterHost {
         ClusterHost::of_capabilities_cpu(name, source, full)
     }
 
+    /// A host known by its KVM host-model CPU `cpu` (domcapabilities' shape, here decoded from
+    /// another `source`: QEMU's KVM host CPU in libvirt's capability cache), named `name`.
+    #[must_use]
+    pub fn of_host_model(name: &str, source: &str, cpu: CpuDef) -> ClusterHost {
+        let mut host = ClusterHost::of_capabilities_cpu(name, source, cpu);
+        host.origin = Some(CpuOrigin::HostModel);
+        host
+    }
+
     /// A host known by a CPU of `virsh capabilities`' shape (`source` the file), named `name`.
     fn of_capabilities_cpu(name: &str, source: &str, cpu: CpuDef) -> ClusterHost {
         let mut host = ClusterHost::unnamed(PathBuf::from(source));

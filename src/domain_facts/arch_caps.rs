@@ -33,11 +33,16 @@ pub struct ArchCapsHost<'h> {
     emulator: Option<String>,
     /// The QEMU release, once asked.
     qemu: OnceLock<Option<Sourced<QemuVersion>>>,
-    /// The domcapabilities file that says the host is AMD (and what KVM gives).
+    /// What says the host is AMD, in words: the domcapabilities file, the capabilities host
+    /// CPU, or this machine's CPUID.
     pub domcaps: String,
     /// Whether KVM's host-model CPU requires `arch-capabilities` (QEMU before 10.1): then
-    /// `host-model` and `match='minimum'` carry it, with its bits.
-    pub host_model_has_it: bool,
+    /// `host-model` and `match='minimum'` carry it, with its bits. Asked of domcapabilities
+    /// when given, else on first need of the QEMU capability cache's `<hostCPU type='kvm'>`
+    /// (the CPU libvirt makes the host-model CPU from); None when neither says.
+    host_model: OnceLock<Option<bool>>,
+    /// Whether [`ArchCapsHost::host_model_has_it`] is read from the cache (no domcapabilities).
+    host_model_from_cache: bool,
     /// Whether the machine type is a versioned one before 10.1: QEMU gives `host-passthrough`
     /// and `maximum` the MSR there whatever its release (`x-arch-cap-always-on` from 10.1 on).
     pub old_machine: bool,
@@ -52,6 +57,22 @@ impl ArchCapsHost<'_> {
         self.qemu
             .get_or_init(|| self.host.qemu_version(&self.arch, self.emulator.as_deref()))
             .as_ref()
+    }
+
+    /// Whether KVM's host-model CPU requires `arch-capabilities` (field docs); false when no
+    /// source says.
+    pub(crate) fn host_model_has_it(&self) -> bool {
+        self.host_model
+            .get_or_init(|| {
+                if !self.host_model_from_cache {
+                    return None;
+                }
+                let cpu = self
+                    .host
+                    .kvm_host_cpu_from_cache(&self.arch, self.emulator.as_deref())?;
+                Some(cpu.value.iter().any(|p| p == FEATURE))
+            })
+            .unwrap_or(false)
     }
 
     /// Whether QEMU gives `host-passthrough` and `maximum` the MSR: before 10.1, or from 10.1 on
@@ -74,29 +95,39 @@ pub(crate) fn machine_release(machine: &str) -> Option<(u32, u32)> {
     Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
-/// [`ArchCapsHost`] for `dom` on `host`, or None when the host is not known to be AMD. Reads
-/// nothing but the domcapabilities already loaded.
+/// [`ArchCapsHost`] for `dom` on `host`, or None when the host is not known to be AMD: per
+/// KVM's domcapabilities (their host-model CPU's vendor), else the host's own CPU (a
+/// capabilities host CPU given, or this machine's CPUID vendor string, read without decoding
+/// it: a host as found). Reads no file.
 #[must_use]
 pub fn gather<'h>(dom: &Domain<'_>, host: &'h Host) -> Option<ArchCapsHost<'h>> {
     if dom.virt_type() != "kvm" || !is_x86(dom.arch()) {
         return None;
     }
-    let domcaps = host.domcaps_for(dom.arch(), "kvm", dom.machine())?;
-    let hm = domcaps.host_model.as_ref()?;
-    if hm.vendor.as_deref() != Some("AMD") {
-        return None;
-    }
-    let host_model_has_it = hm
-        .features
-        .iter()
-        .any(|(f, p)| f == FEATURE && *p == FeaturePolicy::Require);
+    let given = host
+        .domcaps_for(dom.arch(), "kvm", dom.machine())
+        .and_then(|d| Some((d, d.host_model.as_ref()?)));
+    let (amd_per, host_model) = match given {
+        Some((d, hm)) => {
+            if hm.vendor.as_deref() != Some("AMD") {
+                return None;
+            }
+            let has_it = hm
+                .features
+                .iter()
+                .any(|(f, p)| f == FEATURE && *p == FeaturePolicy::Require);
+            (d.source.clone(), OnceLock::from(Some(has_it)))
+        }
+        None => (host.own_vendor_is_amd(dom.arch())?, OnceLock::new()),
+    };
     Some(ArchCapsHost {
         host,
         arch: dom.arch().to_string(),
         emulator: dom.emulator(),
         qemu: OnceLock::new(),
-        domcaps: domcaps.source.clone(),
-        host_model_has_it,
+        domcaps: amd_per,
+        host_model_from_cache: given.is_none(),
+        host_model,
         // An alias names QEMU's newest machine type, never one before 10.1 from QEMU 10.1 on.
         old_machine: machine_release(dom.machine()).is_some_and(|r| r < (10, 1)),
         machine: dom.machine().to_string(),

@@ -39,8 +39,9 @@ pub(crate) struct Loaded {
     /// for messages ("capabilities host CPU, caps.xml, with the features QEMU's KVM adds per
     /// domcaps.xml"): what `check='partial'` compares with. None without capabilities.
     pub(crate) full: Option<(ClusterHost, String)>,
-    /// What KVM gives a guest: domcapabilities' host-model CPU, and its file: what a CPU QEMU
-    /// builds under `check='full'` cannot exceed. None without domcapabilities.
+    /// What KVM gives a guest: domcapabilities' host-model CPU, and its file, else (a host as
+    /// found) QEMU's KVM host CPU of the capability cache decoded as libvirt decodes it into
+    /// that CPU: what a CPU QEMU builds under `check='full'` cannot exceed. None when neither.
     pub(crate) host_model: Option<(ClusterHost, String)>,
 }
 
@@ -65,9 +66,12 @@ impl KvmStartHost<'_> {
                 // host as found) QEMU's own word in this machine's capability cache.
                 let given =
                     domcaps.and_then(|d| d.host_model.as_ref().map(|hm| (hm, d.source.as_str())));
-                let cached = match (given, physical) {
-                    (None, Some(p)) => self.kvm_cpu_from_cache(map, p.value.vendor.as_deref()),
-                    _ => None,
+                // What KVM gives, as found: the same word of QEMU's, decoded as libvirt decodes
+                // it into domcapabilities' host-model CPU.
+                let cached = match given {
+                    None => self
+                        .kvm_cpu_from_cache(map, physical.and_then(|p| p.value.vendor.as_deref())),
+                    Some(_) => None,
                 };
                 let adds = given.or_else(|| cached.as_ref().map(|(c, s)| (c, s.as_str())));
                 let full = physical.map(|physical| {
@@ -87,8 +91,19 @@ impl KvmStartHost<'_> {
                     );
                     (host, source)
                 });
-                let host_model =
-                    domcaps.map(|d| (ClusterHost::from_domcaps("this host", d), d.source.clone()));
+                let host_model = domcaps
+                    .map(|d| (ClusterHost::from_domcaps("this host", d), d.source.clone()))
+                    .or_else(|| {
+                        let (cpu, source) = cached.as_ref()?;
+                        let cpu = CpuDef {
+                            arch: Some(self.arch.clone()),
+                            ..cpu.clone()
+                        };
+                        Some((
+                            ClusterHost::of_host_model("this host", source, cpu),
+                            source.clone(),
+                        ))
+                    });
                 Some(Loaded { full, host_model })
             })
             .as_ref()?;
@@ -113,12 +128,23 @@ impl KvmStartHost<'_> {
             }
         }
         let decoded = decode(map, &data, vendor, &[], &BaselineOptions::default()).ok()?;
-        let features = decoded.require.into_iter();
+        // The model's features QEMU's KVM lacks are disabled, as in domcapabilities'
+        // host-model CPU (`pni` on a nested host): what KVM does not give.
+        let features = (decoded
+            .require
+            .into_iter()
+            .map(|f| (f, FeaturePolicy::Require)))
+        .chain(
+            decoded
+                .disable
+                .into_iter()
+                .map(|f| (f, FeaturePolicy::Disable)),
+        );
         Some((
             CpuDef {
                 model: Some(decoded.model),
                 vendor: decoded.vendor,
-                features: features.map(|f| (f, FeaturePolicy::Require)).collect(),
+                features: features.collect(),
                 ..CpuDef::default()
             },
             cpu.source,

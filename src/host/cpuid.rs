@@ -135,19 +135,44 @@ pub fn this_machine(map: &X86Map) -> Option<X86CpuData> {
     }
 }
 
+/// This machine's CPU vendor string, CPUID leaf 0 (EBX, EDX, ECX: `AuthenticAMD`,
+/// `GenuineIntel`, the strings of libvirt's `x86_vendors.xml`). None off x86_64.
+#[must_use]
+pub fn this_machine_vendor() -> Option<String> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: as in [`this_machine`]: CPUID leaf 0 exists on every x86_64 CPU.
+        #[allow(unused_unsafe)]
+        let r = unsafe { core::arch::x86_64::__cpuid_count(0, 0) };
+        let bytes: Vec<u8> = [r.ebx, r.edx, r.ecx]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        Some(String::from_utf8_lossy(&bytes).into_owned())
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
 /// MSR `index` of this machine as libvirt's `virHostCPUGetMSR` reads it: from `/dev/cpu/0/msr`
-/// (the `msr` module, root only; eight bytes at offset `index`), else from KVM
-/// (`KVM_GET_MSRS` on `/dev/kvm`, a feature MSR: the value KVM offers its guests). None when
-/// neither answers.
+/// (the `msr` module, root only; eight bytes at offset `index`; EIO there means the CPU lacks
+/// the MSR, and nothing more is asked), else from KVM (`KVM_GET_MSRS` on `/dev/kvm`, a feature
+/// MSR: the value KVM offers its guests). None when neither answers.
 #[must_use]
 pub fn read_msr(index: u32) -> Option<u64> {
     use std::os::unix::fs::FileExt;
-    let from_device = std::fs::File::open("/dev/cpu/0/msr").ok().and_then(|f| {
+    if let Ok(f) = std::fs::File::open("/dev/cpu/0/msr") {
         let mut buf = [0u8; 8];
-        f.read_exact_at(&mut buf, u64::from(index)).ok()?;
-        Some(u64::from_le_bytes(buf))
-    });
-    from_device.or_else(|| kvm_feature_msr(index))
+        match f.read_exact_at(&mut buf, u64::from(index)) {
+            Ok(()) => return Some(u64::from_le_bytes(buf)),
+            // libvirt: "CPU does not support MSR 0x%lx", no fallback to KVM.
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => return None,
+            Err(_) => {}
+        }
+    }
+    kvm_feature_msr(index)
 }
 
 /// `struct kvm_msrs` with one `struct kvm_msr_entry` (Linux `include/uapi/linux/kvm.h` and

@@ -31,6 +31,20 @@ pub struct DeprecatedMachine {
     pub source: String,
 }
 
+/// Why a host runs no guest of an arch and virt type ([`Host::arch_unsupported`]): what it
+/// offers, and libvirt's refusal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchOffer {
+    /// What the host runs instead and what says so ("its capabilities offer x86_64 kvm, ...").
+    pub offered: String,
+    /// libvirt's words when it refuses the guest: "could not find capabilities for arch=%s
+    /// domaintype=%s" (`virCapabilitiesDomainDataLookup`, at define), or at start on a host
+    /// whose emulator lacks KVM for the arch, "Emulator '%s' does not support virt type '%s'"
+    /// (`virQEMUCapsIsVirtTypeSupported`; seen with libvirt 9.0 for an aarch64 KVM guest on
+    /// x86_64).
+    pub refusal: String,
+}
+
 impl Host {
     /// Machine types from libvirt's QEMU capability cache for the domain's emulator (or, without
     /// one, for `qemu-system-ARCH`), read once. Files that cannot be read or parsed are skipped:
@@ -64,6 +78,76 @@ impl Host {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(wanted, machines.clone());
         machines
+    }
+
+    /// Why this host runs no guest of `arch` under `virt_type` ([`ArchOffer`]), or None when it
+    /// does or nothing says: its capabilities list the (arch, virt type) pairs it runs, else
+    /// its domcapabilities their arches (the facts of an aarch64 host for an x86_64 guest);
+    /// with neither, a host as found ([`super::HostOptions::only_given_facts`] unset, its
+    /// libvirt's own cpu_map in use) is this machine, whose KVM runs guests of its own arch
+    /// family only (an i686 guest on x86_64).
+    #[must_use]
+    pub fn arch_unsupported(&self, arch: &str, virt_type: &str) -> Option<ArchOffer> {
+        let list = |v: &mut dyn Iterator<Item = (&str, &str)>| {
+            v.map(|(a, t)| format!("{a} {t}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let refusal = format!("could not find capabilities for arch={arch} domaintype={virt_type}");
+        if !self.guest_types.is_empty() {
+            if self
+                .guest_types
+                .iter()
+                .any(|(a, t)| a == arch && t == virt_type)
+            {
+                return None;
+            }
+            let offered = list(
+                &mut self
+                    .guest_types
+                    .iter()
+                    .map(|(a, t)| (a.as_str(), t.as_str())),
+            );
+            return Some(ArchOffer {
+                offered: format!("its capabilities offer {offered}"),
+                refusal,
+            });
+        }
+        if !self.domcaps.is_empty() {
+            if self.domcaps.iter().any(|d| d.arch == arch) {
+                return None;
+            }
+            let offered = list(
+                &mut self
+                    .domcaps
+                    .iter()
+                    .map(|d| (d.arch.as_str(), d.virt_type.as_str())),
+            );
+            return Some(ArchOffer {
+                offered: format!("its domcapabilities offer {offered}"),
+                refusal,
+            });
+        }
+        let host = crate::libvirt::arch::host_arch();
+        // This machine as the host, on the terms its own CPU is (its libvirt's cpu_map in use:
+        // a named one is a dry run for another host, whose arch this machine's does not say).
+        if self.only_given_facts
+            || !self.own_cpu_map()
+            || virt_type != "kvm"
+            || crate::libvirt::arch::same_family(arch, host)
+        {
+            return None;
+        }
+        let emulator = format!(
+            "/usr/bin/qemu-system-{}",
+            crate::libvirt::arch::qemu_arch(arch)
+        );
+        Some(ArchOffer {
+            offered: format!(
+                "this machine is {host}: KVM runs guests of its own arch only, others are emulated (type='qemu')"
+            ),
+            refusal: format!("Emulator '{emulator}' does not support virt type 'kvm'"),
+        })
     }
 
     /// The emulator (as libvirt's QEMU capability cache names it) that does not support machine

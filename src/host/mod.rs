@@ -18,7 +18,7 @@ mod machines;
 mod own_cpu;
 mod qemu;
 
-pub use machines::{DeprecatedMachine, MachineLimit};
+pub use machines::{ArchOffer, DeprecatedMachine, MachineLimit};
 pub use qemu::CacheTcg;
 
 use crate::cluster::cluster_cpu::ClusterCpu;

@@ -75,7 +75,7 @@ impl Host {
     /// or `[host] cpu_map` may be another libvirt's (a dry run, the tests' recorded map): this
     /// machine's CPU decoded with it is no capabilities this machine shows, and would make the
     /// judgement depend on the machine the tool runs on.
-    fn own_cpu_map(&self) -> bool {
+    pub(crate) fn own_cpu_map(&self) -> bool {
         // Compared as the directories they are (`/usr/share/libvirt/../libvirt/cpu_map`, a link),
         // not as text.
         let own = |p: &Path| std::fs::canonicalize(p).ok();
@@ -83,6 +83,24 @@ impl Host {
             d == Path::new(DEFAULT_CPU_MAP)
                 || own(d).is_some_and(|c| Some(c) == own(Path::new(DEFAULT_CPU_MAP)))
         })
+    }
+
+    /// Whether the host's own CPU of `arch` is AMD's, without decoding CPUID: a given
+    /// capabilities host CPU's `<vendor>`, else (a host as found: x86_64, its own libvirt's
+    /// cpu_map in use) this machine's CPUID vendor string (`AuthenticAMD`, libvirt's `x86_vendors.xml`). `Some(what says so)`, in
+    /// words, when it is; None when it is not or nothing says.
+    #[must_use]
+    pub fn own_vendor_is_amd(&self, arch: &str) -> Option<String> {
+        if let Some(given) = &self.given_host_cpu {
+            let amd = given.value.arch.as_deref() == Some(arch)
+                && given.value.vendor.as_deref() == Some("AMD");
+            return amd.then(|| format!("the host CPU of {}", given.source));
+        }
+        // This machine's, on the terms its decoded CPU is ([`Host::may_know_host_cpu`]: its own
+        // libvirt's cpu_map in use; a named one is a dry run for another host).
+        (self.may_know_host_cpu(arch)
+            && cpuid::this_machine_vendor().as_deref() == Some("AuthenticAMD"))
+        .then(|| "this machine's CPUID (AuthenticAMD)".to_string())
     }
 
     /// Why [`Host::host_cpu`] is None, one sentence; None when it is known.

@@ -81,14 +81,14 @@ fn carries(
         {
             Some("it takes what KVM gives, arch-capabilities with its bits")
         }
-        CpuMode::HostModel if host.host_model_has_it => {
+        CpuMode::HostModel if host.host_model_has_it() => {
             Some("host-model: KVM's host-model CPU requires it")
         }
         CpuMode::Custom => {
             let model = child(cpu, "model").and_then(model_name);
             let minimum = CpuMatch::parse(cpu.attribute("match").unwrap_or("exact"))
                 == Some(CpuMatch::Minimum);
-            if model.is_some() && minimum && host.host_model_has_it {
+            if model.is_some() && minimum && host.host_model_has_it() {
                 return Some(
                     "match='minimum': libvirt adds the features of KVM's host-model CPU, which requires it",
                 );

@@ -48,6 +48,9 @@ pub(super) fn check(
             check_model_usable(cpu, m, dom.virt_type(), facts, out);
         }
     }
+    if mode == CpuMode::HostModel {
+        super::kvm::check(dom, cpu, facts, out);
+    }
     super::tcg::check_cpu(cpu, mode, facts, out);
     check_level(dom, Some(cpu), mode, plan, facts, out);
     super::os_floor::check(dom, Some(cpu), plan, facts, out);
@@ -415,12 +418,11 @@ fn check_host_cpu_level(
     if tcg && mode != CpuMode::HostModel {
         return;
     }
-    let Some(feats) = facts.host_model_features(explicit) else {
+    let Some((feats, source)) = facts.host_model_features(explicit) else {
         return;
     };
     if Level::highest(|f| feats.contains(f)) < Some(level.value) {
         let missing = missing_features(level.value, &feats);
-        let source = facts.domcaps.map_or("", |d| d.source.as_str());
         out.push(
             Finding::warning(
                 Code::HostLevel,

@@ -128,7 +128,14 @@ pub(super) fn check(
     facts: &DomainFacts<'_>,
     out: &mut Vec<Finding>,
 ) -> bool {
-    if dom.virt_type() != "kvm" || cpu_mode(cpu) != Some(CpuMode::Custom) {
+    let mode = cpu_mode(cpu);
+    if dom.virt_type() != "kvm" {
+        return false;
+    }
+    if mode == Some(CpuMode::HostModel) {
+        return check_host_model(dom, cpu, facts, out);
+    }
+    if mode != Some(CpuMode::Custom) {
         return false;
     }
     if child(cpu, "model").is_none() {
@@ -187,6 +194,64 @@ pub(super) fn check(
     check == CpuCheck::Full && check_full(Some(start), &guest, out)
 }
 
+/// libvirt's comparison at start of a KVM `host-model` CPU under `check='partial'` (its default
+/// for the mode) with the host's own CPU, as of a custom one (`qemuProcessUpdateGuestCPU`
+/// compares any CPU but `host-passthrough` and `maximum` when its check is partial): the CPU is
+/// its `<feature>`s, so only one it requires or forbids can be refused (seen with libvirt 9.0:
+/// "the CPU is incompatible with host CPU: Host CPU does not provide required features: vmx",
+/// "Host CPU provides forbidden feature 'avx512f'"). Returns whether libvirt refuses it.
+fn check_host_model(
+    dom: &Domain<'_>,
+    cpu: Node<'_, '_>,
+    facts: &DomainFacts<'_>,
+    out: &mut Vec<Finding>,
+) -> bool {
+    if super::tcg::check_of(cpu, CpuMode::HostModel, "kvm") != CpuCheck::Partial
+        || !is_x86(dom.arch())
+    {
+        return false;
+    }
+    let Ok(mut read) =
+        crate::libvirt::cpu_def::CpuDef::read_as(cpu, crate::libvirt::cpu_def::CpuType::Guest)
+    else {
+        return false;
+    };
+    read.features
+        .retain(|(_, p)| matches!(p, FeaturePolicy::Require | FeaturePolicy::Forbid));
+    // A feature libvirt does not know is refused at define (`cpu-feature-unknown`).
+    if read.features.is_empty() || read.features.iter().any(|(f, _)| !facts.feature_known(f)) {
+        return false;
+    }
+    let guest = GuestCpu {
+        name: dom.name(),
+        matching: CpuMatch::Exact,
+        cpu: crate::libvirt::cpu_def::CpuDef {
+            mode: None,
+            model: None,
+            vendor: None,
+            ..read
+        },
+    };
+    let why = match &facts.kvm_start {
+        None => facts
+            .kvm_start_missing
+            .clone()
+            .unwrap_or_else(|| "the host's CPU is not known".into()),
+        Some(start) => match compare_as_libvirt(start, &guest) {
+            Ok((c, _)) if c.verdict != Compatibility::Incompatible => return false,
+            Ok((c, source)) => {
+                return matches!(
+                    refusal(&guest, CpuCheck::Partial, c, &source, out),
+                    Compared::Refused
+                );
+            }
+            Err(why) => why,
+        },
+    };
+    out.push(not_compared(&guest, CpuCheck::Partial, &why));
+    false
+}
+
 /// What [`compare_at_start`] came to.
 enum Compared {
     /// libvirt refuses the start: the finding is out.
@@ -197,15 +262,30 @@ enum Compared {
     Not(String),
 }
 
+/// The guest CPU's model in a message: "model NAME", or "host-model" for a CPU without one
+/// ([`check_host_model`]).
+fn model_words(guest: &GuestCpu) -> String {
+    guest
+        .cpu
+        .model
+        .as_deref()
+        .map_or_else(|| "host-model".to_string(), |m| format!("model {m}"))
+}
+
 /// The `not-compared` finding for `guest` under `check`: `why` names the missing fact.
 fn not_compared(guest: &GuestCpu, check: CpuCheck, why: &str) -> Finding {
-    let model = guest.cpu.model.as_deref().unwrap_or("?");
+    let model = model_words(guest);
+    not_compared_finding(format!(
+        "not compared: libvirt compares this CPU ({model}, check='{}' under KVM) with the host's own CPU when it starts the guest, and refuses it when the host lacks a feature it requires; {why}",
+        check.as_str()
+    ))
+}
+
+/// The `not-compared` finding of `message`, with the facts that settle it as the fix.
+fn not_compared_finding(message: String) -> Finding {
     Finding::warning(
         Code::NotCompared,
-        format!(
-            "not compared: libvirt compares this CPU (model {model}, check='{}' under KVM) with the host's own CPU when it starts the guest, and refuses it when the host lacks a feature it requires; {why}",
-            check.as_str()
-        ),
+        message,
         "give the host's virsh capabilities and virsh domcapabilities (--caps, a <hostFacts>, or the daemon's snapshot), or run the tool on the host with its libvirt's cpu_map (/usr/share/libvirt/cpu_map)",
     )
 }
@@ -304,7 +384,7 @@ fn refusal(
         .features
         .iter()
         .find(|(f, p)| *p == FeaturePolicy::Forbid && c.forbidden.contains(f));
-    let model = guest.cpu.model.as_deref().unwrap_or("?");
+    let model = model_words(guest);
     if forbidden.is_none() && check == CpuCheck::Full {
         // Under check='full' libvirt refuses a CPU the host lacks features of with the words
         // of its check of the CPU QEMU built (seen with libvirt 9.0 and 11.3: "guest CPU
@@ -317,7 +397,7 @@ fn refusal(
         out.push(Finding::error(
             Code::KvmCheckFull,
             format!(
-                "guest CPU doesn't match specification: missing features: {} (check='full' under KVM, model {model}, match='minimum': libvirt compares the CPU QEMU built with the one written and refuses the start; {source} lacks them)",
+                "guest CPU doesn't match specification: missing features: {} (check='full' under KVM, {model}, match='minimum': libvirt compares the CPU QEMU built with the one written and refuses the start; {source} lacks them)",
                 c.missing.join(",")
             ),
             "require only features this host's CPU has (virsh capabilities), choose a model it provides, or run the guest on a host that has them",
@@ -331,7 +411,7 @@ fn refusal(
     out.push(Finding::error(
         Code::CpuIncompatible,
         format!(
-            "the CPU is incompatible with host CPU: {reason} (model {model}, check='{}' under KVM: libvirt compares the guest CPU with {source} and refuses the start)",
+            "the CPU is incompatible with host CPU: {reason} ({model}, check='{}' under KVM: libvirt compares the guest CPU with {source} and refuses the start)",
             check.as_str()
         ),
         if forbidden.is_some() {
@@ -373,6 +453,14 @@ fn check_full(start: Option<&KvmStartHost<'_>>, guest: &GuestCpu, out: &mut Vec<
             Ok(c) if !c.missing.is_empty() => (c.missing, format!("; missing per {source}")),
             _ => (Vec::new(), String::new()),
         },
+        // What KVM gives is not known: whether QEMU drops a feature of the CPU is not either.
+        Some(_) if !extra => {
+            let model = guest.cpu.model.as_deref().unwrap_or("?");
+            out.push(not_compared_finding(format!(
+                "not compared: libvirt compares the CPU QEMU built (model {model}, check='full' under KVM) with the one written when it starts the guest, and refuses it when QEMU's KVM dropped a feature it requires; what KVM gives is not known (no kvm domcapabilities with a host-model CPU, nor QEMU's KVM host CPU in a fresh QEMU capability cache of this machine)"
+            )));
+            return false;
+        }
         _ => (Vec::new(), String::new()),
     };
     if !extra && missing.is_empty() {

@@ -45,6 +45,9 @@ pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> Vec<F
             "merge them into one <cpu> (virt-cpu-policy rewrite does)",
         ));
     }
+    if let Some(offer) = &facts.arch_unsupported {
+        out.push(arch_unsupported(dom, offer));
+    }
     if let Some(emulator) = &facts.machine_unsupported {
         out.push(Finding::error(
             Code::MachineUnsupported,
@@ -79,4 +82,19 @@ pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> Vec<F
     arch_caps::check(dom, facts, &mut out);
     invtsc::check(dom, facts, &mut out);
     out
+}
+
+/// `arch-unsupported`: the host runs no guest of `dom`'s arch and virt type (`offer` says what
+/// it runs and libvirt's words).
+#[must_use]
+pub fn arch_unsupported(dom: &Domain<'_>, offer: &crate::host::ArchOffer) -> Finding {
+    let (arch, vt) = (dom.arch(), dom.virt_type());
+    Finding::error(
+        Code::ArchUnsupported,
+        format!(
+            "the host runs no {arch} {vt} guests ({}): libvirt refuses the guest (\"{}\")",
+            offer.offered, offer.refusal
+        ),
+        "run the guest on a host of its arch (a guest's arch never changes; under TCG, type='qemu', an emulated arch may be offered)",
+    )
 }

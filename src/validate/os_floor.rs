@@ -178,8 +178,47 @@ fn judge_custom(
         // The plan asks for the floor: the rewrite gives it, and `cpu-level` says so.
         Some(_) if plan.asks_floor(floor) => Judged::Reaches,
         Some(f) => Judged::Short(Box::new(f)),
-        None => tcg_short_of(cpu, os, floor, &feats, &what, facts),
+        None if facts.tcg.x86_tcg => tcg_short_of(cpu, os, floor, &feats, &what, facts),
+        None => kvm_short_of(cpu, os, floor, &feats, &what, facts),
     }
+}
+
+/// A custom CPU with the floor as written, under KVM: QEMU drops at start what KVM cannot give
+/// (libvirt's start check compares with the host's own CPUID, which may have it: `pni`,
+/// `popcnt` on a nested host; the live XML then disables them), so the guest has only what
+/// KVM's host-model CPU gives of it ([`DomainFacts::host_model_features`]). Under
+/// `check='full'` libvirt refuses such a start itself (`kvm-check-full`). When what KVM gives
+/// is not known, neither is whether the guest keeps its floor.
+fn kvm_short_of(
+    cpu: Option<Node<'_, '_>>,
+    os: &GuestOs,
+    floor: &Floor,
+    feats: &BTreeSet<String>,
+    what: &str,
+    facts: &DomainFacts<'_>,
+) -> Judged {
+    let check = cpu.map_or(CpuCheck::Partial, |c| {
+        super::tcg::check_of(c, CpuMode::Custom, "kvm")
+    });
+    if facts.virt_type != "kvm" || check == CpuCheck::Full {
+        return Judged::Reaches;
+    }
+    let Some((gives, source)) = facts.host_model_features(&[]) else {
+        return Judged::Missing(
+            "what KVM gives is not known (no kvm domcapabilities, nor QEMU's KVM host CPU in this machine's QEMU capability cache): QEMU drops at start what KVM cannot give".into(),
+        );
+    };
+    let kept: BTreeSet<String> = feats.intersection(&gives).cloned().collect();
+    short_of(
+        os,
+        floor,
+        &kept,
+        &format!(
+            "{what} as KVM gives it (per the host-model CPU of {source}; QEMU drops the rest at start)"
+        ),
+        "run the guest on a host whose CPU and KVM give them (virsh domcapabilities: the host-model CPU), or under TCG on a QEMU that emulates them",
+    )
+    .map_or(Judged::Reaches, |f| Judged::Short(Box::new(f)))
 }
 
 /// A CPU this host gives as it is (`mode`, the word as written: host-model, or any but custom
@@ -193,12 +232,11 @@ fn judge_host_given(
     explicit: &[(String, Option<FeaturePolicy>)],
     facts: &DomainFacts<'_>,
 ) -> Judged {
-    let Some(feats) = facts.host_model_features(explicit) else {
+    let Some((feats, source)) = facts.host_model_features(explicit) else {
         return Judged::Missing(format!(
-            "this host's {mode} CPU is not known (no domcapabilities)"
+            "this host's {mode} CPU is not known (no domcapabilities, nor QEMU's KVM host CPU in this machine's QEMU capability cache)"
         ));
     };
-    let source = facts.domcaps.map_or("", |d| d.source.as_str());
     let fix = format!(
         "run the guest on a host whose CPU gives {}: no rewrite changes what this host gives",
         floor.needs()

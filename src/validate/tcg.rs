@@ -345,6 +345,9 @@ pub(super) fn check_cpu(
     } else {
         format!("; per {}", basis.join(" and "))
     };
+    if missing.is_empty() {
+        not_compared(mode, model.as_deref(), check, &listed, facts, out);
+    }
     if check == CpuCheck::Partial {
         let forbidden: BTreeSet<String> = gives.map_or_else(BTreeSet::new, |(g, _)| {
             listed
@@ -400,6 +403,75 @@ fn model_lacks(
             }
         };
     (!lacking.is_empty()).then_some((lacking, per))
+}
+
+/// The `not-compared` warning when [`check_cpu`] found nothing to refuse but lacked a TCG fact
+/// a part of libvirt's comparison needs ([`unknown_to_tcg_facts`]). Nothing under `full` for a
+/// custom CPU that does not name `hypervisor`: refused whatever TCG gives.
+fn not_compared(
+    mode: CpuMode,
+    model: Option<&str>,
+    check: CpuCheck,
+    listed: &Listed,
+    facts: &DomainFacts<'_>,
+    out: &mut Vec<Finding>,
+) {
+    let refused_anyway = check == CpuCheck::Full
+        && mode == CpuMode::Custom
+        && !listed.iter().any(|(f, _)| f == "hypervisor");
+    if refused_anyway {
+        return;
+    }
+    let Some(lacks) = unknown_to_tcg_facts(mode, model, check, listed, facts) else {
+        return;
+    };
+    out.push(Finding::warning(
+        Code::NotCompared,
+        format!(
+            "not compared: libvirt compares this CPU ({}, check='{}' under TCG) with the CPU this QEMU's TCG emulates when it starts the guest, and refuses it when TCG lacks a feature it requires; {lacks} is not known (no qemu domcapabilities with a host-model CPU, nor a fresh file of libvirt's QEMU capability cache for the emulator)",
+            model.map_or_else(|| mode.as_str().to_string(), |m| format!("model {m}")),
+            check.as_str()
+        ),
+        "give the host's virsh domcapabilities --virttype qemu (--caps, a <hostFacts>, or the daemon's snapshot), or run the tool on the host with its libvirt's QEMU capability cache",
+    ));
+}
+
+/// What of the TCG facts [`check_cpu`] needed and did not have, in words, when it found
+/// nothing to refuse: what TCG makes of the custom model (QEMU's `usable` where libvirt takes
+/// it, else the CPU TCG gives and the model's features), or the CPU TCG gives, for features
+/// listed `require` (or `force` under `full`) or `forbid`. None when every part was judged.
+fn unknown_to_tcg_facts(
+    mode: CpuMode,
+    model: Option<&str>,
+    check: CpuCheck,
+    listed: &Listed,
+    facts: &DomainFacts<'_>,
+) -> Option<String> {
+    let gives = facts.tcg.host_cpu.is_some();
+    if let (CpuMode::Custom, Some(m)) = (mode, model) {
+        let tcg = facts.tcg.models.get(m);
+        let qemu_word = facts.tcg.usable_decides && check == CpuCheck::Partial;
+        let decided = qemu_word && tcg.is_some_and(|t| t.usable || t.blockers.is_some());
+        let judged = gives && facts.model_features(m).is_some();
+        if !(decided || judged) {
+            return Some(format!("what this QEMU's TCG makes of model {m}"));
+        }
+    }
+    let judged = |p: &Option<FeaturePolicy>| {
+        matches!(p, Some(FeaturePolicy::Require | FeaturePolicy::Forbid))
+            || (check == CpuCheck::Full && *p == Some(FeaturePolicy::Force))
+    };
+    let asked: Vec<&str> = listed
+        .iter()
+        .filter(|(f, p)| judged(p) && f != "hypervisor")
+        .map(|(f, _)| f.as_str())
+        .collect();
+    (!gives && !asked.is_empty()).then(|| {
+        format!(
+            "the CPU this QEMU's TCG emulates, which the features {} are compared with,",
+            asked.join(", ")
+        )
+    })
 }
 
 /// `check='partial'`: libvirt's refusal when TCG lacks a feature the guest needs, or has one it
