@@ -83,6 +83,9 @@ pub struct DomainFacts<'h> {
     /// An AMD host whose QEMU aborts a KVM CPU carrying `arch-capabilities`
     /// ([`crate::validate::arch_caps`]), when its facts say so.
     pub arch_caps: Option<arch_caps::ArchCapsHost<'h>>,
+    /// The CPU models the emulator offers an Arm guest with a custom model when no
+    /// domcapabilities are given ([`Host::qemu_cpu_models`]: the QEMU capability cache).
+    pub arm_models: Option<Sourced<Vec<String>>>,
     /// The domain's arch, virt type, and the arch of the host that runs it
     /// ([`crate::libvirt::arch::host_arch`]), for the CPU modes libvirt offers.
     arch: String,
@@ -162,6 +165,7 @@ impl<'h> DomainFacts<'h> {
                 .flatten(),
             kvm_start,
             arch_caps: arch_caps::gather(dom, host),
+            arm_models: arm_models(dom, host, domcaps),
             arch: arch.to_string(),
             virt_type: vt.to_string(),
             host_arch: crate::libvirt::arch::host_arch(),
@@ -497,4 +501,21 @@ pub(crate) fn gic_limit_of(dom: &Domain<'_>) -> Option<crate::vcpu_limits::Built
         .and_then(|f| child(f, "gic"))
         .and_then(|g| g.attribute("version"));
     crate::vcpu_limits::gic_limit(dom.arch(), dom.virt_type(), dom.machine(), version)
+}
+
+/// [`DomainFacts::arm_models`] for `dom` on `host`: only for an Arm guest whose first `<cpu>` is
+/// custom with a model and no domcapabilities of its arch and virt type (`domcaps`) list models.
+fn arm_models(
+    dom: &Domain<'_>,
+    host: &Host,
+    domcaps: Option<&DomCaps>,
+) -> Option<Sourced<Vec<String>>> {
+    let cpu = dom.cpus().first().copied()?;
+    let custom =
+        crate::domain::cpu_mode(cpu) == Some(CpuMode::Custom) && child(cpu, "model").is_some();
+    let arm = crate::libvirt::arch::Arch::of(dom.arch()).is_arm();
+    if !custom || !arm || domcaps.is_some_and(|d| !d.models.is_empty()) {
+        return None;
+    }
+    host.qemu_cpu_models(dom.arch(), dom.emulator().as_deref(), dom.virt_type())
 }

@@ -31,7 +31,8 @@ pub const TCG_X2APIC_SINCE: QemuVersion = QemuVersion(LibvirtVersion {
 });
 
 /// The first QEMU whose TCG builds a vCPU with `ht` and `cmp_legacy` (CPUID leaf 1 EDX bit 28,
-/// leaf 0x80000001 ECX bit 1) when the CPU asks for them: 10.0.1 (the series "i386/cpu: Set up
+/// leaf 0x80000001 ECX bit 1; QEMU sets `cmp_legacy` for a vendor other than Intel only) when
+/// the CPU asks for them: 10.0.1 (the series "i386/cpu: Set up
 /// CPUID_HT in x86_cpu_expand_features()", made supported under TCG, KVM and HVF, merged for
 /// 10.1 and taken into the stable 10.0.1). Before it TCG filters both, so libvirt's
 /// `check='full'` refuses a CPU requiring them: "guest CPU doesn't match specification: missing

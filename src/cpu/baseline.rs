@@ -84,7 +84,9 @@ pub const QEMU_DROPPED_FEATURES: [&str; 5] = ["cmt", "mbm_total", "mbm_local", "
 
 /// Features QEMU sets in a guest's CPUID from its vCPU topology, whatever the CPU model says:
 /// `ht` (CPUID 1 EDX bit 28) and `cmp_legacy` (0x80000001 ECX bit 1), set only with more than
-/// one logical CPU per package (more than one core for `cmp_legacy`). From QEMU 10.0.1 on (the
+/// one logical CPU per package (more than one core for `cmp_legacy`, and only for a vendor
+/// other than Intel: QEMU's `target/i386/cpu.c`, leaf 0x80000001, "don't set it here for
+/// Intel"). From QEMU 10.0.1 on (the
 /// series "i386/cpu: Set up CPUID_HT in x86_cpu_expand_features()", QEMU 5979f50fa9fd, in the
 /// stable 10.0.1) KVM and TCG alike build them so, and libvirt then finds a one-vCPU guest CPU
 /// that required them without them: the hook's `started` check said "the started CPU lacks

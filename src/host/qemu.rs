@@ -90,6 +90,33 @@ impl Host {
     }
 }
 
+impl Host {
+    /// The CPU models the domain's emulator offers for `virt_type` (`kvm` or `qemu`), from its
+    /// fresh file in libvirt's QEMU capability cache ([`crate::libvirt::qemu_caps::cpu_models`]:
+    /// domcapabilities' custom models), and the file; None without a fresh file or with no
+    /// model listed.
+    #[must_use]
+    pub fn qemu_cpu_models(
+        &self,
+        arch: &str,
+        emulator: Option<&str>,
+        virt_type: &str,
+    ) -> Option<Sourced<Vec<String>>> {
+        let f = self.fresh_cache_file(arch, emulator)?;
+        let text = crate::readfile::read_regular(&f.path, crate::readfile::MAX_FACT_BYTES).ok()?;
+        let vt = if virt_type == "qemu" {
+            "tcg"
+        } else {
+            virt_type
+        };
+        let models = crate::libvirt::qemu_caps::cpu_models(&text, vt);
+        (!models.is_empty()).then(|| Sourced {
+            value: models,
+            source: format!("<cpu type='{vt}'> in {}", f.path.display()),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -236,6 +236,15 @@ pub fn kvm_host_cpu(text: &[u8]) -> Option<Vec<String>> {
     host_cpu_on(text, b"<hostCPU type='kvm'")
 }
 
+/// The CPU models the file lists for `virt_type` (`kvm`, or `tcg` for `type='qemu'`): the
+/// `name` of each `<cpu type='VIRT' name='...'>`, what libvirt offers as domcapabilities'
+/// custom models (`virQEMUCapsGetCPUModels`).
+#[must_use]
+pub fn cpu_models(text: &[u8], virt_type: &str) -> Vec<String> {
+    let prefix = format!("<cpu type='{virt_type}' name='");
+    quoted_after(text, prefix.as_bytes()).collect()
+}
+
 /// The true boolean properties of the `<hostCPU ...>` element that starts with `start`.
 fn host_cpu_on(text: &[u8], start: &[u8]) -> Option<Vec<String>> {
     let rest = &text[memchr::memmem::find(text, start)?..];

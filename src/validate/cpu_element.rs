@@ -269,7 +269,9 @@ fn check_model_known(
 }
 
 /// An Arm custom model the emulator does not offer ([`check_model_known`]): domcapabilities'
-/// custom models of the guest's arch and virt type decide; without them nothing is said.
+/// custom models of the guest's arch and virt type decide, else (as found) the models the
+/// emulator's QEMU capability cache lists for the virt type ([`DomainFacts::arm_models`]: QEMU
+/// 7.2 names `neoverse-n1`, not libvirt's `Neoverse-N1`); without either nothing is said.
 fn check_arm_model_offered(
     cpu: Node<'_, '_>,
     model: &str,
@@ -277,10 +279,21 @@ fn check_arm_model_offered(
     facts: &DomainFacts<'_>,
     out: &mut Vec<Finding>,
 ) {
-    let Some(dc) = facts.domcaps else { return };
-    if !dc.modes.contains(&CpuMode::Custom) || dc.models.is_empty() || dc.lists_model(model) {
-        return;
-    }
+    let source = match (facts.domcaps, &facts.arm_models) {
+        (Some(dc), _) if dc.modes.contains(&CpuMode::Custom) && !dc.models.is_empty() => {
+            if dc.lists_model(model) {
+                return;
+            }
+            dc.source.clone()
+        }
+        (_, Some(cached)) => {
+            if cached.value.iter().any(|m| m == model) {
+                return;
+            }
+            cached.source.clone()
+        }
+        _ => return,
+    };
     // libvirt's `virCPUTranslate`: `fallback='forbid'` stops before any translation.
     let fallback = child(cpu, "model")
         .and_then(|m| m.attribute("fallback"))
@@ -293,8 +306,7 @@ fn check_arm_model_offered(
     out.push(Finding::error(
         Code::CpuModelUnknown,
         format!(
-            "CPU model '{model}' is not one this emulator offers for {arch} ({}): libvirt refuses to start the guest (\"{said}\")",
-            dc.source
+            "CPU model '{model}' is not one this emulator offers for {arch} ({source}): libvirt refuses to start the guest (\"{said}\")"
         ),
         "use a model `virsh domcapabilities --arch ARCH --virttype TYPE` lists under <mode name='custom'>, or mode='host-passthrough' (KVM) / mode='maximum' (TCG)",
     ));

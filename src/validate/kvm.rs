@@ -547,6 +547,145 @@ mod tests {
             })
     }
 
+    /// A `host-model` CPU's required and forbidden features are compared at start with the
+    /// host's own CPU as a custom CPU's are (seen with libvirt 9.0 on an AMD host: "Host CPU
+    /// does not provide required features: vmx", "Host CPU provides forbidden feature
+    /// 'avx512f'"); a feature QEMU's KVM adds passes; without the host's CPU, not compared.
+    #[test]
+    fn host_model_features_are_compared_at_start() {
+        let host = bookworm(true);
+        let hm = |f: &str| format!("<cpu mode='host-model'>{f}</cpu>");
+        let m = incompatible(&host, "kvm", &hm("<feature policy='require' name='svm'/>"))
+            .expect("svm refused");
+        assert!(
+            m.starts_with("the CPU is incompatible with host CPU: Host CPU does not provide required features: svm (host-model, check='partial' under KVM"),
+            "{m}"
+        );
+        let m = incompatible(&host, "kvm", &hm("<feature policy='forbid' name='sse2'/>"))
+            .expect("sse2 refused");
+        assert!(
+            m.contains("Host CPU provides forbidden feature 'sse2'"),
+            "{m}"
+        );
+        for passes in [
+            hm("<feature policy='require' name='x2apic'/>"),
+            hm("<feature policy='disable' name='sse2'/>"),
+            hm("<feature policy='forbid' name='svm'/>"),
+            hm(""),
+            // libvirt compares nothing under check='none'.
+            "<cpu mode='host-model' check='none'><feature policy='require' name='svm'/></cpu>"
+                .to_string(),
+        ] {
+            assert_eq!(incompatible(&host, "kvm", &passes), None, "{passes}");
+        }
+        let f = findings(
+            &bookworm(false),
+            "kvm",
+            &hm("<feature policy='require' name='svm'/>"),
+        );
+        assert!(f.iter().any(|f| f.code == Code::NotCompared), "{f:?}");
+        assert!(f.iter().all(|f| f.severity != Severity::Error), "{f:?}");
+    }
+
+    /// Under `check='full'` what KVM gives decides what QEMU drops: with the host's CPU but no
+    /// KVM host-model CPU known, the check is not compared (was: conforms).
+    #[test]
+    fn check_full_without_what_kvm_gives_is_not_compared() {
+        let caps = vec![generation("bookworm", "capabilities.xml")];
+        let host = Host::discover(&HostOptions::of_facts(caps, Some(cpu_map()), None)).unwrap();
+        let cpu = "<cpu mode='custom' match='exact' check='full'><model>Nehalem</model><feature policy='require' name='hypervisor'/></cpu>";
+        let f = findings(&host, "kvm", cpu);
+        let nc = f
+            .iter()
+            .find(|f| f.code == Code::NotCompared)
+            .unwrap_or_else(|| panic!("{f:?}"));
+        assert!(
+            nc.message.contains("what KVM gives is not known"),
+            "{}",
+            nc.message
+        );
+        assert!(f.iter().all(|f| f.severity != Severity::Error), "{f:?}");
+        // With it, libvirt's words: KVM on this host lacks pni and popcnt.
+        let f = findings(&bookworm(true), "kvm", cpu);
+        assert!(
+            f.iter().any(
+                |f| f.code == Code::KvmCheckFull && f.message.contains("missing features: pni")
+            ),
+            "{f:?}"
+        );
+    }
+
+    /// Under TCG with `check='partial'`, what TCG gives decides: without the `type='qemu'`
+    /// domcapabilities or the QEMU capability cache, not compared (was: conforms).
+    #[test]
+    fn tcg_partial_without_what_tcg_gives_is_not_compared() {
+        let caps = vec![generation("bookworm", "capabilities.xml")];
+        let host = Host::discover(&HostOptions::of_facts(caps, Some(cpu_map()), None)).unwrap();
+        for cpu in [
+            "<cpu mode='custom' match='exact' check='partial'><model>Skylake-Server</model></cpu>",
+            "<cpu mode='host-model' check='partial'><feature policy='require' name='avx512f'/></cpu>",
+        ] {
+            let f = findings(&host, "qemu", cpu);
+            assert!(
+                f.iter()
+                    .any(|f| f.code == Code::NotCompared && f.message.contains("under TCG")),
+                "{cpu}: {f:?}"
+            );
+            assert!(
+                f.iter().all(|f| f.severity != Severity::Error),
+                "{cpu}: {f:?}"
+            );
+        }
+        // check='none', libvirt's default for a custom CPU under TCG: nothing compared.
+        let f = findings(
+            &host,
+            "qemu",
+            "<cpu mode='custom'><model>Skylake-Server</model></cpu>",
+        );
+        assert!(f.iter().all(|f| f.code != Code::NotCompared), "{f:?}");
+    }
+
+    /// A custom KVM CPU with the floor of its OS as written is judged as KVM gives it: on this
+    /// host (KVM lacks `pni`, `popcnt`, AVX...) QEMU drops them at start, so RHEL 10 cannot
+    /// boot: `os-floor`; without what KVM gives, not compared.
+    #[test]
+    fn the_os_floor_is_judged_as_kvm_gives_a_custom_cpu() {
+        let v3 = [
+            "avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave", "sse4.2",
+            "popcnt", "sse4.1", "ssse3", "pni", "cx16", "lahf_lm",
+        ]
+        .iter()
+        .map(|f| format!("<feature policy='require' name='{f}'/>"))
+        .collect::<Vec<_>>()
+        .concat();
+        let text = format!(
+            "<domain type='kvm'><name>g</name><metadata><libosinfo:libosinfo xmlns:libosinfo='http://libosinfo.org/xmlns/libvirt/domain/1.0'><libosinfo:os id='http://redhat.com/rhel/10.0'/></libosinfo:libosinfo></metadata><memory>65536</memory><vcpu>1</vcpu><os><type arch='x86_64' machine='pc'>hvm</type></os><cpu mode='custom' match='exact'><model>qemu64</model><feature policy='disable' name='svm'/>{v3}</cpu></domain>"
+        );
+        let judge = |host: &Host| {
+            let dom = Domain::parse(&text, "test").unwrap();
+            let policy = Policy::parse("version = 1\n", "test").unwrap();
+            let p = Pipeline::new(dom, &policy, host).unwrap();
+            crate::validate::validate(&p.dom, &p.plan, &p.facts)
+        };
+        let f = judge(&bookworm(true));
+        let floor = f
+            .iter()
+            .find(|f| f.code == Code::OsFloor)
+            .unwrap_or_else(|| panic!("{f:?}"));
+        assert!(
+            floor.message.contains("as KVM gives it"),
+            "{}",
+            floor.message
+        );
+        assert!(floor.message.contains("avx2"), "{}", floor.message);
+        let caps = vec![generation("bookworm", "capabilities.xml")];
+        let caps_only =
+            Host::discover(&HostOptions::of_facts(caps, Some(cpu_map()), None)).unwrap();
+        let f = judge(&caps_only);
+        assert!(f.iter().all(|f| f.code != Code::OsFloor), "{f:?}");
+        assert!(f.iter().any(|f| f.code == Code::NotCompared), "{f:?}");
+    }
+
     /// What libvirt 9.0, 11.3 and 12.8 refused and started on this machine (module docs).
     #[test]
     fn refused_as_libvirt_refuses_at_start() {

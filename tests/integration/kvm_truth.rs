@@ -18,8 +18,10 @@
 //! * refused for anything else (libvirt 7.0's "Invalid mode attribute 'maximum'"): an error, or
 //!   the rewrite that mends it (`needs-rewrite`).
 //!
-//! So this oracle judges the AMD answers on an Intel machine too, and `kvm.rs` judges the
-//! machine's own libvirt: green on one vendor means green on the other.
+//! So this oracle judges the recorded AMD answers on any machine, an Intel one too, and
+//! `kvm.rs` judges the machine's own libvirt live, whichever its vendor: a run on one vendor
+//! judges both vendors' start checks, though not the other vendor's live-only paths (this
+//! machine's CPUID and MSRs decoded, its QEMU's starts).
 
 use crate::harness::{Cmd, Scratch, root, s, shared_corpus};
 use std::collections::BTreeMap;
