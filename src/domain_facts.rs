@@ -165,7 +165,7 @@ impl<'h> DomainFacts<'h> {
                 .flatten(),
             kvm_start,
             arch_caps: arch_caps::gather(dom, host),
-            arm_models: arm_models(dom, host, domcaps),
+            arm_models: arm_models(dom, plan, host, domcaps),
             arch: arch.to_string(),
             virt_type: vt.to_string(),
             host_arch: crate::libvirt::arch::host_arch(),
@@ -503,18 +503,18 @@ pub(crate) fn gic_limit_of(dom: &Domain<'_>) -> Option<crate::vcpu_limits::Built
     crate::vcpu_limits::gic_limit(dom.arch(), dom.virt_type(), dom.machine(), version)
 }
 
-/// [`DomainFacts::arm_models`] for `dom` on `host`: only for an Arm guest whose first `<cpu>` is
-/// custom with a model and no domcapabilities of its arch and virt type (`domcaps`) list models.
+/// [`DomainFacts::arm_models`] for `dom` on `host`: only for an Arm guest whose result may name
+/// a model (any of its `<cpu>` elements has one: the rewrite merges them into the first; or the
+/// plan's `cpu.model`), and no domcapabilities of its arch and virt type (`domcaps`) list models.
 fn arm_models(
     dom: &Domain<'_>,
+    plan: &Plan,
     host: &Host,
     domcaps: Option<&DomCaps>,
 ) -> Option<Sourced<Vec<String>>> {
-    let cpu = dom.cpus().first().copied()?;
-    let custom =
-        crate::domain::cpu_mode(cpu) == Some(CpuMode::Custom) && child(cpu, "model").is_some();
+    let named = dom.cpus().iter().any(|c| child(*c, "model").is_some()) || plan.model.is_some();
     let arm = crate::libvirt::arch::Arch::of(dom.arch()).is_arm();
-    if !custom || !arm || domcaps.is_some_and(|d| !d.models.is_empty()) {
+    if !named || !arm || domcaps.is_some_and(|d| !d.models.is_empty()) {
         return None;
     }
     host.qemu_cpu_models(dom.arch(), dom.emulator().as_deref(), dom.virt_type())

@@ -156,7 +156,7 @@ fn floor_to_judge<'p>(
 /// A custom CPU against the floor: its model's features (cpu_map) with the ones it lists. Short
 /// of the floor is `os-floor`, unless the plan asks for the floor (the rewrite gives it, and the
 /// rule's `cpu-level` says what is short); a CPU with the floor as written can still lose some
-/// of it under TCG ([`tcg_short_of`]).
+/// of it where QEMU drops what the host cannot give ([`given_short_of`]).
 fn judge_custom(
     cpu: Option<Node<'_, '_>>,
     os: &GuestOs,
@@ -178,47 +178,8 @@ fn judge_custom(
         // The plan asks for the floor: the rewrite gives it, and `cpu-level` says so.
         Some(_) if plan.asks_floor(floor) => Judged::Reaches,
         Some(f) => Judged::Short(Box::new(f)),
-        None if facts.tcg.x86_tcg => tcg_short_of(cpu, os, floor, &feats, &what, facts),
-        None => kvm_short_of(cpu, os, floor, &feats, &what, facts),
+        None => given_short_of(cpu, os, floor, &feats, &what, facts),
     }
-}
-
-/// A custom CPU with the floor as written, under KVM: QEMU drops at start what KVM cannot give
-/// (libvirt's start check compares with the host's own CPUID, which may have it: `pni`,
-/// `popcnt` on a nested host; the live XML then disables them), so the guest has only what
-/// KVM's host-model CPU gives of it ([`DomainFacts::host_model_features`]). Under
-/// `check='full'` libvirt refuses such a start itself (`kvm-check-full`). When what KVM gives
-/// is not known, neither is whether the guest keeps its floor.
-fn kvm_short_of(
-    cpu: Option<Node<'_, '_>>,
-    os: &GuestOs,
-    floor: &Floor,
-    feats: &BTreeSet<String>,
-    what: &str,
-    facts: &DomainFacts<'_>,
-) -> Judged {
-    let check = cpu.map_or(CpuCheck::Partial, |c| {
-        super::tcg::check_of(c, CpuMode::Custom, "kvm")
-    });
-    if facts.virt_type != "kvm" || check == CpuCheck::Full {
-        return Judged::Reaches;
-    }
-    let Some((gives, source)) = facts.host_model_features(&[]) else {
-        return Judged::Missing(
-            "what KVM gives is not known (no kvm domcapabilities, nor QEMU's KVM host CPU in this machine's QEMU capability cache): QEMU drops at start what KVM cannot give".into(),
-        );
-    };
-    let kept: BTreeSet<String> = feats.intersection(&gives).cloned().collect();
-    short_of(
-        os,
-        floor,
-        &kept,
-        &format!(
-            "{what} as KVM gives it (per the host-model CPU of {source}; QEMU drops the rest at start)"
-        ),
-        "run the guest on a host whose CPU and KVM give them (virsh domcapabilities: the host-model CPU), or under TCG on a QEMU that emulates them",
-    )
-    .map_or(Judged::Reaches, |f| Judged::Short(Box::new(f)))
 }
 
 /// A CPU this host gives as it is (`mode`, the word as written: host-model, or any but custom
@@ -339,10 +300,19 @@ pub fn answer(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> OsAnswe
     }
 }
 
-/// A custom CPU with the floor as written, under TCG with `check='none'` (libvirt compares
-/// nothing, QEMU drops what its TCG does not emulate): short of the floor as this host's TCG
-/// gives it ([`crate::tcg_facts::TcgFacts::host_cpu`]).
-fn tcg_short_of(
+/// A custom CPU with the floor as written, as the host gives it: QEMU drops at start what it
+/// cannot give, so the guest has only that of it.
+///
+/// * Under TCG with `check='none'` (libvirt compares nothing; under `partial` it refuses what
+///   TCG lacks, `tcg-cpu-missing`): what this host's TCG gives
+///   ([`crate::tcg_facts::TcgFacts::host_cpu`]).
+/// * Under KVM (libvirt's start check compares with the host's own CPUID, which may have a
+///   feature KVM cannot give: `pni`, `popcnt` on a nested host; the live XML then disables
+///   them): what KVM's host-model CPU gives ([`DomainFacts::host_model_features`]). Under
+///   `check='full'` libvirt refuses such a start itself (`kvm-check-full`).
+///
+/// When what the host gives is not known, neither is whether the guest keeps its floor.
+fn given_short_of(
     cpu: Option<Node<'_, '_>>,
     os: &GuestOs,
     floor: &Floor,
@@ -350,28 +320,46 @@ fn tcg_short_of(
     what: &str,
     facts: &DomainFacts<'_>,
 ) -> Judged {
-    let check = cpu.map_or(CpuCheck::None, |c| {
-        super::tcg::check_of(c, CpuMode::Custom, "qemu")
-    });
-    if !facts.tcg.x86_tcg || check != CpuCheck::None {
-        return Judged::Reaches;
-    }
-    let Some((gives, source)) = facts.tcg.host_cpu.as_ref() else {
-        return Judged::Missing(
-            "this host's TCG CPU is not known (no domcapabilities for x86_64 qemu): what QEMU drops at start under check='none' is not known".into(),
-        );
+    let check = |vt| {
+        cpu.map_or(CpuCheck::default_for(CpuMode::Custom, vt), |c| {
+            super::tcg::check_of(c, CpuMode::Custom, vt)
+        })
     };
-    let emulated: BTreeSet<String> = feats.intersection(gives).cloned().collect();
-    short_of(
-        os,
-        floor,
-        &emulated,
-        &format!(
-            "{what} as this host's TCG gives it (per {source}; QEMU drops the rest at start under check='none')"
-        ),
-        "run the guest under KVM on a host whose CPU has them, or on a QEMU whose TCG emulates them",
-    )
-    .map_or(Judged::Reaches, |f| Judged::Short(Box::new(f)))
+    let (gives, how, fix) = if facts.tcg.x86_tcg {
+        if check("qemu") != CpuCheck::None {
+            return Judged::Reaches;
+        }
+        let Some((gives, source)) = facts.tcg.host_cpu.clone() else {
+            return Judged::Missing(
+                "this host's TCG CPU is not known (no domcapabilities for x86_64 qemu): what QEMU drops at start under check='none' is not known".into(),
+            );
+        };
+        (
+            gives,
+            format!(
+                "as this host's TCG gives it (per {source}; QEMU drops the rest at start under check='none')"
+            ),
+            "run the guest under KVM on a host whose CPU has them, or on a QEMU whose TCG emulates them",
+        )
+    } else if facts.virt_type == "kvm" && check("kvm") != CpuCheck::Full {
+        let Some((gives, source)) = facts.host_model_features(&[]) else {
+            return Judged::Missing(
+                "what KVM gives is not known (no kvm domcapabilities, nor QEMU's KVM host CPU in this machine's QEMU capability cache): QEMU drops at start what KVM cannot give".into(),
+            );
+        };
+        (
+            gives,
+            format!(
+                "as KVM gives it (per the host-model CPU of {source}; QEMU drops the rest at start)"
+            ),
+            "run the guest on a host whose CPU and KVM give them (virsh domcapabilities: the host-model CPU), or under TCG on a QEMU that emulates them",
+        )
+    } else {
+        return Judged::Reaches;
+    };
+    let kept: BTreeSet<String> = feats.intersection(&gives).cloned().collect();
+    short_of(os, floor, &kept, &format!("{what} {how}"), fix)
+        .map_or(Judged::Reaches, |f| Judged::Short(Box::new(f)))
 }
 
 /// The `os-floor` error when `feats` miss the floor of `os`: the OS, what it needs and the
