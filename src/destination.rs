@@ -383,8 +383,10 @@ fn host_cpu_libvirt_compares_with<'a>(
     arrival: Arrival,
 ) -> Result<HostCpu<'a>, String> {
     let host_model = facts.domcaps.filter(|d| d.host_model.is_some());
-    let of_arch = physical
-        .filter(|c| dom.virt_type() == "kvm" && c.value.arch.as_deref() == Some(dom.arch()));
+    let of_arch = physical.filter(|c| {
+        dom.virt_type() == "kvm"
+            && crate::libvirt::arch::host_cpu_serves(dom.arch(), c.value.arch.as_deref())
+    });
     if let (Arrival::Start, Some(c)) = (arrival, of_arch) {
         return Ok(HostCpu::StartedKvm(c, host_model));
     }
@@ -392,7 +394,7 @@ fn host_cpu_libvirt_compares_with<'a>(
         return Ok(HostCpu::HostModel(d));
     }
     physical
-        .filter(|c| dom.virt_type() == "kvm" && c.value.arch.as_deref() == Some(dom.arch()))
+        .filter(|c| dom.virt_type() == "kvm" && crate::libvirt::arch::host_cpu_serves(dom.arch(), c.value.arch.as_deref()))
         .map(HostCpu::Physical)
         .ok_or_else(|| {
             let (arch, vt) = (dom.arch(), dom.virt_type());

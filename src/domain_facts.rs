@@ -278,10 +278,14 @@ impl<'h> DomainFacts<'h> {
     /// KVM host CPU of the capability cache decoded as libvirt decodes it into that CPU
     /// ([`kvm_start::KvmStartHost`]: loads the cpu_map as CPUID data), for a TCG guest the CPU
     /// TCG gives ([`TcgFacts::host_cpu`]). None when none says.
+    ///
+    /// `derived` false asks domcapabilities only: what a warning needs, which is not worth
+    /// the hook's loading this machine's cpu_map as CPUID data (about 3 ms at a guest start).
     #[must_use]
     pub fn host_model_features(
         &self,
         explicit: &[(String, Option<FeaturePolicy>)],
+        derived: bool,
     ) -> Option<(BTreeSet<String>, String)> {
         let (mut feats, source) = match self.domcaps.and_then(|d| Some((d.host_model.as_ref()?, d)))
         {
@@ -289,6 +293,7 @@ impl<'h> DomainFacts<'h> {
                 hm.guaranteed_features(hm.model.as_deref().and_then(|m| self.model_features(m))),
                 d.source.clone(),
             ),
+            None if !derived => return None,
             // Under TCG: the CPU it gives, from the capability cache (`<hostCPU type='tcg'>`).
             None if self.virt_type == "qemu" => self.tcg.host_cpu.clone()?,
             None => {

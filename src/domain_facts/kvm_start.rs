@@ -59,7 +59,9 @@ impl KvmStartHost<'_> {
                 let physical = self
                     .host
                     .host_cpu()
-                    .filter(|c| c.value.arch.as_deref() == Some(self.arch.as_str()))
+                    .filter(|c| {
+                        crate::libvirt::arch::host_cpu_serves(&self.arch, c.value.arch.as_deref())
+                    })
                     // A host CPU naming no model carries no CPUID facts to compare with.
                     .filter(|c| c.value.model.is_some());
                 // What QEMU's KVM adds to the CPUID: domcapabilities' host-model CPU, else (a

@@ -36,15 +36,15 @@ impl Host {
     #[must_use]
     pub fn may_know_host_cpu(&self, arch: &str) -> bool {
         if let Some(given) = &self.given_host_cpu {
-            return given.value.arch.as_deref() == Some(arch);
+            return crate::libvirt::arch::host_cpu_serves(arch, given.value.arch.as_deref());
         }
         match self.decoded_host_cpu.get() {
-            Some(decoded) => decoded
-                .as_ref()
-                .is_ok_and(|c| c.value.arch.as_deref() == Some(arch)),
+            Some(decoded) => decoded.as_ref().is_ok_and(|c| {
+                crate::libvirt::arch::host_cpu_serves(arch, c.value.arch.as_deref())
+            }),
             None => {
                 !self.only_given_facts
-                    && arch == "x86_64"
+                    && crate::libvirt::arch::Arch::of(arch).is_x86()
                     && crate::libvirt::arch::host_arch() == "x86_64"
                     && self.own_cpu_map()
             }
@@ -92,7 +92,7 @@ impl Host {
     #[must_use]
     pub fn own_vendor_is_amd(&self, arch: &str) -> Option<String> {
         if let Some(given) = &self.given_host_cpu {
-            let amd = given.value.arch.as_deref() == Some(arch)
+            let amd = crate::libvirt::arch::host_cpu_serves(arch, given.value.arch.as_deref())
                 && given.value.vendor.as_deref() == Some("AMD");
             return amd.then(|| format!("the host CPU of {}", given.source));
         }

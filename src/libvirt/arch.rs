@@ -137,6 +137,15 @@ pub fn same_family(guest: &str, host: &str) -> bool {
         || guest == host
 }
 
+/// Whether a host CPU of arch `host_cpu` (`virsh capabilities`' `<host><cpu><arch>`) is the one
+/// libvirt compares a KVM guest of arch `guest` with: the same arch, or both x86 (an i686
+/// guest on an x86_64 host is compared with its x86_64 CPU: `virCPUCompare` takes the host's
+/// arch, `qemuProcessUpdateGuestCPU`).
+#[must_use]
+pub fn host_cpu_serves(guest: &str, host_cpu: Option<&str>) -> bool {
+    host_cpu.is_some_and(|h| h == guest || (Arch::of(h).is_x86() && Arch::of(guest).is_x86()))
+}
+
 /// The arch QEMU names its system emulator after (`qemu-system-ARCH`), as libvirt maps it
 /// (`virQEMUCapsArchToString`): `i386` for i686, `arm` for armv6l and armv7l, `ppc64` for
 /// ppc64le, the arch itself otherwise.

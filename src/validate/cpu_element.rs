@@ -202,6 +202,16 @@ fn check_features(
                 format!("CPU feature '{name}' is not one libvirt knows (x86_features.xml of {}): libvirt refuses to start the guest (\"unknown CPU feature: {name}\")", facts.cpu_map_source),
                 "use libvirt's feature names (`virsh domcapabilities` lists them)",
             ));
+        } else if is_x86(arch) && key != name && !crate::cpu::is_known_x86_feature(name) {
+            // Another spelling of a feature libvirt knows (QEMU's `sse4_2`, Linux's `sse3`,
+            // upper case): the policy's rules accept them, libvirt's domain XML does not (seen
+            // with libvirt 9.0: "unknown CPU feature: sse3").
+            out.push(unknown_name(
+                facts,
+                Code::CpuFeatureUnknown,
+                format!("CPU feature '{name}' is not libvirt's name of it, '{key}' (x86_features.xml of {}): libvirt refuses to start the guest (\"unknown CPU feature: {name}\")", facts.cpu_map_source),
+                &format!("write it name='{key}', libvirt's spelling"),
+            ));
         }
         if !seen.insert(name) {
             out.push(Finding::error(
@@ -430,7 +440,7 @@ fn check_host_cpu_level(
     if tcg && mode != CpuMode::HostModel {
         return;
     }
-    let Some((feats, source)) = facts.host_model_features(explicit) else {
+    let Some((feats, source)) = facts.host_model_features(explicit, false) else {
         return;
     };
     if Level::highest(|f| feats.contains(f)) < Some(level.value) {

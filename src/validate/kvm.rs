@@ -156,7 +156,8 @@ pub(super) fn check(
         .is_some_and(|m| facts.model_features(&m).is_none());
     let unknown_feature = crate::domain::cpu_features(cpu)
         .iter()
-        .any(|(f, _)| !facts.feature_known(f));
+        .any(|(f, _)| !facts.feature_known(f))
+        || misspelled(cpu);
     if (unknown_model || unknown_feature) && !facts.cpu_map_is_builtin() {
         return false;
     }
@@ -171,7 +172,7 @@ pub(super) fn check(
     let Some(start) = &facts.kvm_start else {
         // Under check='full' the `hypervisor` bit QEMU's KVM adds is refused whatever the host:
         // that needs no fact.
-        if check == CpuCheck::Full && check_full(None, &guest, out) {
+        if check == CpuCheck::Full && check_full(None, &guest, facts, out) {
             return true;
         }
         let why = facts
@@ -191,7 +192,7 @@ pub(super) fn check(
             Compared::Not(why) => out.push(not_compared(&guest, check, &why)),
         }
     }
-    check == CpuCheck::Full && check_full(Some(start), &guest, out)
+    check == CpuCheck::Full && check_full(Some(start), &guest, facts, out)
 }
 
 /// libvirt's comparison at start of a KVM `host-model` CPU under `check='partial'` (its default
@@ -219,7 +220,8 @@ fn check_host_model(
     read.features
         .retain(|(_, p)| matches!(p, FeaturePolicy::Require | FeaturePolicy::Forbid));
     // A feature libvirt does not know is refused at define (`cpu-feature-unknown`).
-    if read.features.is_empty() || read.features.iter().any(|(f, _)| !facts.feature_known(f)) {
+    let unknown = read.features.iter().any(|(f, _)| !facts.feature_known(f));
+    if read.features.is_empty() || unknown || misspelled(cpu) {
         return false;
     }
     let guest = GuestCpu {
@@ -250,6 +252,18 @@ fn check_host_model(
     };
     out.push(not_compared(&guest, CpuCheck::Partial, &why));
     false
+}
+
+/// Whether a `<feature>` of `cpu` is another spelling of a feature libvirt knows (`sse3`,
+/// `SSE4.2`): libvirt refuses it at define (`cpu-feature-unknown` says so), nothing is compared.
+fn misspelled(cpu: Node<'_, '_>) -> bool {
+    cpu.children()
+        .filter(|c| crate::xml::is_libvirt_element(*c, "feature"))
+        .filter_map(|f| f.attribute("name"))
+        .any(|name| {
+            crate::cpu::normalize_feature(name).is_some_and(|key| key != name)
+                && !crate::cpu::is_known_x86_feature(name)
+        })
 }
 
 /// What [`compare_at_start`] came to.
@@ -429,15 +443,42 @@ fn refusal(
 /// finds nothing (seen):
 /// libvirt updates such a CPU to what the host gives. Without the host's facts (`start` None)
 /// only the `hypervisor` bit is judged: it needs none.
-fn check_full(start: Option<&KvmStartHost<'_>>, guest: &GuestCpu, out: &mut Vec<Finding>) -> bool {
+fn check_full(
+    start: Option<&KvmStartHost<'_>>,
+    guest: &GuestCpu,
+    facts: &DomainFacts<'_>,
+    out: &mut Vec<Finding>,
+) -> bool {
     if guest.matching == CpuMatch::Minimum {
         return false;
     }
     // QEMU's KVM sets the hypervisor bit unless the CPU disables it, and libvirt expects it
     // when the CPU names it at all (`optional` becomes `require`; seen with libvirt 9.0): extra
     // only when the CPU written does not name it (a `forbid` is refused by the comparison
-    // before).
-    let extra = !guest.cpu.features.iter().any(|(f, _)| f == "hypervisor");
+    // before). Likewise `x2apic`, which QEMU's KVM turns on in every vCPU of a model without
+    // it (`kvm_default_props` of QEMU's target/i386/kvm/kvm-cpu.c: "x2apic" "on"; seen:
+    // "extra features: apic,x2apic" for pentium3, "vme,x2apic" for kvm64), when the model's
+    // features are known. In CPUID order, as libvirt lists them.
+    let named = |name: &str| guest.cpu.features.iter().any(|(f, _)| f == name);
+    let model_has = |name: &str| {
+        guest
+            .cpu
+            .model
+            .as_deref()
+            .and_then(|m| facts.model_features(m))
+            .map(|f| f.contains(name))
+    };
+    let extras: Vec<&str> = [
+        (
+            "x2apic",
+            !named("x2apic") && model_has("x2apic") == Some(false),
+        ),
+        ("hypervisor", !named("hypervisor")),
+    ]
+    .into_iter()
+    .filter_map(|(f, extra)| extra.then_some(f))
+    .collect();
+    let extra = !extras.is_empty();
     let path = Path::new("the domain XML");
     let loaded = start
         .filter(|s| !plain_usable(s, guest))
@@ -468,7 +509,7 @@ fn check_full(start: Option<&KvmStartHost<'_>>, guest: &GuestCpu, out: &mut Vec<
     }
     let mut parts = Vec::new();
     if extra {
-        parts.push("extra features: hypervisor".to_string());
+        parts.push(format!("extra features: {}", extras.join(",")));
     }
     if !missing.is_empty() {
         parts.push(format!("missing features: {}", missing.join(",")));
@@ -477,7 +518,7 @@ fn check_full(start: Option<&KvmStartHost<'_>>, guest: &GuestCpu, out: &mut Vec<
     out.push(Finding::error(
         Code::KvmCheckFull,
         format!(
-            "guest CPU doesn't match specification: {} (check='full' under KVM, model {model}: libvirt compares the CPU QEMU built with the one written and refuses the start; QEMU's KVM sets the hypervisor bit in every vCPU, may add others such as x2apic, and drops what KVM cannot give{per})",
+            "guest CPU doesn't match specification: {} (check='full' under KVM, model {model}: libvirt compares the CPU QEMU built with the one written and refuses the start; QEMU's KVM sets the hypervisor and x2apic bits in every vCPU, may add others, and drops what KVM cannot give{per})",
             parts.join(", ")
         ),
         "use check='partial' (libvirt's default under KVM) or match='minimum', or write the CPU as the started guest's live XML shows it",

@@ -193,7 +193,7 @@ fn judge_host_given(
     explicit: &[(String, Option<FeaturePolicy>)],
     facts: &DomainFacts<'_>,
 ) -> Judged {
-    let Some((feats, source)) = facts.host_model_features(explicit) else {
+    let Some((feats, source)) = facts.host_model_features(explicit, true) else {
         return Judged::Missing(format!(
             "this host's {mode} CPU is not known (no domcapabilities, nor QEMU's KVM host CPU in this machine's QEMU capability cache)"
         ));
@@ -342,7 +342,7 @@ fn given_short_of(
             "run the guest under KVM on a host whose CPU has them, or on a QEMU whose TCG emulates them",
         )
     } else if facts.virt_type == "kvm" && check("kvm") != CpuCheck::Full {
-        let Some((gives, source)) = facts.host_model_features(&[]) else {
+        let Some((gives, source)) = facts.host_model_features(&[], true) else {
             return Judged::Missing(
                 "what KVM gives is not known (no kvm domcapabilities, nor QEMU's KVM host CPU in this machine's QEMU capability cache): QEMU drops at start what KVM cannot give".into(),
             );

@@ -102,8 +102,9 @@ fn guest(name: &str, cpu: &str) -> String {
 /// Whether the tool's finding (`code`, `message`) says what libvirt's refusal `line` says:
 /// "the CPU is incompatible with host CPU: REASON" is `cpu-incompatible` with REASON in its
 /// sentence; "guest CPU doesn't match specification: extra features: ..., missing features: ..."
-/// is `kvm-check-full` naming every missing feature, and `hypervisor` when libvirt names it
-/// extra (the other extra features are not predicted).
+/// is `kvm-check-full` naming every missing feature, only extra features libvirt names, and
+/// `hypervisor` when libvirt names it extra (the model-specific ones, `vme`, `apic`, are not
+/// predicted).
 pub(crate) fn agrees(line: &str, code: &str, message: &str) -> bool {
     if let Some((_, reason)) = line.split_once("the CPU is incompatible with host CPU: ") {
         let missing = "Host CPU does not provide required features: ";
@@ -134,10 +135,27 @@ pub(crate) fn agrees(line: &str, code: &str, message: &str) -> bool {
         None => (diff, ""),
     };
     let said = message.split(" (").next().unwrap_or_default();
+    // The extra features the tool names: each one libvirt names too (it names more), and
+    // `hypervisor` exactly when libvirt does.
+    let names = |list: &str| -> Vec<String> {
+        list.trim()
+            .trim_end_matches(',')
+            .split(',')
+            .map(|f| f.trim().to_string())
+            .filter(|f| !f.is_empty())
+            .collect()
+    };
+    let libvirt_extra = names(extra.trim().strip_prefix("extra features: ").unwrap_or(""));
+    let tool_extra = said
+        .split_once("extra features: ")
+        .map(|(_, rest)| names(rest.split(", missing").next().unwrap_or_default()))
+        .unwrap_or_default();
     code == "kvm-check-full"
         && message.starts_with("guest CPU doesn't match specification: ")
         && (missing.is_empty() || said.contains(&format!("missing features: {missing}")))
-        && extra.contains("hypervisor") == said.contains("extra features: hypervisor")
+        && tool_extra.iter().all(|f| libvirt_extra.contains(f))
+        && libvirt_extra.iter().any(|f| f == "hypervisor")
+            == tool_extra.iter().any(|f| f == "hypervisor")
 }
 
 /// Whether libvirt's failure `line` is QEMU aborting on MSR 0x10a (`arch-capabilities`) at

@@ -106,7 +106,7 @@ fn host_model_features_are_compared_at_start() {
 fn check_full_without_what_kvm_gives_is_not_compared() {
     let caps = vec![generation("bookworm", "capabilities.xml")];
     let host = Host::discover(&HostOptions::of_facts(caps, Some(cpu_map()), None)).unwrap();
-    let cpu = "<cpu mode='custom' match='exact' check='full'><model>Nehalem</model><feature policy='require' name='hypervisor'/></cpu>";
+    let cpu = "<cpu mode='custom' match='exact' check='full'><model>Nehalem</model><feature policy='require' name='hypervisor'/><feature policy='require' name='x2apic'/></cpu>";
     let f = findings(&host, "kvm", cpu);
     let nc = f
         .iter()
@@ -293,22 +293,37 @@ fn check_full_refused_as_libvirt_refuses() {
         let m = full("<cpu mode='custom' match='exact' check='full'><model>Nehalem</model></cpu>")
             .unwrap();
         assert!(
-            m.starts_with("guest CPU doesn't match specification: extra features: hypervisor, missing features: pni,ssse3,sse4.1,sse4.2,popcnt ("),
+            m.starts_with("guest CPU doesn't match specification: extra features: x2apic,hypervisor, missing features: pni,ssse3,sse4.1,sse4.2,popcnt ("),
             "{m}"
         );
+        // libvirt 9.0: "extra features: apic,x2apic,hypervisor" (apic not predicted).
         let m = full("<cpu check='full'><model>pentium</model></cpu>").unwrap();
         assert!(
-            m.starts_with("guest CPU doesn't match specification: extra features: hypervisor ("),
+            m.starts_with(
+                "guest CPU doesn't match specification: extra features: x2apic,hypervisor ("
+            ),
             "{m}"
         );
+        // libvirt 9.0: "extra features: vme,x2apic, missing features: pni".
         let m = full("<cpu check='full'><model>kvm64</model><feature policy='require' name='hypervisor'/></cpu>").unwrap();
         assert!(
-            m.starts_with("guest CPU doesn't match specification: missing features: pni ("),
+            m.starts_with(
+                "guest CPU doesn't match specification: extra features: x2apic, missing features: pni ("
+            ),
             "{m}"
         );
+        let m = full(
+            "<cpu check='full'><model>pentium</model><feature policy='require' name='hypervisor'/></cpu>",
+        )
+        .unwrap();
+        assert!(
+            m.starts_with("guest CPU doesn't match specification: extra features: x2apic ("),
+            "{m}"
+        );
+        // Named, x2apic is no extra.
         assert_eq!(
             full(
-                "<cpu check='full'><model>pentium</model><feature policy='require' name='hypervisor'/></cpu>"
+                "<cpu check='full'><model>pentium</model><feature policy='require' name='hypervisor'/><feature policy='require' name='x2apic'/></cpu>"
             ),
             None
         );
