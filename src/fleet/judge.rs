@@ -260,16 +260,21 @@ pub(super) fn judge_shape(
     if !blocking.is_empty() {
         return blocking;
     }
-    // Nothing refuses it, but the CPU comparison libvirt makes at arrival, or the floor of the
-    // guest's OS at a start, was not made for want of a fact: not "runs" ([`not_compared`]).
-    let cpu = match &j.cpu {
-        crate::destination::CpuCompare::Unknown(why) => Some(why.clone()),
-        _ => None,
+    // Nothing refuses it, but the CPU comparison libvirt makes at arrival, the floor of the
+    // guest's OS at a start, or another check libvirt makes at start (a host-model CPU's
+    // required features, `check='full'`, TCG's `check='partial'`), when the comparison here
+    // did not settle the CPU, was not made for want of a fact: not "runs" ([`not_compared`]).
+    let (cpu, compared) = match &j.cpu {
+        crate::destination::CpuCompare::Unknown(why) => (Some(why.clone()), true),
+        crate::destination::CpuCompare::NotCompared(_) => (None, false),
+        _ => (None, true),
     };
     let floor = j
         .findings
         .iter()
-        .filter(|f| f.code == Code::NotCompared && crate::validate::is_floor_finding(f))
+        .filter(|f| {
+            f.code == Code::NotCompared && (!compared || crate::validate::is_floor_finding(f))
+        })
         .map(|f| f.message.clone());
     cpu.into_iter()
         .chain(floor)

@@ -452,32 +452,8 @@ fn check_full(
     if guest.matching == CpuMatch::Minimum {
         return false;
     }
-    // QEMU's KVM sets the hypervisor bit unless the CPU disables it, and libvirt expects it
-    // when the CPU names it at all (`optional` becomes `require`; seen with libvirt 9.0): extra
-    // only when the CPU written does not name it (a `forbid` is refused by the comparison
-    // before). Likewise `x2apic`, which QEMU's KVM turns on in every vCPU of a model without
-    // it (`kvm_default_props` of QEMU's target/i386/kvm/kvm-cpu.c: "x2apic" "on"; seen:
-    // "extra features: apic,x2apic" for pentium3, "vme,x2apic" for kvm64), when the model's
-    // features are known. In CPUID order, as libvirt lists them.
-    let named = |name: &str| guest.cpu.features.iter().any(|(f, _)| f == name);
-    let model_has = |name: &str| {
-        guest
-            .cpu
-            .model
-            .as_deref()
-            .and_then(|m| facts.model_features(m))
-            .map(|f| f.contains(name))
-    };
-    let extras: Vec<&str> = [
-        (
-            "x2apic",
-            !named("x2apic") && model_has("x2apic") == Some(false),
-        ),
-        ("hypervisor", !named("hypervisor")),
-    ]
-    .into_iter()
-    .filter_map(|(f, extra)| extra.then_some(f))
-    .collect();
+    // What QEMU's KVM adds to every vCPU (hypervisor, x2apic) and the CPU does not name.
+    let extras = kvm_extras(guest, facts);
     let extra = !extras.is_empty();
     let path = Path::new("the domain XML");
     let loaded = start
@@ -524,6 +500,38 @@ fn check_full(
         "use check='partial' (libvirt's default under KVM) or match='minimum', or write the CPU as the started guest's live XML shows it",
     ));
     true
+}
+
+/// The features QEMU's KVM adds to every vCPU that the CPU written lacks, which libvirt's
+/// `check='full'` names extra, in CPUID order as libvirt lists them:
+///
+/// * `x2apic`, which QEMU's KVM turns on in a model without it (`kvm_default_props` of QEMU's
+///   target/i386/kvm/kvm-cpu.c: "x2apic" "on"; seen: "extra features: apic,x2apic" for
+///   pentium3, "vme,x2apic" for kvm64), when the model's features are known and the CPU does
+///   not name it;
+/// * `hypervisor`, which QEMU's KVM sets unless the CPU disables it, and libvirt expects when
+///   the CPU names it at all (`optional` becomes `require`; seen with libvirt 9.0): extra only
+///   when the CPU does not name it (a `forbid` is refused by the comparison before).
+fn kvm_extras(guest: &GuestCpu, facts: &DomainFacts<'_>) -> Vec<&'static str> {
+    let named = |name: &str| guest.cpu.features.iter().any(|(f, _)| f == name);
+    let model_has = |name: &str| {
+        guest
+            .cpu
+            .model
+            .as_deref()
+            .and_then(|m| facts.model_features(m))
+            .map(|f| f.contains(name))
+    };
+    [
+        (
+            "x2apic",
+            !named("x2apic") && model_has("x2apic") == Some(false),
+        ),
+        ("hypervisor", !named("hypervisor")),
+    ]
+    .into_iter()
+    .filter_map(|(f, extra)| extra.then_some(f))
+    .collect()
 }
 
 #[cfg(test)]
