@@ -131,10 +131,11 @@ impl Host {
         let host = crate::libvirt::arch::host_arch();
         // This machine as the host, on the terms its own CPU is (its libvirt's cpu_map in use:
         // a named one is a dry run for another host, whose arch this machine's does not say).
+        // The cheap questions first: this runs at every guest start.
         if self.only_given_facts
-            || !self.own_cpu_map()
             || virt_type != "kvm"
             || crate::libvirt::arch::same_family(arch, host)
+            || !self.own_cpu_map()
         {
             return None;
         }
