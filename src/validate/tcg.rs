@@ -322,13 +322,21 @@ pub(super) fn check_cpu(
         .collect();
     let mut missing: BTreeSet<String> = BTreeSet::new();
     let mut basis = Vec::new();
+    // What a part of the comparison needed and no fact gave, in words (`not-compared`).
+    let mut unknown = Vec::new();
     if let (Some(m), CpuMode::Custom) = (&model, mode) {
-        if let Some((lacking, per)) = model_lacks(m, check, &dropped, facts) {
-            missing.extend(lacking);
-            basis.push(per);
+        match model_lacks(m, check, &dropped, facts) {
+            Ok(Some((lacking, per))) => {
+                missing.extend(lacking);
+                basis.push(per);
+            }
+            Ok(None) => {}
+            Err(what) => unknown.push(what),
         }
     }
-    // Features listed beyond the model: against the CPU TCG gives.
+    if gives.is_none() {
+        unknown.extend(features_unjudged(&listed, check));
+    }
     if let Some((_, source)) = gives {
         let lacking: Vec<String> = listed
             .iter()
@@ -345,8 +353,8 @@ pub(super) fn check_cpu(
     } else {
         format!("; per {}", basis.join(" and "))
     };
-    if missing.is_empty() {
-        not_compared(mode, model.as_deref(), check, &listed, facts, out);
+    if missing.is_empty() && !unknown.is_empty() {
+        not_compared(mode, model.as_deref(), check, &listed, &unknown, out);
     }
     if check == CpuCheck::Partial {
         let forbidden: BTreeSet<String> = gives.map_or_else(BTreeSet::new, |(g, _)| {
@@ -362,9 +370,35 @@ pub(super) fn check_cpu(
     }
 }
 
+/// The features listed beyond the model that libvirt compares with the CPU TCG gives (each
+/// `require`, and `force` under `full`; `forbid` under `partial`; not `hypervisor`, which QEMU
+/// sets itself), as the missing fact's words when that CPU is not known; None when there are
+/// none.
+fn features_unjudged(listed: &Listed, check: CpuCheck) -> Option<String> {
+    let asked: Vec<&str> = listed
+        .iter()
+        .filter(|(f, p)| {
+            let compared = match p {
+                Some(FeaturePolicy::Require) => true,
+                Some(FeaturePolicy::Force) => check == CpuCheck::Full,
+                Some(FeaturePolicy::Forbid) => check == CpuCheck::Partial,
+                _ => false,
+            };
+            compared && f != "hypervisor"
+        })
+        .map(|(f, _)| f.as_str())
+        .collect();
+    (!asked.is_empty()).then(|| {
+        format!(
+            "the CPU this QEMU's TCG emulates, which the features {} are compared with,",
+            asked.join(", ")
+        )
+    })
+}
+
 /// The features of custom model `m` that libvirt's `check` finds TCG lacking, those the guest
 /// drops (`dropped`: listed with a policy that does not need them) left out, and what says so;
-/// None when it finds none, or nothing can say. The partial check of a libvirt that takes
+/// None when it finds none; Err naming the fact missing when nothing can say. The partial check of a libvirt that takes
 /// QEMU's word ([`crate::tcg_facts::TcgFacts::usable_decides`]) stops at a usable model and
 /// names an unusable one's blockers; otherwise (and under `full`, which compares what QEMU
 /// built) the model's features (cpu_map) count one by one against the CPU TCG gives.
@@ -373,13 +407,13 @@ fn model_lacks(
     check: CpuCheck,
     dropped: &BTreeSet<&str>,
     facts: &DomainFacts<'_>,
-) -> Option<(BTreeSet<String>, String)> {
+) -> Result<Option<(BTreeSet<String>, String)>, String> {
     let tcg = facts.tcg.models.get(m);
     let blockers = tcg.and_then(|t| t.blockers.as_ref().map(|b| (b, &t.source)));
     let qemu_word = facts.tcg.usable_decides && check == CpuCheck::Partial;
     let (lacking, per): (BTreeSet<String>, String) =
         match (qemu_word, tcg.is_some_and(|t| t.usable), blockers) {
-            (true, true, _) => return None,
+            (true, true, _) => return Ok(None),
             (true, false, Some((b, source))) => (
                 b.iter()
                     .filter(|f| !dropped.contains(f.as_str()))
@@ -391,7 +425,7 @@ fn model_lacks(
                 let (Some((_, source)), Some(own)) =
                     (facts.tcg.host_cpu.as_ref(), facts.model_features(m))
                 else {
-                    return None;
+                    return Err(format!("what this QEMU's TCG makes of model {m}"));
                 };
                 let lacking = own
                     .iter()
@@ -402,18 +436,18 @@ fn model_lacks(
                 )
             }
         };
-    (!lacking.is_empty()).then_some((lacking, per))
+    Ok((!lacking.is_empty()).then_some((lacking, per)))
 }
 
 /// The `not-compared` warning when [`check_cpu`] found nothing to refuse but lacked a TCG fact
-/// a part of libvirt's comparison needs ([`unknown_to_tcg_facts`]). Nothing under `full` for a
-/// custom CPU that does not name `hypervisor`: refused whatever TCG gives.
+/// a part of libvirt's comparison needs (`unknown`: each, in words). Nothing under `full` for
+/// a custom CPU that does not name `hypervisor`: refused whatever TCG gives.
 fn not_compared(
     mode: CpuMode,
     model: Option<&str>,
     check: CpuCheck,
     listed: &Listed,
-    facts: &DomainFacts<'_>,
+    unknown: &[String],
     out: &mut Vec<Finding>,
 ) {
     let refused_anyway = check == CpuCheck::Full
@@ -422,56 +456,16 @@ fn not_compared(
     if refused_anyway {
         return;
     }
-    let Some(lacks) = unknown_to_tcg_facts(mode, model, check, listed, facts) else {
-        return;
-    };
     out.push(Finding::warning(
         Code::NotCompared,
         format!(
-            "not compared: libvirt compares this CPU ({}, check='{}' under TCG) with the CPU this QEMU's TCG emulates when it starts the guest, and refuses it when TCG lacks a feature it requires; {lacks} is not known (no qemu domcapabilities with a host-model CPU, nor a fresh file of libvirt's QEMU capability cache for the emulator)",
+            "not compared: libvirt compares this CPU ({}, check='{}' under TCG) with the CPU this QEMU's TCG emulates when it starts the guest, and refuses it when TCG lacks a feature it requires; {} is not known (no qemu domcapabilities with a host-model CPU, nor a fresh file of libvirt's QEMU capability cache for the emulator)",
             model.map_or_else(|| mode.as_str().to_string(), |m| format!("model {m}")),
-            check.as_str()
+            check.as_str(),
+            unknown.join(" and ")
         ),
         "give the host's virsh domcapabilities --virttype qemu (--caps, a <hostFacts>, or the daemon's snapshot), or run the tool on the host with its libvirt's QEMU capability cache",
     ));
-}
-
-/// What of the TCG facts [`check_cpu`] needed and did not have, in words, when it found
-/// nothing to refuse: what TCG makes of the custom model (QEMU's `usable` where libvirt takes
-/// it, else the CPU TCG gives and the model's features), or the CPU TCG gives, for features
-/// listed `require` (or `force` under `full`) or `forbid`. None when every part was judged.
-fn unknown_to_tcg_facts(
-    mode: CpuMode,
-    model: Option<&str>,
-    check: CpuCheck,
-    listed: &Listed,
-    facts: &DomainFacts<'_>,
-) -> Option<String> {
-    let gives = facts.tcg.host_cpu.is_some();
-    if let (CpuMode::Custom, Some(m)) = (mode, model) {
-        let tcg = facts.tcg.models.get(m);
-        let qemu_word = facts.tcg.usable_decides && check == CpuCheck::Partial;
-        let decided = qemu_word && tcg.is_some_and(|t| t.usable || t.blockers.is_some());
-        let judged = gives && facts.model_features(m).is_some();
-        if !(decided || judged) {
-            return Some(format!("what this QEMU's TCG makes of model {m}"));
-        }
-    }
-    let judged = |p: &Option<FeaturePolicy>| {
-        matches!(p, Some(FeaturePolicy::Require | FeaturePolicy::Forbid))
-            || (check == CpuCheck::Full && *p == Some(FeaturePolicy::Force))
-    };
-    let asked: Vec<&str> = listed
-        .iter()
-        .filter(|(f, p)| judged(p) && f != "hypervisor")
-        .map(|(f, _)| f.as_str())
-        .collect();
-    (!gives && !asked.is_empty()).then(|| {
-        format!(
-            "the CPU this QEMU's TCG emulates, which the features {} are compared with,",
-            asked.join(", ")
-        )
-    })
 }
 
 /// `check='partial'`: libvirt's refusal when TCG lacks a feature the guest needs, or has one it
