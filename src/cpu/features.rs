@@ -50,6 +50,16 @@ pub fn is_known_x86_feature(name: &str) -> bool {
     KNOWN_FEATURES.binary_search(&name).is_ok()
 }
 
+/// libvirt's name of a feature the domain spells another way (QEMU's `sse4_2`, Linux's `sse3`,
+/// upper case), which libvirt's domain XML refuses ("unknown CPU feature: sse3", seen with
+/// libvirt 9.0) though a policy's rules accept it: the name [`normalize_feature`] makes of it,
+/// whether or not that is known; None for libvirt 9.0's own names and names it keeps as they
+/// are.
+#[must_use]
+pub fn libvirt_spelling_of(name: &str) -> Option<String> {
+    normalize_feature(name).filter(|key| key != name && !is_known_x86_feature(name))
+}
+
 /// Normalise a feature name to libvirt's `cpu_map` spelling.
 ///
 /// The name is lower-cased (ASCII). Returns `None` if it is empty or then

@@ -202,10 +202,10 @@ fn check_features(
                 format!("CPU feature '{name}' is not one libvirt knows (x86_features.xml of {}): libvirt refuses to start the guest (\"unknown CPU feature: {name}\")", facts.cpu_map_source),
                 "use libvirt's feature names (`virsh domcapabilities` lists them)",
             ));
-        } else if is_x86(arch) && key != name && !crate::cpu::is_known_x86_feature(name) {
-            // Another spelling of a feature libvirt knows (QEMU's `sse4_2`, Linux's `sse3`,
-            // upper case): the policy's rules accept them, libvirt's domain XML does not (seen
-            // with libvirt 9.0: "unknown CPU feature: sse3").
+        } else if let Some(key) = is_x86(arch)
+            .then(|| crate::cpu::libvirt_spelling_of(name))
+            .flatten()
+        {
             out.push(unknown_name(
                 facts,
                 Code::CpuFeatureUnknown,

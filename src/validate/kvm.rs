@@ -260,10 +260,7 @@ fn misspelled(cpu: Node<'_, '_>) -> bool {
     cpu.children()
         .filter(|c| crate::xml::is_libvirt_element(*c, "feature"))
         .filter_map(|f| f.attribute("name"))
-        .any(|name| {
-            crate::cpu::normalize_feature(name).is_some_and(|key| key != name)
-                && !crate::cpu::is_known_x86_feature(name)
-        })
+        .any(|name| crate::cpu::libvirt_spelling_of(name).is_some())
 }
 
 /// What [`compare_at_start`] came to.

@@ -424,3 +424,39 @@ fn started_as_libvirt_starts() {
     assert_eq!(incompatible(&host, "qemu", q), None);
     assert_eq!(incompatible(&bookworm(false), "kvm", q), None);
 }
+
+/// A feature spelled another way than libvirt's (`sse3`, `sse4_2`, `SSE4.2`) is refused as
+/// libvirt refuses it ("unknown CPU feature: sse3", seen with libvirt 9.0), naming libvirt's
+/// spelling, and nothing is compared.
+#[test]
+fn another_spelling_of_a_feature_is_unknown_to_libvirt() {
+    let host = bookworm(true);
+    for (name, libvirt) in [("sse3", "pni"), ("sse4_2", "sse4.2"), ("SSE4.2", "sse4.2")] {
+        for cpu in [
+            format!("<cpu mode='host-model'><feature policy='require' name='{name}'/></cpu>"),
+            format!(
+                "<cpu mode='custom'><model>Nehalem</model><feature policy='require' name='{name}'/></cpu>"
+            ),
+        ] {
+            let f = findings(&host, "kvm", &cpu);
+            assert!(
+                f.iter().any(|f| f.code == Code::CpuFeatureUnknown
+                    && f.severity == Severity::Error
+                    && f.message.contains(&format!("'{libvirt}'"))),
+                "{cpu}: {f:?}"
+            );
+            assert!(
+                f.iter()
+                    .all(|f| f.code != Code::NotCompared && f.code != Code::CpuIncompatible),
+                "{cpu}: {f:?}"
+            );
+        }
+    }
+    // libvirt's own spelling is no error.
+    let f = findings(
+        &host,
+        "kvm",
+        "<cpu mode='host-model'><feature policy='require' name='pni'/></cpu>",
+    );
+    assert!(f.iter().all(|f| f.code != Code::CpuFeatureUnknown), "{f:?}");
+}
