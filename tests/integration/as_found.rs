@@ -17,7 +17,7 @@
 //! Which answer each shape gets differs between machines (vendor, nested KVM, QEMU); agreement
 //! is what is asserted, on either vendor.
 
-use crate::harness::{Cmd, Scratch, oracles, s};
+use crate::harness::{Cmd, Scratch, check_json, oracles, s};
 use crate::tcg::{Start, try_start};
 
 /// The floor the `os-floor` case's OS needs (RHEL 10: x86-64-v3), as libvirt names them.
@@ -227,17 +227,7 @@ fn as_found_verdicts_agree_with_libvirt() {
         let out = Cmd::new(&["check", "--format", "json", "--policy", &s(&policy)])
             .arg(s(&file))
             .run();
-        let v: serde_json::Value = serde_json::from_str(&out.stdout)
-            .unwrap_or_else(|e| panic!("{label}: check's JSON: {e}: {}", out.stderr));
-        let findings: Vec<(String, String, String)> = v["findings"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|f| {
-                let word = |k: &str| f[k].as_str().unwrap_or_default().to_string();
-                (word("code"), word("severity"), word("message"))
-            })
-            .collect();
+        let (_, findings) = check_json(&out, label);
         let has = |code: &str| findings.iter().any(|f| f.0 == code);
         let refusal = REFUSALS.iter().find(|(c, _)| has(c));
         let floor = has("os-floor");

@@ -706,3 +706,20 @@ pub fn select_generations(
     }
     Ok((answering, absent))
 }
+
+/// `check --format json`'s verdict document of `out` and its findings as (code, severity,
+/// message); panics naming `what` when stdout is not that JSON.
+pub fn check_json(out: &Output, what: &str) -> (serde_json::Value, Vec<(String, String, String)>) {
+    let v: serde_json::Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("{what}: check's JSON: {e}: {}", out.stderr));
+    let findings = v["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            let word = |k: &str| f[k].as_str().unwrap_or_default().to_string();
+            (word("code"), word("severity"), word("message"))
+        })
+        .collect();
+    (v, findings)
+}

@@ -23,7 +23,7 @@
 //! judges both vendors' start checks, though not the other vendor's live-only paths (this
 //! machine's CPUID and MSRs decoded, its QEMU's starts).
 
-use crate::harness::{Cmd, Scratch, root, s, shared_corpus};
+use crate::harness::{Cmd, Scratch, check_json, root, s, shared_corpus};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -116,20 +116,10 @@ fn kvm_verdicts_agree_with_a_recorded_amd_host() {
                 .args(&["--libvirt-version", &libvirt, "--qemu-version", &qemu])
                 .stdin(guest(&machine, &cpu))
                 .run();
-            let v: serde_json::Value = serde_json::from_str(&out.stdout)
-                .unwrap_or_else(|e| panic!("{g} {label}: check's JSON: {e}: {}", out.stderr));
-            let findings: Vec<(String, String, String)> = v["findings"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|f| {
-                    let t = |k: &str| f[k].as_str().unwrap_or_default().to_string();
-                    (t("severity"), t("code"), t("message"))
-                })
-                .collect();
+            let (v, findings) = check_json(&out, &format!("{g} {label}"));
             let errors: Vec<&(String, String, String)> =
-                findings.iter().filter(|f| f.0 == "error").collect();
-            let warned = findings.iter().any(|f| f.1 == "kvm-arch-capabilities");
+                findings.iter().filter(|f| f.1 == "error").collect();
+            let warned = findings.iter().any(|f| f.0 == "kvm-arch-capabilities");
             let cpu_refusal = error
                 .lines()
                 .map(|l| l.trim_start_matches("error: "))
@@ -157,10 +147,10 @@ fn kvm_verdicts_agree_with_a_recorded_amd_host() {
                 };
                 let agree = errors
                     .iter()
-                    .any(|(_, code, m)| crate::kvm::agrees(l, code, m));
+                    .any(|(code, _, m)| crate::kvm::agrees(l, code, m));
                 if agree {
                     Class::Refused
-                } else if errors.iter().any(|(_, c, _)| c == code) {
+                } else if errors.iter().any(|(c, _, _)| c == code) {
                     Class::RefusedOtherList
                 } else {
                     Class::Disagree
