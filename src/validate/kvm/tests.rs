@@ -17,6 +17,13 @@ fn bookworm(with_caps: bool) -> Host {
     Host::discover(&HostOptions::of_facts(caps, Some(cpu_map()), None)).unwrap()
 }
 
+/// The same host known by its capabilities alone (its CPU, not what KVM gives), with its
+/// cpu_map.
+fn caps_only() -> Host {
+    let caps = vec![generation("bookworm", "capabilities.xml")];
+    Host::discover(&HostOptions::of_facts(caps, Some(cpu_map()), None)).unwrap()
+}
+
 fn findings(host: &Host, vt: &str, cpu: &str) -> Vec<Finding> {
     let text = format!(
         "<domain type='{vt}'><name>g</name><memory>65536</memory><vcpu>1</vcpu><os><type arch='x86_64' machine='pc'>hvm</type></os>{cpu}</domain>"
@@ -104,8 +111,7 @@ fn host_model_features_are_compared_at_start() {
 /// KVM host-model CPU known, the check is not compared (was: conforms).
 #[test]
 fn check_full_without_what_kvm_gives_is_not_compared() {
-    let caps = vec![generation("bookworm", "capabilities.xml")];
-    let host = Host::discover(&HostOptions::of_facts(caps, Some(cpu_map()), None)).unwrap();
+    let host = caps_only();
     let cpu = "<cpu mode='custom' match='exact' check='full'><model>Nehalem</model><feature policy='require' name='hypervisor'/><feature policy='require' name='x2apic'/></cpu>";
     let f = findings(&host, "kvm", cpu);
     let nc = f
@@ -131,8 +137,7 @@ fn check_full_without_what_kvm_gives_is_not_compared() {
 /// domcapabilities or the QEMU capability cache, not compared (was: conforms).
 #[test]
 fn tcg_partial_without_what_tcg_gives_is_not_compared() {
-    let caps = vec![generation("bookworm", "capabilities.xml")];
-    let host = Host::discover(&HostOptions::of_facts(caps, Some(cpu_map()), None)).unwrap();
+    let host = caps_only();
     for cpu in [
         "<cpu mode='custom' match='exact' check='partial'><model>Skylake-Server</model></cpu>",
         "<cpu mode='host-model' check='partial'><feature policy='require' name='avx512f'/></cpu>",
@@ -190,9 +195,7 @@ fn the_os_floor_is_judged_as_kvm_gives_a_custom_cpu() {
         floor.message
     );
     assert!(floor.message.contains("avx2"), "{}", floor.message);
-    let caps = vec![generation("bookworm", "capabilities.xml")];
-    let caps_only = Host::discover(&HostOptions::of_facts(caps, Some(cpu_map()), None)).unwrap();
-    let f = judge(&caps_only);
+    let f = judge(&caps_only());
     assert!(f.iter().all(|f| f.code != Code::OsFloor), "{f:?}");
     assert!(f.iter().any(|f| f.code == Code::NotCompared), "{f:?}");
 }
