@@ -31,6 +31,10 @@ use std::path::{Path, PathBuf};
 /// Where libvirt keeps the stored definitions of the system instance's QEMU/KVM guests.
 pub const DEFAULT_DIR: &str = "/etc/libvirt/qemu";
 
+/// Where libvirt keeps the status files of the system instance's running guests
+/// (`<domstatus>`, [`crate::domain::STATUS_ROOT`]): a transient guest's only document.
+pub const RUNNING_DIR: &str = "/run/libvirt/qemu";
+
 /// The psABI level a guest's CPU reaches on this host, and what that was decided from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LevelReading {
@@ -59,6 +63,9 @@ pub struct Guest {
     pub machine_limit: Option<MachineLimit>,
     /// The rules involved ([`rules_involved`]).
     pub rules: Vec<String>,
+    /// Whether the file is a running guest's status file (`<domstatus>`): the guest judged is
+    /// its live XML, the CPU it runs with, not the definition it restarts from.
+    pub running: bool,
 }
 
 impl Guest {
@@ -174,8 +181,9 @@ fn read_file(path: &Path) -> Result<Vec<u8>, String> {
     crate::readfile::read_regular(path, crate::xml::MAX_INPUT_BYTES).map_err(|e| e.to_string())
 }
 
-/// Judge one file under `policy` with `host` facts: never an error, a file that cannot be read,
-/// decoded or parsed becomes [`Entry::Unreadable`].
+/// Judge one file under `policy` with `host` facts: a stored definition (`<domain>`) or a
+/// running guest's status file (`<domstatus>`, its live `<domain>` judged); never an error, a
+/// file that cannot be read, decoded or parsed becomes [`Entry::Unreadable`].
 #[must_use]
 pub fn judge_file(path: &Path, policy: &Policy, host: &Host) -> Entry {
     let unreadable = |why: String| Entry::Unreadable(path.to_path_buf(), why);
@@ -184,17 +192,22 @@ pub fn judge_file(path: &Path, policy: &Policy, host: &Host) -> Entry {
         Err(why) => return unreadable(why),
     };
     let what = path.display().to_string();
-    let judged =
-        crate::xml::decode(&bytes, &what).and_then(|text| judge(text, &what, policy, host));
+    let judged = crate::xml::decode(&bytes, &what).and_then(|text| {
+        let (domain, running) = crate::domain::guest_document(text, &what)?;
+        Ok((judge(domain, &what, policy, host)?, running))
+    });
     match judged {
-        Ok((outcome, level, vcpu_max, machine_limit, rules)) => Entry::Guest(Box::new(Guest {
-            file: path.to_path_buf(),
-            outcome,
-            level,
-            vcpu_max,
-            machine_limit,
-            rules,
-        })),
+        Ok(((outcome, level, vcpu_max, machine_limit, rules), running)) => {
+            Entry::Guest(Box::new(Guest {
+                file: path.to_path_buf(),
+                outcome,
+                level,
+                vcpu_max,
+                machine_limit,
+                rules,
+                running,
+            }))
+        }
         Err(e) => unreadable(e.to_string()),
     }
 }

@@ -14,9 +14,11 @@
 mod audit;
 mod fleet;
 pub(crate) mod host;
+mod policy;
 
 pub use audit::{AuditArgs, AuditFormat};
 pub use fleet::{FactsArgs, FleetArgs, FleetFormat};
+pub use policy::{PolicyCheckArgs, PolicyCmd};
 
 use crate::error::Error;
 use crate::host::{Host, HostOptions, Sourced};
@@ -85,6 +87,10 @@ pub enum Command {
     /// `runs` or `cannot` with every reason); `--drain HOST` (exit 1 when a guest cannot leave),
     /// `--admit FACTS`, `--upgrade HOST --to FACTS`. Exit 0 all run, 1 some cannot, 2 bad input.
     Fleet(FleetArgs),
+    /// Check a policy before it is used (`policy check [FILE]`): its keys and values, and every
+    /// CPU model, feature and selector against this host's libvirt.
+    #[command(subcommand)]
+    Policy(PolicyCmd),
     /// Write this host's guest facts (`--guests`: from libvirt's stored definitions and status
     /// files, never libvirt) for `fleet`.
     Facts(FactsArgs),
@@ -104,7 +110,8 @@ impl Command {
             | Command::Baseline(_)
             | Command::Compare(_)
             | Command::Traits(_)
-            | Command::Fleet(_) => true,
+            | Command::Fleet(_)
+            | Command::Policy(_) => true,
             Command::Facts(a) => a.out.is_none(),
         }
     }
@@ -320,6 +327,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Traits(a) => traits::cmd_traits(&a),
         Command::Fleet(a) => fleet::cmd_fleet(&a),
         Command::Facts(a) => fleet::cmd_facts(&a),
+        Command::Policy(a) => policy::cmd_policy(&a),
     };
     match result {
         Ok(code) => code,
@@ -631,6 +639,15 @@ fn cmd_hook(a: &HookCmd) -> i32 {
 fn cmd_host(a: &HostArgs) -> Result<i32, Failure> {
     let policy = Policy::load(a.facts.policy.as_deref())?;
     let host = Host::discover(&host_options(&policy, &a.facts))?;
+    // The policy whose `[host]` settings these facts follow is usable here, or nothing is said.
+    let broken = host.policy_errors(&policy);
+    if !broken.is_empty() {
+        return Err(Error::Policy {
+            path: policy.source.clone(),
+            errors: broken,
+        }
+        .into());
+    }
     let models = host.full_cpu_map()?.len();
     let out = match a.format {
         Format::Text => host::text(&policy, &host, models, a.verbose),

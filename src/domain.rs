@@ -61,6 +61,42 @@ pub fn cpu_features(cpu: Node<'_, '_>) -> Vec<(String, Option<FeaturePolicy>)> {
         .collect()
 }
 
+/// The root element of libvirt's status file of a running guest (`/run/libvirt/qemu/NAME.xml`,
+/// written by `qemuDomainObjSave` through `virDomainObjFormat`): `<domstatus state reason pid>`
+/// with the monitor, the vCPU threads and the live `<domain>` inside. A transient guest (what
+/// CloudStack's agent creates) has no other document on the host.
+pub const STATUS_ROOT: &str = "domstatus";
+
+/// The live `<domain>` of a status file's root `root` (`<domstatus>`): None when `root` is not
+/// a `<domstatus>`, `Some(Err(why))` for one without `<domain>`.
+#[must_use]
+pub fn status_domain<'a, 'i>(root: Node<'a, 'i>) -> Option<std::result::Result<Node<'a, 'i>, &'static str>> {
+    is_libvirt_element(root, STATUS_ROOT)
+        .then(|| child(root, "domain").ok_or("a <domstatus> (libvirt's status file) without <domain>"))
+}
+
+/// The text of the `<domain>` a guest document holds, and whether it is a running guest's live
+/// XML: `text` itself for a `<domain>` (a stored definition, `virsh dumpxml`), the `<domain>`
+/// inside for a status file ([`status_domain`]). Only a text naming `<domstatus` is parsed here:
+/// a domain is parsed once, by [`Domain::parse`].
+///
+/// # Errors
+/// [`Error::Xml`] for a status file that is not well-formed XML or has no `<domain>`.
+pub fn guest_document<'t>(text: &'t str, what: &str) -> Result<(&'t str, bool)> {
+    if !text.contains(STATUS_ROOT) {
+        return Ok((text, false));
+    }
+    let doc = parse_xml(text, what)?;
+    match status_domain(doc.root_element()) {
+        None => Ok((text, false)),
+        Some(Ok(d)) => Ok((&text[d.range()], true)),
+        Some(Err(why)) => Err(Error::Xml {
+            what: what.to_string(),
+            message: why.to_string(),
+        }),
+    }
+}
+
 impl<'t> Domain<'t> {
     /// Parse a domain document.
     ///

@@ -420,12 +420,20 @@ impl Finding {
     }
 }
 
-impl std::fmt::Display for Finding {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let sev = match self.severity {
+impl Severity {
+    /// `warning` or `error`, as every report writes it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
             Severity::Warning => "warning",
             Severity::Error => "error",
-        };
+        }
+    }
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sev = self.severity.as_str();
         write!(f, "{sev}[{}]: {}", self.code, self.message)?;
         if let Some(r) = &self.rule {
             write!(f, " (rule '{r}')")?;

@@ -217,6 +217,19 @@ pub fn decide(guest: &str, phase: Phase, xml: &[u8], opts: &HookOptions) -> Deci
         Ok(h) => h,
         Err(e) => return fail(&e, "repair the host-fact files named in the policy"),
     };
+    // A policy naming what this host's libvirt does not know would refuse every guest it
+    // matches: the policy's mistake, the tool's failure (`on_error`), never the guest's.
+    let broken = host.policy_errors(&policy);
+    if !broken.is_empty() {
+        let e = Error::Policy {
+            path: policy.source.clone(),
+            errors: broken,
+        };
+        return fail(
+            &e,
+            "correct the policy (`virt-cpu-policy policy check` names each mistake)",
+        );
+    }
     let verdict = match phase {
         Phase::Prepare => prepare(guest, text, &policy, &host),
         Phase::Started => started(guest, text, &policy, &host),

@@ -42,9 +42,32 @@ pub struct AuditArgs {
     /// Report format.
     #[arg(long, value_enum, default_value = "text")]
     pub format: AuditFormat,
-    /// Directories (their `*.xml` entries) and files to audit.
-    #[arg(value_name = "DIR | FILE", default_value = crate::audit::DEFAULT_DIR)]
+    /// Also every running guest: libvirt's status files (`/run/libvirt/qemu/*.xml`,
+    /// `<domstatus>`), transient guests included, each judged with the live CPU it runs with.
+    /// The default when no DIR or FILE is given (then the stored definitions too).
+    #[arg(long)]
+    pub running: bool,
+    /// Directories (their `*.xml` entries) and files to audit: stored definitions or status
+    /// files (default: /etc/libvirt/qemu, and /run/libvirt/qemu where it exists).
+    #[arg(value_name = "DIR | FILE")]
     pub inputs: Vec<PathBuf>,
+}
+
+impl AuditArgs {
+    /// The directories and files to audit: those given, else the stored definitions and, where
+    /// libvirt runs guests here, their status files; `--running` adds the status files.
+    fn inputs(&self) -> Vec<PathBuf> {
+        let running = std::path::Path::new(crate::audit::RUNNING_DIR);
+        let mut inputs = self.inputs.clone();
+        let given = !inputs.is_empty();
+        if !given {
+            inputs.push(PathBuf::from(crate::audit::DEFAULT_DIR));
+        }
+        if self.running || (!given && running.is_dir()) {
+            inputs.push(running.to_path_buf());
+        }
+        inputs
+    }
 }
 
 /// The exit code of an audit (module documentation).
@@ -68,7 +91,7 @@ pub(super) fn cmd_audit(a: &AuditArgs) -> Result<i32, Failure> {
     let policy = Policy::load(a.facts.policy.as_deref())?;
     let host = Host::discover(&super::host_options(&policy, &a.facts))?;
     crate::pipeline::check_cluster(&policy, &host)?;
-    let files = crate::audit::files(&a.inputs).map_err(|e| Failure {
+    let files = crate::audit::files(&a.inputs()).map_err(|e| Failure {
         code: EXIT_BAD_INPUT,
         message: Some(e.to_string()),
     })?;
@@ -134,6 +157,13 @@ fn text(entries: &[Entry], t: &Totals) -> String {
                     "(unnamed)".to_string()
                 } else {
                     g.outcome.name.clone()
+                };
+                // A status file's guest is its live XML: said, as the same name may be a stored
+                // definition too.
+                let name = if g.running {
+                    format!("{name} (running)")
+                } else {
+                    name
                 };
                 unknown_level |= g.level.basis == "no domcapabilities";
                 let rules = if g.rules.is_empty() {
@@ -201,12 +231,13 @@ fn table(rows: &[[String; 6]]) -> String {
     s
 }
 
-/// One guest: the `check --format json` object plus `file`, `level`, `vcpu_max`,
+/// One guest: the `check --format json` object plus `file`, `running`, `level`, `vcpu_max`,
 /// `machine_limit` and `rules` (docs/json.md).
 fn guest_json(g: &Guest, policy: &Policy) -> Value {
     let mut v = super::report_json(&g.outcome, policy);
     if let Value::Object(m) = &mut v {
         m.insert("file".into(), json!(g.file.display().to_string()));
+        m.insert("running".into(), json!(g.running));
         m.insert(
             "level".into(),
             json!({"value": g.level.level.map(crate::cpu::Level::as_str), "basis": g.level.basis}),

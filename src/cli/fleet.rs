@@ -143,21 +143,41 @@ fn cpu_maps(values: &[String]) -> Result<CpuMaps, Failure> {
 }
 
 /// Writes `text`; `cannot` (when not empty) said on stderr, exit 1; else when `not_compared`
-/// pairs (or drained guests) were not compared, said on stderr, exit 4 (as `check`'s
-/// `not-compared`: neither runs nor cannot); else exit 0.
-fn finish(text: &str, cannot: &str, not_compared: usize) -> Result<i32, Failure> {
+/// pairs (or drained guests) were not compared, or the answer is incomplete (`gaps`: a facts
+/// file not read, guests of a host not among the facts, a drained host whose guests are not
+/// known), said on stderr, exit 4 (as `check`'s `not-compared`: neither runs nor cannot);
+/// else exit 0.
+fn finish(
+    text: &str,
+    cannot: &str,
+    not_compared: usize,
+    gaps: &crate::fleet::gaps::Gaps,
+) -> Result<i32, Failure> {
     write_stdout(text.as_bytes())?;
-    if cannot.is_empty() {
-        if not_compared == 0 {
-            return Ok(EXIT_OK);
-        }
+    if !cannot.is_empty() {
+        crate::stdio::message_line(&format!("virt-cpu-policy: {cannot}"));
+        return Ok(EXIT_REFUSED);
+    }
+    let mut code = EXIT_OK;
+    if not_compared > 0 {
         crate::stdio::message_line(&format!(
             "virt-cpu-policy: {not_compared} not compared: a fact the judgement needs is missing (each not-compared reason names it)"
         ));
-        return Ok(crate::verdict::EXIT_NOT_COMPARED);
+        code = crate::verdict::EXIT_NOT_COMPARED;
     }
-    crate::stdio::message_line(&format!("virt-cpu-policy: {cannot}"));
-    Ok(EXIT_REFUSED)
+    if let Some(summary) = gaps.summary() {
+        crate::stdio::message_line(&format!("virt-cpu-policy: {summary}"));
+        code = crate::verdict::EXIT_NOT_COMPARED;
+    }
+    Ok(code)
+}
+
+/// A JSON view with the fleet's `incomplete` object ([`crate::fleet::gaps::Gaps::json`]).
+fn with_gaps(mut v: serde_json::Value, fleet: &Fleet) -> serde_json::Value {
+    if let serde_json::Value::Object(m) = &mut v {
+        m.insert("incomplete".into(), fleet.gaps.json());
+    }
+    v
 }
 
 fn json_text(v: &serde_json::Value) -> String {
@@ -183,16 +203,26 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
     if let FleetFormat::Prometheus = a.format {
         let t = tally(&fleet);
         let text = fmt::prometheus(&fleet, &t);
-        return finish(&text, &cannot_pairs(t.cannot), t.not_compared_pairs);
+        return finish(
+            &text,
+            &cannot_pairs(t.cannot),
+            t.not_compared_pairs,
+            &fleet.gaps,
+        );
     }
     let json = matches!(a.format, FleetFormat::Json);
     if let Some(h) = &a.drain {
         let h = fleet.host_index(h)?;
         let leaving = drain(&fleet, h);
+        // No guest facts of the host: its guests are not known, which is no "0 guests, safe".
+        if !fleet.guests_known(h) {
+            let name = fleet.hosts[h].name.clone();
+            fleet.gaps.guests_not_known.push(name);
+        }
         let text = if json {
-            json_text(&fmt::drain_json(&fleet, h, &leaving))
+            json_text(&with_gaps(fmt::drain_json(&fleet, h, &leaving), &fleet))
         } else {
-            fmt::drain_text(&fleet, h, &leaving)
+            fmt::drain_text(&fleet, h, &leaving) + &fleet.gaps.text()
         };
         let stuck: Vec<&str> = leaving
             .iter()
@@ -210,21 +240,25 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
             )
         };
         let unknown = leaving.iter().filter(|l| l.unknown()).count();
-        return finish(&text, &cannot, unknown);
+        return finish(&text, &cannot, unknown, &fleet.gaps);
     }
     if let Some(file) = &a.admit {
         return admit_view(&mut fleet, &maps, file, json);
     }
     if let (Some(h), Some(to)) = (&a.upgrade, &a.to) {
         let h = fleet.host_index(h)?;
+        if !fleet.guests_known(h) {
+            let name = fleet.hosts[h].name.clone();
+            fleet.gaps.guests_not_known.push(name);
+        }
         let name = format!("{} (upgraded)", fleet.hosts[h].name);
         let to = fleet.add_host(to, Some(&name))?;
         warn_unused_maps(&fleet);
         let list = upgrade(&fleet, h, to, &fleet.policy);
         let text = if json {
-            json_text(&fmt::upgrade_json(&fleet, h, to, &list))
+            json_text(&with_gaps(fmt::upgrade_json(&fleet, h, to, &list), &fleet))
         } else {
-            fmt::upgrade_text(&fleet, h, to, &list)
+            fmt::upgrade_text(&fleet, h, to, &list) + &fleet.gaps.text()
         };
         let nc = list
             .iter()
@@ -236,7 +270,7 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
         } else {
             format!("{cannot} guest(s) cannot run on {name} as they are")
         };
-        return finish(&text, &cannot, nc);
+        return finish(&text, &cannot, nc, &fleet.gaps);
     }
     matrix(&fleet, json, a.pairs)
 }
@@ -253,9 +287,9 @@ fn admit_view(
     let cluster_map = maps.for_host(&fleet.hosts[new].name);
     let adm = admit(fleet, new, cluster_map.as_deref());
     let text = if json {
-        json_text(&fmt::admit_json(fleet, &adm))
+        json_text(&with_gaps(fmt::admit_json(fleet, &adm), fleet))
     } else {
-        fmt::admit_text(fleet, &adm)
+        fmt::admit_text(fleet, &adm) + &fleet.gaps.text()
     };
     let nc_guests = adm.pairs.iter().filter(|p| p.not_compared()).count();
     let guests = adm.pairs.iter().filter(|p| !p.runs()).count() - nc_guests;
@@ -278,7 +312,7 @@ fn admit_view(
         let sep = if cannot.is_empty() { "" } else { "; " };
         cannot = format!("{cannot}{sep}the cluster's CPU with host {name} cannot be computed: {e}");
     }
-    finish(&text, &cannot, nc)
+    finish(&text, &cannot, nc, &fleet.gaps)
 }
 
 /// The matrix view: summarised, or every pair (`--pairs`), written as it is made.
@@ -291,13 +325,24 @@ fn matrix(fleet: &Fleet, json: bool, pairs: bool) -> Result<i32, Failure> {
         (false, true) => fmt::matrix_text_to(fleet, &t, &mut out),
         (false, false) => fmt::summary_text(fleet, &t, &mut out),
     };
+    let gaps = if json {
+        String::new()
+    } else {
+        fleet.gaps.text()
+    };
     written
+        .and_then(|()| std::io::Write::write_all(&mut out, gaps.as_bytes()))
         .and_then(|()| std::io::Write::flush(&mut out))
         .map_err(|e| Failure {
             code: EXIT_BAD_INPUT,
             message: Some(format!("cannot write to standard output: {e}")),
         })?;
-    finish("", &cannot_pairs(t.cannot), t.not_compared_pairs)
+    finish(
+        "",
+        &cannot_pairs(t.cannot),
+        t.not_compared_pairs,
+        &fleet.gaps,
+    )
 }
 
 /// A warning per `--cpu-map HOST=DIR` whose HOST no facts file named (a typo judges that host

@@ -50,6 +50,12 @@ pub fn is_known_x86_feature(name: &str) -> bool {
     KNOWN_FEATURES.binary_search(&name).is_ok()
 }
 
+/// Every x86 feature name libvirt 9.0's cpu_map defines, sorted (for "did you mean" answers).
+#[must_use]
+pub fn known_x86_features() -> &'static [&'static str] {
+    &KNOWN_FEATURES
+}
+
 /// libvirt's name of a feature the domain spells another way (QEMU's `sse4_2`, Linux's `sse3`,
 /// upper case), which libvirt's domain XML refuses ("unknown CPU feature: sse3", seen with
 /// libvirt 9.0) though a policy's rules accept it: the name [`normalize_feature`] makes of it,

@@ -13,7 +13,9 @@ mod kvm;
 mod level;
 
 pub use error::CpuError;
-pub use features::{is_known_x86_feature, libvirt_spelling_of, normalize_feature};
+pub use features::{
+    is_known_x86_feature, known_x86_features, libvirt_spelling_of, normalize_feature,
+};
 pub use kvm::{
     ARCH_CAPABILITIES_BITS, KVM_NEVER_GIVES, NeverDisabled, kvm_never_gives, subtract_kvm_never,
 };

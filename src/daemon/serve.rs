@@ -463,13 +463,28 @@ impl Daemon<'_> {
     ) {
         match Policy::load(self.cli.policy.as_deref()) {
             Ok(p) => {
-                tracing::info!(policy = %p.source, "SIGHUP: policy reloaded; reconciling every guest");
-                self.policy = p;
-                match host_for(&self.policy, snapshot, session.libvirt.as_ref()) {
-                    Ok(h) => *host = h,
+                let new_host = match host_for(&p, snapshot, session.libvirt.as_ref()) {
+                    Ok(h) => Some(h),
                     Err(e) => {
                         tracing::error!(error = %e, "host facts unusable; keeping the previous ones");
+                        None
                     }
+                };
+                // A policy naming what this host's libvirt does not know would refuse every
+                // guest it matches: the last good one stays.
+                let broken = new_host.as_ref().unwrap_or(host).policy_errors(&p);
+                if !broken.is_empty() {
+                    tracing::error!(
+                        policy = %p.source,
+                        error = %broken.join("; "),
+                        "SIGHUP: the new policy names what this host's libvirt does not know; keeping the old one"
+                    );
+                    return;
+                }
+                tracing::info!(policy = %p.source, "SIGHUP: policy reloaded; reconciling every guest");
+                self.policy = p;
+                if let Some(h) = new_host {
+                    *host = h;
                 }
                 self.reconcile(session, None, host, defines);
             }

@@ -68,6 +68,7 @@ pub fn drain_json(fleet: &Fleet, h: usize, leaving: &[Leaving]) -> Value {
     json!({
         "schema_version": JSON_SCHEMA_VERSION,
         "host": fleet.hosts[h].name,
+        "guests_known": fleet.guests_known(h),
         "guests": guests,
     })
 }
@@ -78,6 +79,9 @@ pub fn drain_text(fleet: &Fleet, h: usize, leaving: &[Leaving]) -> String {
     let host = &fleet.hosts[h].name;
     let stuck = leaving.iter().filter(|l| l.stuck()).count();
     let unknown = leaving.iter().filter(|l| l.unknown()).count();
+    if !fleet.guests_known(h) {
+        return format!("drain {host}: its guests are not known: no guest facts name {host}\n");
+    }
     let mut s = format!(
         "drain {host}: {}, {} can leave, {} cannot{}\n",
         guests(leaving.len()),
@@ -121,7 +125,7 @@ pub fn drain_text(fleet: &Fleet, h: usize, leaving: &[Leaving]) -> String {
         }
     }
     if leaving.is_empty() {
-        let _ = writeln!(s, "  (no guest facts name {host})");
+        let _ = writeln!(s, "  (its guest facts list no guest)");
     }
     s
 }
@@ -394,6 +398,24 @@ pub fn prometheus(fleet: &Fleet, t: &Tally) -> String {
         by_verdict
             .get_or_create(&vec![("verdict".to_string(), v.to_string())])
             .set(clamp(n));
+    }
+    // What the answers could not take into account ([`super::gaps::Gaps`]): 0 and 0 when
+    // complete, so an alert can ask for both.
+    for (name, help, n) in [
+        (
+            "virt_cpu_policy_fleet_unread_files",
+            "Facts files the fleet could not read: the answers leave them out",
+            fleet.gaps.unread.len(),
+        ),
+        (
+            "virt_cpu_policy_fleet_unknown_host_guests",
+            "Guests whose facts name a host the fleet has no facts of",
+            fleet.gaps.unknown_host_guests(),
+        ),
+    ] {
+        let g = Gauge::<i64>::default();
+        g.set(clamp(n));
+        reg.register(name, help, g);
     }
     let mut out = String::new();
     // Writing into a String cannot fail; the encoder's only error is the writer's.
@@ -668,7 +690,7 @@ pub fn summary_json(fleet: &Fleet, t: &Tally, out: &mut dyn Write) -> std::io::R
         }
         serde_json::to_writer(&mut *out, &v)?;
     }
-    out.write_all(b"]}\n")
+    write!(out, "],\"incomplete\":{}}}\n", fleet.gaps.json())
 }
 
 /// Every pair as JSON, `{"pairs": [{"guest", "host", "verdict", "reasons": [{"code",
@@ -700,9 +722,10 @@ pub fn matrix_json_to(fleet: &Fleet, out: &mut dyn Write) -> std::io::Result<()>
         }
     }
     let close = if first { "]" } else { "\n  ]" };
+    let incomplete = serde_json::to_string_pretty(&fleet.gaps.json())?.replace('\n', "\n  ");
     write!(
         out,
-        "{close},\n  \"schema_version\": {JSON_SCHEMA_VERSION}\n}}\n"
+        "{close},\n  \"incomplete\": {incomplete},\n  \"schema_version\": {JSON_SCHEMA_VERSION}\n}}\n"
     )
 }
 

@@ -189,6 +189,15 @@ pub fn document(host: &str, guests: &[GuestFacts]) -> String {
     s
 }
 
+/// The host a `<guestFacts>` document (root `root`) names (`host`, trimmed), when it names one.
+#[must_use]
+pub fn document_host(root: roxmltree::Node<'_, '_>) -> Option<String> {
+    root.attribute("host")
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(str::to_string)
+}
+
 /// Reads a `<guestFacts>` document `text` (root `root`); `source` names the file.
 ///
 /// # Errors
@@ -196,11 +205,7 @@ pub fn document(host: &str, guests: &[GuestFacts]) -> String {
 /// libvirt's.
 pub fn read(root: roxmltree::Node<'_, '_>, source: &str) -> Result<Vec<GuestFacts>, String> {
     let text = root.document().input_text();
-    let host = root
-        .attribute("host")
-        .map(str::trim)
-        .filter(|h| !h.is_empty())
-        .map(str::to_string);
+    let host = document_host(root);
     let mut out = Vec::new();
     for g in root.children().filter(|n| is_libvirt_element(*n, "guest")) {
         let Some(d) = child(g, "domain") else {
@@ -250,11 +255,9 @@ pub fn from_domain_document(
     source: &str,
 ) -> Result<GuestFacts, String> {
     let text = root.document().input_text();
-    let (domain, state) = if is_libvirt_element(root, "domstatus") {
-        let d = child(root, "domain").ok_or("a <domstatus> without <domain>")?;
-        (&text[d.range()], GuestState::Running)
-    } else {
-        (&text[root.range()], GuestState::Shutoff)
+    let (domain, state) = match crate::domain::status_domain(root) {
+        Some(d) => (&text[d?.range()], GuestState::Running),
+        None => (&text[root.range()], GuestState::Shutoff),
     };
     let dom = Domain::parse(domain, source).map_err(|e| e.to_string())?;
     Ok(GuestFacts {

@@ -19,6 +19,7 @@
 //! can); [`mod@format`] writes them as text, JSON and Prometheus series.
 
 pub mod format;
+pub mod gaps;
 pub mod guest;
 mod judge;
 mod read;
@@ -74,6 +75,16 @@ pub enum FleetError {
         "no host facts among the files given (a <hostFacts>, capabilities or domcapabilities file is a host)"
     )]
     NoHosts,
+    /// No host among the facts read, and some files could not be read.
+    #[error(
+        "no host facts among the files read; {unread} file(s) could not be read, the first: {first}"
+    )]
+    NoHostsRead {
+        /// The files not read.
+        unread: usize,
+        /// The first one's reason.
+        first: String,
+    },
 }
 
 impl From<crate::Error> for FleetError {
@@ -199,6 +210,13 @@ pub struct Fleet {
     sources: Vec<Option<usize>>,
     shape_of: HashMap<String, usize>,
     maps_by_dir: HashMap<Option<PathBuf>, Rc<CpuMapCache>>,
+    /// What the answers could not take into account ([`gaps::Gaps`]).
+    pub gaps: gaps::Gaps,
+    /// The host names `<guestFacts>` documents name, as given (their guests may be none).
+    reported: Vec<String>,
+    /// The hosts (indexes) whose guests some `<guestFacts>` document gives: a host without
+    /// them has guests not known, not none.
+    reported_hosts: std::collections::HashSet<usize>,
 }
 
 /// Where each host's cpu_map is: one for all (`--cpu-map DIR`) and one per host
@@ -280,9 +298,24 @@ impl Fleet {
             sources: Vec::new(),
             shape_of: HashMap::new(),
             maps_by_dir: HashMap::new(),
+            gaps: gaps::Gaps::default(),
+            reported: Vec::new(),
+            reported_hosts: std::collections::HashSet::new(),
         };
         for (path, input) in read::read_all(expand(paths)?) {
-            match input? {
+            // One file that cannot be read is a gap of the answer, named in it; the rest of the
+            // fleet is still judged.
+            let input = match input {
+                Ok(i) => i,
+                Err(e) => {
+                    fleet.gaps.unread.push(gaps::Unread {
+                        path,
+                        message: e.to_string(),
+                    });
+                    continue;
+                }
+            };
+            match input {
                 Input::Host {
                     name,
                     libvirt,
@@ -292,7 +325,8 @@ impl Fleet {
                     let map_dir = fleet.maps.for_host(&name);
                     fleet.push_host(name, path, libvirt, (key, cpu), map_dir.as_deref())?;
                 }
-                Input::Guests(list) => {
+                Input::Guests(list, host) => {
+                    fleet.reported.extend(host);
                     for facts in list {
                         fleet.push_guest(facts);
                     }
@@ -300,9 +334,67 @@ impl Fleet {
             }
         }
         if fleet.hosts.is_empty() {
-            return Err(FleetError::NoHosts);
+            return Err(match fleet.gaps.unread.first() {
+                Some(u) => FleetError::NoHostsRead {
+                    unread: fleet.gaps.unread.len(),
+                    first: u.message.clone(),
+                },
+                None => FleetError::NoHosts,
+            });
         }
+        fleet.resolve_host_names();
         Ok(fleet)
+    }
+
+    /// The guests whose facts name a host by a name no host has exactly: moved to the one host
+    /// the name stands for ([`gaps::NameIndex`], said in [`gaps::Gaps::matched`]), else
+    /// counted as guests of an unknown host; and the hosts whose guests a `<guestFacts>`
+    /// document gives.
+    fn resolve_host_names(&mut self) {
+        let index = gaps::NameIndex::new(self.hosts.iter().map(|h| h.name.as_str()));
+        let mut unmatched: Vec<String> = self
+            .guests_of
+            .keys()
+            .filter(|n| !self.host_of.contains_key(*n))
+            .cloned()
+            .collect();
+        unmatched.sort();
+        for name in unmatched {
+            match index.find(&name) {
+                Ok(h) => {
+                    let host = self.hosts[h].name.clone();
+                    let moved = self.guests_of.remove(&name).unwrap_or_default();
+                    for g in &moved {
+                        self.sources[*g] = Some(h);
+                        self.guests[*g].facts.host = Some(host.clone());
+                    }
+                    let list = self.guests_of.entry(host.clone()).or_default();
+                    list.extend(moved);
+                    list.sort_unstable();
+                    self.gaps.matched.push((name, host));
+                }
+                Err(candidates) => self.gaps.unknown_hosts.push(gaps::UnknownHost {
+                    guests: self.guests_of.get(&name).map_or(0, Vec::len),
+                    name,
+                    ambiguous: candidates
+                        .into_iter()
+                        .map(|h| self.hosts[h].name.clone())
+                        .collect(),
+                }),
+            }
+        }
+        for name in &self.reported {
+            let h = self.host_of.get(name).copied().or_else(|| index.find(name).ok());
+            self.reported_hosts.extend(h);
+        }
+    }
+
+    /// Whether the guests of host `h` are known: a `<guestFacts>` document gives them (none
+    /// at all included), or some guest's facts name it. A host of neither has guests not
+    /// known, never "none": a drain of it says so.
+    #[must_use]
+    pub fn guests_known(&self, h: usize) -> bool {
+        self.reported_hosts.contains(&h) || !self.guests_on(h).is_empty()
     }
 
     /// The guests of the facts `paths` (files, and directories standing for their `*.xml`
@@ -314,7 +406,7 @@ impl Fleet {
     pub fn read_guests(paths: &[PathBuf]) -> Result<Vec<guest::GuestFacts>, FleetError> {
         let mut out = Vec::new();
         for (_, input) in read::read_all(expand(paths)?) {
-            if let Input::Guests(list) = input? {
+            if let Input::Guests(list, _) = input? {
                 out.extend(list);
             }
         }
@@ -341,7 +433,7 @@ impl Fleet {
                 self.push_host(name, path.to_path_buf(), libvirt, facts, map_dir.as_deref())?;
                 Ok(self.hosts.len() - 1)
             }
-            Input::Guests(_) => {
+            Input::Guests(..) => {
                 Err(CpuError::facts(path, "guest facts, where host facts were expected").into())
             }
         }
@@ -445,10 +537,14 @@ impl Fleet {
     /// # Errors
     /// [`FleetError::UnknownHost`].
     pub fn host_index(&self, name: &str) -> Result<usize, FleetError> {
-        self.host_of
-            .get(name)
-            .copied()
-            .ok_or_else(|| FleetError::UnknownHost(name.to_string()))
+        if let Some(h) = self.host_of.get(name) {
+            return Ok(*h);
+        }
+        // The operator's spelling of a host (its FQDN, another case): the one host it stands
+        // for, as guest facts' names are matched.
+        gaps::NameIndex::new(self.hosts.iter().map(|h| h.name.as_str()))
+            .find(name)
+            .map_err(|_| FleetError::UnknownHost(name.to_string()))
     }
 
     /// Why host `h` cannot run guest `g` (empty: it runs there). Judged once per (guest

@@ -37,7 +37,9 @@ pub(super) enum Input {
         /// Its capabilities' host CPU.
         cpu: Option<CapsCpu>,
     },
-    Guests(Vec<GuestFacts>),
+    /// Guests, and the host a `<guestFacts>` document names (its guests may be none: a host
+    /// that published that it runs nothing).
+    Guests(Vec<GuestFacts>, Option<String>),
 }
 
 /// Every file of `paths`: files as given, directories as their `*.xml` entries, sorted.
@@ -101,10 +103,15 @@ pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
         ))
     };
     match name {
-        guest::ROOT => return guest::read(root, &what).map(Input::Guests).map_err(facts),
-        "domain" | "domstatus" => {
+        guest::ROOT => {
+            let host = guest::document_host(root);
+            return guest::read(root, &what)
+                .map(|list| Input::Guests(list, host))
+                .map_err(facts);
+        }
+        n if n == "domain" || n == crate::domain::STATUS_ROOT => {
             return guest::from_domain_document(root, &what)
-                .map(|g| Input::Guests(vec![g]))
+                .map(|g| Input::Guests(vec![g], None))
                 .map_err(facts);
         }
         _ => {}

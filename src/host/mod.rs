@@ -16,9 +16,11 @@ mod cpu_map;
 pub mod cpuid;
 mod machines;
 mod own_cpu;
+mod policy_names;
 mod qemu;
 
 pub use machines::{ArchOffer, DeprecatedMachine, MachineLimit};
+pub use policy_names::{PolicyProblem, nearest};
 pub use qemu::CacheTcg;
 
 use crate::cluster::cluster_cpu::ClusterCpu;
