@@ -47,8 +47,12 @@ pub use crate::verdict::{
     long_about = "Rewrites libvirt domain XML so the guest CPU is what the host's policy says \
                   (one <cpu>, mode/model/features, a minimum x86-64 level), with the smallest \
                   possible edit, and validates the result against libvirt's own rules.",
-    after_help = "Exit codes: 0 ok; 1 the domain cannot conform (findings on stderr); \
-                  2 bad usage or input; 3 (check) conforms only after a rewrite."
+    after_help = "Exit codes (each command's in docs/exit-codes.md): 0 ok; 1 refused: the \
+                  domain cannot conform (rewrite, check, audit), a guest cannot run or leave \
+                  (fleet, compare), the policy names what this host's libvirt does not know \
+                  (policy check), the hook refuses; 2 bad usage or input; 3 (check, audit) \
+                  conforms only after a rewrite; 4 (check, audit, fleet) not compared or \
+                  incomplete: a fact the answer needs is missing, and is named."
 )]
 pub struct Cli {
     /// What to do.

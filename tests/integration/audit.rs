@@ -23,7 +23,14 @@ const FACTS: [&str; 5] = [
 ];
 
 /// The keys `audit` adds to `check`'s object.
-const AUDIT_KEYS: [&str; 5] = ["file", "level", "vcpu_max", "machine_limit", "rules"];
+const AUDIT_KEYS: [&str; 6] = [
+    "file",
+    "running",
+    "level",
+    "vcpu_max",
+    "machine_limit",
+    "rules",
+];
 
 fn audit(args: &[String]) -> Output {
     Cmd::new(&["audit"]).args(&FACTS).args(args).run()
@@ -427,7 +434,7 @@ fn audit_fails_whole_on_a_bad_policy_and_reads_files_it_is_given() {
     let a = t.path("a.xml");
     let b = t.write("b.xml", generated(4));
     // The recorded host: the KVM comparison of the Nehalem guest is made on any machine.
-    let mut args: Vec<String> = crate::harness::recorded_host()
+    let mut args: Vec<String> = crate::harness::recorded_host_without_kvm_domcaps()
         .into_iter()
         .filter(|a| a != "--no-qemu-caps-cache")
         .collect();

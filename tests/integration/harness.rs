@@ -478,6 +478,24 @@ pub fn recorded_host() -> Vec<String> {
     args
 }
 
+/// [`recorded_host`] without its KVM domcapabilities: the host's capabilities (its own CPU,
+/// which libvirt compares a KVM guest's with at start) and cpu_map, but not what KVM gives
+/// (the recorded hosts' KVM gives no x86-64-v2: `cpu-level` refuses a v2 guest there). For
+/// tests of a command's mechanics (exit codes, JSON, files), whose verdict must not depend on
+/// this weak KVM: what KVM gives is then not known, and the level is judged as written.
+pub fn recorded_host_without_kvm_domcaps() -> Vec<String> {
+    let (_, facts) = crate::producers::Facts::captured(&generation_facts("bookworm"), false);
+    let mut args = facts.base;
+    for d in facts
+        .domcaps
+        .iter()
+        .filter(|d| !d.to_string_lossy().ends_with("-kvm.xml"))
+    {
+        args.extend(["--caps".to_string(), s(d)]);
+    }
+    args
+}
+
 /// `run` on each of `items` at once, one thread each (each generation has its own daemon,
 /// files and domain names, and the oracles wait on libvirt far more than on the CPU), the
 /// answers in `items`' order; a run that panics fails the caller's test.
