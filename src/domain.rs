@@ -70,9 +70,12 @@ pub const STATUS_ROOT: &str = "domstatus";
 /// The live `<domain>` of a status file's root `root` (`<domstatus>`): None when `root` is not
 /// a `<domstatus>`, `Some(Err(why))` for one without `<domain>`.
 #[must_use]
-pub fn status_domain<'a, 'i>(root: Node<'a, 'i>) -> Option<std::result::Result<Node<'a, 'i>, &'static str>> {
-    is_libvirt_element(root, STATUS_ROOT)
-        .then(|| child(root, "domain").ok_or("a <domstatus> (libvirt's status file) without <domain>"))
+pub fn status_domain<'a, 'i>(
+    root: Node<'a, 'i>,
+) -> Option<std::result::Result<Node<'a, 'i>, &'static str>> {
+    is_libvirt_element(root, STATUS_ROOT).then(|| {
+        child(root, "domain").ok_or("a <domstatus> (libvirt's status file) without <domain>")
+    })
 }
 
 /// The text of the `<domain>` a guest document holds, and whether it is a running guest's live

@@ -212,45 +212,13 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
     }
     let json = matches!(a.format, FleetFormat::Json);
     if let Some(h) = &a.drain {
-        let h = fleet.host_index(h)?;
-        let leaving = drain(&fleet, h);
-        // No guest facts of the host: its guests are not known, which is no "0 guests, safe".
-        if !fleet.guests_known(h) {
-            let name = fleet.hosts[h].name.clone();
-            fleet.gaps.guests_not_known.push(name);
-        }
-        let text = if json {
-            json_text(&with_gaps(fmt::drain_json(&fleet, h, &leaving), &fleet))
-        } else {
-            fmt::drain_text(&fleet, h, &leaving) + &fleet.gaps.text()
-        };
-        let stuck: Vec<&str> = leaving
-            .iter()
-            .filter(|l| l.stuck())
-            .map(|l| fleet.guests[l.guest].facts.name.as_str())
-            .collect();
-        let cannot = if stuck.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "{} guest(s) cannot leave {}: {}",
-                stuck.len(),
-                fleet.hosts[h].name,
-                stuck.join(", ")
-            )
-        };
-        let unknown = leaving.iter().filter(|l| l.unknown()).count();
-        return finish(&text, &cannot, unknown, &fleet.gaps);
+        return drain_view(&mut fleet, h, json);
     }
     if let Some(file) = &a.admit {
         return admit_view(&mut fleet, &maps, file, json);
     }
     if let (Some(h), Some(to)) = (&a.upgrade, &a.to) {
-        let h = fleet.host_index(h)?;
-        if !fleet.guests_known(h) {
-            let name = fleet.hosts[h].name.clone();
-            fleet.gaps.guests_not_known.push(name);
-        }
+        let h = fleet.asked_about(h)?;
         let name = format!("{} (upgraded)", fleet.hosts[h].name);
         let to = fleet.add_host(to, Some(&name))?;
         warn_unused_maps(&fleet);
@@ -273,6 +241,34 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
         return finish(&text, &cannot, nc, &fleet.gaps);
     }
     matrix(&fleet, json, a.pairs)
+}
+
+/// `fleet --drain HOST`: where each guest of HOST can go, the exit as [`finish`] gives it.
+fn drain_view(fleet: &mut Fleet, host: &str, json: bool) -> Result<i32, Failure> {
+    let h = fleet.asked_about(host)?;
+    let leaving = drain(fleet, h);
+    let text = if json {
+        json_text(&with_gaps(fmt::drain_json(fleet, h, &leaving), fleet))
+    } else {
+        fmt::drain_text(fleet, h, &leaving) + &fleet.gaps.text()
+    };
+    let stuck: Vec<&str> = leaving
+        .iter()
+        .filter(|l| l.stuck())
+        .map(|l| fleet.guests[l.guest].facts.name.as_str())
+        .collect();
+    let cannot = if stuck.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "{} guest(s) cannot leave {}: {}",
+            stuck.len(),
+            fleet.hosts[h].name,
+            stuck.join(", ")
+        )
+    };
+    let unknown = leaving.iter().filter(|l| l.unknown()).count();
+    finish(&text, &cannot, unknown, &fleet.gaps)
 }
 
 /// `fleet --admit FILE`: the new host's answers, the exit as [`finish`] gives it.

@@ -76,11 +76,9 @@ pub(super) fn cmd_policy(cmd: &PolicyCmd) -> Result<i32, Failure> {
     let host = Host::discover(&super::host_options(&policy, &a.facts))?;
     let problems = host.policy_problems(&policy);
     write_stdout(report(&policy, &host, &problems).as_bytes())?;
-    Ok(
-        if problems.iter().any(|p| p.severity == Severity::Error) {
-            EXIT_REFUSED
-        } else {
-            EXIT_OK
-        },
-    )
+    Ok(if problems.iter().any(|p| p.severity == Severity::Error) {
+        EXIT_REFUSED
+    } else {
+        EXIT_OK
+    })
 }

@@ -50,10 +50,15 @@ pub fn is_known_x86_feature(name: &str) -> bool {
     KNOWN_FEATURES.binary_search(&name).is_ok()
 }
 
-/// Every x86 feature name libvirt 9.0's cpu_map defines, sorted (for "did you mean" answers).
-#[must_use]
-pub fn known_x86_features() -> &'static [&'static str] {
-    &KNOWN_FEATURES
+/// Every spelling of an x86 feature a policy accepts: libvirt 9.0's names, its aliases and the
+/// QEMU and Linux spellings of [`EXTRA_ALIASES`] (for "did you mean" answers, which answer in
+/// the operator's own spelling: `pclmulqdq` for `pclmulqdqq`).
+pub fn x86_feature_spellings() -> impl Iterator<Item = &'static str> {
+    KNOWN_FEATURES
+        .iter()
+        .copied()
+        .chain(FEATURE_ALIASES.iter().map(|(a, _)| *a))
+        .chain(EXTRA_ALIASES.iter().map(|(a, _)| *a))
 }
 
 /// libvirt's name of a feature the domain spells another way (QEMU's `sse4_2`, Linux's `sse3`,

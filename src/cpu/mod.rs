@@ -14,7 +14,7 @@ mod level;
 
 pub use error::CpuError;
 pub use features::{
-    is_known_x86_feature, known_x86_features, libvirt_spelling_of, normalize_feature,
+    is_known_x86_feature, libvirt_spelling_of, normalize_feature, x86_feature_spellings,
 };
 pub use kvm::{
     ARCH_CAPABILITIES_BITS, KVM_NEVER_GIVES, NeverDisabled, kvm_never_gives, subtract_kvm_never,

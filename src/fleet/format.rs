@@ -601,12 +601,15 @@ pub fn summary_text(fleet: &Fleet, t: &Tally, out: &mut dyn Write) -> std::io::R
             .into_iter()
             .map(|x| (x, ", not compared"));
         for (group, what) in cannot.chain(unknown) {
+            // The operator's words: hosts alike in their facts (JSON numbers their `kinds`).
             let _ = writeln!(
                 s,
-                "    {} host{} of kind {} ({}){what}:",
-                group.count,
-                if group.count == 1 { "" } else { "s" },
-                group.kind,
+                "    {} ({}){what}:",
+                if group.count == 1 {
+                    "1 host".to_string()
+                } else {
+                    format!("{} hosts alike", group.count)
+                },
                 some_hosts(fleet, &group.named, group.count)
             );
             for r in fleet.reasons(g, group.named[0]).iter() {
@@ -690,7 +693,7 @@ pub fn summary_json(fleet: &Fleet, t: &Tally, out: &mut dyn Write) -> std::io::R
         }
         serde_json::to_writer(&mut *out, &v)?;
     }
-    write!(out, "],\"incomplete\":{}}}\n", fleet.gaps.json())
+    writeln!(out, "],\"incomplete\":{}}}", fleet.gaps.json())
 }
 
 /// Every pair as JSON, `{"pairs": [{"guest", "host", "verdict", "reasons": [{"code",

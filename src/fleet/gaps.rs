@@ -87,7 +87,11 @@ impl Gaps {
                     .map(|u| u.name.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
-                    + if self.unknown_hosts.len() > 3 { ", ..." } else { "" }
+                    + if self.unknown_hosts.len() > 3 {
+                        ", ..."
+                    } else {
+                        ""
+                    }
             ));
         }
         if !self.guests_not_known.is_empty() {
@@ -130,7 +134,10 @@ impl Gaps {
             let why = if u.ambiguous.is_empty() {
                 "no host's facts have that name".to_string()
             } else {
-                format!("its short name matches several hosts: {}", u.ambiguous.join(", "))
+                format!(
+                    "its short name matches several hosts: {}",
+                    u.ambiguous.join(", ")
+                )
             };
             let _ = writeln!(
                 s,
@@ -252,7 +259,10 @@ mod tests {
         assert!(!g.complete());
         let s = g.summary().unwrap();
         assert!(s.contains("1 facts file(s) not read"), "{s}");
-        assert!(s.contains("3 guest(s) name 1 host(s) not among the facts (kvm9)"), "{s}");
+        assert!(
+            s.contains("3 guest(s) name 1 host(s) not among the facts (kvm9)"),
+            "{s}"
+        );
         let t = g.text();
         assert!(t.contains("not read: bad.xml is not acceptable XML"), "{t}");
         assert!(t.contains("host 'kvm9' of 3 guest(s)"), "{t}");

@@ -384,9 +384,29 @@ impl Fleet {
             }
         }
         for name in &self.reported {
-            let h = self.host_of.get(name).copied().or_else(|| index.find(name).ok());
+            let h = self
+                .host_of
+                .get(name)
+                .copied()
+                .or_else(|| index.find(name).ok());
             self.reported_hosts.extend(h);
         }
+    }
+
+    /// The index of host `name` a view asks about (`--drain`, `--upgrade`), found as
+    /// [`Fleet::host_index`] finds it; a host whose guests are not known
+    /// ([`Fleet::guests_known`]) is a gap of the answer ([`gaps::Gaps::guests_not_known`]): its
+    /// guests are not known, which is no "0 guests, safe".
+    ///
+    /// # Errors
+    /// [`FleetError::UnknownHost`].
+    pub fn asked_about(&mut self, name: &str) -> Result<usize, FleetError> {
+        let h = self.host_index(name)?;
+        if !self.guests_known(h) {
+            let name = self.hosts[h].name.clone();
+            self.gaps.guests_not_known.push(name);
+        }
+        Ok(h)
     }
 
     /// Whether the guests of host `h` are known: a `<guestFacts>` document gives them (none

@@ -67,6 +67,9 @@ pub fn nearest<'a>(name: &str, known: impl IntoIterator<Item = &'a str>) -> Opti
         .map(|(_, k)| k)
 }
 
+/// libvirt's QEMU driver's virt types (`<domain type>`).
+const VIRT_TYPES: [&str; 2] = ["kvm", "qemu"];
+
 /// `" (did you mean X?)"`, or nothing.
 fn did_you_mean(near: Option<&str>) -> String {
     near.map_or_else(String::new, |n| format!(" (did you mean {n}?)"))
@@ -130,7 +133,7 @@ impl Host {
                             key,
                             format!(
                                 "'{f}' is not a CPU feature libvirt knows: libvirt refuses every guest given it (\"unknown CPU feature: {f}\"){}",
-                                did_you_mean(nearest(f, crate::cpu::known_x86_features().iter().copied()))
+                                did_you_mean(nearest(f, crate::cpu::x86_feature_spellings()))
                             ),
                         ));
                     }
@@ -165,19 +168,13 @@ impl Host {
     /// The warning for `model` when a KVM domcapabilities of this host marks it `usable='no'`.
     fn kvm_unusable(&self, model: &str) -> Option<String> {
         let dc = self.domcaps.iter().find(|d| {
-            d.virt_type == "kvm"
-                && d.models
-                    .iter()
-                    .any(|(m, u)| m == model && *u == Usable::No)
+            d.virt_type == "kvm" && d.models.iter().any(|(m, u)| m == model && *u == Usable::No)
         })?;
         let blockers = dc
             .blockers
             .get(model)
             .filter(|b| !b.is_empty())
-            .map_or_else(
-                || "some of its features".to_string(),
-                |b| b.join(", "),
-            );
+            .map_or_else(|| "some of its features".to_string(), |b| b.join(", "));
         Some(format!(
             "KVM on this host marks '{model}' usable='no' (per {}): it cannot give {blockers}; libvirt starts such a guest under check='partial' and QEMU drops them (check reports it per guest as cpu-level or cpu-model-unusable)",
             dc.source
@@ -196,8 +193,6 @@ impl Host {
                 message,
             });
         };
-        // libvirt's QEMU driver's virt types (`<domain type>`).
-        const VIRT_TYPES: [&str; 2] = ["kvm", "qemu"];
         if let Some(p) = &m.virt_type {
             if !VIRT_TYPES.iter().any(|v| p.matches(v)) {
                 warn(
@@ -251,12 +246,22 @@ mod tests {
 
     #[test]
     fn the_nearest_name_is_the_one_meant() {
-        let models = ["Nehalem", "Nehalem-IBRS", "Haswell", "Skylake-Server", "qemu64"];
+        let models = [
+            "Nehalem",
+            "Nehalem-IBRS",
+            "Haswell",
+            "Skylake-Server",
+            "qemu64",
+        ];
         assert_eq!(nearest("Nehalm", models), Some("Nehalem"));
         assert_eq!(nearest("nehalem", models), Some("Nehalem"));
         assert_eq!(nearest("Skylake-Sever", models), Some("Skylake-Server"));
         assert_eq!(nearest("QEMU64", models), Some("qemu64"));
         assert_eq!(nearest("Zen5", models), None);
-        assert_eq!(nearest("Nehalem", models), None, "a known name needs no other");
+        assert_eq!(
+            nearest("Nehalem", models),
+            None,
+            "a known name needs no other"
+        );
     }
 }

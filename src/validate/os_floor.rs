@@ -132,8 +132,15 @@ fn floor_to_judge<'p>(
                 os.short()
             )));
         }
-        // A `<description>` names an OS only where a row's CloudStack name matches it.
-        _ => {
+        // A `<description>` names an OS only where a row's CloudStack name matches it: CloudStack's
+        // guest OS name of an OS without a known floor (x86-64-v1 needs no row), or free text.
+        Some((os, None)) => {
+            return Err(Judged::Not(format!(
+                "no floor is known for '{}' (the <description>, CloudStack's guest OS name where CloudStack wrote it: no row of the floors table names it; an OS that runs on x86-64-v1 needs none)",
+                os.short()
+            )));
+        }
+        None => {
             return Err(Judged::Not(
                 "the domain names no OS (no libosinfo <os id> in <metadata>, no CloudStack guest OS name in <description> that the floors table knows)"
                     .into(),

@@ -132,7 +132,14 @@ fn summary_agrees_with_pairs(args: &[String], facts: &[PathBuf]) {
         .collect();
     assert_eq!(
         keys,
-        ["guests", "hosts", "kinds", "pairs", "schema_version"]
+        [
+            "guests",
+            "hosts",
+            "incomplete",
+            "kinds",
+            "pairs",
+            "schema_version"
+        ]
     );
     let kinds: BTreeMap<u64, Vec<String>> = sum["kinds"]
         .as_array()
@@ -594,9 +601,18 @@ fn drain_says_where_each_guest_can_go_and_exits_1_when_one_cannot_leave() {
         "{}",
         out.stdout
     );
+    // forky published no guest facts: its guests are not known, which is no "0 guests, safe"
+    // (exit 4, the report saying so).
     let mut args = vec!["--drain".to_string(), "forky".into()];
     args.extend(facts.iter().cloned());
-    run_fleet(&args).status(0);
+    let out = run_fleet(&args);
+    out.status(4);
+    assert!(
+        out.stdout
+            .starts_with("drain forky: its guests are not known: no guest facts name forky\n"),
+        "{}",
+        out.stdout
+    );
     // Prometheus: the guests that cannot leave each host, the guests each cannot take.
     let mut args = vec!["--format".to_string(), "prometheus".into()];
     args.extend(facts.iter().cloned());
@@ -1429,11 +1445,16 @@ fn host_passthrough_groups_follow_each_guests_own_source_and_cpu() {
             Some(format!("{rule}its source host gone has no facts among those given, so whether {h}'s CPU is the same cannot be told").as_str()),
         );
     }
-    // Drain bookworm: its guests, read before it; pt only to trixie.
+    // Drain bookworm: its guests, read before it; pt only to trixie. The guests of `gone`, a
+    // host not among the facts, make the answer incomplete (exit 4, named in `incomplete`).
     let v = fleet_json(
         &["--cpu-map", &bookworm_map, "--drain", "bookworm"],
         &facts,
-        0,
+        4,
+    );
+    assert_eq!(
+        v["incomplete"]["unknown_hosts"],
+        serde_json::json!([{"host": "gone", "guests": 1, "ambiguous": []}])
     );
     let leaving: Vec<(&str, Vec<&str>)> = v["guests"]
         .as_array()

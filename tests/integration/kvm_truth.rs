@@ -188,3 +188,185 @@ fn kvm_verdicts_agree_with_a_recorded_amd_host() {
     assert!(total > 0, "no case in {}", base.display());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The x86-64-v2 features in libvirt's names (the psABI's CMPXCHG16B, LAHF-SAHF, POPCNT, SSE3,
+/// SSE4_1, SSE4_2, SSSE3).
+const V2: [&str; 7] = [
+    "cx16", "lahf_lm", "popcnt", "pni", "sse4.1", "sse4.2", "ssse3",
+];
+
+/// The features a `<cpu>` lists with `policy` (`disable`...).
+fn features_of(cpu: &str, policy: &str) -> Vec<String> {
+    let doc = roxmltree::Document::parse(cpu).expect("a <cpu>");
+    doc.root_element()
+        .children()
+        .filter(|n| n.has_tag_name("feature") && n.attribute("policy") == Some(policy))
+        .filter_map(|n| n.attribute("name").map(str::to_string))
+        .collect()
+}
+
+/// The features of x86 model `model` in the cpu_map `dir` (its own and its ancestors', libvirt's
+/// `<model name='PARENT'/>`), read from the files as libvirt lists them.
+fn model_features(dir: &Path, model: &str) -> Vec<String> {
+    for entry in std::fs::read_dir(dir).expect("a cpu_map") {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if !name.starts_with("x86_") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let doc = roxmltree::Document::parse(&text).expect("cpu_map XML");
+        let Some(m) = doc.descendants().find(|n| {
+            n.has_tag_name("model")
+                && n.attribute("name") == Some(model)
+                && n.parent().is_some_and(|p| p.has_tag_name("cpus"))
+        }) else {
+            continue;
+        };
+        let mut out = Vec::new();
+        for c in m.children().filter(|c| c.is_element()) {
+            match c.tag_name().name() {
+                "model" => out.extend(model_features(dir, c.attribute("name").unwrap())),
+                "feature" => out.extend(c.attribute("name").map(str::to_string)),
+                _ => {}
+            }
+        }
+        return out;
+    }
+    panic!("{}: no model {model}", dir.display())
+}
+
+/// The x86-64-v2 features a live CPU (libvirt's status XML of a started guest: a custom CPU,
+/// its model and features as QEMU gave them) lacks, per the cpu_map `dir`.
+fn v2_lacking(live: &str, dir: &Path) -> Vec<&'static str> {
+    let doc = roxmltree::Document::parse(live).expect("a live <cpu>");
+    let model = doc
+        .descendants()
+        .find(|n| n.has_tag_name("model"))
+        .and_then(|m| m.text())
+        .expect("a live CPU names its model");
+    let mut has = model_features(dir, model.trim());
+    has.extend(features_of(live, "require"));
+    let disabled = features_of(live, "disable");
+    let mut lacking: Vec<&str> = V2
+        .iter()
+        .copied()
+        .filter(|f| !has.iter().any(|h| h == f) || disabled.iter().any(|d| d == f))
+        .collect();
+    lacking.sort_unstable();
+    lacking
+}
+
+/// Every recorded host of `../shared/corpus/kvm-truth/` (both vendors: each directory there is
+/// picked up), each generation: the guests libvirt started with a custom CPU under its default
+/// `check='partial'` that reach x86-64-v2 as written, judged under a policy asking it. Where the
+/// live CPU (libvirt's status XML, what QEMU gave: its model's features and those it lists,
+/// less those it disables) lacks v2 features, the guest runs below the level: `cpu-level` must
+/// refuse it naming exactly those features (the `qemu64-v2` case, CloudStack's default CPU
+/// rewritten to v2, on every host; `match='minimum'`, which libvirt gives the host-model CPU);
+/// where it lacks none, no `cpu-level` error.
+#[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
+fn the_level_as_kvm_gives_it_agrees_with_every_recorded_host() {
+    let tmp = Scratch::new("kvm-truth-level");
+    let policy = tmp.write(
+        "v2.toml",
+        "version = 1\n[[rule]]\nname = \"v2\"\ncpu.min_level = \"x86-64-v2\"\n",
+    );
+    let mut hosts: Vec<_> = std::fs::read_dir(shared_corpus().join("kvm-truth"))
+        .expect("kvm-truth")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    hosts.sort();
+    assert!(hosts.len() >= 2, "both vendors' recordings: {hosts:?}");
+    let (mut dropped_cases, mut kept_cases, mut failures) = (0, 0, Vec::new());
+    let mut qemu64_v2 = 0;
+    for host in &hosts {
+        for g in ["bullseye", "bookworm", "trixie", "forky"] {
+            let dir = host.join(g);
+            let (libvirt, qemu) = versions(g, &dir);
+            let cpu_map = root()
+                .join("tests/data/generations")
+                .join(g)
+                .join("cpu_map");
+            let truth = std::fs::read_to_string(dir.join("truth.jsonl")).expect("truth.jsonl");
+            for line in truth.lines().filter(|l| !l.trim().is_empty()) {
+                let case: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+                let text = |k: &str| case[k].as_str().unwrap_or_default().to_string();
+                let (label, machine, cpu, live) =
+                    (text("case"), text("machine"), text("cpu"), text("live_cpu"));
+                let custom = !cpu.contains("mode=") || cpu.contains("mode='custom'");
+                if case["started"] != true || live.is_empty() || !custom || cpu.contains("check=") {
+                    continue;
+                }
+                let domcaps = dir.join(format!("domcapabilities-x86_64-{machine}-kvm.xml"));
+                let judge = |kvm_given: bool| {
+                    let mut c = Cmd::new(&["check", "--format", "json", "--no-qemu-caps-cache"])
+                        .args(&["--policy", &s(&policy)])
+                        .args(&["--caps", &s(&dir.join("capabilities.xml"))])
+                        .args(&["--cpu-map", &s(&cpu_map)])
+                        .args(&["--libvirt-version", &libvirt, "--qemu-version", &qemu]);
+                    if kvm_given {
+                        c = c.args(&["--caps", &s(&domcaps)]);
+                    }
+                    c.stdin(guest(&machine, &cpu)).run()
+                };
+                let what = format!("{} {g} {label}", host.display());
+                let (as_written, _) = check_json(&judge(false), &what);
+                if as_written["verdict"] == "needs-rewrite" {
+                    // Below v2 as written: the rewrite's question (its result judged as KVM
+                    // gives it), not this CPU's as recorded.
+                    continue;
+                }
+                let (v, findings) = check_json(&judge(true), &what);
+                let expected = v2_lacking(&live, &cpu_map);
+                let level = findings
+                    .iter()
+                    .find(|f| f.0 == "cpu-level" && f.1 == "error");
+                match (expected.is_empty(), level) {
+                    (true, None) => kept_cases += 1,
+                    (false, Some((_, _, m))) => {
+                        let named = m
+                            .split_once("does not give ")
+                            .and_then(|(_, rest)| rest.split_once(" (per"))
+                            .map(|(list, _)| {
+                                let mut l: Vec<&str> = list.split(", ").collect();
+                                l.sort_unstable();
+                                l
+                            });
+                        if named.as_deref() == Some(&expected[..]) {
+                            dropped_cases += 1;
+                            qemu64_v2 += usize::from(label == "qemu64-v2");
+                        } else {
+                            failures.push(format!(
+                                "{what}: QEMU dropped {expected:?}, the tool named: {m}"
+                            ));
+                        }
+                    }
+                    (true, Some((_, _, m))) => {
+                        failures.push(format!("{what}: QEMU dropped no v2 feature; tool: {m}"));
+                    }
+                    (false, None) => failures.push(format!(
+                        "{what}: QEMU dropped {expected:?}; the tool said {}",
+                        v["verdict"]
+                    )),
+                }
+            }
+        }
+    }
+    eprintln!(
+        "kvm-truth level: {} hosts, {dropped_cases} guests below v2 as KVM gives them named exactly ({qemu64_v2} of them the qemu64-v2 rewrite), {kept_cases} kept v2, {} disagree",
+        hosts.len(),
+        failures.len()
+    );
+    assert_eq!(
+        qemu64_v2,
+        hosts.len() * 4,
+        "the qemu64-v2 case on every host and generation"
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -31,6 +31,7 @@ mod kvm_truth;
 mod libvirt;
 mod machines;
 mod modes;
+mod operator;
 mod oracles;
 mod producer_floors;
 mod producers;
