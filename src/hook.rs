@@ -471,9 +471,14 @@ fn nonconformance<'f>(
     let fix = "rewrite its definition with `virt-cpu-policy rewrite --in-place` (or `virt-cpu-policyd apply`), then start it";
     if let Some(f) = findings.iter().find(|f| POLICY_CODES.contains(&f.code)) {
         let rule = f.rule.as_deref().unwrap_or("policy");
-        // Below its OS's floor: the finding's own fix (a rewrite fixes it only where the
-        // policy asks for the floor, and never what the host gives).
-        let fix = if f.code == Code::OsFloor {
+        // Below its OS's floor, or a finding the rewritten document still has (the level as
+        // this host's KVM gives it): the finding's own fix (a rewrite fixes the floor only
+        // where the policy asks for it, and never what the host gives).
+        let unfixed = o
+            .findings
+            .iter()
+            .any(|g| g.code == f.code && g.severity == Severity::Error);
+        let fix = if f.code == Code::OsFloor || unfixed {
             f.fix.as_str()
         } else {
             fix

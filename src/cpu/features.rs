@@ -51,7 +51,7 @@ pub fn is_known_x86_feature(name: &str) -> bool {
 }
 
 /// Every spelling of an x86 feature a policy accepts: libvirt 9.0's names, its aliases and the
-/// QEMU and Linux spellings of [`EXTRA_ALIASES`] (for "did you mean" answers, which answer in
+/// QEMU and Linux spellings this module adds (for "did you mean" answers, which answer in
 /// the operator's own spelling: `pclmulqdq` for `pclmulqdqq`).
 pub fn x86_feature_spellings() -> impl Iterator<Item = &'static str> {
     KNOWN_FEATURES
