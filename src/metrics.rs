@@ -112,8 +112,16 @@ impl Gauges {
     pub fn count(&mut self, verdict: Verdict, rules: &[String]) {
         *self.guests.entry(verdict).or_default() += 1;
         if matches!(verdict, Verdict::NeedsRewrite | Verdict::CannotConform) {
-            for r in rules {
-                *self.rule_guests.entry((r.clone(), verdict)).or_default() += 1;
+            // Once per label value: two OSes' floors are one rule here.
+            let labels: std::collections::BTreeSet<&str> = rules
+                .iter()
+                .map(|r| crate::validate::bounded_rule(r))
+                .collect();
+            for r in labels {
+                *self
+                    .rule_guests
+                    .entry((r.to_string(), verdict))
+                    .or_default() += 1;
             }
         }
     }
@@ -588,6 +596,27 @@ mod tests {
                 "virt_cpu_policy_guests{verdict=\"out-of-scope\"} 0",
             ]
         );
+    }
+
+    #[test]
+    fn the_rule_label_takes_a_closed_set_of_values() {
+        let mut g = Gauges::default();
+        // Two guests below their OS's floor (the OS is free text from the domain), one of them
+        // also held back by a policy rule.
+        g.count(
+            Verdict::CannotConform,
+            &["the floor of rhel10.0".into(), "v2".into()],
+        );
+        g.count(
+            Verdict::CannotConform,
+            &["the floor of Some OS (64-bit)".into()],
+        );
+        let rules: Vec<(&str, u64)> = g
+            .rule_guests
+            .iter()
+            .map(|((r, _), n)| (r.as_str(), *n))
+            .collect();
+        assert_eq!(rules, [("the floor of the guest's OS", 2), ("v2", 1)]);
     }
 
     #[test]

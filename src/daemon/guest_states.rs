@@ -23,8 +23,18 @@ impl GuestStates {
         } = a.report
         {
             self.counters.rewrites += 1;
-            for r in &a.rules {
-                *self.counters.rule_rewrites.entry(r.clone()).or_default() += 1;
+            // A closed set of label values: every OS's floor one rule.
+            let labels: std::collections::BTreeSet<&str> = a
+                .rules
+                .iter()
+                .map(|r| crate::validate::bounded_rule(r))
+                .collect();
+            for r in labels {
+                *self
+                    .counters
+                    .rule_rewrites
+                    .entry(r.to_string())
+                    .or_default() += 1;
             }
         }
         if let Some(reason) = a.failure {

@@ -17,7 +17,7 @@ mod invtsc;
 mod iommu;
 pub mod kvm;
 mod os_floor;
-pub use os_floor::{OsAnswer, answer as os_answer, floor_rule, is_floor_finding};
+pub use os_floor::{OsAnswer, answer as os_answer, bounded_rule, floor_rule, is_floor_finding};
 pub(crate) mod tcg;
 mod vcpu;
 

@@ -30,6 +30,19 @@ pub fn floor_rule(os: &GuestOs) -> String {
     format!("{FLOOR_RULE}{}", os.short())
 }
 
+/// The rule a metric's `rule` label gives for `rule`: the floors of every OS as one,
+/// `the floor of the guest's OS`, other rules as they are (the policy's names and libvirt's
+/// codes: a closed set). A label's values must be a closed set (each value is a series); the OS
+/// a guest names is free text from its domain, said in the journal, `check` and `audit`.
+#[must_use]
+pub fn bounded_rule(rule: &str) -> &str {
+    if rule.starts_with(FLOOR_RULE) {
+        "the floor of the guest's OS"
+    } else {
+        rule
+    }
+}
+
 /// Whether finding `f` is about the floor of the guest's OS (`os-floor`, or its `not-compared`):
 /// a question for a start only, a running guest's OS having booted on the CPU it keeps.
 #[must_use]

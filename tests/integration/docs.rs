@@ -1383,3 +1383,49 @@ fn check_console(dir: &Path, lines: &[&str]) -> usize {
     }
     runs
 }
+
+/// `virt-cpu-policy --help` lists every exit code docs/exit-codes.md's table has, and each
+/// command it names for 3 and 4 has that code in the table.
+#[test]
+fn help_lists_the_exit_codes_the_table_documents() {
+    let help = Cmd::new(&["--help"]).run();
+    assert_eq!(help.code, 0);
+    let text = help.stdout.replace('\n', " ");
+    let codes = text
+        .split_once("Exit codes")
+        .map(|(_, rest)| rest.to_string())
+        .expect("--help says the exit codes");
+    let table = section(&page("exit-codes.md"), "Every command");
+    let mut documented: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
+    for row in table_rows(&table) {
+        let cmd = ticked(&row[0]).into_iter().next().unwrap();
+        for (code, cell) in row.iter().enumerate().skip(1) {
+            if cell != "—" {
+                documented
+                    .entry(cmd.clone())
+                    .or_default()
+                    .insert(i32::try_from(code - 1).unwrap());
+            }
+        }
+    }
+    let all: BTreeSet<i32> = documented.values().flatten().copied().collect();
+    for code in &all {
+        assert!(
+            codes.contains(&format!(" {code} ")) || codes.contains(&format!("; {code} ")),
+            "--help does not list exit code {code}: {codes}"
+        );
+    }
+    for code in [3, 4] {
+        let named = codes
+            .split_once(&format!("; {code} ("))
+            .and_then(|(_, r)| r.split_once(')'))
+            .map(|(list, _)| list.to_string())
+            .unwrap_or_else(|| panic!("--help names the commands of exit {code}: {codes}"));
+        for cmd in named.split(", ") {
+            assert!(
+                documented.get(cmd).is_some_and(|c| c.contains(&code)),
+                "--help says {cmd} exits {code}; docs/exit-codes.md does not"
+            );
+        }
+    }
+}
