@@ -149,7 +149,11 @@ pub fn rewrite_pipeline(p: &Pipeline<'_, '_>, what: &str, policy: &Policy) -> Re
             "<cpu> rewritten into the shape libvirt reads",
         ));
     }
-    let (findings, os) = validate_result(dom, &rewritten, changed, plan, facts, notes.findings);
+    let (mut findings, os) =
+        validate_result(dom, &rewritten, changed, plan, facts, notes.findings);
+    if changed {
+        findings.extend(passthrough_warning(dom, &rewritten));
+    }
     let output = if policy.mode == Mode::Audit {
         text.to_string()
     } else {
@@ -164,6 +168,39 @@ pub fn rewrite_pipeline(p: &Pipeline<'_, '_>, what: &str, policy: &Policy) -> Re
         findings,
         note: None,
         os,
+    })
+}
+
+/// The warning when the rewrite makes a KVM guest's CPU host-passthrough (a policy's `cpu.mode`,
+/// or an orchestrator's appended `<cpu mode='host-passthrough'>` folded into the one libvirt
+/// reads): such a guest sees its host's CPU as is and migrates live only to hosts of the same
+/// CPU and microcode (libvirt's formatdomain: "the guest may hang or crash" between hosts not
+/// identical in hardware), which the operator should know before it is written.
+fn passthrough_warning(dom: &Domain<'_>, rewritten: &str) -> Option<Finding> {
+    let mode_of = |d: &Domain<'_>| {
+        d.cpus()
+            .first()
+            .and_then(|c| crate::domain::cpu_mode(*c))
+    };
+    let passthrough = Some(CpuMode::HostPassthrough);
+    if dom.virt_type() != "kvm"
+        || mode_of(dom) == passthrough
+        || !rewritten.contains(CpuMode::HostPassthrough.as_str())
+    {
+        return None;
+    }
+    let out = Domain::parse(rewritten, "the rewritten domain").ok()?;
+    let fix = if crate::libvirt::arch::is_x86(dom.arch()) {
+        "keep such guests on hosts of one CPU (`virt-cpu-policy fleet --pairs` names each pair's passthrough-group), or give them host-model or a named model to migrate anywhere the model runs"
+    } else {
+        "keep such guests on hosts of one CPU (`virt-cpu-policy fleet --pairs` names each pair's passthrough-group): KVM has no host-model on this arch"
+    };
+    (mode_of(&out) == passthrough).then(|| {
+        Finding::warning(
+            Code::PassthroughGroup,
+            "the rewrite makes the guest's CPU host-passthrough: it sees this host's CPU as is, and migrates live only to hosts of the same CPU and microcode (libvirt: between hosts not identical in hardware the guest may hang or crash)",
+            fix,
+        )
     })
 }
 
