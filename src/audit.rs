@@ -42,6 +42,8 @@ pub struct LevelReading {
     pub level: Option<Level>,
     /// What the level was decided from: `model` (cpu_map's features of the model plus the listed
     /// ones), `model and domcapabilities` (those, limited to what this host's KVM gives),
+    /// `model and QEMU's KVM host CPU` (the same, what KVM gives read as found from libvirt's
+    /// QEMU capability cache),
     /// `domcapabilities` (the host-model CPU of this host), or why it is unknown: `not x86_64`,
     /// `unknown model`, `no domcapabilities` (a host-dependent mode and no `--caps` file saying
     /// what the host gives), `TCG` (QEMU's emulated CPU for a host-dependent mode).
@@ -320,12 +322,24 @@ pub fn level_of(dom: &Domain<'_>, facts: &DomainFacts<'_>) -> LevelReading {
             return reading(None, "unknown model");
         };
         let feats = guaranteed_features(Some(model_features), &explicit);
-        return match &host {
-            Some(h) => {
+        // As found (no domcapabilities), what KVM gives is QEMU's KVM host CPU of libvirt's
+        // capability cache, as `cpu-level` judges it: the column and the verdict agree.
+        let cached = || {
+            facts
+                .host_model_features(&[], true)
+                .filter(|_| kvm)
+                .map(|(f, _)| f)
+        };
+        return match (&host, host.is_none().then(cached).flatten()) {
+            (Some(h), _) => {
                 let given: BTreeSet<String> = feats.intersection(h).cloned().collect();
                 reading(highest(&given), "model and domcapabilities")
             }
-            None => reading(highest(&feats), "model"),
+            (None, Some(h)) => {
+                let given: BTreeSet<String> = feats.intersection(&h).cloned().collect();
+                reading(highest(&given), "model and QEMU's KVM host CPU")
+            }
+            (None, None) => reading(highest(&feats), "model"),
         };
     }
     if !kvm {

@@ -124,6 +124,16 @@ impl<'t> Domain<'t> {
         self.doc.root_element()
     }
 
+    /// Whether this is a running guest's live XML: libvirt writes `<domain id='N'>` only for an
+    /// active domain (`virDomainDefFormatInternal`: the id unless the inactive definition is
+    /// asked for), in `virsh dumpxml` of a running guest and in its status file; a stored
+    /// definition never has it. Its `<cpu>` is what QEMU gave, with libvirt's `check='full'`
+    /// written after its own start check passed.
+    #[must_use]
+    pub fn is_live(&self) -> bool {
+        self.root().attribute("id").is_some()
+    }
+
     /// `<domain type=...>`: the virt type (`kvm`, `qemu`, `xen`, `lxc`, `test`...), or "" if
     /// absent.
     #[must_use]

@@ -262,11 +262,10 @@ fn tool_failure(
         crate::change::HOOK_ERROR_RULE,
         fix,
     );
-    let refuse = on_error == OnError::Deny && !audit;
-    let (kind, decision) = if refuse {
-        (Decision::HookErrorRefused, "refuse (on_error = deny)")
-    } else {
-        (Decision::HookErrorAllowed, "allow (on_error = allow)")
+    let (kind, decision) = match (on_error, audit) {
+        (OnError::Deny, false) => (Decision::HookErrorRefused, "refuse (on_error = deny)"),
+        (_, true) => (Decision::HookErrorAllowed, "allow (audit mode)"),
+        (OnError::Allow, false) => (Decision::HookErrorAllowed, "allow (on_error = allow)"),
     };
     let fields = Fields {
         guest,
@@ -470,18 +469,19 @@ fn nonconformance<'f>(
 ) -> (String, String, Option<&'f str>) {
     let fix = "rewrite its definition with `virt-cpu-policy rewrite --in-place` (or `virt-cpu-policyd apply`), then start it";
     if let Some(f) = findings.iter().find(|f| POLICY_CODES.contains(&f.code)) {
-        let rule = f.rule.as_deref().unwrap_or("policy");
-        // Below its OS's floor, or a finding the rewritten document still has (the level as
-        // this host's KVM gives it): the finding's own fix (a rewrite fixes the floor only
-        // where the policy asks for it, and never what the host gives).
-        let unfixed = o
+        // What a rewrite would leave of it (the level as this host's KVM gives it): no rewrite
+        // mends that, so its own fix is given.
+        let after = o
             .findings
             .iter()
-            .any(|g| g.code == f.code && g.severity == Severity::Error);
-        let fix = if f.code == Code::OsFloor || unfixed {
-            f.fix.as_str()
-        } else {
-            fix
+            .find(|g| g.code == f.code && g.severity == Severity::Error);
+        let rule = f.rule.as_deref().unwrap_or("policy");
+        // Below its OS's floor: the finding's own fix (a rewrite fixes the floor only where the
+        // policy asks for it, and never what the host gives).
+        let fix = match after {
+            Some(a) => a.fix.as_str(),
+            None if f.code == Code::OsFloor => f.fix.as_str(),
+            None => fix,
         };
         return (
             refusal(guest, &f.message, rule, fix),

@@ -6,7 +6,7 @@ use crate::cluster::hosts::ClusterHost;
 use crate::cpu::baseline::{BaselineOptions, decode};
 use crate::cpu::normalize_feature;
 use crate::domain::Domain;
-use crate::host::Host;
+use crate::host::{Host, Sourced};
 use crate::libvirt::arch::is_x86;
 use crate::libvirt::cpu_def::{CpuDef, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::X86Map;
@@ -118,6 +118,15 @@ impl KvmStartHost<'_> {
     /// the host's `vendor`), and where it came from; None without a fresh cache file or a model
     /// that decodes it.
     fn kvm_cpu_from_cache(&self, map: &X86Map, vendor: Option<&str>) -> Option<(CpuDef, String)> {
+        self.host
+            .kvm_cpu_decoded(&self.arch, self.emulator.as_deref(), vendor, || {
+                self.decode_kvm_cpu(map, vendor)
+            })
+            .map(|c| (c.value, c.source))
+    }
+
+    /// [`KvmStartHost::kvm_cpu_from_cache`]'s decoding, made once per run.
+    fn decode_kvm_cpu(&self, map: &X86Map, vendor: Option<&str>) -> Option<Sourced<CpuDef>> {
         let cpu = self
             .host
             .kvm_host_cpu_from_cache(&self.arch, self.emulator.as_deref())?;
@@ -142,15 +151,15 @@ impl KvmStartHost<'_> {
                 .into_iter()
                 .map(|f| (f, FeaturePolicy::Disable)),
         );
-        Some((
-            CpuDef {
+        Some(Sourced {
+            value: CpuDef {
                 model: Some(decoded.model),
                 vendor: decoded.vendor,
                 features: features.collect(),
                 ..CpuDef::default()
             },
-            cpu.source,
-        ))
+            source: cpu.source,
+        })
     }
 }
 

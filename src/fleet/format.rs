@@ -288,6 +288,16 @@ pub fn upgrade_text(fleet: &Fleet, h: usize, to: usize, list: &[Upgraded]) -> St
             .libvirt
             .map_or_else(|| "libvirt ?".to_string(), |v| format!("libvirt {v}"))
     };
+    if !fleet.guests_known(h) {
+        return format!(
+            "upgrade {} ({}) to {} ({}): its guests are not known: no guest facts name {}\n",
+            fleet.hosts[h].name,
+            version(h),
+            version(to),
+            fleet.hosts[to].path.display(),
+            fleet.hosts[h].name,
+        );
+    }
     let mut s = format!(
         "upgrade {} ({}) to {} ({}): {} of {} run there as they are\n",
         fleet.hosts[h].name,

@@ -114,7 +114,7 @@ impl Gaps {
         for (given, host) in &self.matched {
             let _ = writeln!(
                 s,
-                "note: guest facts name host '{given}': taken as host '{host}' (the same name but for case or domain)"
+                "note: host '{given}' (as guest facts or the command name it) taken as host '{host}' (the same name but for case or domain)"
             );
         }
         if self.complete() {

@@ -51,6 +51,14 @@ pub enum FleetError {
     /// The command names a host the facts do not hold.
     #[error("no host named '{0}' among the facts given")]
     UnknownHost(String),
+    /// The command names a host by a short name several hosts have.
+    #[error("'{name}' names no host exactly, and is the short name of several: {}; give the full name", .hosts.join(", "))]
+    AmbiguousHost {
+        /// The name given.
+        name: String,
+        /// The hosts whose short name it is.
+        hosts: Vec<String>,
+    },
     /// Two files name the same host.
     #[error("{}: names host '{name}' as {} does already; one file per host", .path.display(), .other.display())]
     DuplicateHost {
@@ -402,6 +410,10 @@ impl Fleet {
     /// [`FleetError::UnknownHost`].
     pub fn asked_about(&mut self, name: &str) -> Result<usize, FleetError> {
         let h = self.host_index(name)?;
+        if self.hosts[h].name != name {
+            let host = self.hosts[h].name.clone();
+            self.gaps.matched.push((name.to_string(), host));
+        }
         if !self.guests_known(h) {
             let name = self.hosts[h].name.clone();
             self.gaps.guests_not_known.push(name);
@@ -564,7 +576,13 @@ impl Fleet {
         // for, as guest facts' names are matched.
         gaps::NameIndex::new(self.hosts.iter().map(|h| h.name.as_str()))
             .find(name)
-            .map_err(|_| FleetError::UnknownHost(name.to_string()))
+            .map_err(|candidates| match candidates.as_slice() {
+                [] => FleetError::UnknownHost(name.to_string()),
+                many => FleetError::AmbiguousHost {
+                    name: name.to_string(),
+                    hosts: many.iter().map(|h| self.hosts[*h].name.clone()).collect(),
+                },
+            })
     }
 
     /// Why host `h` cannot run guest `g` (empty: it runs there). Judged once per (guest

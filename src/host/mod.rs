@@ -44,6 +44,9 @@ pub struct Sourced<T> {
     pub source: String,
 }
 
+/// Which of QEMU's KVM host CPUs: (arch, emulator, the host CPU's vendor).
+type KvmCpuKey = (String, Option<String>, Option<String>);
+
 /// Everything the tool knows about the host.
 #[derive(Debug)]
 pub struct Host {
@@ -77,6 +80,10 @@ pub struct Host {
     qemu_cache: QemuCache,
     /// Machine types of the cache, by emulator, as they are asked for.
     qemu_cache_machines: std::sync::Mutex<std::collections::HashMap<String, Vec<MachineType>>>,
+    /// QEMU's KVM host CPU of the capability cache as libvirt decodes it, by (arch, emulator,
+    /// vendor): decoded once per run however many guests are judged ([`Host::kvm_cpu_decoded`]).
+    kvm_cpu_decoded:
+        std::sync::Mutex<std::collections::HashMap<KvmCpuKey, Option<Sourced<CpuDef>>>>,
     kvm_limit: std::sync::OnceLock<Option<Sourced<u32>>>,
     kvm_override: Option<Sourced<u32>>,
     libvirt_version: std::sync::OnceLock<Option<Sourced<LibvirtVersion>>>,
@@ -284,6 +291,7 @@ impl Host {
             files: Vec::new(),
             qemu_cache: QemuCache::new(qemu_cache_dir),
             qemu_cache_machines: std::sync::Mutex::default(),
+            kvm_cpu_decoded: std::sync::Mutex::default(),
             kvm_limit: std::sync::OnceLock::new(),
             kvm_override: opts.kvm_max_vcpus.clone(),
             only_given_facts: opts.only_given_facts,

@@ -149,8 +149,7 @@ pub fn rewrite_pipeline(p: &Pipeline<'_, '_>, what: &str, policy: &Policy) -> Re
             "<cpu> rewritten into the shape libvirt reads",
         ));
     }
-    let (mut findings, os) =
-        validate_result(dom, &rewritten, changed, plan, facts, notes.findings);
+    let (mut findings, os) = validate_result(dom, &rewritten, changed, plan, facts, notes.findings);
     if changed {
         findings.extend(passthrough_warning(dom, &rewritten));
     }
@@ -177,11 +176,7 @@ pub fn rewrite_pipeline(p: &Pipeline<'_, '_>, what: &str, policy: &Policy) -> Re
 /// CPU and microcode (libvirt's formatdomain: "the guest may hang or crash" between hosts not
 /// identical in hardware), which the operator should know before it is written.
 fn passthrough_warning(dom: &Domain<'_>, rewritten: &str) -> Option<Finding> {
-    let mode_of = |d: &Domain<'_>| {
-        d.cpus()
-            .first()
-            .and_then(|c| crate::domain::cpu_mode(*c))
-    };
+    let mode_of = |d: &Domain<'_>| d.cpus().first().and_then(|c| crate::domain::cpu_mode(*c));
     let passthrough = Some(CpuMode::HostPassthrough);
     if dom.virt_type() != "kvm"
         || mode_of(dom) == passthrough

@@ -384,7 +384,7 @@ fn check_level(
     }
     let explicit = cpu.map(cpu_features).unwrap_or_default();
     if mode == CpuMode::Custom {
-        check_custom_cpu_level(cpu, &explicit, level, facts, out);
+        check_custom_cpu_level(cpu, &explicit, level, facts, dom.is_live(), out);
     } else {
         check_host_cpu_level(dom, mode, &explicit, level, facts, out);
     }
@@ -399,6 +399,7 @@ fn check_custom_cpu_level(
     explicit: &[(String, Option<FeaturePolicy>)],
     level: &crate::policy::Ruled<Level>,
     facts: &DomainFacts<'_>,
+    live: bool,
     out: &mut Vec<Finding>,
 ) {
     let Some((model, feats)) = facts.custom_cpu_features(cpu, explicit) else {
@@ -421,7 +422,7 @@ fn check_custom_cpu_level(
         return;
     }
     check_tcg_level(cpu, level, facts, out);
-    check_kvm_level(cpu, &feats, level, facts, out);
+    check_kvm_level(cpu, &feats, level, facts, live, out);
 }
 
 /// A custom CPU that reaches `cpu.min_level` as written, under KVM with libvirt's
@@ -436,12 +437,14 @@ fn check_custom_cpu_level(
 /// claimed here. Short of the level as KVM gives it the guest would run below what the policy
 /// guarantees: an error (`cpu-level`), which no rewrite fixes on this host. Under
 /// `check='full'` libvirt refuses the start itself (`kvm-check-full`); a CPU libvirt refuses at
-/// start (`cpu-incompatible`) is not judged twice.
+/// start (`cpu-incompatible`) is not judged twice. A running guest's live XML (`live`: its
+/// `check='full'` is libvirt's record, not a start to come) is judged as KVM gave it.
 fn check_kvm_level(
     cpu: Option<Node<'_, '_>>,
     feats: &BTreeSet<String>,
     level: &crate::policy::Ruled<Level>,
     facts: &DomainFacts<'_>,
+    live: bool,
     out: &mut Vec<Finding>,
 ) {
     if facts.virt_type != "kvm" || out.iter().any(|f| f.code == Code::CpuIncompatible) {
@@ -450,7 +453,7 @@ fn check_kvm_level(
     let check = cpu.map_or(CpuCheck::default_for(CpuMode::Custom, "kvm"), |c| {
         super::tcg::check_of(c, CpuMode::Custom, "kvm")
     });
-    if check == CpuCheck::Full {
+    if check == CpuCheck::Full && !live {
         return;
     }
     let Some((gives, source)) = facts.host_model_features(&[], true) else {
@@ -466,7 +469,7 @@ fn check_kvm_level(
         Finding::error(
             Code::CpuLevel,
             format!(
-                "the guest CPU reaches {} as written, but KVM on this host does not give {} (per the host-model CPU of {source}): libvirt starts it (check='{}' compares with the host's own CPU) and QEMU drops them, so the guest runs at {reaches}",
+                "the guest CPU (its model and the features it requires) reaches {}, but KVM on this host does not give {} (per the host-model CPU of {source}): libvirt starts it (check='{}' compares with the host's own CPU) and QEMU drops them, so the guest runs at {reaches}",
                 level.value,
                 dropped.join(", "),
                 check.as_str()

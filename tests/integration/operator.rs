@@ -379,7 +379,7 @@ fn a_fleet_answer_says_what_it_could_not_take_into_account() {
     let out = fleet(&["--drain", "bookworm"]);
     assert!(
         out.stdout.contains(
-            "note: guest facts name host 'Bookworm.example.org': taken as host 'bookworm'"
+            "note: host 'Bookworm.example.org' (as guest facts or the command name it) taken as host 'bookworm'"
         ),
         "{}",
         out.stdout
@@ -501,7 +501,7 @@ fn the_cloudstack_example_is_refused_where_kvm_drops_its_level() {
             assert_eq!(out.code, 1, "{what}: {}", out.stdout);
             assert!(
                 out.stdout.contains(
-                    "error[cpu-level]: the guest CPU reaches x86-64-v2 as written, but KVM on this host does not give popcnt, pni, sse4.1, sse4.2, ssse3"
+                    "error[cpu-level]: the guest CPU (its model and the features it requires) reaches x86-64-v2, but KVM on this host does not give popcnt, pni, sse4.1, sse4.2, ssse3"
                 ),
                 "{what}: {}",
                 out.stdout
@@ -533,7 +533,7 @@ fn the_rewritten_cloudstack_example_is_refused_on_the_recorded_host() {
         .run();
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(
-        out.stdout.contains("error[cpu-level]: the guest CPU reaches x86-64-v2 as written, but KVM on this host does not give popcnt, pni, sse4.1, sse4.2, ssse3")
+        out.stdout.contains("error[cpu-level]: the guest CPU (its model and the features it requires) reaches x86-64-v2, but KVM on this host does not give popcnt, pni, sse4.1, sse4.2, ssse3")
             && out.stdout.contains("so the guest runs at x86-64-v1"),
         "{}",
         out.stdout
