@@ -60,7 +60,7 @@ pub(super) fn report(policy: &Policy, host: &Host, problems: &[PolicyProblem]) -
     } else {
         writeln!(
             s,
-            "policy {}: NOT usable on this host: {errors} error(s), {warnings} warning(s) (cpu_map {}); every guest a broken rule matches would be refused by libvirt",
+            "policy {}: NOT usable on this host: {errors} error(s), {warnings} warning(s) (cpu_map {}); each is a name libvirt would refuse in every guest the rule matches, or a rule that never applies",
             policy.source,
             host.cpu_map_source()
         )

@@ -67,6 +67,47 @@ pub fn nearest<'a>(name: &str, known: impl IntoIterator<Item = &'a str>) -> Opti
         .map(|(_, k)| k)
 }
 
+/// The arch names libvirt knows (`virArchData` of libvirt's `src/util/virarch.c`): a
+/// `match.arch` matching none of them never applies on any host.
+const LIBVIRT_ARCHES: [&str; 36] = [
+    "aarch64",
+    "alpha",
+    "armv6l",
+    "armv7b",
+    "armv7l",
+    "cris",
+    "i686",
+    "lm32",
+    "loongarch64",
+    "m68k",
+    "microblaze",
+    "microblazeel",
+    "mips",
+    "mips64",
+    "mips64el",
+    "mipsel",
+    "openrisc",
+    "parisc",
+    "parisc64",
+    "ppc",
+    "ppc64",
+    "ppc64le",
+    "ppcemb",
+    "ppcle",
+    "riscv32",
+    "riscv64",
+    "s390",
+    "s390x",
+    "sh4",
+    "sh4eb",
+    "sparc",
+    "sparc64",
+    "unicore32",
+    "x86_64",
+    "xtensa",
+    "xtensaeb",
+];
+
 /// libvirt's QEMU driver's virt types (`<domain type>`).
 const VIRT_TYPES: [&str; 2] = ["kvm", "qemu"];
 
@@ -92,6 +133,12 @@ impl Host {
     /// `usable='no'` is a warning naming the features KVM cannot give (its blockers).
     #[must_use]
     pub fn policy_problems(&self, policy: &Policy) -> Vec<PolicyProblem> {
+        self.problems(policy, true)
+    }
+
+    /// [`Host::policy_problems`]; the warnings only when `warnings` (the selectors ask every
+    /// machine type this host's QEMU has: files the hook does not read at every start).
+    fn problems(&self, policy: &Policy, warnings: bool) -> Vec<PolicyProblem> {
         let mut out = Vec::new();
         let mut models: Option<Vec<String>> = None;
         for rule in &policy.rules {
@@ -101,7 +148,26 @@ impl Host {
                 key,
                 message,
             };
-            self.selector_problems(rule, &mut out);
+            if let Some(p) = rule
+                .matches
+                .arch
+                .as_ref()
+                .filter(|p| !LIBVIRT_ARCHES.iter().any(|a| p.matches(a)))
+            {
+                out.push(problem(
+                    Severity::Error,
+                    "match.arch",
+                    format!(
+                        "'{}' matches no arch libvirt knows (x86_64, i686, aarch64, armv7l, ppc64le, s390x...): the rule never applies to any guest{}",
+                        p.as_str(),
+                        did_you_mean(nearest(p.as_str(), LIBVIRT_ARCHES))
+                    ),
+                ));
+                continue;
+            }
+            if warnings {
+                self.selector_problems(rule, &mut out);
+            }
             if !may_be_x86(rule) {
                 continue;
             }
@@ -117,7 +183,7 @@ impl Host {
                             did_you_mean(nearest(model, known.iter().map(String::as_str)))
                         ),
                     ));
-                } else if let Some(w) = self.kvm_unusable(model) {
+                } else if let Some(w) = self.kvm_unusable(model).filter(|_| warnings) {
                     out.push(problem(Severity::Warning, "cpu.model", w));
                 }
             }
@@ -148,7 +214,7 @@ impl Host {
     /// it had).
     #[must_use]
     pub fn policy_errors(&self, policy: &Policy) -> Vec<String> {
-        self.policy_problems(policy)
+        self.problems(policy, false)
             .into_iter()
             .filter(|p| p.severity == Severity::Error)
             .map(|p| format!("rule '{}': {}: {}", p.rule, p.key, p.message))
@@ -205,7 +271,13 @@ impl Host {
                 );
             }
         }
-        let arches: Vec<&str> = self.machines.iter().map(|t| t.arch.as_str()).collect();
+        // The capabilities' machine types, and as found those of libvirt's QEMU capability
+        // cache (every emulator's).
+        let cached = self.qemu_cache_all();
+        let machines: Vec<&crate::libvirt::capabilities::MachineType> =
+            self.machines.iter().chain(cached.iter()).collect();
+        let mut arches: Vec<&str> = machines.iter().map(|t| t.arch.as_str()).collect();
+        arches.sort_unstable();
         if let Some(p) = &m.arch {
             if !arches.is_empty() && !arches.iter().any(|a| p.matches(a)) {
                 let mut known = arches.clone();
@@ -222,8 +294,7 @@ impl Host {
             }
         }
         if let Some(p) = &m.machine {
-            let names = self
-                .machines
+            let names = machines
                 .iter()
                 .flat_map(|t| std::iter::once(t.name.as_str()).chain(t.canonical.as_deref()));
             let mut names = names.peekable();

@@ -187,6 +187,36 @@ fn a_broken_policy_is_the_tools_error_never_the_guests_violation() {
         "deny.toml",
         format!("version = 1\n[hook]\non_violation = \"warn\"\non_error = \"deny\"\n{typo}"),
     );
+    // A selector that can match no guest anywhere is an error; one that matches nothing this
+    // host runs (recorded libvirt 9.0's machine types) a warning.
+    let arch = t.write(
+        "arch.toml",
+        "version = 1\n[[rule]]\nname = \"a\"\nmatch = { arch = \"x86-64\" }\ncpu.min_level = \"x86-64-v2\"\n",
+    );
+    let out = policy_check(&s(&arch));
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("match.arch: 'x86-64' matches no arch libvirt knows")
+            && out.stdout.contains("(did you mean x86_64?)"),
+        "{}",
+        out.stdout
+    );
+    let machine = t.write(
+        "machine.toml",
+        "version = 1\n[[rule]]\nname = \"m\"\nmatch = { machine = \"pc-q53*\" }\ncpu.min_level = \"x86-64-v2\"\n",
+    );
+    let out = Cmd::new(&["policy", "check"])
+        .args(&recorded_host_without_kvm_domcaps())
+        .arg(s(&machine))
+        .run();
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("warning: rule 'm': match.machine: 'pc-q53*' matches no machine type"),
+        "{}",
+        out.stdout
+    );
     let out = policy_check(&s(&allow));
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(
