@@ -83,7 +83,7 @@ impl Fleet {
 
     /// Keeps `reasons` as the verdict of `shape` on class `c`.
     pub(super) fn store(&self, c: usize, shape: usize, reasons: Vec<Reason>) -> Rc<Vec<Reason>> {
-        let r = Rc::new(reasons);
+        let r = Rc::new(self.classes[c].names_judged(reasons));
         let mut verdicts = self.verdicts.borrow_mut();
         if verdicts.len() <= c {
             verdicts.resize_with(c + 1, Vec::new);

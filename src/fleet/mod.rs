@@ -155,6 +155,8 @@ type Verdicts = Vec<Vec<Option<Rc<Vec<Reason>>>>>;
 struct HostClass {
     host: Host,
     map: Rc<CpuMapCache>,
+    /// Whether its cpu_map was given (`--cpu-map`), not this machine's taken for it.
+    map_given: bool,
     /// Its capabilities' host CPU, as read.
     caps_cpu: Option<CapsCpu>,
     /// That CPU as a host-passthrough guest sees it, made on first use.
@@ -162,6 +164,31 @@ struct HostClass {
 }
 
 impl HostClass {
+    /// `reasons` as this class's cpu_map can back them: a model or feature name a cpu_map does
+    /// not define is libvirt's refusal only when that cpu_map is the host's own libvirt's. A
+    /// class judged with this machine's cpu_map, no `--cpu-map` given for it, cannot say so of
+    /// another host's libvirt (a libvirt 12.8 host knows `Haswell-v2`, this machine's 9.0 does
+    /// not): such a reason is `not-compared`, naming the fact missing, never a refusal that
+    /// depends on the machine the tool runs on.
+    fn names_judged(&self, reasons: Vec<Reason>) -> Vec<Reason> {
+        if self.map_given {
+            return reasons;
+        }
+        reasons
+            .into_iter()
+            .map(|r| match r.code {
+                Code::CpuModelUnknown | Code::CpuFeatureUnknown => Reason {
+                    code: Code::NotCompared,
+                    message: format!(
+                        "not compared: the host's own libvirt's cpu_map is not given, and this machine's, taken for it, says: {}; the host's libvirt may know the name (give its cpu_map: --cpu-map HOST=DIR, the host's /usr/share/libvirt/cpu_map)",
+                        r.message
+                    ),
+                },
+                _ => r,
+            })
+            .collect()
+    }
+
     /// The host CPU a host-passthrough guest sees ([`HostCpu`]), or why it is not known.
     fn passthrough_cpu(&self) -> Result<&HostCpu, &str> {
         self.passthrough
@@ -240,6 +267,13 @@ pub struct CpuMaps {
 }
 
 impl CpuMaps {
+    /// Whether a cpu_map is given for `host` (`--cpu-map HOST=DIR`, or `--cpu-map DIR` for
+    /// every host), not this machine's taken for it.
+    #[must_use]
+    pub fn given_for(&self, host: &str) -> bool {
+        self.default.is_some() || self.by_host.iter().any(|(h, _)| h == host)
+    }
+
     /// The cpu_map directory of `host`: its own, else the default, else libvirt's on this machine
     /// when there is one.
     #[must_use]
@@ -331,7 +365,14 @@ impl Fleet {
                     cpu,
                 } => {
                     let map_dir = fleet.maps.for_host(&name);
-                    fleet.push_host(name, path, libvirt, (key, cpu), map_dir.as_deref())?;
+                    let given = fleet.maps.given_for(&name);
+                    fleet.push_host(
+                        name,
+                        path,
+                        libvirt,
+                        (key, cpu),
+                        (map_dir.as_deref(), given),
+                    )?;
                 }
                 Input::Guests(list, host) => {
                     fleet.reported.extend(host);
@@ -460,9 +501,16 @@ impl Fleet {
                 cpu,
             } => {
                 let map_dir = self.maps.for_host(&own);
+                let given = self.maps.given_for(&own);
                 let name = name.map_or(own, str::to_string);
                 let facts = (key, cpu);
-                self.push_host(name, path.to_path_buf(), libvirt, facts, map_dir.as_deref())?;
+                self.push_host(
+                    name,
+                    path.to_path_buf(),
+                    libvirt,
+                    facts,
+                    (map_dir.as_deref(), given),
+                )?;
                 Ok(self.hosts.len() - 1)
             }
             Input::Guests(..) => {
@@ -477,7 +525,7 @@ impl Fleet {
         path: PathBuf,
         libvirt: Option<LibvirtVersion>,
         (key, caps_cpu): (Box<read::Judged>, Option<CapsCpu>),
-        map_dir: Option<&Path>,
+        (map_dir, map_given): (Option<&Path>, bool),
     ) -> Result<(), FleetError> {
         if let Some(other) = self.host_of.get(&name) {
             return Err(FleetError::DuplicateHost {
@@ -503,6 +551,7 @@ impl Fleet {
             self.classes.push(HostClass {
                 host,
                 map,
+                map_given,
                 caps_cpu,
                 passthrough: std::sync::OnceLock::new(),
             });

@@ -580,3 +580,56 @@ fn the_rewritten_cloudstack_example_is_refused_on_the_recorded_host() {
         refused.stderr
     );
 }
+
+/// The same inputs give the same answers on any machine: without a host's own cpu_map, a model
+/// name this machine's libvirt does not know (`Haswell-v2`, libvirt 11's, on a libvirt 9.0
+/// machine) is not compared, never refused; with each host's cpu_map, the hosts whose libvirt
+/// knows it run the guest and the others refuse it.
+#[test]
+fn a_model_name_is_judged_with_the_hosts_own_cpu_map_or_not_compared() {
+    let data = root().join("tests/data");
+    let pairs = |maps: &[String]| {
+        let out = Cmd::new(&["fleet", "--pairs", "--format", "json"])
+            .args(maps)
+            .arg(s(&data.join("facts")))
+            .arg(s(&data.join("fleet")))
+            .run();
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).expect(&out.stderr);
+        v["pairs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["guest"] == "db-1")
+            .map(|p| {
+                (
+                    p["host"].as_str().unwrap().to_string(),
+                    p["verdict"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    // No --cpu-map: this machine's cpu_map (or the built-in copy of libvirt 9.0's where it has
+    // none), no host's own.
+    let unknown = pairs(&[]);
+    assert!(
+        unknown.values().all(|v| v == "not-compared"),
+        "no host's cpu_map given: {unknown:?}"
+    );
+    let maps: Vec<String> = ["bullseye", "bookworm", "trixie", "forky"]
+        .iter()
+        .flat_map(|g| {
+            [
+                "--cpu-map".to_string(),
+                format!(
+                    "{g}={}",
+                    s(&data.join("generations").join(g).join("cpu_map"))
+                ),
+            ]
+        })
+        .collect();
+    let own = pairs(&maps);
+    assert_eq!(own["trixie"], "runs", "{own:?}");
+    assert_eq!(own["forky"], "runs", "{own:?}");
+    assert_eq!(own["bookworm"], "cannot", "{own:?}");
+    assert_eq!(own["bullseye"], "cannot", "{own:?}");
+}
