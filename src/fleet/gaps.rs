@@ -11,6 +11,7 @@
 //! way. Every such match is said ([`Gaps::matched`]); a name whose first label matches several
 //! hosts, or none, stays unknown.
 
+use super::FleetError;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -220,6 +221,83 @@ impl NameIndex {
             Some(many) => Err(many.to_vec()),
             None => Err(Vec::new()),
         }
+    }
+}
+
+impl super::Fleet {
+    /// The guests whose facts name a host by a name no host has exactly: moved to the one host
+    /// the name stands for ([`NameIndex`], said in [`Gaps::matched`]), else
+    /// counted as guests of an unknown host; and the hosts whose guests a `<guestFacts>`
+    /// document gives.
+    pub(super) fn resolve_host_names(&mut self) {
+        let index = NameIndex::new(self.hosts.iter().map(|h| h.name.as_str()));
+        let mut unmatched: Vec<String> = self
+            .guests_of
+            .keys()
+            .filter(|n| !self.host_of.contains_key(*n))
+            .cloned()
+            .collect();
+        unmatched.sort();
+        for name in unmatched {
+            match index.find(&name) {
+                Ok(h) => {
+                    let host = self.hosts[h].name.clone();
+                    let moved = self.guests_of.remove(&name).unwrap_or_default();
+                    for g in &moved {
+                        self.sources[*g] = Some(h);
+                        self.guests[*g].facts.host = Some(host.clone());
+                    }
+                    let list = self.guests_of.entry(host.clone()).or_default();
+                    list.extend(moved);
+                    list.sort_unstable();
+                    self.gaps.matched.push((name, host));
+                }
+                Err(candidates) => self.gaps.unknown_hosts.push(UnknownHost {
+                    guests: self.guests_of.get(&name).map_or(0, Vec::len),
+                    name,
+                    ambiguous: candidates
+                        .into_iter()
+                        .map(|h| self.hosts[h].name.clone())
+                        .collect(),
+                }),
+            }
+        }
+        for name in &self.reported {
+            let h = self
+                .host_of
+                .get(name)
+                .copied()
+                .or_else(|| index.find(name).ok());
+            self.reported_hosts.extend(h);
+        }
+    }
+
+    /// The index of host `name` a view asks about (`--drain`, `--upgrade`), found as
+    /// [`Fleet::host_index`] finds it; a host whose guests are not known
+    /// ([`Fleet::guests_known`]) is a gap of the answer ([`Gaps::guests_not_known`]): its
+    /// guests are not known, which is no "0 guests, safe".
+    ///
+    /// # Errors
+    /// [`FleetError::UnknownHost`].
+    pub fn asked_about(&mut self, name: &str) -> Result<usize, FleetError> {
+        let h = self.host_index(name)?;
+        if self.hosts[h].name != name {
+            let host = self.hosts[h].name.clone();
+            self.gaps.matched.push((name.to_string(), host));
+        }
+        if !self.guests_known(h) {
+            let name = self.hosts[h].name.clone();
+            self.gaps.guests_not_known.push(name);
+        }
+        Ok(h)
+    }
+
+    /// Whether the guests of host `h` are known: a `<guestFacts>` document gives them (none
+    /// at all included), or some guest's facts name it. A host of neither has guests not
+    /// known, never "none": a drain of it says so.
+    #[must_use]
+    pub fn guests_known(&self, h: usize) -> bool {
+        self.reported_hosts.contains(&h) || !self.guests_on(h).is_empty()
     }
 }
 

@@ -118,6 +118,41 @@ impl Host {
     }
 }
 
+impl Host {
+    /// QEMU's KVM host CPU for guests of `arch` run by `emulator` on a host CPU of `vendor`, as
+    /// `decode` gives it (libvirt's decoding of the capability cache's `<hostCPU type='kvm'>`):
+    /// made on first need and kept, so that judging many guests (an `audit` as found) decodes it
+    /// once, not once per guest.
+    pub(crate) fn kvm_cpu_decoded(
+        &self,
+        arch: &str,
+        emulator: Option<&str>,
+        vendor: Option<&str>,
+        decode: impl FnOnce() -> Option<Sourced<CpuDef>>,
+    ) -> Option<Sourced<CpuDef>> {
+        let key = (
+            arch.to_string(),
+            emulator.map(str::to_string),
+            vendor.map(str::to_string),
+        );
+        let cached = self
+            .kvm_cpu_decoded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+            .cloned();
+        if let Some(hit) = cached {
+            return hit;
+        }
+        let made = decode();
+        self.kvm_cpu_decoded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key, made.clone());
+        made
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,40 +219,5 @@ mod tests {
             (v.value.to_string().as_str(), v.source.as_str()),
             ("9.0.0", "--qemu-version")
         );
-    }
-}
-
-impl Host {
-    /// QEMU's KVM host CPU for guests of `arch` run by `emulator` on a host CPU of `vendor`, as
-    /// `decode` gives it (libvirt's decoding of the capability cache's `<hostCPU type='kvm'>`):
-    /// made on first need and kept, so that judging many guests (an `audit` as found) decodes it
-    /// once, not once per guest.
-    pub(crate) fn kvm_cpu_decoded(
-        &self,
-        arch: &str,
-        emulator: Option<&str>,
-        vendor: Option<&str>,
-        decode: impl FnOnce() -> Option<Sourced<CpuDef>>,
-    ) -> Option<Sourced<CpuDef>> {
-        let key = (
-            arch.to_string(),
-            emulator.map(str::to_string),
-            vendor.map(str::to_string),
-        );
-        let cached = self
-            .kvm_cpu_decoded
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&key)
-            .cloned();
-        if let Some(hit) = cached {
-            return hit;
-        }
-        let made = decode();
-        self.kvm_cpu_decoded
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key, made.clone());
-        made
     }
 }
