@@ -273,8 +273,8 @@ impl super::Fleet {
     }
 
     /// The index of host `name` a view asks about (`--drain`, `--upgrade`), found as
-    /// [`Fleet::host_index`] finds it; a host whose guests are not known
-    /// ([`Fleet::guests_known`]) is a gap of the answer ([`Gaps::guests_not_known`]): its
+    /// [`super::Fleet::host_index`] finds it; a host whose guests are not known
+    /// ([`super::Fleet::guests_known`]) is a gap of the answer ([`Gaps::guests_not_known`]): its
     /// guests are not known, which is no "0 guests, safe".
     ///
     /// # Errors
