@@ -430,7 +430,10 @@ struct Prepared {
     input: String,
 }
 
-fn prepare(c: &Common) -> Result<Prepared, Failure> {
+/// The policy, the host and the outcome for INPUT: a `<domain>`, or for `check` (`status`) a
+/// running guest's status file (`<domstatus>`, its live `<domain>` judged); `rewrite` refuses a
+/// status file, libvirt's own record, naming the definition to rewrite instead.
+fn prepare(c: &Common, status: bool) -> Result<Prepared, Failure> {
     let policy = Policy::load(c.facts.policy.as_deref())?;
     let host = Host::discover(&host_options(&policy, &c.facts))?;
     for l in host.left_out() {
@@ -438,6 +441,15 @@ fn prepare(c: &Common) -> Result<Prepared, Failure> {
     }
     let (bytes, what) = read_input(&c.input)?;
     let text = crate::xml::decode(&bytes, &what)?;
+    let (text, running) = crate::domain::guest_document(text, &what)?;
+    if running && !status {
+        return Err(Failure {
+            code: EXIT_BAD_INPUT,
+            message: Some(format!(
+                "{what} is libvirt's status file of a running guest (<domstatus>), libvirt's own record: rewrite its definition (/etc/libvirt/qemu/NAME.xml, or `virsh dumpxml --inactive NAME`); `check` and `audit` judge a status file"
+            )),
+        });
+    }
     let outcome = rewrite(text, &what, &policy, &host)?;
     Ok(Prepared {
         policy,
@@ -516,7 +528,7 @@ fn cmd_rewrite(a: &RewriteArgs) -> Result<i32, Failure> {
             }
         }
     }
-    let p = prepare(&a.common)?;
+    let p = prepare(&a.common, false)?;
     let o = &p.outcome;
     let audit = p.policy.mode == Mode::Audit;
     let err = match a.format {
@@ -598,7 +610,7 @@ fn report_text(o: &Outcome) -> String {
 }
 
 fn cmd_check(a: &CheckArgs) -> Result<i32, Failure> {
-    let p = prepare(&a.common)?;
+    let p = prepare(&a.common, true)?;
     let report = match a.format {
         Format::Json => format!("{}\n", report_json(&p.outcome, &p.policy)),
         Format::Text => report_text(&p.outcome),

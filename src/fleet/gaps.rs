@@ -188,6 +188,14 @@ fn short_name(name: &str) -> String {
     }
 }
 
+/// Whether `a` and `b` name one host as the fleet matches names (`--cpu-map HOST=DIR` among
+/// them): the same but for case and a trailing dot, or one a short name the other begins with
+/// (`kvm1`, `KVM1.example.org.`); two different FQDNs never.
+pub(super) fn same_host(a: &str, b: &str) -> bool {
+    let (fa, fb) = (folded(a), folded(b));
+    fa == fb || ((!fa.contains('.') || !fb.contains('.')) && short_name(a) == short_name(b))
+}
+
 /// Host names as the fleet looks them up when the exact name is not a host's: by the folded
 /// name, then by the short name when exactly one host has it.
 pub(super) struct NameIndex {
@@ -229,7 +237,10 @@ impl super::Fleet {
     /// the name stands for ([`NameIndex`], said in [`Gaps::matched`]), else
     /// counted as guests of an unknown host; and the hosts whose guests a `<guestFacts>`
     /// document gives.
-    pub(super) fn resolve_host_names(&mut self) {
+    ///
+    /// # Errors
+    /// [`FleetError::GuestFactsTwice`]: two guest-facts documents for one host.
+    pub(super) fn resolve_host_names(&mut self) -> Result<(), FleetError> {
         let index = NameIndex::new(self.hosts.iter().map(|h| h.name.as_str()));
         let mut unmatched: Vec<String> = self
             .guests_of
@@ -262,14 +273,27 @@ impl super::Fleet {
                 }),
             }
         }
-        for name in &self.reported {
-            let h = self
+        let mut first: std::collections::HashMap<usize, &PathBuf> =
+            std::collections::HashMap::new();
+        for (name, path) in &self.reported {
+            let Some(h) = self
                 .host_of
                 .get(name)
                 .copied()
-                .or_else(|| index.find(name).ok());
-            self.reported_hosts.extend(h);
+                .or_else(|| index.find(name).ok())
+            else {
+                continue;
+            };
+            if let Some(other) = first.insert(h, path) {
+                return Err(FleetError::GuestFactsTwice {
+                    host: self.hosts[h].name.clone(),
+                    path: path.clone(),
+                    other: other.clone(),
+                });
+            }
+            self.reported_hosts.insert(h);
         }
+        Ok(())
     }
 
     /// The index of host `name` a view asks about (`--drain`, `--upgrade`), found as
@@ -316,6 +340,10 @@ mod tests {
         assert_eq!(idx.find("DB.b.org"), Ok(3));
         assert_eq!(idx.find("db"), Err(vec![2, 3]));
         assert_eq!(idx.find("kvm3.example.org"), Err(vec![]));
+        assert!(same_host("KVM2", "kvm2.example.org."));
+        assert!(same_host("kvm2.example.org", "KVM2.example.org"));
+        assert!(!same_host("db.a.org", "db.b.org"));
+        assert!(!same_host("kvm2", "kvm3"));
     }
 
     #[test]

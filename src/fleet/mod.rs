@@ -83,6 +83,17 @@ pub enum FleetError {
         "no host facts among the files given (a <hostFacts>, capabilities or domcapabilities file is a host)"
     )]
     NoHosts,
+    /// Two guest-facts documents give the guests of one host (by one name, or two that name it):
+    /// its guests would count twice.
+    #[error("{}: gives the guests of host '{host}' as {} does already; one guest-facts file per host (an old one under another name of the host left beside the new?)", .path.display(), .other.display())]
+    GuestFactsTwice {
+        /// The host.
+        host: String,
+        /// The second file.
+        path: PathBuf,
+        /// The first.
+        other: PathBuf,
+    },
     /// No host among the facts read, and some files could not be read.
     #[error(
         "no host facts among the files read; {unread} file(s) could not be read, the first: {first}"
@@ -248,7 +259,7 @@ pub struct Fleet {
     /// What the answers could not take into account ([`gaps::Gaps`]).
     pub gaps: gaps::Gaps,
     /// The host names `<guestFacts>` documents name, as given (their guests may be none).
-    reported: Vec<String>,
+    reported: Vec<(String, PathBuf)>,
     /// The hosts (indexes) whose guests some `<guestFacts>` document gives: a host without
     /// them has guests not known, not none.
     reported_hosts: std::collections::HashSet<usize>,
@@ -271,16 +282,23 @@ impl CpuMaps {
     /// every host), not this machine's taken for it.
     #[must_use]
     pub fn given_for(&self, host: &str) -> bool {
-        self.default.is_some() || self.by_host.iter().any(|(h, _)| h == host)
+        self.default.is_some() || self.own(host).is_some()
+    }
+
+    /// The `--cpu-map HOST=DIR` entry of `host`: its name as given, else one that names it as
+    /// the fleet matches names ([`gaps::same_host`]: case, FQDN or short name).
+    fn own(&self, host: &str) -> Option<&(String, PathBuf)> {
+        self.by_host
+            .iter()
+            .find(|(h, _)| h == host)
+            .or_else(|| self.by_host.iter().find(|(h, _)| gaps::same_host(h, host)))
     }
 
     /// The cpu_map directory of `host`: its own, else the default, else libvirt's on this machine
     /// when there is one.
     #[must_use]
     pub fn for_host(&self, host: &str) -> Option<PathBuf> {
-        self.by_host
-            .iter()
-            .find(|(h, _)| h == host)
+        self.own(host)
             .map(|(h, d)| {
                 self.matched.borrow_mut().insert(h.clone());
                 d.clone()
@@ -375,7 +393,7 @@ impl Fleet {
                     )?;
                 }
                 Input::Guests(list, host) => {
-                    fleet.reported.extend(host);
+                    fleet.reported.extend(host.map(|h| (h, path.clone())));
                     for facts in list {
                         fleet.push_guest(facts);
                     }
@@ -391,7 +409,7 @@ impl Fleet {
                 None => FleetError::NoHosts,
             });
         }
-        fleet.resolve_host_names();
+        fleet.resolve_host_names()?;
         Ok(fleet)
     }
 

@@ -472,7 +472,7 @@ fn cluster_model(
         &class.map,
         crate::destination::Arrival::Start,
     );
-    let reasons = fleet.in_own_words(h, reasons);
+    let reasons = fleet.in_own_words(h, class.names_judged(reasons));
     ClusterModel { what, cpu, reasons }
 }
 
@@ -512,13 +512,13 @@ pub fn upgrade(fleet: &Fleet, h: usize, to: usize, policy: &Policy) -> Vec<Upgra
             let definition = facts.definition.as_deref().unwrap_or(&facts.domain);
             let reasons = Rc::new(fleet.in_own_words(
                 to,
-                super::judge::judge_shape(
+                class.names_judged(super::judge::judge_shape(
                     definition,
                     fleet.policy_none(),
                     &class.host,
                     &class.map,
                     crate::destination::Arrival::Start,
-                ),
+                )),
             ));
             let fix = (!reasons.is_empty())
                 .then(|| fix(definition, policy, fleet, &class.host, &class.map))
@@ -528,7 +528,7 @@ pub fn upgrade(fleet: &Fleet, h: usize, to: usize, policy: &Policy) -> Vec<Upgra
                         fleet.own_text(to, c);
                     }
                     Fix {
-                        remaining: fleet.in_own_words(to, f.remaining),
+                        remaining: fleet.in_own_words(to, class.names_judged(f.remaining)),
                         ..f
                     }
                 });

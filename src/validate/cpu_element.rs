@@ -18,10 +18,14 @@ pub(super) fn check(
     cpu: Option<Node<'_, '_>>,
     plan: &Plan,
     facts: &DomainFacts<'_>,
+    running: bool,
     out: &mut Vec<Finding>,
 ) {
+    let level = |cpu, mode, out: &mut Vec<Finding>| {
+        check_level(dom, cpu, mode, plan, facts, running, out);
+    };
     let Some(cpu) = cpu else {
-        check_level(dom, None, CpuMode::Custom, plan, facts, out);
+        level(None, CpuMode::Custom, out);
         super::os_floor::check(dom, None, plan, facts, out);
         return;
     };
@@ -52,7 +56,7 @@ pub(super) fn check(
         super::kvm::check(dom, cpu, facts, out);
     }
     super::tcg::check_cpu(cpu, mode, facts, out);
-    check_level(dom, Some(cpu), mode, plan, facts, out);
+    level(Some(cpu), mode, out);
     super::os_floor::check(dom, Some(cpu), plan, facts, out);
 }
 
@@ -374,6 +378,7 @@ fn check_level(
     mode: CpuMode,
     plan: &Plan,
     facts: &DomainFacts<'_>,
+    running: bool,
     out: &mut Vec<Finding>,
 ) {
     let Some(level) = &plan.min_level else {
@@ -384,7 +389,7 @@ fn check_level(
     }
     let explicit = cpu.map(cpu_features).unwrap_or_default();
     if mode == CpuMode::Custom {
-        check_custom_cpu_level(cpu, &explicit, level, facts, dom.is_live(), out);
+        check_custom_cpu_level(cpu, &explicit, level, facts, running, out);
     } else {
         check_host_cpu_level(dom, mode, &explicit, level, facts, out);
     }
@@ -465,15 +470,24 @@ fn check_kvm_level(
     }
     let dropped = missing_features(level.value, &kept);
     let reaches = Level::highest(|f| kept.contains(f)).map_or("no x86-64 level", Level::as_str);
+    let message = if live {
+        format!(
+            "the running guest's CPU (its live XML) reaches {reaches}, not {}: KVM on this host does not give {} (per the host-model CPU of {source})",
+            level.value,
+            dropped.join(", ")
+        )
+    } else {
+        format!(
+            "the guest CPU (its model and the features it requires) reaches {}, but KVM on this host does not give {} (per the host-model CPU of {source}): libvirt starts it (check='{}' compares with the host's own CPU) and QEMU drops them, so the guest runs at {reaches}",
+            level.value,
+            dropped.join(", "),
+            check.as_str()
+        )
+    };
     out.push(
         Finding::error(
             Code::CpuLevel,
-            format!(
-                "the guest CPU (its model and the features it requires) reaches {}, but KVM on this host does not give {} (per the host-model CPU of {source}): libvirt starts it (check='{}' compares with the host's own CPU) and QEMU drops them, so the guest runs at {reaches}",
-                level.value,
-                dropped.join(", "),
-                check.as_str()
-            ),
+            message,
             "run the guest on a host whose CPU and KVM give them (virsh domcapabilities: the host-model CPU), or lower cpu.min_level for this host's guests: no rewrite makes this host's KVM give them",
         )
         .rule(&level.rule),

@@ -33,6 +33,23 @@ use crate::policy::Plan;
 /// mode, features, model and level.
 #[must_use]
 pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> Vec<Finding> {
+    validate_as(dom, plan, facts, false)
+}
+
+/// [`validate`], of a guest judged where it runs when `running`: `dom` is its live XML
+/// ([`Domain::is_live`]: `virsh dumpxml` of a running guest, its status file) and no start or
+/// migration is to come. libvirt made its start checks, and the `check='full'` it wrote records
+/// what QEMU gave: that CPU compared with itself at a start that will not happen would refuse a
+/// guest that runs, so `kvm-check-full` and `tcg-check-full` are left out, and the level is
+/// judged as KVM gave it. A document the rewrite changed is a start to come, never `running`;
+/// an incoming guest (the hook at `migrate`) neither: the destination checks it.
+#[must_use]
+pub fn validate_as(
+    dom: &Domain<'_>,
+    plan: &Plan,
+    facts: &DomainFacts<'_>,
+    running: bool,
+) -> Vec<Finding> {
     let mut out = Vec::new();
     if !dom.in_scope() {
         return out;
@@ -78,13 +95,10 @@ pub fn validate(dom: &Domain<'_>, plan: &Plan, facts: &DomainFacts<'_>) -> Vec<F
     }
     vcpu::check(dom, facts, &mut out);
     iommu::check(dom, facts, &mut out);
-    cpu_element::check(dom, cpus.first().copied(), plan, facts, &mut out);
+    cpu_element::check(dom, cpus.first().copied(), plan, facts, running, &mut out);
     arch_caps::check(dom, facts, &mut out);
     invtsc::check(dom, facts, &mut out);
-    if dom.is_live() {
-        // A running guest's live XML: libvirt made its start checks, and the `check='full'` it
-        // wrote records what QEMU gave; comparing that CPU with itself at a start that will not
-        // happen would refuse a guest that runs.
+    if running {
         out.retain(|f| !matches!(f.code, Code::KvmCheckFull | Code::TcgCheckFull));
     }
     out

@@ -487,6 +487,20 @@ fn a_fleet_answer_says_what_it_could_not_take_into_account() {
         "{}",
         out.stdout
     );
+    // An old guest-facts file under the host's other name, left beside the new one: its guests
+    // would count twice, refused as two host-facts files of one host are.
+    t.write(
+        "f/Trixie.example.org.guests.xml",
+        "<guestFacts host='Trixie.example.org'/>",
+    );
+    let out = fleet(&["--drain", "trixie"]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    assert!(
+        out.stderr.contains("gives the guests of host 'trixie' as"),
+        "{}",
+        out.stderr
+    );
 }
 
 /// CloudStack's own guest, rewritten by the default policy to x86-64-v2, judged against each
