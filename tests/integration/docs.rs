@@ -403,7 +403,7 @@ fn fleet_json_keys_are_the_documented_ones(t: &Scratch, doc: &str) {
     )
     .unwrap();
     // What an answer cannot take into account, each named in `incomplete`: a file that is not
-    // facts, guests of a host not among the facts, guests naming host `old` by another name.
+    // facts, guests of a host not among the facts, guests naming host `plain` by another name.
     t.write("fleet/broken.xml", "not XML");
     t.write(
         "fleet/gone.guests.xml",
@@ -413,9 +413,9 @@ fn fleet_json_keys_are_the_documented_ones(t: &Scratch, doc: &str) {
         ),
     );
     t.write(
-        "fleet/other.guests.xml",
+        "fleet/plain.guests.xml",
         format!(
-            "<guestFacts host='OLD.example.org'><guest name='d' state='shutoff'>{}</guest></guestFacts>",
+            "<guestFacts host='PLAIN.example.org'><guest name='d' state='shutoff'>{}</guest></guestFacts>",
             domain("d", "<cpu mode='maximum'/>")
         ),
     );
