@@ -305,9 +305,9 @@ impl super::Fleet {
     /// [`FleetError::UnknownHost`].
     pub fn asked_about(&mut self, name: &str) -> Result<usize, FleetError> {
         let h = self.host_index(name)?;
-        if self.hosts[h].name != name {
-            let host = self.hosts[h].name.clone();
-            self.gaps.matched.push((name.to_string(), host));
+        let matched = (name.to_string(), self.hosts[h].name.clone());
+        if matched.0 != matched.1 && !self.gaps.matched.contains(&matched) {
+            self.gaps.matched.push(matched);
         }
         if !self.guests_known(h) {
             let name = self.hosts[h].name.clone();
