@@ -67,47 +67,6 @@ pub fn nearest<'a>(name: &str, known: impl IntoIterator<Item = &'a str>) -> Opti
         .map(|(_, k)| k)
 }
 
-/// The arch names libvirt knows (`virArchData` of libvirt's `src/util/virarch.c`): a
-/// `match.arch` matching none of them never applies on any host.
-const LIBVIRT_ARCHES: [&str; 36] = [
-    "aarch64",
-    "alpha",
-    "armv6l",
-    "armv7b",
-    "armv7l",
-    "cris",
-    "i686",
-    "lm32",
-    "loongarch64",
-    "m68k",
-    "microblaze",
-    "microblazeel",
-    "mips",
-    "mips64",
-    "mips64el",
-    "mipsel",
-    "openrisc",
-    "parisc",
-    "parisc64",
-    "ppc",
-    "ppc64",
-    "ppc64le",
-    "ppcemb",
-    "ppcle",
-    "riscv32",
-    "riscv64",
-    "s390",
-    "s390x",
-    "sh4",
-    "sh4eb",
-    "sparc",
-    "sparc64",
-    "unicore32",
-    "x86_64",
-    "xtensa",
-    "xtensaeb",
-];
-
 /// libvirt's QEMU driver's virt types (`<domain type>`).
 const VIRT_TYPES: [&str; 2] = ["kvm", "qemu"];
 
@@ -152,7 +111,7 @@ impl Host {
                 .matches
                 .arch
                 .as_ref()
-                .filter(|p| !LIBVIRT_ARCHES.iter().any(|a| p.matches(a)))
+                .filter(|p| !crate::libvirt::arch::KNOWN.iter().any(|a| p.matches(a)))
             {
                 out.push(problem(
                     Severity::Error,
@@ -160,7 +119,7 @@ impl Host {
                     format!(
                         "'{}' matches no arch libvirt knows (x86_64, i686, aarch64, armv7l, ppc64le, s390x...): the rule never applies to any guest{}",
                         p.as_str(),
-                        did_you_mean(nearest(p.as_str(), LIBVIRT_ARCHES))
+                        did_you_mean(nearest(p.as_str(), crate::libvirt::arch::KNOWN))
                     ),
                 ));
                 continue;

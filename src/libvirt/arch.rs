@@ -6,7 +6,7 @@
 
 /// Every architecture name libvirt knows (`virArchData`, libvirt 9.0 and 11.3): a host `<cpu>`
 /// naming another is refused ("Unknown architecture %s").
-const KNOWN: [&str; 37] = [
+pub const KNOWN: [&str; 37] = [
     "alpha",
     "armv6l",
     "armv7l",

@@ -25,7 +25,7 @@
 
 use crate::harness::{Cmd, Scratch, check_json, root, s, shared_corpus};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The recorded host.
 const HOST: &str = "kvm-truth/amd-epyc-nested";
@@ -57,6 +57,24 @@ fn versions(g: &str, dir: &Path) -> (String, String) {
         find(&ours, "libvirt "),
         find(&dir.join("version"), "Running hypervisor: QEMU "),
     )
+}
+
+/// What one generation's recording `dir` of generation `g` holds, with what judges it: the
+/// libvirt and QEMU releases ([`versions`]), the generation's cpu_map, and every case of its
+/// `truth.jsonl`.
+fn recorded(dir: &Path, g: &str) -> (String, String, PathBuf, Vec<serde_json::Value>) {
+    let (libvirt, qemu) = versions(g, dir);
+    let cpu_map = root()
+        .join("tests/data/generations")
+        .join(g)
+        .join("cpu_map");
+    let truth = std::fs::read_to_string(dir.join("truth.jsonl")).expect("truth.jsonl");
+    let cases = truth
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    (libvirt, qemu, cpu_map, cases)
 }
 
 /// How one case came out.
@@ -94,15 +112,9 @@ fn kvm_verdicts_agree_with_a_recorded_amd_host() {
     let mut total = 0;
     for g in ["bullseye", "bookworm", "trixie", "forky"] {
         let dir = base.join(g);
-        let (libvirt, qemu) = versions(g, &dir);
-        let cpu_map = root()
-            .join("tests/data/generations")
-            .join(g)
-            .join("cpu_map");
-        let truth = std::fs::read_to_string(dir.join("truth.jsonl")).expect("truth.jsonl");
+        let (libvirt, qemu, cpu_map, cases) = recorded(&dir, g);
         let mut counts: BTreeMap<Class, usize> = BTreeMap::new();
-        for line in truth.lines().filter(|l| !l.trim().is_empty()) {
-            let case: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        for case in cases {
             let text = |k: &str| case[k].as_str().unwrap_or_default().to_string();
             let (label, machine, cpu) = (text("case"), text("machine"), text("cpu"));
             let started = case["started"].as_bool().expect("started");
@@ -288,14 +300,8 @@ fn the_level_as_kvm_gives_it_agrees_with_every_recorded_host() {
     for host in &hosts {
         for g in ["bullseye", "bookworm", "trixie", "forky"] {
             let dir = host.join(g);
-            let (libvirt, qemu) = versions(g, &dir);
-            let cpu_map = root()
-                .join("tests/data/generations")
-                .join(g)
-                .join("cpu_map");
-            let truth = std::fs::read_to_string(dir.join("truth.jsonl")).expect("truth.jsonl");
-            for line in truth.lines().filter(|l| !l.trim().is_empty()) {
-                let case: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            let (libvirt, qemu, cpu_map, cases) = recorded(&dir, g);
+            for case in cases {
                 let text = |k: &str| case[k].as_str().unwrap_or_default().to_string();
                 let (label, machine, cpu, live) =
                     (text("case"), text("machine"), text("cpu"), text("live_cpu"));
