@@ -3,9 +3,10 @@
 //! directory, libvirt 9.0's cpu_map, the checks and the rewrite of CloudStack's guest,
 //! `examples/cloudstack-default-cpu.xml` under TCG, as the policy's rewrite leaves it: it
 //! conforms; under KVM the recorded host's KVM gives no x86-64-v2, `cpu-level`),
-//! the same followed by counting it ([`hook_decisions::count`]: the lock, the read, the synced
-//! write and the rename, in a state directory on the same file system as the temporary
-//! directory), and the count alone, side by side in one run. After criterion, an interleaved run of
+//! the same followed by counting it ([`hook_decisions::count`]: the lock, the read, the write in
+//! place, in a state directory on the same file system as the temporary directory), and the
+//! count alone, side by side in one run, beside the writes it was chosen over (a replace by
+//! rename, unsynced and synced). After criterion, an interleaved run of
 //! both prints their medians and the ratio.
 //!
 //! `cargo bench --features daemon --bench hook` (full), `-- --quick` (short), `cargo test
@@ -106,8 +107,18 @@ fn main() {
     group.bench_function("count alone", |b| {
         b.iter(|| count(&state, black_box(Decision::HookAllowed)));
     });
-    // What the count would cost with its write synced (write_atomic), for the choice of
-    // write_atomic_unsynced.
+    // What the count's write would cost as a replace by rename (write_atomic_unsynced, the
+    // counts' write before) and synced (write_atomic), for the choice of overwrite_unsynced.
+    let renamed = state.join("hook-decisions.renamed");
+    group.bench_function("a replace by rename of the counts", |b| {
+        let text = hook_decisions::read(&state).expect("counts").render();
+        b.iter(|| virt_cpu_policy::writefile::write_atomic_unsynced(&renamed, text.as_bytes()));
+    });
+    let in_place = state.join("hook-decisions.in-place");
+    group.bench_function("a write in place of the counts", |b| {
+        let text = hook_decisions::read(&state).expect("counts").render();
+        b.iter(|| virt_cpu_policy::writefile::overwrite_unsynced(&in_place, text.as_bytes()));
+    });
     let synced = state.join("hook-decisions.synced");
     group.bench_function("a synced write of the counts", |b| {
         let text = hook_decisions::read(&state).expect("counts").render();

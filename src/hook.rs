@@ -542,15 +542,17 @@ fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Deci
         // host-passthrough / maximum: libvirt's live XML lists no features to check.
         return allow("live CPU has no model (host-passthrough or maximum): nothing to verify");
     };
-    let p = Pipeline::new(dom, policy, host)?;
-    let explicit = p
-        .dom
+    // The plan and the cpu_map's model only: the live XML is libvirt's record of the CPU QEMU
+    // gave, so nothing of QEMU's capability cache is asked (at every guest start, the cost of
+    // the hook at `started` is a process's start and the cpu_map's one model file).
+    let plan = crate::pipeline::plan(&dom, policy, host)?;
+    let explicit = dom
         .cpus()
         .first()
         .map(|c| cpu_features(*c))
         .unwrap_or_default();
-    let feats = guaranteed_features(p.facts.model_features(&model), &explicit);
-    let Some(short) = live_shortfall(&p.dom, &p.plan, &feats, &explicit) else {
+    let feats = guaranteed_features(host.model_features(&model).as_ref(), &explicit);
+    let Some(short) = live_shortfall(&dom, &plan, &feats, &explicit) else {
         return allow("live CPU satisfies the policy");
     };
     let disabled_by_qemu: Vec<&str> = short

@@ -14,10 +14,12 @@
 //! shape) is kept as it is and written back after the known ones, in the file's order, so a
 //! downgrade or a mix of versions never resets the counts; the daemon renders the known kinds
 //! only ([`Counts::iter`]: the metric's documented label values). It is
-//! read and replaced under an exclusive `flock(2)` on `hook-decisions.lock` beside it
-//! ([`crate::lockfile`]: libvirt starts guests in parallel, and no count may be lost) and written
-//! through [`crate::writefile::write_atomic_unsynced`] (the daemon, reading without the lock,
-//! sees the old counts or the new ones, never half a file; not synced, as a guest start waits).
+//! read and written under an exclusive `flock(2)` on `hook-decisions.lock` beside it
+//! ([`crate::lockfile`]: libvirt starts guests in parallel, and no count may be lost), in place
+//! ([`crate::writefile::overwrite_unsynced`]: not synced and no new file, as a guest start
+//! waits); the daemon reads it under the lock shared ([`read`]), so it sees the old counts or
+//! the new ones, never half a write. The hook's shell fallback (the binary cannot run) replaces
+//! it under the same lock.
 //!
 //! Counting never changes the hook's answer: a state directory that cannot be made or written, a
 //! lock held longer than [`LOCK_WAIT`], or a file that does not read as counts ([`Corrupt`]) is a
@@ -239,13 +241,28 @@ fn counts_of(path: &Path, read: crate::lockfile::Old) -> Result<Counts, CountErr
     Counts::parse(&text).map_err(|c| corrupt(c.to_string()))
 }
 
-/// The counts in the state directory `state_dir` (for the daemon's metrics): no lock is taken,
-/// since the file is only ever replaced whole.
+/// The counts in the state directory `state_dir` (for the daemon's metrics), read under the
+/// lock shared (the hook writes them in place under it exclusive): waiting at most
+/// [`LOCK_WAIT`]. A lock file that cannot be opened (a read-only state directory) leaves the
+/// file read without it: nothing writes there then.
 ///
 /// # Errors
-/// As [`read_file`].
+/// As [`read_file`]; [`CountError::Io`] (`TimedOut`) when a writer held the lock past
+/// [`LOCK_WAIT`].
 pub fn read(state_dir: &Path) -> Result<Counts, CountError> {
-    read_file(&state_dir.join(FILE))
+    let file = state_dir.join(FILE);
+    let _held = match crate::lockfile::Locked::shared_within(&state_dir.join(LOCK_FILE), LOCK_WAIT)
+    {
+        Ok(held) => Some(held),
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            return Err(CountError::Io {
+                path: file,
+                source: e,
+            });
+        }
+        Err(_) => None,
+    };
+    read_file(&file)
 }
 
 /// Adds one decision of `kind` to the counts in `state_dir` (made when missing), under the lock.
@@ -257,9 +274,9 @@ pub fn read(state_dir: &Path) -> Result<Counts, CountError> {
 /// the file is as it was.
 pub fn count(state_dir: &Path, kind: Decision) -> Result<(Counts, Option<CountError>), CountError> {
     let file = state_dir.join(FILE);
-    // Not synced: a sync added 0.3 ms to 3 ms at every guest start (benches/hook.rs), and a crash
-    // of the machine can at worst leave an empty file, which reads as no counts (a counter reset).
-    let write = crate::writefile::write_atomic_unsynced;
+    // Not synced: a sync added 0.3 ms to 3 ms at every guest start (benches/hook.rs); in place:
+    // see `overwrite_unsynced`.
+    let write = crate::writefile::overwrite_unsynced;
     crate::lockfile::update(&file, LOCK_WAIT, MAX_BYTES, write, |old| {
         let (mut counts, replaced) = match counts_of(&file, old) {
             Ok(c) => (c, None),

@@ -2,9 +2,9 @@
 //! file beside it (`NAME.lock`), held until the guard is dropped (or the process ends, so a
 //! crashed writer never leaves the lock taken).
 //!
-//! The lock is on a file of its own, not on the state file: the state file is replaced by a
-//! rename ([`crate::writefile::write_atomic`]), and a lock on the replaced inode would not keep
-//! the next writer out. Users: the cluster CPU seen ([`crate::cluster::watch`]) and the hook's
+//! The lock is on a file of its own, not on the state file: a state file may be replaced by a
+//! rename ([`crate::writefile::write_atomic`]; the hook's shell fallback replaces the decision
+//! counts so), and a lock on the replaced inode would not keep the next writer out. Users: the cluster CPU seen ([`crate::cluster::watch`]) and the hook's
 //! decision counts ([`crate::hook_decisions`]), both shared by the qemu hook and the daemon,
 //! both through [`update`] (lock, read, change, atomic write).
 
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 /// holder keeps the lock for one read and one small write.
 pub const HOOK_WAIT: Duration = Duration::from_secs(2);
 
-/// Holds an exclusive `flock(2)` on its lock file until dropped.
+/// Holds a `flock(2)` (exclusive, or shared for a reader) on its lock file until dropped.
 #[derive(Debug)]
 pub struct Locked {
     _file: std::fs::File,
@@ -66,11 +66,26 @@ impl Locked {
     /// The operating system's error opening or locking the file; `TimedOut` when another holder
     /// kept the lock for `limit`.
     pub fn exclusive_within(path: &Path, limit: Duration) -> std::io::Result<Locked> {
+        Locked::within(path, limit, FlockOperation::NonBlockingLockExclusive)
+    }
+
+    /// Takes the lock on `path` shared, as [`Locked::exclusive_within`] takes it exclusive: for a
+    /// reader of a state file its writers change in place ([`crate::hook_decisions`]), which
+    /// then never reads half a write.
+    ///
+    /// # Errors
+    /// As [`Locked::exclusive_within`].
+    pub fn shared_within(path: &Path, limit: Duration) -> std::io::Result<Locked> {
+        Locked::within(path, limit, FlockOperation::NonBlockingLockShared)
+    }
+
+    /// The lock `op` (non-blocking) on `path`, polled for at most `limit`.
+    fn within(path: &Path, limit: Duration, op: FlockOperation) -> std::io::Result<Locked> {
         let f = open(path)?;
         let deadline = Instant::now() + limit;
         let mut pause = Duration::from_micros(200);
         loop {
-            match flock(&f, FlockOperation::NonBlockingLockExclusive) {
+            match flock(&f, op) {
                 Ok(()) => return Ok(Locked { _file: f }),
                 Err(e) if e == rustix::io::Errno::WOULDBLOCK || e == rustix::io::Errno::INTR => {}
                 Err(e) => return Err(e.into()),

@@ -32,10 +32,20 @@ impl<'t, 'h> Pipeline<'t, 'h> {
     /// [`crate::Error::Cluster`] when the plan asks for the cluster's CPU and there is none
     /// ([`Host::cluster_cpu`]).
     pub fn new(dom: Domain<'t>, policy: &Policy, host: &'h Host) -> Result<Self> {
-        let plan = with_cluster_cpu(policy.plan_for(&dom), host)?;
+        let plan = plan(&dom, policy, host)?;
         let facts = DomainFacts::gather(&dom, &plan, host);
         Ok(Pipeline { dom, plan, facts })
     }
+}
+
+/// What `policy` asks of `dom`, with a cluster's CPU put in: [`Pipeline::new`]'s plan without
+/// gathering the domain's host facts, for a caller that needs only the plan (the hook at
+/// `started`, which judges libvirt's live CPU and reads nothing of QEMU's capability cache).
+///
+/// # Errors
+/// As [`Pipeline::new`].
+pub fn plan(dom: &Domain<'_>, policy: &Policy, host: &Host) -> Result<Plan> {
+    with_cluster_cpu(policy.plan_for(dom), host)
 }
 
 /// Computes the cluster's CPU now when a rule of `policy` asks for it, so a command that judges

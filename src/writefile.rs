@@ -34,6 +34,48 @@ pub fn write_atomic_unsynced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     replace(path, bytes, false)
 }
 
+/// Writes `bytes` over the regular file `path` where it is (one `pwrite(2)` at offset 0, then
+/// cut to their length), not synced; a file that does not exist is made by
+/// [`write_atomic_unsynced`], and so is anything but a regular file there (a link, a FIFO: replaced,
+/// as before this was written in place). Only for a small state file whose writers hold its lock exclusive
+/// and whose readers hold it shared ([`crate::lockfile`]), so no reader sees half a write: the
+/// qemu hook's decision counts ([`crate::hook_decisions`]). A replacement by rename there cost
+/// every guest start a new inode, the old one's eviction and ext4's flush of a file renamed over
+/// another (`auto_da_alloc`); a write in place is a copy into one page of the page cache. After a
+/// crash of the machine the file holds the old counts or the new ones (a few hundred bytes: one
+/// sector).
+///
+/// # Errors
+/// The operating system's error opening, writing or cutting the file.
+pub fn overwrite_unsynced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let file = match std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
+    {
+        Ok(f) => f,
+        // None there, a link (O_NOFOLLOW), a FIFO without a reader (O_NONBLOCK).
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENXIO)) =>
+        {
+            return write_atomic_unsynced(path, bytes);
+        }
+        Err(e) => return Err(e),
+    };
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        drop(file);
+        return write_atomic_unsynced(path, bytes);
+    }
+    file.write_all_at(bytes, 0)?;
+    if meta.len() > bytes.len() as u64 {
+        file.set_len(bytes.len() as u64)?;
+    }
+    Ok(())
+}
+
 /// [`write_atomic`], the temporary file synced when `sync`.
 fn replace(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     let dir = path
@@ -138,6 +180,29 @@ mod tests {
         let d = std::env::temp_dir().join(format!("vcp-writefile-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    /// In place: the same inode, cut to the new length, no file left beside it; made when
+    /// missing; a link there is replaced, never written through.
+    #[test]
+    fn an_overwrite_keeps_the_inode_and_replaces_a_link() {
+        let d = scratch("overwrite");
+        let f = d.join("counts");
+        overwrite_unsynced(&f, b"long first text\n").unwrap();
+        let ino = std::fs::metadata(&f).unwrap().ino();
+        overwrite_unsynced(&f, b"short\n").unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"short\n");
+        assert_eq!(std::fs::metadata(&f).unwrap().ino(), ino);
+        assert_eq!(names(&d), ["counts"]);
+        let target = d.join("elsewhere");
+        std::fs::write(&target, b"keep").unwrap();
+        let link = d.join("linked");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        overwrite_unsynced(&link, b"new").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_file());
+        assert_eq!(std::fs::read(&link).unwrap(), b"new");
+        std::fs::remove_dir_all(&d).ok();
     }
 
     fn names(dir: &Path) -> Vec<String> {

@@ -183,15 +183,13 @@ impl Host {
             .qemu_cache
             .for_emulator(&emulator_suffix(arch, emulator))?;
         let e = file.head.emulator.as_deref()?;
-        // Bytes, not a String: UTF-8 validation of the file would cost more than the search.
-        let text =
-            crate::readfile::read_regular(&file.path, crate::readfile::MAX_FACT_BYTES).ok()?;
+        let text = file.bytes()?;
         // The emulator's machine types whatever the guest arch (an i686 guest of
         // qemu-system-x86_64 gets x86_64's), as libvirt checks them.
         if !file.is_fresh() {
             return None;
         }
-        crate::libvirt::qemu_caps::lacks_machine(&text, qemu_type, machine).then(|| e.to_string())
+        crate::libvirt::qemu_caps::lacks_machine(text, qemu_type, machine).then(|| e.to_string())
     }
 
     /// The machine types the judged host's capabilities list for a guest of `arch` and

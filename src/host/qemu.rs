@@ -33,7 +33,7 @@ impl Host {
     }
 
     /// The QEMU release of the domain's emulator: `--qemu-version`, else `<version>` of its file
-    /// in libvirt's QEMU capability cache when that file is fresh (its first 16 KiB read). None
+    /// in libvirt's QEMU capability cache when that file is fresh. None
     /// when neither says.
     #[must_use]
     pub fn qemu_version(&self, arch: &str, emulator: Option<&str>) -> Option<Sourced<QemuVersion>> {
@@ -42,7 +42,7 @@ impl Host {
         }
         let f = self.fresh_cache_file(arch, emulator)?;
         Some(Sourced {
-            value: QemuVersion::from_number(crate::libvirt::qemu_caps::version(&f.path)?),
+            value: QemuVersion::from_number(f.version()?),
             source: format!("<version> in {}", f.path.display()),
         })
     }
@@ -59,13 +59,13 @@ impl Host {
     ) -> Option<CacheTcg> {
         use crate::libvirt::qemu_caps::{tcg_host_cpu, tcg_model};
         let f = self.fresh_cache_file(arch, emulator)?;
-        let text = crate::readfile::read_regular(&f.path, crate::readfile::MAX_FACT_BYTES).ok()?;
+        let text = f.bytes()?;
         Some(CacheTcg {
             models: models
                 .into_iter()
-                .filter_map(|m| Some((m.to_string(), tcg_model(&text, m)?)))
+                .filter_map(|m| Some((m.to_string(), tcg_model(text, m)?)))
                 .collect(),
-            host_cpu: tcg_host_cpu(&text),
+            host_cpu: tcg_host_cpu(text),
             source: f.path.display().to_string(),
         })
     }
@@ -83,9 +83,9 @@ impl Host {
         emulator: Option<&str>,
     ) -> Option<Sourced<Vec<String>>> {
         let f = self.fresh_cache_file(arch, emulator)?;
-        let text = crate::readfile::read_regular(&f.path, crate::readfile::MAX_FACT_BYTES).ok()?;
+        let text = f.bytes()?;
         Some(Sourced {
-            value: crate::libvirt::qemu_caps::kvm_host_cpu(&text)?,
+            value: crate::libvirt::qemu_caps::kvm_host_cpu(text)?,
             source: format!("<hostCPU type='kvm'> in {}", f.path.display()),
         })
     }
@@ -104,13 +104,13 @@ impl Host {
         virt_type: &str,
     ) -> Option<Sourced<Vec<String>>> {
         let f = self.fresh_cache_file(arch, emulator)?;
-        let text = crate::readfile::read_regular(&f.path, crate::readfile::MAX_FACT_BYTES).ok()?;
+        let text = f.bytes()?;
         let vt = if virt_type == "qemu" {
             "tcg"
         } else {
             virt_type
         };
-        let models = crate::libvirt::qemu_caps::cpu_models(&text, vt);
+        let models = crate::libvirt::qemu_caps::cpu_models(text, vt);
         (!models.is_empty()).then(|| Sourced {
             value: models,
             source: format!("<cpu type='{vt}'> in {}", f.path.display()),

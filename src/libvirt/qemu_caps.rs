@@ -128,16 +128,6 @@ pub fn head(path: &Path) -> Option<Head> {
     })
 }
 
-/// `<version>` of the cache file `path`: the QEMU release of its emulator, in libvirt's number
-/// encoding ([`super::version::QemuVersion::from_number`]); its first 16 KiB are read.
-#[must_use]
-pub fn version(path: &Path) -> Option<u64> {
-    element_text(&prefix(path, VERSION_BYTES)?, "version")?
-        .trim()
-        .parse()
-        .ok()
-}
-
 /// The first `limit` bytes of the regular file `path`, as text.
 fn prefix(path: &Path, limit: usize) -> Option<String> {
     let (f, _) = crate::readfile::open_regular(path).ok()?;
@@ -276,9 +266,46 @@ pub struct CacheFile {
     pub head: Head,
     /// The root of the file system its `<emulator>` path is in ([`cache_root`]).
     pub root: PathBuf,
+    /// The whole file, read on first need and kept ([`CacheFile::bytes`]).
+    bytes: OnceLock<Option<Vec<u8>>>,
 }
 
 impl CacheFile {
+    /// The file at `path` with its `head`, its emulator looked for under `root`.
+    #[must_use]
+    pub fn new(path: PathBuf, head: Head, root: PathBuf) -> CacheFile {
+        CacheFile {
+            path,
+            head,
+            root,
+            bytes: OnceLock::new(),
+        }
+    }
+
+    /// The whole file as bytes (at most [`crate::readfile::MAX_FACT_BYTES`]), read once per
+    /// process however many questions are asked of it: a file is 200 KiB or more, and the hook
+    /// asks it for the machine types, TCG's models and KVM's host CPU at every guest start.
+    /// None when it cannot be read (the cache is libvirt's: a file gone is no fact, not an
+    /// error). Bytes, not a String: UTF-8 validation would cost more than the searches.
+    #[must_use]
+    pub fn bytes(&self) -> Option<&[u8]> {
+        self.bytes
+            .get_or_init(|| {
+                crate::readfile::read_regular(&self.path, crate::readfile::MAX_FACT_BYTES).ok()
+            })
+            .as_deref()
+    }
+
+    /// `<version>`: the QEMU release of its emulator, in libvirt's number encoding
+    /// ([`super::version::QemuVersion::from_number`]), from the head of [`CacheFile::bytes`]
+    /// (the hook asks the rest of the file anyway: one read, not two).
+    #[must_use]
+    pub fn version(&self) -> Option<u64> {
+        let head = self.bytes()?;
+        let head = String::from_utf8_lossy(&head[..head.len().min(VERSION_BYTES)]);
+        element_text(&head, "version")?.trim().parse().ok()
+    }
+
     /// Whether the file still describes its emulator: its `<qemuctime>` is the emulator's ctime
     /// (the emulator looked for under [`CacheFile::root`]), libvirt's own test before it reuses
     /// the file (`virQEMUCapsIsValid`); after a QEMU upgrade a stale file says nothing about the
@@ -347,7 +374,7 @@ impl QemuCache {
                 .filter_map(|path| {
                     let head = head(&path)?;
                     let root = root.clone();
-                    Some(CacheFile { path, head, root })
+                    Some(CacheFile::new(path, head, root))
                 })
                 .collect()
         })
@@ -463,7 +490,8 @@ mod tests {
         std::fs::write(&f, format!("<qemuCaps>\n  <emulator>/usr/bin/qemu-system-x86_64</emulator>\n  <qemuctime>1</qemuctime>\n  <selfvers>11003000</selfvers>\n{flags}  <version>10000013</version>\n</qemuCaps>\n")).unwrap();
         let h = head(&f).unwrap();
         assert_eq!((h.selfvers, h.ctime), (Some(11_003_000), Some(1)));
-        assert_eq!(version(&f), Some(10_000_013));
+        let file = CacheFile::new(f.clone(), h, dir.clone());
+        assert_eq!(file.version(), Some(10_000_013));
         std::fs::remove_dir_all(&dir).ok();
     }
 
