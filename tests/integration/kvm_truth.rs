@@ -1,5 +1,7 @@
-//! The tool's KVM start verdicts against what a real AMD EPYC host's libvirt answered, on any
-//! machine: `../shared/corpus/kvm-truth/amd-epyc-nested/GENERATION/` holds that host's
+//! The tool's KVM start verdicts against what real hosts' libvirts answered, on any machine:
+//! every host recorded in `../shared/corpus/kvm-truth/` (today an AMD EPYC with nested KVM and an
+//! Intel Xeon with paravirtual KVM; a new host's directory is picked up as it is added, and each
+//! generation directory it holds), `HOST/GENERATION/` holding that host's
 //! `virsh capabilities`, `virsh domcapabilities` and, in `truth.jsonl`, `virsh create --paused`
 //! of every custom model of its kvm domcapabilities under `check='partial'` and `'full'`, under
 //! `match='minimum'`, the modes, QEMU's default CPU and the x86-64-v2 rewrite: started, or
@@ -18,7 +20,7 @@
 //! * refused for anything else (libvirt 7.0's "Invalid mode attribute 'maximum'"): an error, or
 //!   the rewrite that mends it (`needs-rewrite`).
 //!
-//! So this oracle judges the recorded AMD answers on any machine, an Intel one too, and
+//! So this oracle judges both vendors' recorded answers on any machine, and
 //! `kvm.rs` judges the machine's own libvirt live, whichever its vendor: a run on one vendor
 //! judges both vendors' start checks, though not the other vendor's live-only paths (this
 //! machine's CPUID and MSRs decoded, its QEMU's starts).
@@ -27,8 +29,43 @@ use crate::harness::{Cmd, Scratch, check_json, root, s, shared_corpus};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The recorded host.
-const HOST: &str = "kvm-truth/amd-epyc-nested";
+/// Every recorded host of `../shared/corpus/kvm-truth/` (a directory each: both vendors today; a
+/// new host's recording is picked up as it is added), sorted.
+pub(crate) fn recorded_hosts() -> Vec<PathBuf> {
+    let mut hosts: Vec<_> = std::fs::read_dir(shared_corpus().join("kvm-truth"))
+        .expect("kvm-truth")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    hosts.sort();
+    assert!(hosts.len() >= 2, "both vendors' recordings: {hosts:?}");
+    hosts
+}
+
+/// The generations recorded for `host` (its subdirectories holding a `truth.jsonl`), each with
+/// its directory, sorted by name; every one must be a generation of `tests/data/generations`.
+pub(crate) fn recorded_generations(host: &Path) -> Vec<(String, PathBuf)> {
+    let mut gens: Vec<(String, PathBuf)> = std::fs::read_dir(host)
+        .expect("a recorded host")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("truth.jsonl").is_file())
+        .map(|p| (p.file_name().unwrap().to_string_lossy().to_string(), p))
+        .collect();
+    gens.sort();
+    for (g, _) in &gens {
+        assert!(
+            root().join("tests/data/generations").join(g).is_dir(),
+            "{}: generation {g} has no tests/data/generations/{g}",
+            host.display()
+        );
+    }
+    assert!(
+        !gens.is_empty(),
+        "{}: no generation recorded",
+        host.display()
+    );
+    gens
+}
 
 /// A diskless KVM guest named `name` of machine type `machine` with `cpu` (the corpus's README:
 /// 64 MiB, one vCPU).
@@ -104,14 +141,17 @@ enum Class {
     not(vcp_shared_corpus),
     ignore = "needs ../shared/corpus beside the checkout"
 )]
-fn kvm_verdicts_agree_with_a_recorded_amd_host() {
-    let base = shared_corpus().join(HOST);
+fn kvm_verdicts_agree_with_every_recorded_host() {
     let tmp = Scratch::new("kvm-truth");
     let policy = tmp.write("empty.toml", "version = 1\n");
     let mut failures = Vec::new();
     let mut total = 0;
-    for g in ["bullseye", "bookworm", "trixie", "forky"] {
-        let dir = base.join(g);
+    for (host, g, dir) in recorded_hosts().into_iter().flat_map(|h| {
+        recorded_generations(&h)
+            .into_iter()
+            .map(move |(g, d)| (h.file_name().unwrap().to_string_lossy().to_string(), g, d))
+    }) {
+        let g = g.as_str();
         let (libvirt, qemu, cpu_map, cases) = recorded(&dir, g);
         let mut counts: BTreeMap<Class, usize> = BTreeMap::new();
         for case in cases {
@@ -182,7 +222,7 @@ fn kvm_verdicts_agree_with_a_recorded_amd_host() {
                     .map(|(sev, code, m)| format!("{sev}[{code}]: {m}"))
                     .collect();
                 failures.push(format!(
-                    "{g} {label} ({cpu}): libvirt {}; tool {said:?}",
+                    "{host} {g} {label} ({cpu}): libvirt {}; tool {said:?}",
                     if started {
                         "started".to_string()
                     } else {
@@ -191,13 +231,13 @@ fn kvm_verdicts_agree_with_a_recorded_amd_host() {
                 ));
             }
         }
-        eprintln!("kvm-truth: {g} (libvirt {libvirt}, QEMU {qemu}): {counts:?}");
+        eprintln!("kvm-truth: {host} {g} (libvirt {libvirt}, QEMU {qemu}): {counts:?}");
     }
     eprintln!(
-        "kvm-truth: {total} cases of a recorded AMD host, {} disagree",
+        "kvm-truth: {total} cases of every recorded host, {} disagree",
         failures.len()
     );
-    assert!(total > 0, "no case in {}", base.display());
+    assert!(total > 0, "no case recorded");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -288,18 +328,12 @@ fn the_level_as_kvm_gives_it_agrees_with_every_recorded_host() {
         "v2.toml",
         "version = 1\n[[rule]]\nname = \"v2\"\ncpu.min_level = \"x86-64-v2\"\n",
     );
-    let mut hosts: Vec<_> = std::fs::read_dir(shared_corpus().join("kvm-truth"))
-        .expect("kvm-truth")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
-    hosts.sort();
-    assert!(hosts.len() >= 2, "both vendors' recordings: {hosts:?}");
+    let hosts = recorded_hosts();
     let (mut dropped_cases, mut kept_cases, mut failures) = (0, 0, Vec::new());
     let mut qemu64_v2 = 0;
     for host in &hosts {
-        for g in ["bullseye", "bookworm", "trixie", "forky"] {
-            let dir = host.join(g);
+        for (g, dir) in recorded_generations(host) {
+            let g = g.as_str();
             let (libvirt, qemu, cpu_map, cases) = recorded(&dir, g);
             for case in cases {
                 let text = |k: &str| case[k].as_str().unwrap_or_default().to_string();
