@@ -7,11 +7,10 @@
 //!
 //! The hook may read the cache at a guest start, so the directory is listed once and each
 //! file's head (its first 4 KiB, where libvirt writes `<emulator>`, `<qemuctime>` and
-//! `<selfvers>`) read once per run ([`QemuCache`]); `<version>` comes after the probed flags,
-//! 5.6 to 8.3 KiB into the files of QEMU 5.2 to 11.1, and is read only when asked
-//! ([`version`]: an x86 TCG guest that can need it); a file is parsed whole only when its
-//! machine types are needed, and searched as bytes when only one machine type or one TCG model
-//! is asked about.
+//! `<selfvers>`) read once per run ([`QemuCache`]); the rest of a file is read once per run
+//! when first asked ([`CacheFile::bytes`]: `<version>`, 5.6 to 8.3 KiB into the files of QEMU
+//! 5.2 to 11.1, the machine types, TCG's models, KVM's host CPU, all searched as bytes); a file
+//! is parsed whole only when all its machine types are needed.
 
 use super::capabilities::MachineType;
 use super::positive_count;
