@@ -377,6 +377,13 @@ pub enum VersionRule {
     /// additional attributes", seen with 9.0 and 11.3); 12.8 defines `aw_bits` and refuses the
     /// others ("... doesn't support some additional attributes").
     VirtioIommuAwBits,
+    /// `virCPUCheckForbiddenFeatures` at start (`qemuProcessUpdateGuestCPU`, before the
+    /// comparison with the host's CPU): a forbidden feature that libvirt's "full" host CPU lists
+    /// by name is refused as "Host CPU provides forbidden feature 'lm'"; before it, only the
+    /// comparison refuses, "Host CPU provides forbidden features: lm" (seen: libvirt 7.0 the
+    /// second, 9.0, 11.3 and 12.8 the first, on one AMD host). 9.0 is the first release seen with
+    /// it; 8.x is not seen and judged as 7.0.
+    ForbiddenFeatureLookup,
 }
 
 impl VersionRule {
@@ -391,6 +398,7 @@ impl VersionRule {
             VersionRule::EimForced => (12, 2),
             VersionRule::VirtioIommu => (8, 3),
             VersionRule::VirtioIommuAwBits => (12, 1),
+            VersionRule::ForbiddenFeatureLookup => (9, 0),
         };
         LibvirtVersion {
             major,
@@ -414,6 +422,9 @@ impl VersionRule {
             }
             VersionRule::VirtioIommu => "libvirt >= 8.3: <iommu model='virtio'>",
             VersionRule::VirtioIommuAwBits => "libvirt >= 12.1: <driver aw_bits> on a virtio IOMMU",
+            VersionRule::ForbiddenFeatureLookup => {
+                "libvirt >= 9.0: a forbidden feature looked up in the host CPU's list"
+            }
         }
     }
 }
@@ -442,6 +453,11 @@ fn needs_version(dom: &Domain<'_>, plan: &Plan, max: u32) -> bool {
             .cpus()
             .iter()
             .any(|c| child(*c, "topology").is_some_and(|t| t.attribute("clusters").is_some()))
+        // The words of a forbidden feature's refusal at start.
+        || dom.cpus().iter().any(|c| {
+            c.children()
+                .any(|f| f.has_tag_name("feature") && f.attribute("policy") == Some("forbid"))
+        })
 }
 
 /// The models the result can name: the domain's (any `<cpu>`), the plan's, the arch's default,

@@ -340,6 +340,43 @@ pub fn decode(
     preferred: &[&str],
     opts: &BaselineOptions<'_>,
 ) -> Result<Decoded, CpuError> {
+    decode_as(map, data, vendor, None, preferred, opts)
+}
+
+/// [`decode`] of a CPU whose `signature` (family, model, stepping) is known: libvirt's
+/// `x86Decode` of the host's CPUID into a guest CPU (`virCPUGetHost(VIR_CPU_TYPE_GUEST)`, the
+/// "full" host CPU of `virQEMUCapsInitHostCPUModel`), where `x86DecodeUseCandidate` keeps a model
+/// whose `<signature>` is the CPU's over one whose is not, before it scores their lists.
+///
+/// # Errors
+/// As [`decode`].
+pub fn decode_signed(
+    map: &X86Map,
+    data: &CpuData,
+    vendor: Option<&str>,
+    signature: Option<(u32, u32, u32)>,
+) -> Result<Decoded, CpuError> {
+    decode_as(
+        map,
+        data,
+        vendor,
+        signature,
+        &[],
+        &BaselineOptions::default(),
+    )
+}
+
+fn decode_as(
+    map: &X86Map,
+    data: &CpuData,
+    vendor: Option<&str>,
+    signature: Option<(u32, u32, u32)>,
+    preferred: &[&str],
+    opts: &BaselineOptions<'_>,
+) -> Result<Decoded, CpuError> {
+    let signed = |m: &X86Model| {
+        signature.is_some_and(|(f, mo, st)| m.signatures.iter().any(|x| x.matches(f, mo, st)))
+    };
     let mut best: Option<(&X86Model, FeatureList)> = None;
     for model in map.decode_candidates(vendor, DecodeFor::Guest) {
         if opts.usable.is_some_and(|u| !u.contains(&model.name)) {
@@ -353,7 +390,11 @@ pub fn decode(
         }
         let better = match &best {
             None => true,
-            Some((_, current)) => is_better(current, &list, is_preferred),
+            Some((current_model, current)) => match (signed(current_model), signed(model)) {
+                (true, false) => false,
+                (false, true) => true,
+                _ => is_better(current, &list, is_preferred),
+            },
         };
         if better {
             best = Some((model, list));

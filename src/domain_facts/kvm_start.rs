@@ -11,6 +11,7 @@ use crate::libvirt::arch::is_x86;
 use crate::libvirt::cpu_def::{CpuDef, FeaturePolicy};
 use crate::libvirt::cpu_map::x86::X86Map;
 use crate::libvirt::domcaps::DomCaps;
+use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
 /// The host CPUs a KVM guest's custom CPU is compared with at start, and the cpu_map to compare
@@ -43,6 +44,9 @@ pub(crate) struct Loaded {
     /// found) QEMU's KVM host CPU of the capability cache decoded as libvirt decodes it into
     /// that CPU: what a CPU QEMU builds under `check='full'` cannot exceed. None when neither.
     pub(crate) host_model: Option<(ClusterHost, String)>,
+    /// The features libvirt's "full" host CPU lists, where `virCPUCheckForbiddenFeatures` looks
+    /// a forbidden feature up ([`full_listed`]); None without the host's own CPU.
+    pub(crate) full_listed: Option<BTreeSet<String>>,
 }
 
 impl KvmStartHost<'_> {
@@ -106,7 +110,14 @@ impl KvmStartHost<'_> {
                             source.clone(),
                         ))
                     });
-                Some(Loaded { full, host_model })
+                let signature = self.host.host_cpu_signature();
+                let full_listed = physical
+                    .and_then(|p| full_listed(map, &p.value, signature, adds.map(|(hm, _)| hm)));
+                Some(Loaded {
+                    full,
+                    host_model,
+                    full_listed,
+                })
             })
             .as_ref()?;
         Some((map, loaded))
@@ -219,4 +230,36 @@ pub fn missing(dom: &Domain<'_>, host: &Host) -> Option<String> {
     Some(format!(
         "the host's own CPU is not known: {own}; nor is what KVM gives: no kvm domcapabilities with a host-model CPU"
     ))
+}
+
+/// The features libvirt's "full" host CPU lists by name (`virQEMUCapsInitHostCPUModel`, x86
+/// under KVM: this host's CPUID decoded as a guest CPU, `virCPUGetHost(VIR_CPU_TYPE_GUEST)`, so a
+/// model with features disabled may win, then every feature of the host-model CPU `host_model`
+/// expanded, `virCPUExpandFeatures`, made `require`): the features its model holds are not
+/// listed. `virCPUCheckForbiddenFeatures` (libvirt 9.0 and later, before the comparison) looks a
+/// forbidden feature up in this list only ("Host CPU provides forbidden feature 'lm'"); one the
+/// model holds is found by the comparison instead, in its words ("Host CPU provides forbidden
+/// features: avx512f"). Seen: on an AMD EPYC whose CPUID decodes to no EPYC model of libvirt
+/// 9.0's cpu_map, `avx512f` is listed (9.0: the first words); libvirt 11.3 and 12.8 decode it as
+/// `EPYC-Genoa`, whose `<signature>` is the CPU's (`signature`, preferred by the decoding) and
+/// which holds `avx512f` (the second); `lm`, in the host-model CPU's model, listed on all three.
+/// None when `physical` cannot be decoded with `map`.
+fn full_listed(
+    map: &X86Map,
+    physical: &CpuDef,
+    signature: Option<(u32, u32, u32)>,
+    host_model: Option<&CpuDef>,
+) -> Option<BTreeSet<String>> {
+    use crate::cpu::baseline::{Select, cpu_data};
+    let here = std::path::Path::new("the host's CPU");
+    let data = cpu_data(map, physical, Select::All, here).ok()?;
+    let decoded =
+        crate::cpu::baseline::decode_signed(map, &data, physical.vendor.as_deref(), signature)
+            .ok()?;
+    let mut listed: BTreeSet<String> = decoded.require.into_iter().collect();
+    if let Some(hm) = host_model {
+        let expanded = cpu_data(map, hm, Select::All, here).ok()?;
+        listed.extend(map.feature_names(&expanded).into_iter().map(str::to_owned));
+    }
+    Some(listed)
 }

@@ -70,6 +70,8 @@ pub struct Host {
     pub guest_types: Vec<(String, String)>,
     /// `<host><cpu>` of the first capabilities given; see [`Host::host_cpu`].
     given_host_cpu: Option<Sourced<CpuDef>>,
+    /// The `<signature>` of [`Host::given_host_cpu`]'s `<host><cpu>` (family, model, stepping).
+    given_host_signature: Option<(u32, u32, u32)>,
     /// This machine's CPU decoded from CPUID, on first ask; see [`Host::host_cpu`].
     decoded_host_cpu: std::sync::OnceLock<std::result::Result<Sourced<CpuDef>, String>>,
     /// The cpu_map as CPUID data, on first ask; see [`Host::x86_map`].
@@ -286,6 +288,7 @@ impl Host {
             domcaps: Vec::new(),
             guest_types: Vec::new(),
             given_host_cpu: None,
+            given_host_signature: None,
             decoded_host_cpu: std::sync::OnceLock::new(),
             x86_map: std::sync::OnceLock::new(),
             files: Vec::new(),
@@ -486,6 +489,7 @@ impl Host {
     /// file wins, as for machine types.
     fn keep_host_cpu(&mut self, c: &crate::libvirt::capabilities::Capabilities, file: &str) {
         if self.given_host_cpu.is_none() {
+            self.given_host_signature = c.host_signature_numbers;
             self.given_host_cpu = c.host_cpu.clone().map(|value| Sourced {
                 value,
                 source: format!("capabilities host CPU, {file}"),

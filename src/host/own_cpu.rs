@@ -30,6 +30,22 @@ impl Host {
             .or_else(|| self.decoded_host_cpu().as_ref().ok())
     }
 
+    /// The family, model and stepping of [`Host::host_cpu`]: the capabilities' `<signature>`
+    /// when that CPU was given, else this machine's (CPUID leaf 1, read again) when it is the
+    /// decoded one; None when neither says. libvirt's decoding prefers a model whose
+    /// `<signature>` it is (`x86DecodeUseCandidate`).
+    #[must_use]
+    pub fn host_cpu_signature(&self) -> Option<(u32, u32, u32)> {
+        if self.given_host_cpu.is_some() {
+            return self.given_host_signature;
+        }
+        self.decoded_host_cpu.get()?.as_ref().ok()?;
+        let map = self.x86_map().ok()?;
+        cpuid::this_machine(map)?
+            .signature()
+            .filter(|s| s.0 != 0 || s.1 != 0)
+    }
+
     /// Whether [`Host::host_cpu`] may give a CPU of `arch`, asked without decoding this
     /// machine's CPUID: a given host CPU of that arch, or this machine's, x86_64, still to be
     /// decoded (or decoded). A decoding that then fails leaves [`Host::host_cpu`] None.

@@ -39,6 +39,9 @@ pub struct Capabilities {
     /// The host CPU's `<signature family model stepping>` as "family F model M stepping S"
     /// (libvirt 7.x and later write it for x86; 7.0 on Debian 11 does not); None when absent.
     pub host_signature: Option<String>,
+    /// The same signature as numbers (family, model, stepping; a missing `stepping` 0), for
+    /// libvirt's decoding, which prefers a model whose `<signature>` it is.
+    pub host_signature_numbers: Option<(u32, u32, u32)>,
     /// The host CPU's `<microcode version>`; None when absent (libvirt writes it for x86).
     pub host_microcode: Option<String>,
     /// The machine types of every `<guest><arch>`: `<machine maxCpus='N' [canonical='...']>NAME`,
@@ -64,6 +67,10 @@ impl Capabilities {
                 a("model"),
                 a("stepping")
             )
+        });
+        let host_signature_numbers = cpu_node.and_then(|c| child(c, "signature")).and_then(|s| {
+            let n = |a: &str| s.attribute(a).and_then(|v| v.trim().parse::<u32>().ok());
+            Some((n("family")?, n("model")?, n("stepping").unwrap_or(0)))
         });
         let host_microcode = cpu_node
             .and_then(|c| child(c, "microcode"))
@@ -114,6 +121,7 @@ impl Capabilities {
         Ok(Capabilities {
             host_cpu,
             host_signature,
+            host_signature_numbers,
             host_microcode,
             machines,
             guest_types,

@@ -49,14 +49,15 @@
 use crate::cluster::hosts::compare;
 use crate::cpu::compare::{Comparison, Compatibility, GuestCpu};
 use crate::domain::{Domain, cpu_mode};
-use crate::domain_facts::DomainFacts;
 use crate::domain_facts::kvm_start::{KvmStartHost, Loaded};
+use crate::domain_facts::{DomainFacts, VersionRule};
 use crate::finding::{Code, Finding};
 use crate::guest_cpu::guest_cpu;
 use crate::libvirt::arch::is_x86;
 use crate::libvirt::cpu_def::{CpuCheck, CpuMatch, CpuMode, FeaturePolicy};
 use crate::xml::child;
 use roxmltree::Node;
+use std::collections::BTreeSet;
 use std::path::Path;
 
 /// Whether `guest` is a model KVM's domcapabilities list `usable='yes'` with no vendor and no
@@ -186,7 +187,7 @@ pub(super) fn check(
     // before QEMU starts (`qemuProcessUpdateGuestCPU`: "the CPU is incompatible with host
     // CPU"); under `'full'` it then compares the CPU QEMU built (`qemuProcessVerifyCPU`).
     if !given_by_kvm(start, &guest, facts) {
-        match compare_at_start(start, &guest, check, out) {
+        match compare_at_start(start, &guest, check, forbidden_lookup(start, facts), out) {
             Compared::Refused => return true,
             Compared::Passed => {}
             Compared::Not(why) => out.push(not_compared(&guest, check, &why)),
@@ -242,8 +243,9 @@ fn check_host_model(
         Some(start) => match compare_as_libvirt(start, &guest) {
             Ok((c, _)) if c.verdict != Compatibility::Incompatible => return false,
             Ok((c, source)) => {
+                let listed = forbidden_lookup(start, facts);
                 return matches!(
-                    refusal(&guest, CpuCheck::Partial, c, &source, out),
+                    refusal(&guest, CpuCheck::Partial, c, &source, listed, out),
                     Compared::Refused
                 );
             }
@@ -307,6 +309,7 @@ fn compare_at_start(
     start: &KvmStartHost<'_>,
     guest: &GuestCpu,
     check: CpuCheck,
+    listed: Option<&BTreeSet<String>>,
     out: &mut Vec<Finding>,
 ) -> Compared {
     if plain_usable(start, guest) {
@@ -319,7 +322,7 @@ fn compare_at_start(
     if c.verdict != Compatibility::Incompatible {
         return Compared::Passed;
     }
-    refusal(guest, check, c, &source, out)
+    refusal(guest, check, c, &source, listed, out)
 }
 
 /// `guest` compared as libvirt compares it at start, and the CPU it is compared with, in a
@@ -375,9 +378,22 @@ fn compare_as_libvirt(
     }
 }
 
+/// The features libvirt's "full" host CPU lists by name, where libvirt 9.0 and later look a
+/// forbidden feature up before comparing ([`VersionRule::ForbiddenFeatureLookup`]; an unknown
+/// version is judged as 9.0): None for an older libvirt, or when the host's own CPU is not known.
+fn forbidden_lookup<'a>(
+    start: &'a KvmStartHost<'_>,
+    facts: &DomainFacts<'_>,
+) -> Option<&'a BTreeSet<String>> {
+    if facts.lacks(VersionRule::ForbiddenFeatureLookup) {
+        return None;
+    }
+    start.loaded()?.1.full_listed.as_ref()
+}
+
 /// libvirt's refusal at start of `guest`, which comparison `c` with `source` (the CPU compared
 /// with, in words) found incompatible: `cpu-incompatible`, naming the first forbidden feature
-/// the host has, else in libvirt's reason. Under `check='full'` a CPU that only lacks features
+/// the "full" host CPU lists (`listed`, [`forbidden_lookup`]), else in the comparison's words. Under `check='full'` a CPU that only lacks features
 /// is refused in the words of the check of the CPU QEMU built (`kvm-check-full`): here for
 /// `match='minimum'`; for exact and strict [`check_full`] says it, and this passes.
 fn refusal(
@@ -385,16 +401,19 @@ fn refusal(
     check: CpuCheck,
     c: Comparison,
     source: &str,
+    listed: Option<&BTreeSet<String>>,
     out: &mut Vec<Finding>,
 ) -> Compared {
-    // At start libvirt names the first forbidden feature the host has, in the guest's order
-    // (seen: "Host CPU provides forbidden feature 'lm'"; `virsh hypervisor-cpu-compare` lists
-    // them all).
-    let forbidden = guest
-        .cpu
-        .features
-        .iter()
-        .find(|(f, p)| *p == FeaturePolicy::Forbid && c.forbidden.contains(f));
+    // libvirt 9.0 and later look each forbidden feature up, in the guest's order, in the list
+    // of its "full" host CPU first (`listed`: `virCPUCheckForbiddenFeatures`, "Host CPU provides
+    // forbidden feature 'lm'"); one the host CPU has only through its model is left to the
+    // comparison, whose words list every forbidden feature the host has (`c.message`: "Host CPU
+    // provides forbidden features: avx512f"), as libvirt 7.0's always do.
+    let forbidden = guest.cpu.features.iter().find(|(f, p)| {
+        *p == FeaturePolicy::Forbid
+            && c.forbidden.contains(f)
+            && listed.is_some_and(|l| l.contains(f))
+    });
     let model = model_words(guest);
     if forbidden.is_none() && check == CpuCheck::Full {
         // Under check='full' libvirt refuses a CPU the host lacks features of with the words

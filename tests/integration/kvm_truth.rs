@@ -410,3 +410,55 @@ fn the_level_as_kvm_gives_it_agrees_with_every_recorded_host() {
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// libvirt 9.0 on the recorded Intel Xeon (`kvm-truth/intel-xeon-pvm/bookworm`: its CPUID
+/// decodes with `avx512f` in the model libvirt's "full" host CPU gets, not in its list) refused a
+/// host-model CPU forbidding `avx512f` in the comparison's words, "the CPU is incompatible with
+/// host CPU: Host CPU provides forbidden features: avx512f" (the project's CI on that machine,
+/// `as_found::as_found_verdicts_agree_with_libvirt`, case `host-model-forbid-avx512f`); the
+/// recorded AMD EPYC's libvirt 9.0, whose CPUID decodes to a model without it, in the lookup's,
+/// "... forbidden feature 'avx512f'" (as this test's live twin, `kvm::forbidden_features_are_
+/// refused_in_each_libvirts_words`, sees on an AMD machine). The tool, given each host's facts,
+/// says each one's.
+#[test]
+#[cfg_attr(
+    not(vcp_shared_corpus),
+    ignore = "needs ../shared/corpus beside the checkout"
+)]
+fn a_forbidden_feature_is_refused_in_each_recorded_hosts_words() {
+    let tmp = Scratch::new("kvm-truth-forbid");
+    let policy = tmp.write("empty.toml", "version = 1\n");
+    let cpu = "<cpu mode='host-model'><feature policy='disable' name='arch-capabilities'/><feature policy='forbid' name='avx512f'/></cpu>";
+    let words = |host: &str| {
+        let dir = shared_corpus()
+            .join("kvm-truth")
+            .join(host)
+            .join("bookworm");
+        let (libvirt, qemu, cpu_map, _) = recorded(&dir, "bookworm");
+        let out = Cmd::new(&["check", "--format", "json", "--no-qemu-caps-cache"])
+            .args(&["--policy", &s(&policy)])
+            .args(&["--caps", &s(&dir.join("capabilities.xml"))])
+            .args(&["--caps", &s(&dir.join("domcapabilities-x86_64-pc-kvm.xml"))])
+            .args(&["--cpu-map", &s(&cpu_map)])
+            .args(&["--libvirt-version", &libvirt, "--qemu-version", &qemu])
+            .stdin(guest("pc", cpu))
+            .run();
+        let (_, findings) = check_json(&out, host);
+        findings
+            .into_iter()
+            .find(|f| f.0 == "cpu-incompatible")
+            .map(|f| f.2.split(" (").next().unwrap_or_default().to_string())
+    };
+    assert_eq!(
+        words("intel-xeon-pvm").as_deref(),
+        Some(
+            "the CPU is incompatible with host CPU: Host CPU provides forbidden features: avx512f"
+        )
+    );
+    assert_eq!(
+        words("amd-epyc-nested").as_deref(),
+        Some(
+            "the CPU is incompatible with host CPU: Host CPU provides forbidden feature 'avx512f'"
+        )
+    );
+}
