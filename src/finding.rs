@@ -167,6 +167,10 @@ pub enum Code {
     /// `policy-conflict`: The policy requires and disables the same feature, or disables one its
     /// level needs.
     PolicyConflict,
+    /// `stack-hazard`: The fleet: a guest's start or live migration that a known hazard of the
+    /// libvirt/QEMU stack breaks, by the two hosts' releases and the guest's shape (an entry of
+    /// `src/hazards.toml`: [`crate::hazards`]), named with the entry's symptom, fix and source.
+    StackHazard,
     /// `tcg-check-full`: `check='full'` under TCG with a CPU QEMU's TCG builds otherwise (QEMU
     /// adds `hypervisor`, TCG drops what it lacks): "guest CPU doesn't match specification".
     TcgCheckFull,
@@ -214,7 +218,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in alphabetical order.
-    pub const ALL: [Code; 72] = [
+    pub const ALL: [Code; 73] = [
         Code::ArchUnsupported,
         Code::ClusterFeature,
         Code::ClusterLevel,
@@ -270,6 +274,7 @@ impl Code {
         Code::OsFloor,
         Code::PassthroughGroup,
         Code::PolicyConflict,
+        Code::StackHazard,
         Code::TcgCheckFull,
         Code::TcgCpuHotplug,
         Code::TcgCpuMissing,
@@ -348,6 +353,7 @@ impl Code {
             Code::PassthroughGroup => "passthrough-group",
             Code::ArchUnsupported => "arch-unsupported",
             Code::PolicyConflict => "policy-conflict",
+            Code::StackHazard => "stack-hazard",
             Code::TcgCheckFull => "tcg-check-full",
             Code::TcgCpuHotplug => "tcg-cpu-hotplug",
             Code::TcgEim => "tcg-eim",

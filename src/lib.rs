@@ -34,6 +34,8 @@ pub mod xml;
 
 // libvirt's documents and words, then what the tool knows of CPUs, machines and modes.
 pub mod libvirt;
+// The stack's known hazards, as data: reads libvirt's version types only.
+pub mod hazards;
 
 pub mod cpu;
 pub mod modes;

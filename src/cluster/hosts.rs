@@ -549,8 +549,13 @@ mod tests {
         assert_eq!(h.libvirt, None);
         // What the daemon publishes: the host's name and libvirt version.
         let caps = "<capabilities><host><cpu><arch>x86_64</arch><model>Nehalem</model></cpu></host></capabilities>";
-        let doc =
-            crate::libvirt::host_facts::document("node-8", "11.3.0".parse().unwrap(), caps, &[]);
+        let doc = crate::libvirt::host_facts::document(
+            "node-8",
+            "11.3.0".parse().unwrap(),
+            None,
+            caps,
+            &[],
+        );
         let g = dir.join("g.xml");
         std::fs::write(&g, doc).unwrap();
         let h = read_host(&g).unwrap();

@@ -722,7 +722,8 @@ pub(super) mod tests {
         // A snapshot file that another libvirt wrote.
         let caps = "<capabilities><host><cpu><arch>x86_64</arch></cpu></host></capabilities>";
         let stale = dir.join(SNAPSHOT_FACTS);
-        let doc = crate::libvirt::host_facts::document("n", "99.9.0".parse().unwrap(), caps, &[]);
+        let doc =
+            crate::libvirt::host_facts::document("n", "99.9.0".parse().unwrap(), None, caps, &[]);
         std::fs::write(&stale, doc).unwrap();
         let cli = |extra: &[&str]| {
             let mut args = vec!["virt-cpu-policyd", "--uri", TEST_URI];

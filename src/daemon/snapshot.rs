@@ -37,8 +37,8 @@ pub struct Published {
 
 /// This host's `<hostFacts>` from libvirt: `virsh capabilities`, the domcapabilities of the
 /// host's own arch (from the capabilities' `<host><cpu><arch>`) for kvm and for qemu (those
-/// libvirt gives) at the default machine type, and the libvirt version
-/// (`virConnectGetLibVersion`).
+/// libvirt gives) at the default machine type, the libvirt version (`virConnectGetLibVersion`)
+/// and the QEMU one (`virConnectGetVersion`).
 ///
 /// # Errors
 /// libvirt's error when it gives no capabilities or no version, or capabilities that do not
@@ -70,8 +70,15 @@ pub fn host_facts(conn: &Connect, name: Option<&str>) -> Result<Published, Strin
         .or_else(crate::fleet::guest::this_host_name)
         .unwrap_or_else(|| "localhost".into());
     let version = LibvirtVersion::from_number(u64::from(version));
+    // The QEMU release libvirt drives (virConnectGetVersion): a fact of the host, for the
+    // hazards of a pair of versions (crate::hazards); none when libvirt does not say.
+    let qemu = conn
+        .hyp_version()
+        .ok()
+        .filter(|v| *v > 0)
+        .map(|v| crate::libvirt::version::QemuVersion::from_number(u64::from(v)));
     let refs: Vec<&str> = domcaps.iter().map(String::as_str).collect();
-    let xml = crate::libvirt::host_facts::document(&name, version, &caps, &refs);
+    let xml = crate::libvirt::host_facts::document(&name, version, qemu, &caps, &refs);
     Ok(Published { name, xml, domcaps })
 }
 
@@ -332,7 +339,13 @@ mod tests {
         let caps = "<capabilities><host><cpu><arch>x86_64</arch></cpu></host></capabilities>";
         let doc = |v: &str| Published {
             name: "node 1".into(),
-            xml: crate::libvirt::host_facts::document("node 1", v.parse().unwrap(), caps, &[]),
+            xml: crate::libvirt::host_facts::document(
+                "node 1",
+                v.parse().unwrap(),
+                None,
+                caps,
+                &[],
+            ),
             domcaps: Vec::new(),
         };
         let stored = store_host_facts(&doc("9.0.0"), &snap, Some(to(&publish)));

@@ -21,6 +21,7 @@
 pub mod format;
 pub mod gaps;
 pub mod guest;
+mod hazard;
 mod judge;
 mod read;
 pub mod views;
@@ -32,7 +33,7 @@ use crate::domain::Domain;
 use crate::finding::Code;
 use crate::host::{Host, HostOptions};
 use crate::libvirt::cpu_def::CpuMode;
-use crate::libvirt::version::LibvirtVersion;
+use crate::libvirt::version::{LibvirtVersion, QemuVersion};
 use crate::policy::Policy;
 use guest::{GuestFacts, GuestState};
 use read::{CapsCpu, Input, expand, read_input};
@@ -130,6 +131,10 @@ pub struct FleetHost {
     pub path: PathBuf,
     /// The libvirt it runs, when its facts say.
     pub libvirt: Option<LibvirtVersion>,
+    /// The QEMU libvirt drives there, when its facts say (`<hostFacts qemu>`).
+    pub qemu: Option<QemuVersion>,
+    /// The known hazards whose destination conditions hold for it ([`crate::hazards`]).
+    hazards: Vec<&'static crate::hazards::Hazard>,
     /// Its class: hosts of one class have the same facts.
     class: usize,
 }
@@ -232,6 +237,8 @@ pub struct Fleet {
     /// Per shape: its passthrough CPU (an index in `passthroughs`) when it is `host-passthrough`
     /// (its migration group matters), read once when the shape is first seen.
     passthrough_shapes: Vec<Option<usize>>,
+    /// Per shape: what the table of known hazards asks of it ([`hazard::shape_of`]).
+    hazard_shapes: Vec<crate::hazards::GuestShape>,
     /// The distinct passthrough CPUs of the guests (mode, the features they turn off): shapes
     /// alike in these share every group answer.
     passthroughs: Vec<Passthrough>,
@@ -342,6 +349,7 @@ impl Fleet {
             classes: Vec::new(),
             shapes: Vec::new(),
             passthrough_shapes: Vec::new(),
+            hazard_shapes: Vec::new(),
             passthroughs: Vec::new(),
             passthrough_of: HashMap::new(),
             groups: std::cell::RefCell::default(),
@@ -378,7 +386,7 @@ impl Fleet {
             match input {
                 Input::Host {
                     name,
-                    libvirt,
+                    versions,
                     key,
                     cpu,
                 } => {
@@ -387,7 +395,7 @@ impl Fleet {
                     fleet.push_host(
                         name,
                         path,
-                        libvirt,
+                        versions,
                         (key, cpu),
                         (map_dir.as_deref(), given),
                     )?;
@@ -439,7 +447,7 @@ impl Fleet {
         match read_input(path)? {
             Input::Host {
                 name: own,
-                libvirt,
+                versions,
                 key,
                 cpu,
             } => {
@@ -450,7 +458,7 @@ impl Fleet {
                 self.push_host(
                     name,
                     path.to_path_buf(),
-                    libvirt,
+                    versions,
                     facts,
                     (map_dir.as_deref(), given),
                 )?;
@@ -466,7 +474,7 @@ impl Fleet {
         &mut self,
         name: String,
         path: PathBuf,
-        libvirt: Option<LibvirtVersion>,
+        (libvirt, qemu): (Option<LibvirtVersion>, Option<QemuVersion>),
         (key, caps_cpu): (Box<read::Judged>, Option<CapsCpu>),
         (map_dir, map_given): (Option<&Path>, bool),
     ) -> Result<(), FleetError> {
@@ -506,10 +514,17 @@ impl Fleet {
             self.sources[*g] = Some(self.hosts.len());
         }
         self.host_of.insert(name.clone(), self.hosts.len());
+        let vendor = self.classes[class]
+            .caps_cpu
+            .as_ref()
+            .and_then(|c| c.cpu.vendor.as_deref());
+        let hazards = hazard::of_host(libvirt, qemu, vendor);
         self.hosts.push(FleetHost {
             name,
             path,
             libvirt,
+            qemu,
+            hazards,
             class,
         });
         Ok(())
@@ -542,6 +557,9 @@ impl Fleet {
                     })
                 });
             self.passthrough_shapes.push(passthrough);
+            let running = facts.state == GuestState::Running;
+            self.hazard_shapes
+                .push(hazard::shape_of(&facts.domain, running));
             next
         });
         if let Some(h) = &facts.host {
@@ -590,14 +608,14 @@ impl Fleet {
         };
         // A guest of an arch the host does not run has that one reason.
         let other_arch = r.iter().any(|x| x.code == Code::ArchUnsupported);
-        match self.group_reason(g, h).filter(|_| !other_arch) {
-            Some(reason) => {
-                let mut all = (*r).clone();
-                all.push(reason);
-                Rc::new(all)
-            }
-            None => r,
+        let mut more: Vec<Reason> = self.group_reason(g, h).into_iter().collect();
+        more.extend(self.hazard_reasons(g, h));
+        if other_arch || more.is_empty() {
+            return r;
         }
+        let mut all = (*r).clone();
+        all.extend(more);
+        Rc::new(all)
     }
 
     /// Hosts `hosts` (indexes, in order) as the cluster's baseline reads them

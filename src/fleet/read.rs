@@ -5,7 +5,7 @@ use super::FleetError;
 use super::guest::{self, GuestFacts};
 use crate::cpu::CpuError;
 use crate::libvirt::cpu_def::CpuDef;
-use crate::libvirt::version::LibvirtVersion;
+use crate::libvirt::version::{LibvirtVersion, QemuVersion};
 use crate::libvirt::{Document, DocumentKind, read_root};
 use std::path::{Path, PathBuf};
 
@@ -31,7 +31,8 @@ impl CapsCpu {
 pub(super) enum Input {
     Host {
         name: String,
-        libvirt: Option<LibvirtVersion>,
+        /// The libvirt and QEMU it runs, when its facts say (`<hostFacts libvirt qemu>`).
+        versions: (Option<LibvirtVersion>, Option<QemuVersion>),
         /// What the judge reads of it: hosts alike in it are one class.
         key: Box<Judged>,
         /// Its capabilities' host CPU.
@@ -131,20 +132,20 @@ pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
             let cpu = f.capabilities.as_ref().and_then(CapsCpu::of);
             Ok(Input::Host {
                 name: f.name.unwrap_or_else(stem),
-                libvirt: f.libvirt,
+                versions: (f.libvirt, f.qemu),
                 key: Judged::boxed(f.libvirt, f.capabilities, f.domcaps),
                 cpu,
             })
         }
         Document::Capabilities(caps) => Ok(Input::Host {
             name: stem(),
-            libvirt: None,
+            versions: (None, None),
             cpu: CapsCpu::of(&caps),
             key: Judged::boxed(None, Some(caps), Vec::new()),
         }),
         Document::DomCaps(dc) => Ok(Input::Host {
             name: stem(),
-            libvirt: None,
+            versions: (None, None),
             key: Judged::boxed(None, None, vec![*dc]),
             cpu: None,
         }),

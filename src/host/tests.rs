@@ -56,7 +56,7 @@ fn v(s: &str) -> LibvirtVersion {
 #[test]
 fn host_facts_file_gives_machines_domcaps_and_the_libvirt_version() {
     let dir = scratch("facts");
-    let doc = host_facts_document("node-1 'a&b'", v("11.3.0"), CAPS, &[DOMCAPS]);
+    let doc = host_facts_document("node-1 'a&b'", v("11.3.0"), None, CAPS, &[DOMCAPS]);
     assert!(
         doc.starts_with(
             "<hostFacts name='node-1 &apos;a&amp;b&apos;' libvirt='11.3.0'>\n<capabilities>"
@@ -103,7 +103,11 @@ fn host_facts_file_gives_machines_domcaps_and_the_libvirt_version() {
     assert_eq!(h.files, vec![f.display().to_string()]);
     // Either document alone is a host-facts file too.
     let caps_only = dir.join("caps-only.xml");
-    std::fs::write(&caps_only, host_facts_document("n", v("9.0.0"), CAPS, &[])).unwrap();
+    std::fs::write(
+        &caps_only,
+        host_facts_document("n", v("9.0.0"), None, CAPS, &[]),
+    )
+    .unwrap();
     let mut h = Host::discover(&HostOptions::default()).unwrap();
     h.read_caps_file(&caps_only).unwrap();
     assert!(h.domcaps.is_empty() && !h.machines.is_empty());
@@ -121,9 +125,17 @@ fn libvirt_version_order_override_then_host_facts_then_selfvers() {
     )
     .unwrap();
     let facts = dir.join("facts.xml");
-    std::fs::write(&facts, host_facts_document("n", v("11.3.0"), CAPS, &[])).unwrap();
+    std::fs::write(
+        &facts,
+        host_facts_document("n", v("11.3.0"), None, CAPS, &[]),
+    )
+    .unwrap();
     let other = dir.join("other.xml");
-    std::fs::write(&other, host_facts_document("m", v("10.0.0"), CAPS, &[])).unwrap();
+    std::fs::write(
+        &other,
+        host_facts_document("m", v("10.0.0"), None, CAPS, &[]),
+    )
+    .unwrap();
     let no_version = dir.join("no-version.xml");
     std::fs::write(
         &no_version,

@@ -1,4 +1,4 @@
-//! The tool's own host-facts document: `<hostFacts name='HOST' libvirt='X.Y.Z'>` holding one
+//! The tool's own host-facts document: `<hostFacts name='HOST' libvirt='X.Y.Z' qemu='X.Y.Z'>` holding one
 //! host's `<capabilities>` and/or `<domainCapabilities>`, each as libvirt wrote it.
 //!
 //! `virt-cpu-policyd` writes it ([`document`]) into its snapshot (which the hook reads) and, with
@@ -8,7 +8,7 @@
 
 use super::capabilities::Capabilities;
 use super::domcaps::DomCaps;
-use super::version::LibvirtVersion;
+use super::version::{LibvirtVersion, QemuVersion};
 use crate::xml::{child, is_libvirt_element};
 use roxmltree::Node;
 use std::fmt::Write as _;
@@ -23,6 +23,9 @@ pub struct HostFacts {
     pub name: Option<String>,
     /// `libvirt=`: the libvirt the host runs; None when absent.
     pub libvirt: Option<LibvirtVersion>,
+    /// `qemu=`: the QEMU release libvirt drives there (`virConnectGetVersion`, the hypervisor's
+    /// version); None when absent (facts published before it was written).
+    pub qemu: Option<QemuVersion>,
     /// Its `<capabilities>`.
     pub capabilities: Option<Capabilities>,
     /// Its `<domainCapabilities>`, in document order: one per virt type the host runs (`kvm`,
@@ -34,7 +37,7 @@ impl HostFacts {
     /// Reads the `<hostFacts>` element `root`; `source` names the file in each fact.
     ///
     /// # Errors
-    /// A sentence: a `libvirt` attribute that is not a libvirt version, a document holding
+    /// A sentence: a `libvirt` or `qemu` attribute that is not a version, a document holding
     /// neither `<capabilities>` nor `<domainCapabilities>`, or one of those refused
     /// ([`Capabilities::read`], [`DomCaps::read`]).
     pub fn read(root: Node<'_, '_>, source: &str) -> Result<HostFacts, String> {
@@ -43,6 +46,13 @@ impl HostFacts {
             .map(|v| {
                 v.parse::<LibvirtVersion>()
                     .map_err(|e| format!("<{ROOT} libvirt='{v}'>: {e}"))
+            })
+            .transpose()?;
+        let qemu = root
+            .attribute("qemu")
+            .map(|v| {
+                v.parse::<QemuVersion>()
+                    .map_err(|e| format!("<{ROOT} qemu='{v}'>: {e}"))
             })
             .transpose()?;
         let caps = child(root, "capabilities");
@@ -62,6 +72,7 @@ impl HostFacts {
                 .filter(|n| !n.is_empty())
                 .map(str::to_string),
             libvirt,
+            qemu,
             capabilities: caps.map(|c| Capabilities::read(c, source)).transpose()?,
             domcaps: domcaps
                 .into_iter()
@@ -71,14 +82,15 @@ impl HostFacts {
     }
 }
 
-/// One host's facts document: `<hostFacts name='NAME' libvirt='X.Y.Z'>` holding
-/// `capabilities` (`virsh capabilities`) and each of `domcapabilities` (`virsh domcapabilities`,
+/// One host's facts document: `<hostFacts name='NAME' libvirt='X.Y.Z' qemu='X.Y.Z'>` (`qemu`
+/// when known) holding `capabilities` (`virsh capabilities`) and each of `domcapabilities` (`virsh domcapabilities`,
 /// one per virt type, when known), each as libvirt wrote it (an XML declaration dropped), one
 /// after the other, newline-terminated.
 #[must_use]
 pub fn document(
     name: &str,
     libvirt: LibvirtVersion,
+    qemu: Option<QemuVersion>,
     capabilities: &str,
     domcapabilities: &[&str],
 ) -> String {
@@ -91,8 +103,9 @@ pub fn document(
         };
         format!("{}\n", doc.trim())
     };
+    let qemu = qemu.map(|q| format!(" qemu='{q}'")).unwrap_or_default();
     let mut s = format!(
-        "<{ROOT} name='{}' libvirt='{libvirt}'>\n",
+        "<{ROOT} name='{}' libvirt='{libvirt}'{qemu}>\n",
         quick_xml::escape::escape(name)
     );
     s.push_str(&body(capabilities));

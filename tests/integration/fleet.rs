@@ -12,18 +12,22 @@ use std::path::PathBuf;
 /// The generations, oldest first.
 const GENERATIONS: [&str; 4] = ["bullseye", "bookworm", "trixie", "forky"];
 
-/// A `<hostFacts>` of generation `g` as `virt-cpu-policyd publish` writes it: capabilities,
-/// and the q35 domcapabilities for kvm and qemu, from the captured facts.
+/// A `<hostFacts>` of generation `g` as `virt-cpu-policyd publish` writes it: its libvirt and
+/// QEMU releases, capabilities, and the q35 domcapabilities for kvm and qemu, from the captured
+/// facts.
 fn host_facts(t: &Scratch, dir: &str, g: &str) -> PathBuf {
     let d = generation_facts(g);
     let version = std::fs::read_to_string(d.join("version")).unwrap();
-    let libvirt = version
-        .lines()
-        .find_map(|l| l.strip_prefix("libvirt "))
-        .unwrap()
-        .trim()
-        .to_string();
-    let mut doc = format!("<hostFacts name='{g}' libvirt='{libvirt}'>\n");
+    let release = |prefix: &str| {
+        version
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let (libvirt, qemu) = (release("libvirt "), release("qemu "));
+    let mut doc = format!("<hostFacts name='{g}' libvirt='{libvirt}' qemu='{qemu}'>\n");
     for f in [
         "capabilities.xml",
         "domcapabilities-x86_64-q35-kvm.xml",
@@ -1765,5 +1769,92 @@ fn a_floor_that_cannot_be_judged_is_not_compared() {
         !admit.stdout.contains("[arch-unsupported]"),
         "{}",
         admit.stdout
+    );
+}
+
+/// The stack's known hazards as fleet reasons (`stack-hazard`, `src/hazards.toml`): a running
+/// KVM guest with two threads per core on libvirt 9.0/QEMU 7.2 cannot go live to libvirt
+/// 11.3/QEMU 10.0 ("extra features: ht", as the rig's migration shows: tests/fleet/migrate) and
+/// meets no hazard going to 12.8/11.1; one thread per core, a TCG guest or a stopped guest meets
+/// none; without the destination's QEMU release in its facts, nothing is claimed.
+#[test]
+fn a_known_hazard_of_the_stack_is_named_for_its_pair_only() {
+    let t = Scratch::new("fleet-hazard");
+    let dir = hosts_dir(&t, "hosts", &["bookworm", "trixie", "forky"]);
+    let threads = |n: u32| {
+        format!(
+            "<cpu mode='custom' match='exact'><model fallback='forbid'>qemu64</model><topology sockets='1' dies='1' cores='{}' threads='{n}'/></cpu>",
+            2 / n
+        )
+    };
+    let guests = guest_facts(
+        "bookworm",
+        &[
+            (
+                "kvm-ht",
+                "running",
+                kvm_guest("kvm-ht", "x86_64", "pc-q35-7.2", &threads(2))
+                    .replace("<vcpu>1</vcpu>", "<vcpu>2</vcpu>"),
+            ),
+            (
+                "kvm-one",
+                "running",
+                kvm_guest("kvm-one", "x86_64", "pc-q35-7.2", &threads(1))
+                    .replace("<vcpu>1</vcpu>", "<vcpu>2</vcpu>"),
+            ),
+            (
+                "tcg-ht",
+                "running",
+                guest("tcg-ht", "pc-q35-7.2", &threads(2))
+                    .replace("<vcpu>1</vcpu>", "<vcpu>2</vcpu>"),
+            ),
+            (
+                "kvm-ht-stopped",
+                "shutoff",
+                kvm_guest("kvm-ht-stopped", "x86_64", "pc-q35-7.2", &threads(2))
+                    .replace("<vcpu>1</vcpu>", "<vcpu>2</vcpu>"),
+            ),
+        ],
+    );
+    let guests_file = t.write("bookworm.guests.xml", guests);
+    let mut args: Vec<String> = ["--pairs", "--format", "json"].map(String::from).to_vec();
+    args.push(s(&dir));
+    args.push(s(&guests_file));
+    let v = json(&run_fleet(&args));
+    let got = pair_reasons(&v);
+    let hazard = |g: &str, h: &str| {
+        got[&(g.to_string(), h.to_string())]
+            .iter()
+            .find(|(c, _)| c == "stack-hazard")
+            .map(|(_, m)| m.clone())
+    };
+    let named = hazard("kvm-ht", "trixie").expect("the failing pair names the hazard");
+    assert!(
+        named.contains("ht-extra-after-qemu-10")
+            && named.contains("extra features: ht")
+            && named.contains("KubeVirt issue #16386"),
+        "{named}"
+    );
+    for (g, h) in [
+        ("kvm-ht", "forky"),
+        ("kvm-one", "trixie"),
+        ("tcg-ht", "trixie"),
+        ("kvm-ht-stopped", "trixie"),
+    ] {
+        assert_eq!(hazard(g, h), None, "{g} -> {h}");
+    }
+    // The destination's QEMU release not given: not taken as one.
+    let old = t.path("hosts/trixie.xml");
+    let text = std::fs::read_to_string(&old).unwrap();
+    let at = text.find(" qemu='").expect("a qemu release");
+    let end = at + 7 + text[at + 7..].find('\'').unwrap() + 1;
+    std::fs::write(&old, format!("{}{}", &text[..at], &text[end..])).unwrap();
+    let v = json(&run_fleet(&args));
+    let got = pair_reasons(&v);
+    assert!(
+        !got[&("kvm-ht".to_string(), "trixie".to_string())]
+            .iter()
+            .any(|(c, _)| c == "stack-hazard"),
+        "{got:?}"
     );
 }

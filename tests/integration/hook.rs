@@ -835,6 +835,7 @@ fn destination_compares_the_incoming_cpu_with_this_hosts() {
         virt_cpu_policy::libvirt::host_facts::document(
             "this-host",
             "9.0.0".parse().unwrap(),
+            None,
             &caps_text,
             &[dc_text.as_str()],
         ),

@@ -688,6 +688,7 @@ fn cluster_baseline_guest_is_defined_and_started_under_tcg() {
             virt_cpu_policy::libvirt::host_facts::document(
                 "this-host",
                 oracle.version.parse().unwrap(),
+                None,
                 &caps.stdout,
                 &[domcaps.stdout.as_str()],
             ),

@@ -1,0 +1,293 @@
+//! Known hazards of the libvirt/QEMU stack (`src/hazards.toml`): combinations of releases and
+//! guest shapes that break a guest's start or live migration, as data, each with its source.
+//!
+//! The table is compiled in and read once ([`table`]). [`matching`] gives the entries a guest's
+//! start or migration meets, from the releases of its source and destination host and its
+//! shape; `fleet` names each as a `stack-hazard` reason ([`crate::fleet`]). An entry holds only
+//! when every fact it names is known and holds: a release a host's facts do not give is never
+//! taken as one, and an entry that `needs` facts the tool does not have (kernel releases, device
+//! offloads) is listed ([`table`], `docs/hazards.md`) and never matched.
+
+use crate::libvirt::version::{LibvirtVersion, QemuVersion};
+use serde::Deserialize;
+use std::sync::OnceLock;
+
+/// The table's text.
+const TABLE: &str = include_str!("hazards.toml");
+
+/// What a hazard breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Breaks {
+    /// A running guest's live migration to the destination.
+    Migration,
+    /// Any guest on the destination: started there, or arriving by migration.
+    Start,
+}
+
+impl Breaks {
+    /// `migration` or `start`, as the table writes it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Breaks::Migration => "migration",
+            Breaks::Start => "start",
+        }
+    }
+}
+
+/// A release written as text in the table (`"10.0"`), read by its type's parser.
+fn release<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    let text = String::deserialize(d)?;
+    text.parse()
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(format!("'{text}': {e}")))
+}
+
+/// When a hazard holds: every condition given must (module docs).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct When {
+    /// The guest's domain type (`kvm`, `qemu`).
+    pub virt_type: Option<String>,
+    /// The guest's `<topology threads>` at least this.
+    pub threads_from: Option<u32>,
+    /// The source host's QEMU below this release.
+    #[serde(default, deserialize_with = "release")]
+    pub source_qemu_below: Option<QemuVersion>,
+    /// The destination's QEMU at least this release.
+    #[serde(default, deserialize_with = "release")]
+    pub destination_qemu_from: Option<QemuVersion>,
+    /// The destination's QEMU below this release.
+    #[serde(default, deserialize_with = "release")]
+    pub destination_qemu_below: Option<QemuVersion>,
+    /// The destination's libvirt at least this release.
+    #[serde(default, deserialize_with = "release")]
+    pub destination_libvirt_from: Option<LibvirtVersion>,
+    /// The destination's libvirt below this release.
+    #[serde(default, deserialize_with = "release")]
+    pub destination_libvirt_below: Option<LibvirtVersion>,
+    /// The destination's CPU vendor (`AMD`, `Intel`).
+    pub vendor: Option<String>,
+    /// Facts the tool does not have: an entry with any is never matched.
+    #[serde(default)]
+    pub needs: Vec<String>,
+}
+
+/// One known hazard (the table's header says what each field holds).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hazard {
+    /// A short name, unique in the table.
+    pub id: String,
+    /// What it breaks.
+    pub breaks: Breaks,
+    /// The combination and what happens.
+    pub what: String,
+    /// libvirt's or QEMU's words where seen, else what happens.
+    pub symptom: String,
+    /// What the operator does about it.
+    pub fix: String,
+    /// Where the fact comes from.
+    pub source: String,
+    /// What this project saw on its rig, or why it cannot be reproduced there.
+    pub reproduced: String,
+    /// When it holds.
+    pub when: When,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Table {
+    hazard: Vec<Hazard>,
+}
+
+/// The table, parsed on first use.
+///
+/// # Panics
+/// When `src/hazards.toml` does not parse: it is compiled in, and a test reads it.
+#[must_use]
+pub fn table() -> &'static [Hazard] {
+    static PARSED: OnceLock<Vec<Hazard>> = OnceLock::new();
+    PARSED.get_or_init(|| {
+        toml::from_str::<Table>(TABLE)
+            .unwrap_or_else(|e| panic!("src/hazards.toml: {e}"))
+            .hazard
+    })
+}
+
+/// The releases of one host, as its facts give them (None: not given).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Releases {
+    /// Its libvirt.
+    pub libvirt: Option<LibvirtVersion>,
+    /// The QEMU libvirt drives there.
+    pub qemu: Option<QemuVersion>,
+}
+
+/// What of a guest the table asks.
+#[derive(Debug, Clone, Default)]
+pub struct GuestShape {
+    /// Its domain type.
+    pub virt_type: String,
+    /// Its `<topology threads>` (1 without a topology).
+    pub threads: u32,
+    /// Whether it runs (its arrival is a live migration), else it would be started.
+    pub running: bool,
+}
+
+/// The hazards a guest of `shape` meets arriving from a host of `source` releases (None: it is
+/// not running anywhere known) at `destination` (its releases and CPU vendor): those whose
+/// every condition is known to hold (module docs). A `migration` hazard needs a running guest
+/// and a known source.
+#[must_use]
+pub fn matching(
+    shape: &GuestShape,
+    source: Option<Releases>,
+    destination: Releases,
+    vendor: Option<&str>,
+) -> Vec<&'static Hazard> {
+    at_destination(destination, vendor)
+        .into_iter()
+        .filter(|h| for_guest(h, shape, source))
+        .collect()
+}
+
+/// The entries whose conditions on the destination hold for a host of `destination` releases
+/// and CPU `vendor` (and that need no fact the tool lacks): what a fleet keeps per host, so that
+/// a pair of a host with none costs nothing more.
+#[must_use]
+pub fn at_destination(destination: Releases, vendor: Option<&str>) -> Vec<&'static Hazard> {
+    table()
+        .iter()
+        .filter(|h| {
+            let w = &h.when;
+            w.needs.is_empty()
+                && w.vendor
+                    .as_deref()
+                    .is_none_or(|v| vendor.is_some_and(|f| f.eq_ignore_ascii_case(v)))
+                && known(w.destination_qemu_from, destination.qemu, |c, f| f >= c)
+                && known(w.destination_qemu_below, destination.qemu, |c, f| f < c)
+                && known(w.destination_libvirt_from, destination.libvirt, |c, f| {
+                    f >= c
+                })
+                && known(w.destination_libvirt_below, destination.libvirt, |c, f| {
+                    f < c
+                })
+        })
+        .collect()
+}
+
+/// Whether hazard `h`'s conditions on the guest and its source hold for a guest of `shape`
+/// arriving from a host of `source` releases (the destination's: [`at_destination`]).
+#[must_use]
+pub fn for_guest(h: &Hazard, shape: &GuestShape, source: Option<Releases>) -> bool {
+    let w = &h.when;
+    if h.breaks == Breaks::Migration && !(shape.running && source.is_some()) {
+        return false;
+    }
+    w.virt_type.as_deref().is_none_or(|t| t == shape.virt_type)
+        && w.threads_from.is_none_or(|t| shape.threads >= t)
+        && known(w.source_qemu_below, source.and_then(|s| s.qemu), |c, f| {
+            f < c
+        })
+}
+
+/// A condition absent, or its fact known and holding.
+fn known<T>(cond: Option<T>, fact: Option<T>, holds: impl Fn(T, T) -> bool) -> bool {
+    cond.is_none_or(|c| fact.is_some_and(|f| holds(c, f)))
+}
+
+/// The reason's sentence for hazard `h`: what happens, in the source's words, and where the fact
+/// comes from.
+#[must_use]
+pub fn sentence(h: &Hazard) -> String {
+    format!(
+        "a known hazard of the stack ({}): {} (\"{}\"); fix: {}; source: {}",
+        h.id, h.what, h.symptom, h.fix, h.source
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(libvirt: &str, qemu: &str) -> Releases {
+        Releases {
+            libvirt: Some(libvirt.parse().unwrap()),
+            qemu: Some(qemu.parse().unwrap()),
+        }
+    }
+
+    fn kvm_threads(threads: u32) -> GuestShape {
+        GuestShape {
+            virt_type: "kvm".into(),
+            threads,
+            running: true,
+        }
+    }
+
+    #[test]
+    fn every_entry_has_its_words_and_source_and_a_unique_id() {
+        let t = table();
+        assert!(t.len() >= 4, "{}", t.len());
+        let mut ids = std::collections::BTreeSet::new();
+        for h in t {
+            assert!(ids.insert(h.id.clone()), "{}: id twice", h.id);
+            for (field, text) in [
+                ("what", &h.what),
+                ("symptom", &h.symptom),
+                ("fix", &h.fix),
+                ("source", &h.source),
+                ("reproduced", &h.reproduced),
+            ] {
+                assert!(!text.trim().is_empty(), "{}: no {field}", h.id);
+            }
+        }
+    }
+
+    /// The rig's pairs (tests/fleet/migrate): started on 9.0/7.2, to 11.3/10.0 it fails, to
+    /// 12.8/11.1 it migrates; one thread per core, or TCG, or a stopped guest, meets nothing.
+    #[test]
+    fn the_ht_hazard_holds_for_the_failing_pair_only() {
+        let bookworm = r("9.0.0", "7.2.22");
+        let ids = |shape: &GuestShape, src: Option<Releases>, dst: Releases| -> Vec<&str> {
+            matching(shape, src, dst, Some("AMD"))
+                .into_iter()
+                .map(|h| h.id.as_str())
+                .collect()
+        };
+        let trixie = r("11.3.0", "10.0.7");
+        let forky = r("12.8.0", "11.1.0");
+        assert_eq!(
+            ids(&kvm_threads(2), Some(bookworm), trixie),
+            ["ht-extra-after-qemu-10"]
+        );
+        assert!(ids(&kvm_threads(2), Some(bookworm), forky).is_empty());
+        assert!(ids(&kvm_threads(1), Some(bookworm), trixie).is_empty());
+        let tcg = GuestShape {
+            virt_type: "qemu".into(),
+            ..kvm_threads(2)
+        };
+        assert!(ids(&tcg, Some(bookworm), trixie).is_empty());
+        let stopped = GuestShape {
+            running: false,
+            ..kvm_threads(2)
+        };
+        assert!(ids(&stopped, Some(bookworm), trixie).is_empty());
+        // A release not given is not taken as one.
+        let unknown = Releases {
+            qemu: None,
+            ..trixie
+        };
+        assert!(ids(&kvm_threads(2), Some(bookworm), unknown).is_empty());
+        // libvirt 12.4 with a QEMU before 7.2: every guest, running or not.
+        let odd = r("12.4.0", "7.1.0");
+        assert_eq!(ids(&stopped, None, odd), ["libvirt-12.4-qemu-7.2"]);
+    }
+}
