@@ -80,6 +80,24 @@ impl Fleet {
             })
             .collect()
     }
+
+    /// The `stack-hazard` reasons of guest `g` started on host `h` (`--upgrade`: the upgraded
+    /// host restarts its guests): the hazards of a start only, whatever the guest's state.
+    pub(super) fn start_hazard_reasons(&self, g: usize, h: usize) -> Vec<Reason> {
+        let shape = GuestShape {
+            running: false,
+            ..self.hazard_shapes[self.guests[g].shape].clone()
+        };
+        self.hosts[h]
+            .hazards
+            .iter()
+            .filter(|hz| for_guest(hz, &shape, None))
+            .map(|hz| Reason {
+                code: Code::StackHazard,
+                message: sentence(hz),
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

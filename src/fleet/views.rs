@@ -510,7 +510,10 @@ pub fn upgrade(fleet: &Fleet, h: usize, to: usize, policy: &Policy) -> Vec<Upgra
         .map(|guest| {
             let facts = &fleet.guests[guest].facts;
             let definition = facts.definition.as_deref().unwrap_or(&facts.domain);
-            let reasons = Rc::new(fleet.in_own_words(
+            // A known hazard of the upgraded host's releases (a start's: libvirt 12.4 with a
+            // QEMU before 7.2) holds whatever the guest's definition: no rewrite mends it.
+            let hazards = fleet.start_hazard_reasons(guest, to);
+            let mut judged = fleet.in_own_words(
                 to,
                 class.names_judged(super::judge::judge_shape(
                     definition,
@@ -519,7 +522,9 @@ pub fn upgrade(fleet: &Fleet, h: usize, to: usize, policy: &Policy) -> Vec<Upgra
                     &class.map,
                     crate::destination::Arrival::Start,
                 )),
-            ));
+            );
+            judged.extend(hazards.iter().cloned());
+            let reasons = Rc::new(judged);
             let fix = (!reasons.is_empty())
                 .then(|| fix(definition, policy, fleet, &class.host, &class.map))
                 .flatten()
@@ -527,10 +532,9 @@ pub fn upgrade(fleet: &Fleet, h: usize, to: usize, policy: &Policy) -> Vec<Upgra
                     for c in &mut f.changes {
                         fleet.own_text(to, c);
                     }
-                    Fix {
-                        remaining: fleet.in_own_words(to, class.names_judged(f.remaining)),
-                        ..f
-                    }
+                    let mut remaining = fleet.in_own_words(to, class.names_judged(f.remaining));
+                    remaining.extend(hazards.iter().cloned());
+                    Fix { remaining, ..f }
                 });
             Upgraded {
                 guest,

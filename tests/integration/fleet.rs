@@ -731,6 +731,38 @@ fn upgrade_judges_a_hosts_guests_on_the_next_generation() {
     assert_eq!(g[0]["reasons"][0]["code"], "machine-unsupported");
     assert_eq!(g[1]["verdict"], "runs");
     assert!(g[1]["fix"].is_null());
+
+    // The same upgrade to libvirt 12.8 driving a QEMU before 7.2 (src/hazards.toml,
+    // libvirt-12.4-qemu-7.2: libvirt 12.4 needs QEMU 7.2): no guest starts there.
+    let text = std::fs::read_to_string(&next).unwrap();
+    let at = text.find(" qemu='").expect("a qemu release");
+    let end = at + 7 + text[at + 7..].find('\'').unwrap() + 1;
+    let old_qemu = t.write(
+        "next/forky-old-qemu.xml",
+        format!("{} qemu='7.1.0'{}", &text[..at], &text[end..]),
+    );
+    let to = ["--upgrade", "bookworm", "--to", &s(&old_qemu)];
+    let v = fleet_json(
+        &to,
+        &[hosts_dir(&t, "hosts", &["bookworm"]), t.path("g.xml")],
+        1,
+    );
+    let g = v["guests"].as_array().unwrap();
+    assert_eq!(g[1]["guest"], "ok");
+    assert_eq!(g[1]["verdict"], "cannot", "{}", g[1]);
+    let hazard = g[1]["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["code"] == "stack-hazard")
+        .unwrap_or_else(|| panic!("{}", g[1]));
+    assert!(
+        hazard["message"]
+            .as_str()
+            .unwrap()
+            .contains("libvirt-12.4-qemu-7.2"),
+        "{hazard}"
+    );
 }
 
 /// `facts --guests` reads libvirt's files: the live XML wins, and nothing secret is written.
