@@ -141,10 +141,133 @@ pub struct GuestShape {
     pub running: bool,
 }
 
-/// The hazards a guest of `shape` meets arriving from a host of `source` releases (None: it is
-/// not running anywhere known) at `destination` (its releases and CPU vendor): those whose
-/// every condition is known to hold (module docs). A `migration` hazard needs a running guest
-/// and a known source.
+/// Whether a hazard holds for a pair, as far as the facts tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every condition is known to hold.
+    Holds,
+    /// Every condition known holds, and these facts, which the others need, are not given: the
+    /// pair is not compared for it (only for an entry about the guest's shape: one about a
+    /// host's own releases alone is not claimed on a guess).
+    Unknown(Vec<&'static str>),
+}
+
+/// The entries whose conditions on the destination hold, or hold as far as its facts tell, for
+/// a host of `destination` releases and CPU `vendor`, each with the destination's facts it
+/// lacks (and none that `needs` facts the tool lacks): what a fleet keeps per class of hosts,
+/// so that a pair of a host with none costs nothing more.
+#[must_use]
+pub fn at_destination(
+    destination: Releases,
+    vendor: Option<&str>,
+) -> Vec<(&'static Hazard, Vec<&'static str>)> {
+    table()
+        .iter()
+        .filter(|h| h.when.needs.is_empty())
+        .filter_map(|h| {
+            let w = &h.when;
+            let mut missing = Vec::new();
+            let qemu = "the destination's QEMU release";
+            let libvirt = "the destination's libvirt release";
+            let checks = [
+                tri(
+                    w.destination_qemu_from,
+                    destination.qemu,
+                    |c, f| f >= c,
+                    qemu,
+                ),
+                tri(
+                    w.destination_qemu_below,
+                    destination.qemu,
+                    |c, f| f < c,
+                    qemu,
+                ),
+                tri(
+                    w.destination_libvirt_from,
+                    destination.libvirt,
+                    |c, f| f >= c,
+                    libvirt,
+                ),
+                tri(
+                    w.destination_libvirt_below,
+                    destination.libvirt,
+                    |c, f| f < c,
+                    libvirt,
+                ),
+                match (w.vendor.as_deref(), vendor) {
+                    (None, _) => Some(None),
+                    (Some(v), Some(f)) => v.eq_ignore_ascii_case(f).then_some(None),
+                    (Some(_), None) => Some(Some("the destination's CPU vendor")),
+                },
+            ];
+            for c in checks {
+                if let Some(lacks) = c? {
+                    if !missing.contains(&lacks) {
+                        missing.push(lacks);
+                    }
+                }
+            }
+            Some((h, missing))
+        })
+        .collect()
+}
+
+/// One condition: None when it is known not to hold; `Some(None)` when absent or known to hold;
+/// `Some(Some(fact))` when its fact is not given.
+fn tri<T>(
+    cond: Option<T>,
+    fact: Option<T>,
+    holds: impl Fn(T, T) -> bool,
+    name: &'static str,
+) -> Option<Option<&'static str>> {
+    match (cond, fact) {
+        (None, _) => Some(None),
+        (Some(_), None) => Some(Some(name)),
+        (Some(c), Some(f)) => holds(c, f).then_some(None),
+    }
+}
+
+/// Hazard `h` (whose destination conditions hold as [`at_destination`] says, lacking
+/// `destination_lacks`) for a guest of `shape` arriving from its source host of `source`
+/// releases (None: its source host is not known): its [`Outcome`], or None when a condition is
+/// known not to hold. A `migration` hazard needs a running guest.
+#[must_use]
+pub fn for_guest(
+    h: &Hazard,
+    destination_lacks: &[&'static str],
+    shape: &GuestShape,
+    source: Option<Releases>,
+) -> Option<Outcome> {
+    let w = &h.when;
+    if h.breaks == Breaks::Migration && !shape.running {
+        return None;
+    }
+    if !w.virt_type.as_deref().is_none_or(|t| t == shape.virt_type)
+        || !w.threads_from.is_none_or(|t| shape.threads >= t)
+    {
+        return None;
+    }
+    let mut missing = destination_lacks.to_vec();
+    let source_qemu = source.and_then(|s| s.qemu);
+    if let Some(lacks) = tri(
+        w.source_qemu_below,
+        source_qemu,
+        |c, f| f < c,
+        "the QEMU release of the guest's source host",
+    )? {
+        missing.push(lacks);
+    }
+    if missing.is_empty() {
+        Some(Outcome::Holds)
+    } else if w.virt_type.is_some() || w.threads_from.is_some() {
+        Some(Outcome::Unknown(missing))
+    } else {
+        None
+    }
+}
+
+/// The hazards a guest of `shape` is known to meet arriving from a host of `source` releases at
+/// `destination` ([`at_destination`] then [`for_guest`], [`Outcome::Holds`] only).
 #[must_use]
 pub fn matching(
     shape: &GuestShape,
@@ -154,62 +277,47 @@ pub fn matching(
 ) -> Vec<&'static Hazard> {
     at_destination(destination, vendor)
         .into_iter()
-        .filter(|h| for_guest(h, shape, source))
+        .filter(|(h, lacks)| for_guest(h, lacks, shape, source) == Some(Outcome::Holds))
+        .map(|(h, _)| h)
         .collect()
 }
 
-/// The entries whose conditions on the destination hold for a host of `destination` releases
-/// and CPU `vendor` (and that need no fact the tool lacks): what a fleet keeps per host, so that
-/// a pair of a host with none costs nothing more.
+/// The reason's sentence for hazard `h` met by a guest from a host of `source` releases at one
+/// of `destination`: what happens, in the source's words, the releases that make it, and where
+/// the fact comes from.
 #[must_use]
-pub fn at_destination(destination: Releases, vendor: Option<&str>) -> Vec<&'static Hazard> {
-    table()
-        .iter()
-        .filter(|h| {
-            let w = &h.when;
-            w.needs.is_empty()
-                && w.vendor
-                    .as_deref()
-                    .is_none_or(|v| vendor.is_some_and(|f| f.eq_ignore_ascii_case(v)))
-                && known(w.destination_qemu_from, destination.qemu, |c, f| f >= c)
-                && known(w.destination_qemu_below, destination.qemu, |c, f| f < c)
-                && known(w.destination_libvirt_from, destination.libvirt, |c, f| {
-                    f >= c
-                })
-                && known(w.destination_libvirt_below, destination.libvirt, |c, f| {
-                    f < c
-                })
-        })
-        .collect()
-}
-
-/// Whether hazard `h`'s conditions on the guest and its source hold for a guest of `shape`
-/// arriving from a host of `source` releases (the destination's: [`at_destination`]).
-#[must_use]
-pub fn for_guest(h: &Hazard, shape: &GuestShape, source: Option<Releases>) -> bool {
-    let w = &h.when;
-    if h.breaks == Breaks::Migration && !(shape.running && source.is_some()) {
-        return false;
-    }
-    w.virt_type.as_deref().is_none_or(|t| t == shape.virt_type)
-        && w.threads_from.is_none_or(|t| shape.threads >= t)
-        && known(w.source_qemu_below, source.and_then(|s| s.qemu), |c, f| {
-            f < c
-        })
-}
-
-/// A condition absent, or its fact known and holding.
-fn known<T>(cond: Option<T>, fact: Option<T>, holds: impl Fn(T, T) -> bool) -> bool {
-    cond.is_none_or(|c| fact.is_some_and(|f| holds(c, f)))
-}
-
-/// The reason's sentence for hazard `h`: what happens, in the source's words, and where the fact
-/// comes from.
-#[must_use]
-pub fn sentence(h: &Hazard) -> String {
+pub fn sentence(h: &Hazard, source: Option<Releases>, destination: Releases) -> String {
+    let of = |r: Releases| {
+        let v = |x: Option<String>| x.unwrap_or_else(|| "not given".into());
+        format!(
+            "libvirt {}, QEMU {}",
+            v(r.libvirt.map(|l| l.to_string())),
+            v(r.qemu.map(|q| q.to_string()))
+        )
+    };
+    let from = source.map_or_else(String::new, |s| format!("from {} ", of(s)));
     format!(
-        "a known hazard of the stack ({}): {} (\"{}\"); fix: {}; source: {}",
-        h.id, h.what, h.symptom, h.fix, h.source
+        "a known hazard of the stack ({}, {}to {}): {} (\"{}\"); fix: {}; source: {}",
+        h.id,
+        from,
+        of(destination),
+        h.what,
+        h.symptom,
+        h.fix,
+        h.source
+    )
+}
+
+/// The not-compared sentence for hazard `h`, whose facts `lacking` are not given.
+#[must_use]
+pub fn unknown_sentence(h: &Hazard, lacking: &[&str]) -> String {
+    format!(
+        "not compared: the known hazard {} of the stack ({}: \"{}\") depends on {}, which the facts do not give (virt-cpu-policyd --publish writes each host's libvirt and QEMU releases); source: {}",
+        h.id,
+        h.breaks.as_str(),
+        h.symptom,
+        lacking.join(" and "),
+        h.source
     )
 }
 
@@ -280,12 +388,20 @@ mod tests {
             ..kvm_threads(2)
         };
         assert!(ids(&stopped, Some(bookworm), trixie).is_empty());
-        // A release not given is not taken as one.
+        // A release not given is not taken as one: the pair is not compared for it.
         let unknown = Releases {
             qemu: None,
             ..trixie
         };
         assert!(ids(&kvm_threads(2), Some(bookworm), unknown).is_empty());
+        let told: Vec<_> = at_destination(unknown, Some("AMD"))
+            .into_iter()
+            .filter_map(|(h, lacks)| for_guest(h, &lacks, &kvm_threads(2), Some(bookworm)))
+            .collect();
+        assert_eq!(
+            told,
+            [Outcome::Unknown(vec!["the destination's QEMU release"])]
+        );
         // libvirt 12.4 with a QEMU before 7.2: every guest, running or not.
         let odd = r("12.4.0", "7.1.0");
         assert_eq!(ids(&stopped, None, odd), ["libvirt-12.4-qemu-7.2"]);

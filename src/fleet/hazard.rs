@@ -5,7 +5,7 @@
 use super::{Fleet, Reason};
 use crate::domain::Domain;
 use crate::finding::Code;
-use crate::hazards::{GuestShape, Hazard, Releases, at_destination, for_guest, sentence};
+use crate::hazards::{GuestShape, Outcome, for_guest, sentence, unknown_sentence};
 
 /// What the table asks of a guest whose reduced domain is `domain`: its domain type (the root's
 /// `type`) and its `<topology threads>` (1 without one). The document is parsed only when it
@@ -46,55 +46,53 @@ fn root_type(domain: &str) -> Option<String> {
     Some(rest[..rest.find(quote)?].to_string())
 }
 
-/// The entries of the table whose destination conditions hold for a host of `libvirt` and
-/// `qemu` releases and CPU `vendor`: kept per host when it is read.
-pub(super) fn of_host(
-    libvirt: Option<crate::libvirt::version::LibvirtVersion>,
-    qemu: Option<crate::libvirt::version::QemuVersion>,
-    vendor: Option<&str>,
-) -> Vec<&'static Hazard> {
-    at_destination(Releases { libvirt, qemu }, vendor)
-}
-
 impl Fleet {
-    /// The `stack-hazard` reasons of guest `g` arriving on host `h` ([`crate::hazards`]): none
-    /// for the guest's own host. The destination's part is the host's, kept when it was read;
-    /// the guest's, its shape's.
-    pub(super) fn hazard_reasons(&self, g: usize, h: usize) -> Vec<Reason> {
-        let at = &self.hosts[h].hazards;
-        let source = self.source(g);
-        if at.is_empty() || source == Some(h) {
+    /// The reasons the known hazards give guest `g` arriving on a host of class `c`
+    /// ([`crate::hazards`]): `stack-hazard` for one that holds, `not-compared` for one that
+    /// may, a release it depends on not given. Empty, at no cost, for a class that meets none.
+    pub(super) fn hazard_in(&self, g: usize, c: usize) -> Vec<Reason> {
+        let class = &self.classes[c];
+        if class.hazards.is_empty() {
             return Vec::new();
         }
         let guest = &self.guests[g];
         let shape = &self.hazard_shapes[guest.shape];
-        let source = source.map(|s| Releases {
-            libvirt: self.hosts[s].libvirt,
-            qemu: self.hosts[s].qemu,
-        });
-        at.iter()
-            .filter(|hz| for_guest(hz, shape, source))
-            .map(|hz| Reason {
-                code: Code::StackHazard,
-                message: sentence(hz),
-            })
-            .collect()
+        self.hazard_reasons_for(shape, self.sources[g], class)
     }
 
-    /// The `stack-hazard` reasons of guest `g` started on host `h` (`--upgrade`: the upgraded
-    /// host restarts its guests): the hazards of a start only, whatever the guest's state.
+    /// The reasons of the start hazards of guest `g` started on host `h` (`--upgrade`: the
+    /// upgraded host restarts its guests), whatever the guest's state.
     pub(super) fn start_hazard_reasons(&self, g: usize, h: usize) -> Vec<Reason> {
+        let class = &self.classes[self.hosts[h].class];
+        if class.hazards.is_empty() {
+            return Vec::new();
+        }
         let shape = GuestShape {
             running: false,
             ..self.hazard_shapes[self.guests[g].shape].clone()
         };
-        self.hosts[h]
+        self.hazard_reasons_for(&shape, None, class)
+    }
+
+    fn hazard_reasons_for(
+        &self,
+        shape: &GuestShape,
+        source: Option<usize>,
+        class: &super::HostClass,
+    ) -> Vec<Reason> {
+        let source = source.map(|s| self.classes[self.hosts[s].class].releases);
+        class
             .hazards
             .iter()
-            .filter(|hz| for_guest(hz, &shape, None))
-            .map(|hz| Reason {
-                code: Code::StackHazard,
-                message: sentence(hz),
+            .filter_map(|(hz, lacks)| match for_guest(hz, lacks, shape, source)? {
+                Outcome::Holds => Some(Reason {
+                    code: Code::StackHazard,
+                    message: sentence(hz, source, class.releases),
+                }),
+                Outcome::Unknown(missing) => Some(Reason {
+                    code: Code::NotCompared,
+                    message: unknown_sentence(hz, &missing),
+                }),
             })
             .collect()
     }

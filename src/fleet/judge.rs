@@ -12,12 +12,24 @@ use crate::pipeline::Pipeline;
 use crate::policy::Policy;
 use std::rc::Rc;
 
+/// [`not_compared`] of a pair's judged reasons with its known hazards' ([`Fleet::hazard_in`]):
+/// a hazard that holds refuses it, one that may leaves it not compared.
+fn with_hazards(judged: &[Reason], hazards: &[Reason]) -> bool {
+    if hazards.is_empty() {
+        return not_compared(judged);
+    }
+    let all: Vec<Reason> = judged.iter().chain(hazards).cloned().collect();
+    not_compared(&all)
+}
+
 impl Fleet {
     /// Whether host `h` runs guest `g`: [`Fleet::reasons`] is empty, told without writing a
     /// reason's sentence (the views that count pairs ask it for every pair).
     #[must_use]
     pub fn runs(&self, g: usize, h: usize) -> bool {
-        self.verdict(g, h).is_empty() && self.group(g, h, |_| ()).is_none()
+        self.verdict(g, h).is_empty()
+            && self.group(g, h, |_| ()).is_none()
+            && (self.sources[g] == Some(h) || self.hazard_in(g, self.hosts[h].class).is_empty())
     }
 
     /// The judge's reasons for guest `g`'s shape on host `h`'s class, judged on first use.
@@ -41,20 +53,28 @@ impl Fleet {
     /// refuses it, but a fact its judgement needs is missing).
     #[must_use]
     pub fn not_compared(&self, g: usize, h: usize) -> bool {
-        not_compared(&self.verdict(g, h)) && self.group(g, h, |_| ()).is_none()
+        let hazards = if self.sources[g] == Some(h) {
+            Vec::new()
+        } else {
+            self.hazard_in(g, self.hosts[h].class)
+        };
+        with_hazards(&self.verdict(g, h), &hazards) && self.group(g, h, |_| ()).is_none()
     }
 
     /// [`Fleet::not_compared`] for the hosts of class `c`, as [`Fleet::runs_in`].
     #[must_use]
     pub fn not_compared_in(&self, g: usize, c: usize) -> bool {
-        not_compared(&self.verdict_in(g, c)) && self.group_in(g, c, |_| ()).is_none()
+        with_hazards(&self.verdict_in(g, c), &self.hazard_in(g, c))
+            && self.group_in(g, c, |_| ()).is_none()
     }
 
     /// Whether guest `g` runs on the hosts of class `c`, its own source host apart (a running
     /// guest's own host needs no migration: [`Fleet::runs`] there asks its verdict only).
     #[must_use]
     pub fn runs_in(&self, g: usize, c: usize) -> bool {
-        self.verdict_in(g, c).is_empty() && self.group_in(g, c, |_| ()).is_none()
+        self.verdict_in(g, c).is_empty()
+            && self.group_in(g, c, |_| ()).is_none()
+            && self.hazard_in(g, c).is_empty()
     }
 
     /// The judge's reasons for guest `g`'s shape on class `c`, judged on first use.

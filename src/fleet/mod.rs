@@ -133,8 +133,6 @@ pub struct FleetHost {
     pub libvirt: Option<LibvirtVersion>,
     /// The QEMU libvirt drives there, when its facts say (`<hostFacts qemu>`).
     pub qemu: Option<QemuVersion>,
-    /// The known hazards whose destination conditions hold for it ([`crate::hazards`]).
-    hazards: Vec<&'static crate::hazards::Hazard>,
     /// Its class: hosts of one class have the same facts.
     class: usize,
 }
@@ -177,6 +175,11 @@ struct HostClass {
     caps_cpu: Option<CapsCpu>,
     /// That CPU as a host-passthrough guest sees it, made on first use.
     passthrough: std::sync::OnceLock<Result<HostCpu, String>>,
+    /// Its libvirt and QEMU releases (part of what makes hosts alike).
+    releases: crate::hazards::Releases,
+    /// The known hazards whose conditions on a destination hold for it, or may (each with the
+    /// facts it lacks: [`crate::hazards::at_destination`]).
+    hazards: Vec<(&'static crate::hazards::Hazard, Vec<&'static str>)>,
 }
 
 impl HostClass {
@@ -499,12 +502,16 @@ impl Fleet {
                 .entry(map_dir.clone())
                 .or_insert_with(|| Rc::new(CpuMapCache::new(map_dir.as_deref())))
                 .clone();
+            let vendor = caps_cpu.as_ref().and_then(|c| c.cpu.vendor.clone());
+            let releases = crate::hazards::Releases { libvirt, qemu };
             self.classes.push(HostClass {
                 host,
                 map,
                 map_given,
                 caps_cpu,
                 passthrough: std::sync::OnceLock::new(),
+                hazards: crate::hazards::at_destination(releases, vendor.as_deref()),
+                releases,
             });
             self.class_of.push((key, map_dir));
             self.classes.len() - 1
@@ -514,17 +521,11 @@ impl Fleet {
             self.sources[*g] = Some(self.hosts.len());
         }
         self.host_of.insert(name.clone(), self.hosts.len());
-        let vendor = self.classes[class]
-            .caps_cpu
-            .as_ref()
-            .and_then(|c| c.cpu.vendor.as_deref());
-        let hazards = hazard::of_host(libvirt, qemu, vendor);
         self.hosts.push(FleetHost {
             name,
             path,
             libvirt,
             qemu,
-            hazards,
             class,
         });
         Ok(())
@@ -609,7 +610,9 @@ impl Fleet {
         // A guest of an arch the host does not run has that one reason.
         let other_arch = r.iter().any(|x| x.code == Code::ArchUnsupported);
         let mut more: Vec<Reason> = self.group_reason(g, h).into_iter().collect();
-        more.extend(self.hazard_reasons(g, h));
+        if self.sources[g] != Some(h) {
+            more.extend(self.hazard_in(g, self.hosts[h].class));
+        }
         if other_arch || more.is_empty() {
             return r;
         }

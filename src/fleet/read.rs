@@ -133,7 +133,7 @@ pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
             Ok(Input::Host {
                 name: f.name.unwrap_or_else(stem),
                 versions: (f.libvirt, f.qemu),
-                key: Judged::boxed(f.libvirt, f.capabilities, f.domcaps),
+                key: Judged::boxed((f.libvirt, f.qemu), f.capabilities, f.domcaps),
                 cpu,
             })
         }
@@ -141,12 +141,12 @@ pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
             name: stem(),
             versions: (None, None),
             cpu: CapsCpu::of(&caps),
-            key: Judged::boxed(None, Some(caps), Vec::new()),
+            key: Judged::boxed((None, None), Some(caps), Vec::new()),
         }),
         Document::DomCaps(dc) => Ok(Input::Host {
             name: stem(),
             versions: (None, None),
-            key: Judged::boxed(None, None, vec![*dc]),
+            key: Judged::boxed((None, None), None, vec![*dc]),
             cpu: None,
         }),
         other => Err(neither(other.root())),
@@ -165,13 +165,15 @@ pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Judged {
     libvirt: Option<LibvirtVersion>,
+    /// The QEMU release: hosts alike in all else but it meet different known hazards.
+    qemu: Option<QemuVersion>,
     caps: Option<crate::libvirt::capabilities::Capabilities>,
     domcaps: Vec<crate::libvirt::domcaps::DomCaps>,
 }
 
 impl Judged {
     fn boxed(
-        libvirt: Option<LibvirtVersion>,
+        (libvirt, qemu): (Option<LibvirtVersion>, Option<QemuVersion>),
         mut caps: Option<crate::libvirt::capabilities::Capabilities>,
         mut domcaps: Vec<crate::libvirt::domcaps::DomCaps>,
     ) -> Box<Judged> {
@@ -183,6 +185,7 @@ impl Judged {
         }
         Box::new(Judged {
             libvirt,
+            qemu,
             caps,
             domcaps,
         })
