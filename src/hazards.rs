@@ -214,6 +214,7 @@ pub fn at_destination(
 
 /// One condition: None when it is known not to hold; `Some(None)` when absent or known to hold;
 /// `Some(Some(fact))` when its fact is not given.
+#[allow(clippy::option_option)] // Three answers, each read with `?` by its one caller.
 fn tri<T>(
     cond: Option<T>,
     fact: Option<T>,
@@ -242,8 +243,8 @@ pub fn for_guest(
     if h.breaks == Breaks::Migration && !shape.running {
         return None;
     }
-    if !w.virt_type.as_deref().is_none_or(|t| t == shape.virt_type)
-        || !w.threads_from.is_none_or(|t| shape.threads >= t)
+    if w.virt_type.as_deref().is_some_and(|t| t != shape.virt_type)
+        || w.threads_from.is_some_and(|t| shape.threads < t)
     {
         return None;
     }

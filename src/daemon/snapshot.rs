@@ -70,11 +70,15 @@ pub fn host_facts(conn: &Connect, name: Option<&str>) -> Result<Published, Strin
         .or_else(crate::fleet::guest::this_host_name)
         .unwrap_or_else(|| "localhost".into());
     let version = LibvirtVersion::from_number(u64::from(version));
-    // The QEMU release libvirt drives (virConnectGetVersion): a fact of the host, for the
-    // hazards of a pair of versions (crate::hazards); none when libvirt does not say.
+    // The QEMU release libvirt drives (virConnectGetVersion, the hypervisor's version): a fact
+    // of the host, for the hazards of a pair of releases (crate::hazards); only from libvirt's
+    // QEMU driver (virConnectGetType "QEMU": the test driver answers its own 0.0.2), none when
+    // libvirt does not say.
     let qemu = conn
-        .hyp_version()
+        .driver_type()
         .ok()
+        .filter(|t| t.eq_ignore_ascii_case("QEMU"))
+        .and_then(|_| conn.hyp_version().ok())
         .filter(|v| *v > 0)
         .map(|v| crate::libvirt::version::QemuVersion::from_number(u64::from(v)));
     let refs: Vec<&str> = domcaps.iter().map(String::as_str).collect();
