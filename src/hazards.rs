@@ -207,7 +207,10 @@ pub fn at_destination(
                     }
                 }
             }
-            Some((h, missing))
+            // One about the host's own releases alone, a release not given, is never claimed
+            // ([`for_guest`]): not kept.
+            let about_guest = w.virt_type.is_some() || w.threads_from.is_some();
+            (missing.is_empty() || about_guest).then_some((h, missing))
         })
         .collect()
 }
@@ -265,6 +268,20 @@ pub fn for_guest(
     } else {
         None
     }
+}
+
+/// Whether a guest of `shape` can meet any entry of the table, whatever the hosts (its
+/// conditions on the guest alone): a fleet asks it once per guest shape, and a shape that can
+/// meet none costs its pairs nothing more.
+#[must_use]
+pub fn may_meet(shape: &GuestShape) -> bool {
+    table().iter().any(|h| {
+        let w = &h.when;
+        w.needs.is_empty()
+            && (h.breaks != Breaks::Migration || shape.running)
+            && w.virt_type.as_deref().is_none_or(|t| t == shape.virt_type)
+            && w.threads_from.is_none_or(|t| shape.threads >= t)
+    })
 }
 
 /// The hazards a guest of `shape` is known to meet arriving from a host of `source` releases at

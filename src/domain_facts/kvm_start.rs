@@ -44,9 +44,30 @@ pub(crate) struct Loaded {
     /// found) QEMU's KVM host CPU of the capability cache decoded as libvirt decodes it into
     /// that CPU: what a CPU QEMU builds under `check='full'` cannot exceed. None when neither.
     pub(crate) host_model: Option<(ClusterHost, String)>,
-    /// The features libvirt's "full" host CPU lists, where `virCPUCheckForbiddenFeatures` looks
-    /// a forbidden feature up ([`full_listed`]); None without the host's own CPU.
-    pub(crate) full_listed: Option<BTreeSet<String>>,
+    /// What libvirt's "full" host CPU is made of: the host's own CPU, its `<signature>`, and the
+    /// host-model CPU whose features it lists; None without the host's own CPU.
+    full_of: Option<FullOf>,
+    /// The features that CPU lists ([`Loaded::full_listed`]), decoded on first need: only a
+    /// guest that forbids a feature asks, and a fleet judges many classes of hosts.
+    full_listed: OnceLock<Option<BTreeSet<String>>>,
+}
+
+/// The host's own CPU, its `<signature>` (family, model, stepping) and the host-model CPU: what
+/// libvirt's "full" host CPU is made of.
+type FullOf = (CpuDef, Option<(u32, u32, u32)>, Option<CpuDef>);
+
+impl Loaded {
+    /// The features libvirt's "full" host CPU lists by name, where `virCPUCheckForbiddenFeatures`
+    /// looks a forbidden feature up ([`full_listed`]), decoded with `map` on first need; None
+    /// without the host's own CPU.
+    pub(crate) fn full_listed(&self, map: &X86Map) -> Option<&BTreeSet<String>> {
+        self.full_listed
+            .get_or_init(|| {
+                let (physical, signature, host_model) = self.full_of.as_ref()?;
+                full_listed(map, physical, *signature, host_model.as_ref())
+            })
+            .as_ref()
+    }
 }
 
 impl KvmStartHost<'_> {
@@ -110,13 +131,18 @@ impl KvmStartHost<'_> {
                             source.clone(),
                         ))
                     });
-                let signature = self.host.host_cpu_signature();
-                let full_listed = physical
-                    .and_then(|p| full_listed(map, &p.value, signature, adds.map(|(hm, _)| hm)));
+                let full_of = physical.map(|p| {
+                    (
+                        p.value.clone(),
+                        self.host.host_cpu_signature(),
+                        adds.map(|(hm, _)| hm.clone()),
+                    )
+                });
                 Some(Loaded {
                     full,
                     host_model,
-                    full_listed,
+                    full_of,
+                    full_listed: OnceLock::new(),
                 })
             })
             .as_ref()?;

@@ -51,12 +51,13 @@ impl Fleet {
     /// ([`crate::hazards`]): `stack-hazard` for one that holds, `not-compared` for one that
     /// may, a release it depends on not given. Empty, at no cost, for a class that meets none.
     pub(super) fn hazard_in(&self, g: usize, c: usize) -> Vec<Reason> {
+        let Some(shape) = &self.hazard_shapes[self.guests[g].shape] else {
+            return Vec::new();
+        };
         let class = &self.classes[c];
         if class.hazards.is_empty() {
             return Vec::new();
         }
-        let guest = &self.guests[g];
-        let shape = &self.hazard_shapes[guest.shape];
         self.hazard_reasons_for(shape, self.sources[g], class)
     }
 
@@ -67,9 +68,12 @@ impl Fleet {
         if class.hazards.is_empty() {
             return Vec::new();
         }
+        // Read again: a running guest's shape may meet only migration hazards, and a start's
+        // are asked here.
+        let guest = &self.guests[g];
         let shape = GuestShape {
             running: false,
-            ..self.hazard_shapes[self.guests[g].shape].clone()
+            ..shape_of(&guest.facts.domain, false)
         };
         self.hazard_reasons_for(&shape, None, class)
     }

@@ -240,8 +240,9 @@ pub struct Fleet {
     /// Per shape: its passthrough CPU (an index in `passthroughs`) when it is `host-passthrough`
     /// (its migration group matters), read once when the shape is first seen.
     passthrough_shapes: Vec<Option<usize>>,
-    /// Per shape: what the table of known hazards asks of it ([`hazard::shape_of`]).
-    hazard_shapes: Vec<crate::hazards::GuestShape>,
+    /// Per shape: what the table of known hazards asks of it ([`hazard::shape_of`]), None when
+    /// it can meet no entry ([`crate::hazards::may_meet`]).
+    hazard_shapes: Vec<Option<crate::hazards::GuestShape>>,
     /// The distinct passthrough CPUs of the guests (mode, the features they turn off): shapes
     /// alike in these share every group answer.
     passthroughs: Vec<Passthrough>,
@@ -559,8 +560,9 @@ impl Fleet {
                 });
             self.passthrough_shapes.push(passthrough);
             let running = facts.state == GuestState::Running;
+            let shape = hazard::shape_of(&facts.domain, running);
             self.hazard_shapes
-                .push(hazard::shape_of(&facts.domain, running));
+                .push(crate::hazards::may_meet(&shape).then_some(shape));
             next
         });
         if let Some(h) = &facts.host {

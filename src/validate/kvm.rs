@@ -187,7 +187,13 @@ pub(super) fn check(
     // before QEMU starts (`qemuProcessUpdateGuestCPU`: "the CPU is incompatible with host
     // CPU"); under `'full'` it then compares the CPU QEMU built (`qemuProcessVerifyCPU`).
     if !given_by_kvm(start, &guest, facts) {
-        match compare_at_start(start, &guest, check, forbidden_lookup(start, facts), out) {
+        match compare_at_start(
+            start,
+            &guest,
+            check,
+            forbidden_lookup(start, &guest, facts),
+            out,
+        ) {
             Compared::Refused => return true,
             Compared::Passed => {}
             Compared::Not(why) => out.push(not_compared(&guest, check, &why)),
@@ -243,7 +249,7 @@ fn check_host_model(
         Some(start) => match compare_as_libvirt(start, &guest) {
             Ok((c, _)) if c.verdict != Compatibility::Incompatible => return false,
             Ok((c, source)) => {
-                let listed = forbidden_lookup(start, facts);
+                let listed = forbidden_lookup(start, &guest, facts);
                 return matches!(
                     refusal(&guest, CpuCheck::Partial, c, &source, listed, out),
                     Compared::Refused
@@ -383,12 +389,20 @@ fn compare_as_libvirt(
 /// version is judged as 9.0): None for an older libvirt, or when the host's own CPU is not known.
 fn forbidden_lookup<'a>(
     start: &'a KvmStartHost<'_>,
+    guest: &GuestCpu,
     facts: &DomainFacts<'_>,
 ) -> Option<&'a BTreeSet<String>> {
-    if facts.lacks(VersionRule::ForbiddenFeatureLookup) {
+    // Decoded only for a guest that forbids a feature: a fleet judges many classes of hosts.
+    let forbids = guest
+        .cpu
+        .features
+        .iter()
+        .any(|(_, p)| *p == FeaturePolicy::Forbid);
+    if !forbids || facts.lacks(VersionRule::ForbiddenFeatureLookup) {
         return None;
     }
-    start.loaded()?.1.full_listed.as_ref()
+    let (map, loaded) = start.loaded()?;
+    loaded.full_listed(map)
 }
 
 /// libvirt's refusal at start of `guest`, which comparison `c` with `source` (the CPU compared
