@@ -170,28 +170,16 @@ pub fn at_destination(
             let qemu = "the destination's QEMU release";
             let libvirt = "the destination's libvirt release";
             let checks = [
-                tri(
+                bounds(
                     w.destination_qemu_from,
-                    destination.qemu,
-                    |c, f| f >= c,
-                    qemu,
-                ),
-                tri(
                     w.destination_qemu_below,
                     destination.qemu,
-                    |c, f| f < c,
                     qemu,
                 ),
-                tri(
+                bounds(
                     w.destination_libvirt_from,
-                    destination.libvirt,
-                    |c, f| f >= c,
-                    libvirt,
-                ),
-                tri(
                     w.destination_libvirt_below,
                     destination.libvirt,
-                    |c, f| f < c,
                     libvirt,
                 ),
                 match (w.vendor.as_deref(), vendor) {
@@ -213,6 +201,19 @@ pub fn at_destination(
             (missing.is_empty() || about_guest).then_some((h, missing))
         })
         .collect()
+}
+
+/// A release's two bounds (`from` inclusive, `below` exclusive) as one condition ([`tri`]).
+#[allow(clippy::option_option)] // As tri.
+fn bounds<T: Copy + Ord>(
+    from: Option<T>,
+    below: Option<T>,
+    fact: Option<T>,
+    name: &'static str,
+) -> Option<Option<&'static str>> {
+    let lo = tri(from, fact, |c, f| f >= c, name)?;
+    let hi = tri(below, fact, |c, f| f < c, name)?;
+    Some(lo.or(hi))
 }
 
 /// One condition: None when it is known not to hold; `Some(None)` when absent or known to hold;

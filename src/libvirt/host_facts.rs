@@ -41,20 +41,8 @@ impl HostFacts {
     /// neither `<capabilities>` nor `<domainCapabilities>`, or one of those refused
     /// ([`Capabilities::read`], [`DomCaps::read`]).
     pub fn read(root: Node<'_, '_>, source: &str) -> Result<HostFacts, String> {
-        let libvirt = root
-            .attribute("libvirt")
-            .map(|v| {
-                v.parse::<LibvirtVersion>()
-                    .map_err(|e| format!("<{ROOT} libvirt='{v}'>: {e}"))
-            })
-            .transpose()?;
-        let qemu = root
-            .attribute("qemu")
-            .map(|v| {
-                v.parse::<QemuVersion>()
-                    .map_err(|e| format!("<{ROOT} qemu='{v}'>: {e}"))
-            })
-            .transpose()?;
+        let libvirt = version_attr::<LibvirtVersion>(root, "libvirt")?;
+        let qemu = version_attr::<QemuVersion>(root, "qemu")?;
         let caps = child(root, "capabilities");
         let domcaps: Vec<Node<'_, '_>> = root
             .children()
@@ -80,6 +68,20 @@ impl HostFacts {
                 .collect::<Result<_, _>>()?,
         })
     }
+}
+
+/// The release in attribute `name` of `root` (None when absent), read by its type's parser.
+fn version_attr<T>(root: Node<'_, '_>, name: &str) -> Result<Option<T>, String>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    root.attribute(name)
+        .map(|v| {
+            v.parse::<T>()
+                .map_err(|e| format!("<{ROOT} {name}='{v}'>: {e}"))
+        })
+        .transpose()
 }
 
 /// One host's facts document: `<hostFacts name='NAME' libvirt='X.Y.Z' qemu='X.Y.Z'>` (`qemu`
