@@ -3,7 +3,7 @@
 //!
 //! Exit codes, as the other commands': 0 every guest runs where the view asks (every pair of the
 //! matrix, every guest of a drained host can leave, the new host runs every guest, every guest
-//! runs on the upgraded host as it is); 1 some cannot (the report still on stdout, one line on
+//! runs on the upgraded host as it is, `--guest`: another host runs it); 1 some cannot (the report still on stdout, one line on
 //! stderr); 2 bad usage or input (one line on stderr, nothing on stdout). `facts --guests`: 0
 //! written; 2 a definition or status file could not be read (the others are written, each
 //! unread file named on stderr) or the output could not be written.
@@ -24,6 +24,10 @@ pub struct FleetArgs {
     /// leave.
     #[arg(long, value_name = "HOST", conflicts_with_all = ["admit", "upgrade"])]
     pub drain: Option<String>,
+    /// One guest (by name, or UUID) on every host: its verdict and reasons there, the CPU it
+    /// would have and the psABI level that CPU reaches; exit 1 when no host but its own runs it.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["drain", "admit", "upgrade", "pairs"])]
+    pub guest: Option<String>,
     /// Admit the host of this facts file: which guests it runs, whether it runs the cluster's
     /// CPU (the baseline of the fleet's hosts, the models the policy pins) and how the baseline
     /// changes with it; exit 1 when it cannot run a guest or the cluster's CPU.
@@ -214,6 +218,9 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
     if let Some(h) = &a.drain {
         return drain_view(&mut fleet, h, json);
     }
+    if let Some(name) = &a.guest {
+        return guest_view(&fleet, name, json);
+    }
     if let Some(file) = &a.admit {
         return admit_view(&mut fleet, &maps, file, json);
     }
@@ -268,6 +275,52 @@ fn drain_view(fleet: &mut Fleet, host: &str, json: bool) -> Result<i32, Failure>
         )
     };
     let unknown = leaving.iter().filter(|l| l.unknown()).count();
+    finish(&text, &cannot, unknown, &fleet.gaps)
+}
+
+/// `fleet --guest NAME`: the guest (each guest of that name) on every host. Exit 1 when no
+/// host other than its own runs it (it can go nowhere), 4 when none does for sure and some were
+/// not compared, as [`finish`].
+fn guest_view(fleet: &Fleet, name: &str, json: bool) -> Result<i32, Failure> {
+    use crate::fleet::guest_view::{answers, find};
+    let found = find(fleet, name)?;
+    let mut text = String::new();
+    let mut values = Vec::new();
+    let (mut nowhere, mut unknown) = (Vec::new(), 0);
+    for g in found {
+        let list = answers(fleet, g);
+        let elsewhere = |w: &&crate::fleet::guest_view::Where| fleet.source(g) != Some(w.host);
+        let others: Vec<_> = list.iter().filter(elsewhere).collect();
+        let runs = others.iter().filter(|w| w.reasons.is_empty()).count();
+        let nc = others
+            .iter()
+            .filter(|w| crate::fleet::not_compared(&w.reasons))
+            .count();
+        if runs == 0 && nc > 0 {
+            unknown += 1;
+        } else if runs == 0 && !others.is_empty() {
+            nowhere.push(fleet.guests[g].facts.name.clone());
+        }
+        if json {
+            values.push(crate::fleet::guest_view::json(fleet, g, &list));
+        } else {
+            text += &crate::fleet::guest_view::text(fleet, g, &list);
+        }
+    }
+    let text = if json {
+        let v = serde_json::json!({
+            "schema_version": crate::verdict::JSON_SCHEMA_VERSION,
+            "guests": values,
+        });
+        json_text(&with_gaps(v, fleet))
+    } else {
+        text + &fleet.gaps.text()
+    };
+    let cannot = if nowhere.is_empty() {
+        String::new()
+    } else {
+        format!("no other host runs {}", nowhere.join(", "))
+    };
     finish(&text, &cannot, unknown, &fleet.gaps)
 }
 

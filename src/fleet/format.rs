@@ -11,7 +11,7 @@ use std::io::Write;
 
 /// `runs`, `not-compared` ([`super::not_compared`]) or `cannot`. A pair not compared for want
 /// of a fact is what `check` calls [`Verdict::NotCompared`], and is written in its word.
-fn verdict(reasons: &[Reason]) -> &'static str {
+pub(super) fn verdict(reasons: &[Reason]) -> &'static str {
     if reasons.is_empty() {
         "runs"
     } else if super::not_compared(reasons) {
@@ -30,7 +30,7 @@ fn reasons_json(reasons: &[Reason]) -> Value {
     )
 }
 
-fn pair_json(fleet: &Fleet, p: &Pair) -> Value {
+pub(super) fn pair_json(fleet: &Fleet, p: &Pair) -> Value {
     json!({
         "guest": fleet.guests[p.guest].facts.name,
         "host": fleet.hosts[p.host].name,

@@ -21,6 +21,7 @@
 pub mod format;
 pub mod gaps;
 pub mod guest;
+pub mod guest_view;
 mod hazard;
 mod judge;
 mod read;
@@ -52,6 +53,9 @@ pub enum FleetError {
     /// The command names a host the facts do not hold.
     #[error("no host named '{0}' among the facts given")]
     UnknownHost(String),
+    /// The command names a guest no guest facts hold, by name or UUID.
+    #[error("no guest named '{0}' (nor of that UUID) among the guest facts given")]
+    UnknownGuest(String),
     /// The command names a host by a short name several hosts have.
     #[error("'{name}' names no host exactly, and is the short name of several: {}; give the full name", .hosts.join(", "))]
     AmbiguousHost {
@@ -689,6 +693,20 @@ impl Fleet {
             .map(|d| d.arch.as_str())
             .or_else(|| class.caps_cpu.as_ref().and_then(|c| c.cpu.arch.as_deref()))
             .or_else(|| host.machines.first().map(|m| m.arch.as_str()))
+    }
+
+    /// Host `h`'s facts as the judge reads them (its class's).
+    #[must_use]
+    pub fn host_facts(&self, h: usize) -> &Host {
+        &self.classes[self.hosts[h].class].host
+    }
+
+    /// The model of host `h`'s own CPU (its capabilities' `<host><cpu><model>`), when its facts
+    /// hold it: what a `host-passthrough` guest is given there.
+    #[must_use]
+    pub fn host_cpu_model(&self, h: usize) -> Option<String> {
+        let class = &self.classes[self.hosts[h].class];
+        class.caps_cpu.as_ref().and_then(|c| c.cpu.model.clone())
     }
 
     /// The host guest `g` is on (an index in [`Fleet::hosts`]): the one its facts name, when

@@ -1314,7 +1314,7 @@ fn every_relative_link_resolves() {
     assert!(broken.is_empty(), "{broken:#?}");
 }
 
-/// The worked examples of README.md's fleet section (drain, admit, upgrade): each `$ virt-cpu-policy
+/// The worked examples of README.md's fleet section (drain, one guest, admit, upgrade): each `$ virt-cpu-policy
 /// ...` command of a `console` block (`\` continues a line) is run in `tests/data`, as the
 /// section says, and what it writes (stdout, then stderr) must be the lines under it, and
 /// `$ echo $?` its exit code: an example that no longer matches the binary fails here.
@@ -1336,7 +1336,7 @@ fn readme_fleet_examples_are_the_binarys_output() {
             (None, _) => {}
         }
     }
-    assert_eq!(commands, 3, "the section shows drain, admit and upgrade");
+    assert_eq!(commands, 4, "the section shows drain, one guest, admit and upgrade");
 }
 
 /// Runs the commands of one `console` block's `lines` in `dir` and compares; returns how many.

@@ -9,6 +9,8 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+mod guest;
+
 /// The generations, oldest first.
 const GENERATIONS: [&str; 4] = ["bullseye", "bookworm", "trixie", "forky"];
 
