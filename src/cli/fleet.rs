@@ -75,6 +75,10 @@ pub enum FleetFormat {
     Json,
     /// Prometheus text format 0.0.4 (docs/metrics.md).
     Prometheus,
+    /// One self-contained HTML page (docs/fleet.md, "The page"): summary, host × host matrix,
+    /// hosts with their drain, guests with search and filters, the upgrade when `--upgrade` is
+    /// given.
+    Html,
 }
 
 /// `facts` options.
@@ -214,6 +218,9 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
             &fleet.gaps,
         );
     }
+    if let FleetFormat::Html = a.format {
+        return html_view(&mut fleet, a);
+    }
     let json = matches!(a.format, FleetFormat::Json);
     if let Some(h) = &a.drain {
         return drain_view(&mut fleet, h, json);
@@ -248,6 +255,50 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
         return finish(&text, &cannot, nc, &fleet.gaps);
     }
     matrix(&fleet, json, a.pairs)
+}
+
+/// `fleet --format html`: the page of the fleet (with the upgrade's answers when `--upgrade`
+/// is given), exit as the matrix's (or the upgrade's).
+fn html_view(fleet: &mut Fleet, a: &FleetArgs) -> Result<i32, Failure> {
+    use crate::fleet::page;
+    if a.drain.is_some() || a.admit.is_some() || a.guest.is_some() || a.pairs {
+        return Err(Failure {
+            code: EXIT_BAD_INPUT,
+            message: Some(
+                "--format html is the whole fleet (every drain and guest in it); --drain, --admit, --guest and --pairs are for the text and JSON views".into(),
+            ),
+        });
+    }
+    let t = tally(fleet);
+    let mut inputs: Vec<String> = a.cpu_map.iter().map(|m| format!("--cpu-map {m}")).collect();
+    inputs.extend(a.facts.iter().map(|f| f.display().to_string()));
+    let mut data = page::data(fleet, &t, &page::Made::now(inputs));
+    let (mut cannot, mut nc) = (cannot_pairs(t.cannot), t.not_compared_pairs);
+    if let (Some(h), Some(to)) = (&a.upgrade, &a.to) {
+        let h = fleet.asked_about(h)?;
+        let name = format!("{} (upgraded)", fleet.hosts[h].name);
+        let to = fleet.add_host(to, Some(&name))?;
+        let list = upgrade(fleet, h, to, &fleet.policy);
+        data["upgrade"] = fmt::upgrade_json(fleet, h, to, &list);
+        nc = list
+            .iter()
+            .filter(|u| crate::fleet::not_compared(&u.reasons))
+            .count();
+        let n = list.iter().filter(|u| !u.reasons.is_empty()).count() - nc;
+        cannot = if n == 0 {
+            String::new()
+        } else {
+            format!("{n} guest(s) cannot run on {name} as they are")
+        };
+    }
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    page::write(&data, &mut out)
+        .and_then(|()| std::io::Write::flush(&mut out))
+        .map_err(|e| Failure {
+            code: EXIT_BAD_INPUT,
+            message: Some(format!("cannot write to standard output: {e}")),
+        })?;
+    finish("", &cannot, nc, &fleet.gaps)
 }
 
 /// `fleet --drain HOST`: where each guest of HOST can go, the exit as [`finish`] gives it.

@@ -98,7 +98,7 @@ pub fn answers(fleet: &Fleet, g: usize) -> Vec<Where> {
 }
 
 /// The CPU guest `g` would have on host `h` (see the module docs).
-fn cpu_there(fleet: &Fleet, g: usize, h: usize) -> CpuThere {
+pub(super) fn cpu_there(fleet: &Fleet, g: usize, h: usize) -> CpuThere {
     let unknown = |basis| CpuThere {
         mode: None,
         model: None,

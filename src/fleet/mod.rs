@@ -24,6 +24,7 @@ pub mod guest;
 pub mod guest_view;
 mod hazard;
 mod judge;
+pub mod page;
 mod read;
 pub mod views;
 
@@ -707,6 +708,17 @@ impl Fleet {
     pub fn host_cpu_model(&self, h: usize) -> Option<String> {
         let class = &self.classes[self.hosts[h].class];
         class.caps_cpu.as_ref().and_then(|c| c.cpu.model.clone())
+    }
+
+    /// The psABI level host `h`'s KVM host-model CPU reaches ([`Host::host_model_level`] of its
+    /// `kvm` domcapabilities): `x86-64-vN`, `below x86-64-v1`, or None when its facts hold no
+    /// KVM host-model CPU.
+    #[must_use]
+    pub fn host_level(&self, h: usize) -> Option<&'static str> {
+        let host = self.host_facts(h);
+        let d = host.domcaps.iter().find(|d| d.virt_type == "kvm")?;
+        let (_, level) = host.host_model_level(d)?;
+        Some(level.map_or("below x86-64-v1", crate::cpu::Level::as_str))
     }
 
     /// The host guest `g` is on (an index in [`Fleet::hosts`]): the one its facts name, when

@@ -1336,7 +1336,10 @@ fn readme_fleet_examples_are_the_binarys_output() {
             (None, _) => {}
         }
     }
-    assert_eq!(commands, 4, "the section shows drain, one guest, admit and upgrade");
+    assert_eq!(
+        commands, 4,
+        "the section shows drain, one guest, admit and upgrade"
+    );
 }
 
 /// Runs the commands of one `console` block's `lines` in `dir` and compares; returns how many.

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 mod guest;
+mod page;
 
 /// The generations, oldest first.
 const GENERATIONS: [&str; 4] = ["bullseye", "bookworm", "trixie", "forky"];
