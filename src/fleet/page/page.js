@@ -71,7 +71,9 @@
   const some = (names, max) => names.length <= max ? names.join(", ") : names.slice(0, max).join(", ") + " and " + (names.length - max) + " more";
 
   // --- made from ---
-  $("made").append("Made " + D.made.at + " by " + D.made.tool + " from: " + D.made.inputs.join(" "));
+  $("made").append("Made " + D.made.at + " by " + D.made.tool + " from " + plural(D.made.inputs.length, "input") + " (facts files and directories, cpu_maps).");
+  $("inputs-summary").textContent = "The " + plural(D.made.inputs.length, "input");
+  for (const i of D.made.inputs) $("inputs-list").append(el("li", { class: "code" }, i));
 
   // --- summary ---
   (function summary() {
@@ -295,7 +297,7 @@
     };
     for (const id of ["guest-search", "f-host", "f-verdict", "f-code", "f-os", "f-level"]) $(id).addEventListener("input", filter);
     show();
-    function showGuest(g) {
+    function showGuest(g, quiet) {
       const guest = D.guests[g], f = fig[g];
       const box = $("guest");
       box.replaceChildren(el("h3", {}, "Guest " + guest.n + " on " + (guest.h === null ? "a host not named" : D.hosts[guest.h].name) + " (" + guest.s + ")"),
@@ -311,12 +313,13 @@
       }
       t.append(body);
       box.append(el("div", { class: "scroll" }, t));
-      box.focus();
+      // Opened by the link (#guest=NAME): the page opens at its top, the guest's hosts below.
+      if (!quiet) box.focus();
     }
     const want = new URLSearchParams(location.hash.slice(1)).get("guest");
     if (want !== null) {
       const g = D.guests.findIndex((x) => x.n === want);
-      if (g >= 0) showGuest(g);
+      if (g >= 0) showGuest(g, true);
     }
   })();
 
