@@ -73,6 +73,9 @@ pub struct DomainFacts<'h> {
     /// can need x2APIC, and the TCG's word on the models, when libvirt compares the guest CPU
     /// with it.
     pub tcg: TcgFacts,
+    /// The QEMU release an AMD IOMMU's `xtsup` depends on ([`crate::amd_iommu::qemu_release`]):
+    /// looked up only for a domain with `<iommu model='amd'>` whose vCPUs can pass 255.
+    pub amd_iommu_qemu: Option<Sourced<crate::libvirt::version::QemuVersion>>,
     /// The host CPU libvirt compares an x86 KVM custom CPU with at start, under
     /// `check='partial'` ([`crate::validate::kvm`]), when the host's capabilities and cpu_map
     /// give it.
@@ -160,6 +163,11 @@ impl<'h> DomainFacts<'h> {
             ),
             libvirt,
             tcg: TcgFacts::gather(dom, plan, host, domcaps),
+            amd_iommu_qemu: crate::amd_iommu::qemu_release(
+                dom,
+                host,
+                planned_max || plan.iommu.is_some() || max > crate::topology::X86_XAPIC_LIMIT,
+            ),
             kvm_start_missing: (kvm_start.is_none() && vt == "kvm" && is_x86(arch))
                 .then(|| kvm_start::missing(dom, host))
                 .flatten(),
@@ -359,12 +367,29 @@ pub enum VersionRule {
     /// domcapabilities list no such mode; the TCG fallback of host-passthrough is then
     /// host-model (defined and started under TCG on 7.0: live `EPYC`).
     MaximumMode,
-    /// libvirt 12.2.0 (NEWS: "conf: support more than 255 vCPUs with amd-iommu": "it is
-    /// automatically enabled if needed"): above 255 x86 vCPUs an Intel IOMMU's `eim` and
-    /// `intremap` are switched on at define even when written `off` (11.3 refuses `eim='off'`:
-    /// "more than 255 vCPUs require extended interrupt mode enabled on the iommu device"; seen
-    /// with libvirt 12.8, the 400-domain differential).
-    EimForced,
+    /// libvirt 12.2.0 (NEWS: "conf: support more than 255 vCPUs with amd-iommu": "With 256 or
+    /// more vCPUs libvirt previously required EIM enabled for all models of IOMMU. This is not
+    /// valid for AMD model and validation was changed so that XTSup is required there.
+    /// Additionally, it is automatically enabled if needed."). Above 255 x86 vCPUs on q35,
+    /// `qemuDomainIOMMUDefPostParse` (`src/qemu/qemu_postparse.c`) switches on, where not
+    /// written, an Intel IOMMU's `intremap` and `eim` and an AMD IOMMU's `intremap` and `xtsup`
+    /// (the latter only with a QEMU that has `amd-iommu.xtsup`,
+    /// [`crate::amd_iommu::XTSUP_SINCE`]), `qemuDomainDefEnableDefaultFeatures` adds the split
+    /// I/O APIC where none is written, and the vCPU check takes any of the three: "more than 255
+    /// vCPUs require either IOAPIC in QEMU or an iommu device with EIM or XTSup mode enabled"
+    /// (seen with 12.8: `eim='off'` or `xtsup='off'` are kept and defined, the split I/O APIC
+    /// added; with `<ioapic driver='kvm'/>` and both off, refused in those words). Before, 11.3
+    /// refuses `eim='off'` and every AMD IOMMU: "more than 255 vCPUs require extended interrupt
+    /// mode enabled on the iommu device" (`qemuValidateDomainDefCpu`, which asks `eim` of any
+    /// model).
+    X2apicIommu,
+    /// libvirt 11.5.0 (NEWS: "qemu: add support for AMD IOMMU device": "The ``amd`` model for
+    /// the ``<iommu>`` device is now supported. New attributes ``passthrough`` and ``xtsup``
+    /// are also supported for this model."). Before, the parser refuses the model at define:
+    /// "XML error: Invalid value for attribute 'model' in element 'iommu': 'amd'." (seen with
+    /// 9.0 and 11.3), "XML error: unknown IOMMU model: amd" (seen with 7.0). Judged only when
+    /// the host's libvirt version is known ([`DomainFacts::lacks`]).
+    AmdIommu,
     /// libvirt 8.3.0 (NEWS: "qemu: Introduce support for virtio-iommu"): `<iommu
     /// model='virtio'>`. libvirt 7.0's parser refuses the model at define ("XML error: unknown
     /// IOMMU model: virtio", seen on Debian 11's 7.0.0). Judged only when the host's libvirt
@@ -395,7 +420,8 @@ impl VersionRule {
             VersionRule::AutoIommu => (10, 10),
             VersionRule::AutoNumaForMemoryHotplug => (9, 6),
             VersionRule::MaximumMode => (7, 1),
-            VersionRule::EimForced => (12, 2),
+            VersionRule::X2apicIommu => (12, 2),
+            VersionRule::AmdIommu => (11, 5),
             VersionRule::VirtioIommu => (8, 3),
             VersionRule::VirtioIommuAwBits => (12, 1),
             VersionRule::ForbiddenFeatureLookup => (9, 0),
@@ -417,9 +443,10 @@ impl VersionRule {
                 "libvirt >= 9.6: a NUMA node added for memory hotplug"
             }
             VersionRule::MaximumMode => "libvirt >= 7.1: <cpu mode='maximum'>",
-            VersionRule::EimForced => {
-                "libvirt >= 12.2: IOMMU eim and intremap switched on above 255 vCPUs"
+            VersionRule::X2apicIommu => {
+                "libvirt >= 12.2: more than 255 vCPUs with an IOMMU in EIM or XTSup mode, or a split I/O APIC"
             }
+            VersionRule::AmdIommu => "libvirt >= 11.5: <iommu model='amd'>",
             VersionRule::VirtioIommu => "libvirt >= 8.3: <iommu model='virtio'>",
             VersionRule::VirtioIommuAwBits => "libvirt >= 12.1: <driver aw_bits> on a virtio IOMMU",
             VersionRule::ForbiddenFeatureLookup => {

@@ -60,6 +60,8 @@ pub mod policy;
 pub mod host;
 
 pub mod tcg_facts;
+// What an AMD IOMMU needs above 255 vCPUs, and the QEMU release that gives it.
+pub mod amd_iommu;
 
 pub mod domain_facts;
 

@@ -1,6 +1,6 @@
 //! `<devices><iommu>` as libvirt's parser and `virDomainIOMMUDefValidate`
 //! (`src/conf/domain_validate.c`) judge it at define, whatever the vCPU count: a model the host's
-//! libvirt knows, and on a virtio IOMMU none of the `<driver>` attributes that are Intel's.
+//! libvirt knows, and on a virtio or AMD IOMMU none of the `<driver>` attributes that are Intel's.
 //! (What more than 255 vCPUs need of the IOMMU is judged with the vCPUs, in `vcpu`.)
 
 use crate::domain::Domain;
@@ -24,6 +24,10 @@ pub(super) fn check(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Fin
         .children()
         .filter(|c| is_libvirt_element(*c, "iommu"))
     {
+        if iommu.attribute("model") == Some("amd") {
+            check_amd(iommu, facts, out);
+            continue;
+        }
         if iommu.attribute("model") != Some("virtio") {
             continue;
         }
@@ -94,5 +98,48 @@ fn check_virtio_driver(
             facts.libvirt_rules()
         ),
         format!("remove {} from the virtio IOMMU's <driver>", refused.join(", ")),
+    ));
+}
+
+/// An AMD IOMMU: a model libvirt's parser knows from 11.5.0 ([`VersionRule::AmdIommu`]; its
+/// words before depend on the release: 7.0's parser names the model, 9.0's and 11.3's the
+/// attribute, and 8.x, not seen, is judged as 7.0), and none of Intel's `<driver>` attributes
+/// that `virDomainIOMMUDefValidate` refuses on it ([`crate::amd_iommu::AMD_REFUSED`]).
+fn check_amd(iommu: roxmltree::Node<'_, '_>, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
+    if facts.lacks(VersionRule::AmdIommu) {
+        let old = facts.libvirt.as_ref().is_some_and(|v| v.value.major < 9);
+        let words = if old {
+            "unknown IOMMU model: amd"
+        } else {
+            "Invalid value for attribute 'model' in element 'iommu': 'amd'."
+        };
+        out.push(Finding::error(
+            Code::IommuModel,
+            format!(
+                "{words} (libvirt's parser, at define; the model came with libvirt 11.5.0, and the host has {})",
+                facts.libvirt_rules()
+            ),
+            "use <iommu model='intel'> (q35), or run the guest on libvirt 11.5 or later (12.2 or later for more than 255 vCPUs)",
+        ));
+        return;
+    }
+    let Some(driver) = child(iommu, "driver") else {
+        return;
+    };
+    let refused: Vec<&str> = crate::amd_iommu::AMD_REFUSED
+        .into_iter()
+        .filter(|a| driver.attribute(*a).is_some())
+        .collect();
+    if refused.is_empty() {
+        return;
+    }
+    out.push(Finding::error(
+        Code::IommuDriver,
+        format!(
+            "iommu model 'amd' doesn't support some additional attributes (its <driver> sets {}; {})",
+            refused.join(", "),
+            facts.libvirt_rules()
+        ),
+        format!("remove {} from the AMD IOMMU's <driver>", refused.join(", ")),
     ));
 }

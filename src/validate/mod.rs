@@ -20,6 +20,7 @@ mod os_floor;
 pub use os_floor::{OsAnswer, answer as os_answer, bounded_rule, floor_rule, is_floor_finding};
 pub(crate) mod tcg;
 mod vcpu;
+mod x2apic_iommu;
 
 use crate::domain::Domain;
 use crate::domain_facts::DomainFacts;

@@ -22,7 +22,7 @@ pub(super) fn check(dom: &Domain<'_>, facts: &DomainFacts<'_>, out: &mut Vec<Fin
     check_limits(dom, max, facts, out);
     super::tcg::check_vcpus(dom, max, count.current, facts, out);
     super::tcg::check_eim(dom, facts, out);
-    check_iommu(dom, max, facts, out);
+    super::x2apic_iommu::check_device(dom, max, facts, out);
     if let Some(list) = child(dom.root(), "vcpus") {
         check_vcpus_list(list, max, out);
     }
@@ -127,7 +127,7 @@ fn check_topology(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut
 }
 
 /// The machine type's limit (not looked up when every type of the family allows the maximum),
-/// KVM's limit, and above 255 x86 vCPUs q35 and an IOMMU in extended interrupt mode.
+/// KVM's limit, and above 255 x86 vCPUs q35 and what [`super::x2apic_iommu`] asks.
 fn check_limits(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
     // The family's floor says nothing of a GIC that takes fewer vCPUs than the machine type.
     let below_floor = crate::domain_facts::gic_limit_of(dom).is_none()
@@ -175,114 +175,7 @@ fn check_limits(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut V
         }
         return;
     }
-    let iommu = Iommu::as_libvirt_fills_in(dom, max, facts);
-    if !(iommu.intel && iommu.eim == Some(true)) {
-        out.push(Finding::error(
-            Code::IommuEim,
-            "more than 255 vCPUs require extended interrupt mode enabled on the iommu device",
-            "add <iommu model='intel'><driver intremap='on' eim='on'/></iommu> and <features><ioapic driver='qemu'/></features> (a rule with vcpu.iommu = \"auto\" or vcpu.max does), or keep the maximum at 255",
-        ));
-    }
-}
-
-/// `<devices><iommu>` and `<features><ioapic>` as libvirt will have them after define: as
-/// written, and on libvirt 10.10.0 and later ([`VersionRule::AutoIommu`]) with what it fills in
-/// for more than 255 x86 vCPUs — an Intel IOMMU where there is none, `eim` (and then `intremap`)
-/// where unset, a split I/O APIC where none is set and interrupt remapping needs one (seen with
-/// libvirt 11.3, `tests/libvirt/ROOT-NOTES.md`).
-struct Iommu {
-    present: bool,
-    intel: bool,
-    intremap: Option<bool>,
-    eim: Option<bool>,
-    /// `<ioapic driver>`, when written.
-    ioapic: Option<String>,
-}
-
-impl Iommu {
-    fn as_written(dom: &Domain<'_>) -> Iommu {
-        let iommu = child(dom.root(), "devices").and_then(|d| child(d, "iommu"));
-        let driver = iommu.and_then(|i| child(i, "driver"));
-        let switch = |a: &str| driver.and_then(|d| d.attribute(a)).map(|v| v == "on");
-        Iommu {
-            present: iommu.is_some(),
-            intel: iommu.and_then(|i| i.attribute("model")) == Some("intel"),
-            intremap: switch("intremap"),
-            eim: switch("eim"),
-            ioapic: child(dom.root(), "features")
-                .and_then(|f| child(f, "ioapic"))
-                .and_then(|i| i.attribute("driver"))
-                .map(str::to_string),
-        }
-    }
-
-    fn as_libvirt_fills_in(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>) -> Iommu {
-        let mut i = Iommu::as_written(dom);
-        if !facts.applies(VersionRule::AutoIommu) {
-            return i;
-        }
-        // Only for the vCPUs that need eim: below that, `<driver eim='on'/>` without intremap is
-        // still refused ("IOMMU eim requires interrupt remapping to be enabled", 11.3).
-        let needs_eim = is_x86(dom.arch()) && max > X86_XAPIC_LIMIT;
-        if needs_eim {
-            if !i.present {
-                (i.present, i.intel) = (true, true);
-            }
-            if i.intel && facts.applies(VersionRule::EimForced) {
-                // 12.2 and later switch eim and intremap on even when written off.
-                (i.eim, i.intremap) = (Some(true), Some(true));
-            } else if i.intel {
-                i.eim.get_or_insert(true);
-                i.intremap.get_or_insert(true);
-            }
-        }
-        if i.ioapic.is_none() && (i.intremap == Some(true) || needs_eim) {
-            i.ioapic = Some("qemu".into());
-        }
-        i
-    }
-}
-
-/// An Intel IOMMU needs q35; `eim` needs `intremap`; `intremap` needs the split I/O APIC.
-fn check_iommu(dom: &Domain<'_>, max: u32, facts: &DomainFacts<'_>, out: &mut Vec<Finding>) {
-    let written = Iommu::as_written(dom);
-    // From 10.10 the IOMMU libvirt adds above 255 vCPUs is checked like a written one: a
-    // written `<ioapic driver='kvm'/>` is then refused ("IOMMU interrupt remapping requires
-    // split I/O APIC", seen with libvirt 11.3 and 12.8 on virt-install's `--features
-    // ioapic.driver=kvm` with 300 vCPUs).
-    let added = facts.applies(VersionRule::AutoIommu)
-        && !written.present
-        && is_x86(dom.arch())
-        && max > X86_XAPIC_LIMIT;
-    if !(added || (written.present && written.intel)) {
-        return;
-    }
-    if written.present
-        && is_x86(dom.arch())
-        && !is_q35(dom.machine())
-        && !facts.canonical_machine.as_deref().is_some_and(is_q35)
-    {
-        out.push(Finding::error(
-            Code::IommuMachine,
-            "IOMMU device: 'intel' is only supported with Q35 machines",
-            "use a q35 machine type or remove the Intel IOMMU",
-        ));
-    }
-    let iommu = Iommu::as_libvirt_fills_in(dom, max, facts);
-    if iommu.eim == Some(true) && iommu.intremap != Some(true) {
-        out.push(Finding::error(
-            Code::IommuIntremap,
-            "IOMMU eim requires interrupt remapping to be enabled",
-            "set <driver intremap='on'>",
-        ));
-    }
-    if iommu.intremap == Some(true) && iommu.ioapic.as_deref() != Some("qemu") {
-        out.push(Finding::error(
-            Code::IoapicSplit,
-            "IOMMU interrupt remapping requires split I/O APIC (ioapic driver='qemu')",
-            "add <features><ioapic driver='qemu'/></features>",
-        ));
-    }
+    super::x2apic_iommu::check_many_vcpus(dom, max, facts, out);
 }
 
 /// `<vcpus>`: ids below the maximum, vCPU 0 online and not hotpluggable, offline ones

@@ -8,6 +8,7 @@
 // modules, and its scenarios and tables are held to clippy's `all` group, not `pedantic`.
 #![allow(unreachable_pub, clippy::pedantic)]
 
+mod amd_iommu;
 mod as_found;
 mod audit;
 mod cli;

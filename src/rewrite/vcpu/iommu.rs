@@ -3,28 +3,33 @@
 //! is written against libvirt's own additions).
 
 use super::VcpuResult;
+use super::iommu_driver::switch_on;
 use crate::change::{Action, Change};
 use crate::domain::Domain;
+use crate::domain_facts::{DomainFacts, VersionRule};
 use crate::edit::{Edits, append_child, child_indent, line_indent, newline, with_attrs};
 use crate::finding::{Code, Finding};
 use crate::xml::child;
 use roxmltree::Node;
 
 /// Make the domain able to run more than 255 x86 vCPUs: an Intel IOMMU with interrupt remapping
-/// and extended interrupt mode, and a split I/O APIC. Where libvirt fills in what is missing
+/// and extended interrupt mode (or an existing AMD one in XTSup mode where the host takes it,
+/// [`super::amd_iommu`]), and a split I/O APIC. Where libvirt fills in what is missing
 /// itself (`auto`: [`VersionRule::AutoIommu`], 10.10.0 and later) only what is written against it
 /// is changed (`eim='off'`, an I/O APIC of another driver). Returns false (with an error finding)
-/// when an IOMMU of another model is already there, or there is no `<devices>` to add it to.
+/// when an IOMMU of another model is already there (or an AMD one the host cannot take), or
+/// there is no `<devices>` to add it to.
 pub(super) fn add_iommu(
     dom: &Domain<'_>,
     q: char,
     rule: &str,
-    auto: bool,
+    facts: &DomainFacts<'_>,
     r: &mut VcpuResult,
 ) -> bool {
+    let auto = facts.applies(VersionRule::AutoIommu);
     let devices = child(dom.root(), "devices");
     let done = match (devices.and_then(|d| child(d, "iommu")), devices) {
-        (Some(i), _) => intel_iommu_eim(dom.text, i, q, rule, auto, r),
+        (Some(i), _) => existing_iommu(dom.text, i, q, rule, facts, r),
         (None, _) if auto => true,
         (None, Some(devs)) => {
             add_intel_iommu(dom.text, devs, q, rule, r);
@@ -49,62 +54,30 @@ pub(super) fn add_iommu(
 }
 
 /// An existing IOMMU must be Intel's with `intremap` and `eim` on (under `auto`, libvirt switches
-/// on what is not written); another model cannot do eim.
-fn intel_iommu_eim(
+/// on what is not written) or, where the host's libvirt and QEMU take it, AMD's with `intremap`
+/// and `xtsup` on ([`super::amd_iommu`]); another model cannot do x2APIC interrupt remapping.
+fn existing_iommu(
     text: &str,
     i: Node<'_, '_>,
     q: char,
     rule: &str,
-    auto: bool,
+    facts: &DomainFacts<'_>,
     r: &mut VcpuResult,
 ) -> bool {
     let model = i.attribute("model").unwrap_or("");
+    if model == "amd" {
+        return super::amd_iommu::complete(text, i, q, rule, facts, r);
+    }
     if model != "intel" {
         r.notes.finding(Finding::error(
             Code::IommuModel,
-            format!("more than 255 vCPUs need an Intel IOMMU in extended interrupt mode, but the domain has <iommu model='{model}'>, which cannot do eim"),
+            format!("more than 255 vCPUs need an Intel IOMMU in extended interrupt mode (or an AMD one in XTSup mode, libvirt 12.2 and later), but the domain has <iommu model='{model}'>, which cannot do eim"),
             "replace the IOMMU with <iommu model='intel'>, or set vcpu.iommu = \"never\"",
         ).rule(rule));
         return false;
     }
-    let driver = child(i, "driver");
-    let written: Vec<(&'static str, Option<&str>)> = ["intremap", "eim"]
-        .into_iter()
-        .map(|a| (a, driver.and_then(|d| d.attribute(a))))
-        .collect();
-    if written
-        .iter()
-        .all(|(_, v)| *v == Some("on") || (auto && v.is_none()))
-    {
-        return true;
-    }
-    // Both are written `on` (under `auto` too: one edit, and libvirt's value anyway).
-    let wrong = written.into_iter().filter(|(_, v)| *v != Some("on"));
-    if let Some(d) = driver {
-        r.edits.replace(
-            d.range(),
-            with_attrs(text, d, &[("intremap", "on"), ("eim", "on")], q),
-        );
-        for (a, old) in wrong {
-            let what = format!(
-                "<iommu model='intel'><driver {a}='on'> set (more than 255 vCPUs need interrupt remapping in extended interrupt mode)"
-            );
-            r.notes.change(
-                Change::new(rule, Action::Set, "driver", what)
-                    .attribute(a)
-                    .old(old)
-                    .new_value("on"),
-            );
-        }
-    } else {
-        let markup = format!("<driver intremap={q}on{q} eim={q}on{q}/>");
-        append_child(&mut r.edits, text, i, &markup);
-        let what =
-            "<iommu model='intel'>: <driver intremap='on' eim='on'/> added (more than 255 vCPUs)";
-        r.notes.change(
-            Change::new(rule, Action::Add, "driver", what).new_value("intremap='on' eim='on'"),
-        );
-    }
+    let auto = facts.applies(VersionRule::AutoIommu);
+    switch_on(text, i, ("intel", ["intremap", "eim"], auto), q, rule, r);
     true
 }
 

@@ -12,8 +12,10 @@
 //! ([`reshape_topology`], [`follow::regenerate_vcpus`], [`follow::numa_cover`]). `current` is never
 //! lowered.
 
+mod amd_iommu;
 mod follow;
 mod iommu;
+mod iommu_driver;
 pub(super) mod x2apic;
 
 use crate::change::{Action, Change, Notes};
@@ -128,8 +130,7 @@ pub(crate) fn apply(
         return r;
     }
     let iommu_rule = plan.iommu.as_ref().map_or(rule, |i| i.rule.as_str());
-    let auto = facts.applies(VersionRule::AutoIommu);
-    if need_iommu && !add_iommu(dom, q, iommu_rule, auto, &mut r) {
+    if need_iommu && !add_iommu(dom, q, iommu_rule, facts, &mut r) {
         return r;
     }
     let new_max = max != count.max;
