@@ -186,6 +186,27 @@ impl<'t> Domain<'t> {
             .and_then(text_of)
     }
 
+    /// What the table of known hazards asks of this guest ([`crate::hazards::GuestShape`]): its
+    /// domain type and the `threads` of the first `<cpu>` that has a `<topology>` (1 without
+    /// one); `running`: it arrives by live migration, else it is started.
+    #[must_use]
+    pub fn hazard_shape(&self, running: bool) -> crate::hazards::GuestShape {
+        let threads = self
+            .cpus()
+            .iter()
+            .find_map(|c| {
+                child(*c, "topology")
+                    .and_then(|t| t.attribute("threads"))
+                    .and_then(|t| t.trim().parse::<u32>().ok())
+            })
+            .unwrap_or(1);
+        crate::hazards::GuestShape {
+            virt_type: self.virt_type().to_string(),
+            threads,
+            running,
+        }
+    }
+
     /// Whether the domain writes an Intel IOMMU with `<driver eim='on'/>` (QEMU's `eim=on`;
     /// libvirt passes nothing for an absent `eim`, which QEMU's `auto` decides).
     #[must_use]

@@ -76,6 +76,10 @@ pub struct DomainFacts<'h> {
     /// The QEMU release an AMD IOMMU's `xtsup` depends on ([`crate::amd_iommu::qemu_release`]):
     /// looked up only for a domain with `<iommu model='amd'>` whose vCPUs can pass 255.
     pub amd_iommu_qemu: Option<Sourced<crate::libvirt::version::QemuVersion>>,
+    /// This host's releases as the table of known hazards asks them for a guest started here
+    /// ([`crate::hazards`]): its libvirt, and its QEMU only when an entry such a guest may meet
+    /// with that libvirt depends on it ([`crate::hazards::needs_qemu`]).
+    pub hazard_releases: crate::hazards::Releases,
     /// The host CPU libvirt compares an x86 KVM custom CPU with at start, under
     /// `check='partial'` ([`crate::validate::kvm`]), when the host's capabilities and cpu_map
     /// give it.
@@ -97,6 +101,16 @@ pub struct DomainFacts<'h> {
 }
 
 /// Every vCPU count a machine type of any family allows is at least 240 (RHEL i440fx) and every
+/// [`DomainFacts::hazard_releases`] of `dom` started on `host`.
+fn hazard_releases(dom: &Domain<'_>, host: &Host) -> crate::hazards::Releases {
+    let libvirt = host.libvirt_version().map(|v| v.value);
+    let qemu = crate::hazards::needs_qemu(&dom.hazard_shape(false), libvirt)
+        .then(|| host.qemu_version(dom.arch(), dom.emulator().as_deref()))
+        .flatten()
+        .map(|v| v.value);
+    crate::hazards::Releases { libvirt, qemu }
+}
+
 /// KVM since Linux 4.x allows at least 240 vCPUs on the arches libvirt's QEMU driver runs: below
 /// that neither limit is looked up.
 pub const KVM_FLOOR: u32 = 240;
@@ -137,7 +151,9 @@ impl<'h> DomainFacts<'h> {
             .then(|| host.cpus().cloned())
             .flatten();
         let kvm_start = kvm_start::gather(dom, host);
+        let hazard_releases = hazard_releases(dom, host);
         DomainFacts {
+            hazard_releases,
             models,
             unknown_features,
             cpu_map_source: host.cpu_map_source(),

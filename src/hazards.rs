@@ -271,18 +271,40 @@ pub fn for_guest(
     }
 }
 
+/// Whether an entry a guest of `shape` may meet on a host of libvirt `libvirt` (None: not
+/// known) asks for that host's QEMU release: whoever judges one guest on one host reads the
+/// release (libvirt's QEMU capability cache) only then.
+#[must_use]
+pub fn needs_qemu(shape: &GuestShape, libvirt: Option<LibvirtVersion>) -> bool {
+    table().iter().any(|h| {
+        let w = &h.when;
+        let qemu = w.destination_qemu_from.is_some() || w.destination_qemu_below.is_some();
+        let libvirt_may = bounds(
+            w.destination_libvirt_from,
+            w.destination_libvirt_below,
+            libvirt,
+            "",
+        )
+        .is_some();
+        qemu && libvirt_may && may_meet_one(h, shape)
+    })
+}
+
+/// [`may_meet`] of one entry.
+fn may_meet_one(h: &Hazard, shape: &GuestShape) -> bool {
+    let w = &h.when;
+    w.needs.is_empty()
+        && (h.breaks != Breaks::Migration || shape.running)
+        && w.virt_type.as_deref().is_none_or(|t| t == shape.virt_type)
+        && w.threads_from.is_none_or(|t| shape.threads >= t)
+}
+
 /// Whether a guest of `shape` can meet any entry of the table, whatever the hosts (its
 /// conditions on the guest alone): a fleet asks it once per guest shape, and a shape that can
 /// meet none costs its pairs nothing more.
 #[must_use]
 pub fn may_meet(shape: &GuestShape) -> bool {
-    table().iter().any(|h| {
-        let w = &h.when;
-        w.needs.is_empty()
-            && (h.breaks != Breaks::Migration || shape.running)
-            && w.virt_type.as_deref().is_none_or(|t| t == shape.virt_type)
-            && w.threads_from.is_none_or(|t| shape.threads >= t)
-    })
+    table().iter().any(|h| may_meet_one(h, shape))
 }
 
 /// The hazards a guest of `shape` is known to meet arriving from a host of `source` releases at
@@ -302,10 +324,20 @@ pub fn matching(
 }
 
 /// The reason's sentence for hazard `h` met by a guest from a host of `source` releases at one
-/// of `destination`: what happens, in the source's words, the releases that make it, and where
-/// the fact comes from.
+/// of `destination`: what happens, in the source's words, the releases that make it, the fix,
+/// and where the fact comes from (a fleet pair's reason, which has no fix of its own).
 #[must_use]
 pub fn sentence(h: &Hazard, source: Option<Releases>, destination: Releases) -> String {
+    let said = finding_sentence(h, source, destination);
+    match said.rsplit_once("; source: ") {
+        Some((what, src)) => format!("{what}; fix: {}; source: {src}", h.fix),
+        None => said,
+    }
+}
+
+/// [`sentence`] without the fix: a finding's message, whose fix is its own field.
+#[must_use]
+pub fn finding_sentence(h: &Hazard, source: Option<Releases>, destination: Releases) -> String {
     let of = |r: Releases| {
         let v = |x: Option<String>| x.unwrap_or_else(|| "not given".into());
         format!(
@@ -316,13 +348,12 @@ pub fn sentence(h: &Hazard, source: Option<Releases>, destination: Releases) -> 
     };
     let from = source.map_or_else(String::new, |s| format!("from {} ", of(s)));
     format!(
-        "a known hazard of the stack ({}, {}to {}): {} (\"{}\"); fix: {}; source: {}",
+        "a known hazard of the stack ({}, {}to {}): {} (\"{}\"); source: {}",
         h.id,
         from,
         of(destination),
         h.what,
         h.symptom,
-        h.fix,
         h.source
     )
 }

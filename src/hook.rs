@@ -680,7 +680,16 @@ fn destination(
     if let Some(f) = judgement.blocking().first() {
         return Ok(hard_refusal(guest, phase, policy, f));
     }
-    let Judgement { findings, cpu, .. } = judgement;
+    // The stack's known hazards of this arrival: a live migration (its source host's releases
+    // are not given to the hook) or, for `restore`, a start.
+    let hazards = arrival_hazards(&p, phase, host);
+    if let Some(f) = hazards.iter().find(|f| f.severity == Severity::Error) {
+        return Ok(hard_refusal(guest, phase, policy, f));
+    }
+    let Judgement {
+        mut findings, cpu, ..
+    } = judgement;
+    findings.extend(hazards);
     // Not incompatible: blocking() holds that finding.
     let (CpuCompare::Runs(cpu) | CpuCompare::NotCompared(cpu) | CpuCompare::Unknown(cpu)) = cpu
     else {
@@ -696,6 +705,23 @@ fn destination(
         return Ok(allowed(guest, phase, &runs));
     }
     Ok(policy_not_met(guest, phase, &unmet, &runs))
+}
+
+/// [`crate::validate::hazard::on_this_host`] of the guest arriving by `phase`: by live
+/// migration on `migrate`, a start on `restore`; this host's QEMU release read only when an
+/// entry the guest may meet asks it.
+fn arrival_hazards(p: &Pipeline<'_, '_>, phase: Phase, host: &Host) -> Vec<Finding> {
+    let running = phase == Phase::Migrate;
+    let mut here = p.facts.hazard_releases;
+    if running
+        && here.qemu.is_none()
+        && crate::hazards::needs_qemu(&p.dom.hazard_shape(true), here.libvirt)
+    {
+        here.qemu = host
+            .qemu_version(p.dom.arch(), p.dom.emulator().as_deref())
+            .map(|v| v.value);
+    }
+    crate::validate::hazard::on_this_host(&p.dom, running, here)
 }
 
 /// An incoming guest that runs here but misses the policy: let in, since libvirt keeps its CPU on

@@ -15,24 +15,13 @@ pub(super) fn shape_of(domain: &str, is_running: bool) -> GuestShape {
         .contains("threads")
         .then(|| Domain::parse(domain, "guest facts").ok())
         .flatten();
-    let threads = parsed
-        .as_ref()
-        .and_then(|d| {
-            d.cpus().iter().find_map(|c| {
-                crate::xml::child(*c, "topology")
-                    .and_then(|t| t.attribute("threads"))
-                    .and_then(|t| t.trim().parse::<u32>().ok())
-            })
-        })
-        .unwrap_or(1);
-    let virt_type = match &parsed {
-        Some(d) => d.virt_type().to_string(),
-        None => root_type(domain).unwrap_or_default(),
-    };
-    GuestShape {
-        virt_type,
-        threads,
-        running: is_running,
+    match parsed {
+        Some(d) => d.hazard_shape(is_running),
+        None => GuestShape {
+            virt_type: root_type(domain).unwrap_or_default(),
+            threads: 1,
+            running: is_running,
+        },
     }
 }
 

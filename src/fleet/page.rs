@@ -129,8 +129,30 @@ pub fn data(fleet: &Fleet, t: &Tally, made: &Made) -> Value {
         })
         .collect();
     let (mut reasons, mut cpus) = (Table::default(), Table::default());
+    let guests = guests_data(fleet, &members, &mut reasons, &mut cpus);
+    let total = fleet.guests.len() * fleet.hosts.len();
+    json!({
+        "made": {"at": made.at, "inputs": made.inputs, "tool": concat!("virt-cpu-policy ", env!("CARGO_PKG_VERSION"))},
+        "hosts": hosts,
+        "kinds": members,
+        "pairs": {"runs": total - t.cannot - t.not_compared_pairs, "cannot": t.cannot, "not_compared": t.not_compared_pairs},
+        "reasons": reasons.list,
+        "cpus": cpus.list,
+        "guests": guests,
+        "incomplete": fleet.gaps.json(),
+        "upgrade": null,
+    })
+}
+
+/// The page's `guests` ([`data`]), their reasons and CPUs kept once in `reasons` and `cpus`.
+fn guests_data(
+    fleet: &Fleet,
+    members: &[Vec<usize>],
+    reasons: &mut Table,
+    cpus: &mut Table,
+) -> Vec<Value> {
     let mut cpu_of: HashMap<(usize, usize), usize> = HashMap::new();
-    let guests: Vec<Value> = (0..fleet.guests.len())
+    (0..fleet.guests.len())
         .map(|g| {
             let guest = &fleet.guests[g];
             let src = fleet.source(g);
@@ -152,7 +174,7 @@ pub fn data(fleet: &Fleet, t: &Tally, made: &Made) -> Value {
                     fleet
                         .reasons(g, h)
                         .iter()
-                        .map(|r| reason_id(&mut reasons, r))
+                        .map(|r| reason_id(reasons, r))
                         .collect()
                 })
                 .collect();
@@ -162,7 +184,7 @@ pub fn data(fleet: &Fleet, t: &Tally, made: &Made) -> Value {
                 .map(|(c, m)| {
                     *cpu_of.entry((guest.shape, c)).or_insert_with(|| {
                         let there = cpu_there(fleet, g, m[0]);
-                        cpu_id(&mut cpus, &there)
+                        cpu_id(cpus, &there)
                     })
                 })
                 .collect();
@@ -177,19 +199,7 @@ pub fn data(fleet: &Fleet, t: &Tally, made: &Made) -> Value {
                 "c": cpu,
             })
         })
-        .collect();
-    let total = fleet.guests.len() * fleet.hosts.len();
-    json!({
-        "made": {"at": made.at, "inputs": made.inputs, "tool": concat!("virt-cpu-policy ", env!("CARGO_PKG_VERSION"))},
-        "hosts": hosts,
-        "kinds": members,
-        "pairs": {"runs": total - t.cannot - t.not_compared_pairs, "cannot": t.cannot, "not_compared": t.not_compared_pairs},
-        "reasons": reasons.list,
-        "cpus": cpus.list,
-        "guests": guests,
-        "incomplete": fleet.gaps.json(),
-        "upgrade": null,
-    })
+        .collect()
 }
 
 fn reason_id(table: &mut Table, r: &Reason) -> usize {

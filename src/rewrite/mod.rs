@@ -153,6 +153,12 @@ pub fn rewrite_pipeline(p: &Pipeline<'_, '_>, what: &str, policy: &Policy) -> Re
     if changed {
         findings.extend(passthrough_warning(dom, &rewritten));
     }
+    // The stack's known hazards of a start on this host (the rewrite changes no release).
+    findings.extend(crate::validate::hazard::on_this_host(
+        dom,
+        false,
+        facts.hazard_releases,
+    ));
     let output = if policy.mode == Mode::Audit {
         text.to_string()
     } else {

@@ -13,6 +13,7 @@
 
 pub mod arch_caps;
 mod cpu_element;
+pub mod hazard;
 mod invtsc;
 mod iommu;
 pub mod kvm;
