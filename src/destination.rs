@@ -12,7 +12,7 @@
 //! capabilities`, with its physical CPU less what KVM never gives a guest
 //! ([`crate::cpu::compare`], libvirt's `x86Compute`: what libvirt checks when it starts a
 //! `check='partial'` guest). Findings that
-//! come from the policy ([`POLICY_CODES`]) are not a question of the host: libvirt keeps the
+//! come from the policy ([`Code::is_policy`]) are not a question of the host: libvirt keeps the
 //! guest's CPU on migrate and restore anyway.
 
 pub mod group;
@@ -34,20 +34,6 @@ use crate::xml::child;
 use roxmltree::Node;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-
-/// Findings that come from the policy rather than from libvirt's rules: never a reason a host
-/// cannot run a guest, but `os-floor` at a start ([`Judgement::blocking`]). `os-floor` is among
-/// them because libvirt starts such a guest and the guest's own kernel stops: the hook's
-/// `on_violation` decides, as for the policy's level.
-pub const POLICY_CODES: [Code; 7] = [
-    Code::CpuLevel,
-    Code::OsFloor,
-    Code::PolicyConflict,
-    Code::LevelArch,
-    Code::CpuMultiple,
-    Code::ClusterLevel,
-    Code::ClusterFeature,
-];
 
 /// libvirt's x86 cpu_map as CPUID data ([`X86Map`]), loaded from a directory on first use and
 /// kept: the hook loads it at most once per run, `fleet` once per cpu_map for every host that
@@ -161,7 +147,7 @@ impl Judgement {
             if cpu_question(f.code) {
                 return !compared;
             }
-            (f.severity == Severity::Error && !POLICY_CODES.contains(&f.code))
+            (f.severity == Severity::Error && !f.code.is_policy())
                 || f.code == Code::HostLevel
                 // Libvirt starts it; the guest's own kernel stops: no start there runs it.
                 || f.code == Code::OsFloor

@@ -381,8 +381,6 @@ fn log_warnings(guest: &str, phase: Phase, findings: &[Finding]) {
     }
 }
 
-use crate::destination::POLICY_CODES;
-
 /// `prepare begin`: libvirt's own rules on the XML as it will start (it would fail anyway: always
 /// refused), then the policy (a rewrite would change something: `on_violation`).
 fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Decided, Error> {
@@ -395,7 +393,7 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Deci
     log_warnings(guest, Phase::Prepare, &findings);
     if let Some(f) = findings
         .iter()
-        .find(|f| f.severity == Severity::Error && !POLICY_CODES.contains(&f.code))
+        .find(|f| f.severity == Severity::Error && !f.code.is_policy())
     {
         return Ok(hard_refusal(guest, Phase::Prepare, policy, f));
     }
@@ -411,7 +409,7 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Deci
         };
         return Ok(allowed(guest, Phase::Prepare, reason));
     }
-    let policy_unmet = findings.iter().any(|f| POLICY_CODES.contains(&f.code));
+    let policy_unmet = findings.iter().any(|f| f.code.is_policy());
     if !policy_unmet && !o.has_errors() && builtin_only(&o.changes) {
         return Ok(builtin_cleanups(guest, &o.changes));
     }
@@ -468,7 +466,7 @@ fn nonconformance<'f>(
     o: &'f crate::rewrite::Outcome,
 ) -> (String, String, Option<&'f str>) {
     let fix = "rewrite its definition with `virt-cpu-policy rewrite --in-place` (or `virt-cpu-policyd apply`), then start it";
-    if let Some(f) = findings.iter().find(|f| POLICY_CODES.contains(&f.code)) {
+    if let Some(f) = findings.iter().find(|f| f.code.is_policy()) {
         // What a rewrite would leave of it (the level as this host's KVM gives it): no rewrite
         // mends that, so its own fix is given.
         let after = o
@@ -585,7 +583,7 @@ fn started(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Deci
         policy,
         refused,
         &short.rule,
-        Some(short.code),
+        Some(short.code.as_str()),
     ))
 }
 
@@ -597,7 +595,7 @@ struct Shortfall {
     what: String,
     /// `cpu-level` (the level's features), `os-floor` (the OS's floor) or `cpu-feature-missing`
     /// (`require`'s), for the log.
-    code: &'static str,
+    code: Code,
 }
 
 fn live_shortfall(
@@ -618,7 +616,7 @@ fn live_shortfall(
                     .collect(),
                 rule: level.rule.clone(),
                 what: format!("the started CPU is not {}", level.value),
-                code: Code::CpuLevel.as_str(),
+                code: Code::CpuLevel,
             });
         }
     }
@@ -636,7 +634,7 @@ fn live_shortfall(
                     floor.needs(),
                     floor.source
                 ),
-                code: Code::OsFloor.as_str(),
+                code: Code::OsFloor,
             });
         }
     }
@@ -656,7 +654,7 @@ fn live_shortfall(
         missing,
         rule: r.rule.clone(),
         what: "the started CPU lacks required features".into(),
-        code: "cpu-feature-missing",
+        code: Code::CpuFeatureMissing,
     })
 }
 
@@ -696,10 +694,7 @@ fn destination(
         return Ok(allowed(guest, phase, "this host can run the guest"));
     };
     log_warnings(guest, phase, &findings);
-    let unmet: Vec<&Finding> = findings
-        .iter()
-        .filter(|f| POLICY_CODES.contains(&f.code))
-        .collect();
+    let unmet: Vec<&Finding> = findings.iter().filter(|f| f.code.is_policy()).collect();
     let runs = format!("this host can run the guest ({cpu})");
     if unmet.is_empty() {
         return Ok(allowed(guest, phase, &runs));

@@ -499,3 +499,73 @@ pub fn baseline_cases() -> Vec<Case> {
 fn baseline_golden_cases() {
     run_suite("baseline golden", &baseline_cases(), check_baseline_case);
 }
+
+/// Every finding code the binary writes is one of the enum's (`virt_cpu_policy::finding::Code`,
+/// whose unit tests hold each documented): the codes in every golden case's recorded output, and
+/// the `findings[].code` of `check --format json` over every golden case's input and every real
+/// producer's domain of `tests/data/producers`, as found and under the shipped policy. A code
+/// written by hand somewhere (the hook once wrote `cpu-feature-missing`, which the enum lacked)
+/// fails here.
+#[test]
+fn every_code_the_binary_writes_is_a_code_of_the_enum() {
+    use std::collections::BTreeSet;
+    use virt_cpu_policy::finding::Code;
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut inputs: Vec<PathBuf> = Vec::new();
+    for case in cases().iter().chain(baseline_cases().iter()) {
+        for entry in std::fs::read_dir(&case.dir).unwrap().filter_map(Result::ok) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("expected-") {
+                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                seen.extend(written_codes(&text));
+            }
+        }
+        let input = case.dir.join("input.xml");
+        if input.exists() {
+            inputs.push(input);
+        }
+    }
+    let producers = root().join("tests/data/producers");
+    for dir in ["nova", "virt-install"] {
+        for entry in std::fs::read_dir(producers.join(dir))
+            .unwrap()
+            .filter_map(Result::ok)
+        {
+            if entry.path().extension().is_some_and(|x| x == "xml") {
+                inputs.push(entry.path());
+            }
+        }
+    }
+    assert!(inputs.len() > 100, "{} inputs", inputs.len());
+    let shipped = s(&root().join("packaging/policy.toml"));
+    for input in &inputs {
+        let out = Cmd::new(&["check", "--format", "json", "--no-qemu-caps-cache"])
+            .args(&["--cpu-map", &s(&golden_cpu_map()), "--policy", &shipped])
+            .arg(s(input))
+            .run();
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&out.stdout) {
+            for f in v["findings"].as_array().into_iter().flatten() {
+                seen.insert(f["code"].as_str().unwrap_or("(not a string)").to_string());
+            }
+        }
+    }
+    assert!(seen.len() > 20, "{seen:?}");
+    let unknown: Vec<&String> = seen.iter().filter(|c| c.parse::<Code>().is_err()).collect();
+    assert!(
+        unknown.is_empty(),
+        "codes written that are not codes: {unknown:?}"
+    );
+}
+
+/// The finding codes in a command's output: `error[CODE]`, `warning[CODE]`, `"code": "CODE"`.
+fn written_codes(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (open, close) in [("error[", ']'), ("warning[", ']'), ("\"code\": \"", '"')] {
+        for part in text.split(open).skip(1) {
+            if let Some(code) = part.split(close).next() {
+                out.push(code.to_string());
+            }
+        }
+    }
+    out
+}
