@@ -194,12 +194,21 @@ fn json_text(v: &serde_json::Value) -> String {
 
 /// Runs `fleet`.
 pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
-    if a.pairs && matches!(a.format, FleetFormat::Prometheus) {
+    let one_part = [
+        (a.pairs, "--pairs"),
+        (a.drain.is_some(), "--drain"),
+        (a.guest.is_some(), "--guest"),
+        (a.admit.is_some(), "--admit"),
+        (a.upgrade.is_some(), "--upgrade"),
+    ];
+    if let (Some((_, flag)), FleetFormat::Prometheus) =
+        (one_part.iter().find(|(given, _)| *given), a.format)
+    {
         return Err(Failure {
             code: EXIT_BAD_INPUT,
-            message: Some(
-                "--pairs is for the text and JSON views; --format prometheus writes counts".into(),
-            ),
+            message: Some(format!(
+                "{flag} is for the text and JSON views; --format prometheus writes the whole fleet's counts"
+            )),
         });
     }
     let policy = Policy::load(a.policy.as_deref())?;
@@ -280,6 +289,8 @@ fn html_view(fleet: &mut Fleet, a: &FleetArgs) -> Result<i32, Failure> {
         let to = fleet.add_host(to, Some(&name))?;
         let list = upgrade(fleet, h, to, &fleet.policy);
         data["upgrade"] = fmt::upgrade_json(fleet, h, to, &list);
+        data["upgrade"]["to_facts"] = fleet.hosts[to].path.display().to_string().into();
+        data["upgrade"]["to_libvirt"] = fleet.hosts[to].libvirt.map(|v| v.to_string()).into();
         nc = list
             .iter()
             .filter(|u| crate::fleet::not_compared(&u.reasons))
@@ -350,7 +361,9 @@ fn guest_view(fleet: &Fleet, name: &str, json: bool) -> Result<i32, Failure> {
         if runs == 0 && nc > 0 {
             unknown += 1;
         } else if runs == 0 && !others.is_empty() {
-            nowhere.push(fleet.guests[g].facts.name.clone());
+            let guest = &fleet.guests[g].facts;
+            let on = guest.host.as_deref().unwrap_or("a host not named");
+            nowhere.push(format!("{} (on {on})", guest.name));
         }
         if json {
             values.push(crate::fleet::guest_view::json(fleet, g, &list));

@@ -60,9 +60,14 @@ pub fn find(fleet: &Fleet, name: &str) -> Result<Vec<usize>, FleetError> {
     if !by_name.is_empty() {
         return Ok(by_name);
     }
-    let wanted = name.to_ascii_lowercase();
+    // libvirt reads a UUID with or without its dashes, in either case (virUUIDParse).
+    let plain = |u: &str| u.replace('-', "").to_ascii_lowercase();
+    let wanted = plain(name);
     let by_uuid: Vec<usize> = (0..fleet.guests.len())
-        .filter(|g| uuid_of(&fleet.guests[*g].facts.domain).is_some_and(|u| u == wanted))
+        .filter(|g| {
+            !wanted.is_empty()
+                && uuid_of(&fleet.guests[*g].facts.domain).is_some_and(|u| plain(&u) == wanted)
+        })
         .collect();
     if by_uuid.is_empty() {
         return Err(FleetError::UnknownGuest(name.to_string()));
@@ -112,6 +117,10 @@ pub(super) fn cpu_there(fleet: &Fleet, g: usize, h: usize) -> CpuThere {
         return unknown("out of scope");
     }
     let host = fleet.host_facts(h);
+    // A host that does not run the guest's arch gives it no CPU at all.
+    if host.arch_unsupported(dom.arch(), dom.virt_type()).is_some() {
+        return unknown("the host does not run this arch");
+    }
     let Ok(p) = Pipeline::new(dom, fleet.policy_none(), host) else {
         return unknown("facts not gathered");
     };

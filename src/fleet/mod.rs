@@ -716,7 +716,11 @@ impl Fleet {
     #[must_use]
     pub fn host_level(&self, h: usize) -> Option<&'static str> {
         let host = self.host_facts(h);
-        let d = host.domcaps.iter().find(|d| d.virt_type == "kvm")?;
+        // psABI levels are x86-64's.
+        let d = host
+            .domcaps
+            .iter()
+            .find(|d| d.virt_type == "kvm" && d.arch == "x86_64")?;
         let (_, level) = host.host_model_level(d)?;
         Some(level.map_or("below x86-64-v1", crate::cpu::Level::as_str))
     }

@@ -105,10 +105,13 @@ fn letter(runs: bool, not_compared: bool) -> char {
 }
 
 /// The page's data (see the module docs): `{"made", "hosts": [{"name", "libvirt", "qemu", "kind",
-/// "level"}], "kinds": [[HOST]], "pairs": {"runs", "cannot", "not_compared"}, "reasons": [[CODE,
-/// MESSAGE]], "cpus": [[MODE, MODEL, LEVEL, BASIS]], "guests": [{"n", "h", "s", "os", "v", "o",
-/// "r", "c"}], "incomplete", "upgrade"}` (`incomplete` as the JSON views'): per guest `v` one verdict letter per class, `o` the letter at its own
-/// host, `r` per class the indexes of its reasons, `c` per class the index of its CPU.
+/// "level", "facts", "guests_known"}], "kinds": [[HOST]], "pairs": {"runs", "cannot",
+/// "not_compared"}, "reasons": [[CODE, MESSAGE]], "cpus": [[MODE, MODEL, LEVEL, BASIS]],
+/// "guests": [{"n", "h", "hn", "s", "os", "v", "o", "w", "r", "c"}], "incomplete", "upgrade"}`
+/// (`incomplete` as the JSON views'): per guest `h` its host's index (null when its host has no
+/// facts), `hn` the host its facts name, `v` one verdict letter per class, `o` the letter at its
+/// own host and `w` the indexes of its reasons there, `r` per class the indexes of its reasons
+/// (of a host of the class other than its own), `c` per class the index of its CPU.
 #[must_use]
 pub fn data(fleet: &Fleet, t: &Tally, made: &Made) -> Value {
     let members = class_members(fleet);
@@ -125,6 +128,8 @@ pub fn data(fleet: &Fleet, t: &Tally, made: &Made) -> Value {
                 "qemu": host.qemu.map(|v| v.to_string()),
                 "kind": fleet.class_of(h),
                 "level": levels[fleet.class_of(h)],
+                "facts": host.path.display().to_string(),
+                "guests_known": fleet.guests_known(h),
             })
         })
         .collect();
@@ -171,13 +176,12 @@ fn guests_data(
                     if verdicts.as_bytes()[c] == b'r' {
                         return Vec::new();
                     }
-                    fleet
-                        .reasons(g, h)
-                        .iter()
-                        .map(|r| reason_id(reasons, r))
-                        .collect()
+                    host_reasons(fleet, g, h, reasons)
                 })
                 .collect();
+            let own_why = src
+                .filter(|_| own.as_deref() != Some("r"))
+                .map(|h| host_reasons(fleet, g, h, reasons));
             let cpu: Vec<usize> = members
                 .iter()
                 .enumerate()
@@ -191,6 +195,8 @@ fn guests_data(
             json!({
                 "n": guest.facts.name,
                 "h": src,
+                "hn": guest.facts.host,
+                "w": own_why,
                 "s": guest.facts.state.as_str(),
                 "os": os_of(&guest.facts.domain),
                 "v": verdicts,
@@ -201,6 +207,43 @@ fn guests_data(
         })
         .collect()
 }
+
+/// The indexes of the reasons guest `g` has on host `h`, each in words that fit every host of
+/// `h`'s class: `h`'s facts file and (in a `passthrough-group` reason) its name are written as
+/// [`FACTS`] and [`HOST`], which the page puts back for each host.
+fn host_reasons(fleet: &Fleet, g: usize, h: usize, table: &mut Table) -> Vec<usize> {
+    let path = fleet.hosts[h].path.display().to_string();
+    // The group reason as kept, the destination's name still its marker.
+    let source = fleet.guests[g].facts.host.clone().unwrap_or_default();
+    let group = fleet.group(g, h, |r| {
+        r.message
+            .replace(super::SOURCE, &source)
+            .replace(super::DEST, HOST)
+    });
+    fleet
+        .reasons(g, h)
+        .iter()
+        .map(|r| {
+            let message = match (&group, r.code) {
+                (Some(m), crate::finding::Code::PassthroughGroup) => m.clone(),
+                _ => r.message.replace(&path, FACTS),
+            };
+            reason_id(
+                table,
+                &Reason {
+                    code: r.code,
+                    message,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Stands for a host's facts file in a reason of the page's data (the page puts it back).
+const FACTS: &str = "\u{1}facts\u{1}";
+
+/// Stands for a host's name likewise.
+const HOST: &str = "\u{1}host\u{1}";
 
 fn reason_id(table: &mut Table, r: &Reason) -> usize {
     let key = format!("{}\u{0}{}", r.code.as_str(), r.message);

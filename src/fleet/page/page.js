@@ -43,8 +43,9 @@
       runs = elseRuns + (g.o === "r" ? 1 : 0);
       nc = elseNc + (g.o === "n" ? 1 : 0);
     }
+    // A guest of a host without facts drains from no host of the fleet.
     const others = H - (g.h === null ? 0 : 1);
-    const leave = others === 0 ? "stays" : elseRuns > 0 ? "can" : elseNc > 0 ? "unknown" : "stuck";
+    const leave = g.h === null ? "elsewhere" : others === 0 ? "stays" : elseRuns > 0 ? "can" : elseNc > 0 ? "unknown" : "stuck";
     return { runs, nc, cannot: H - runs - nc, leave };
   });
   // Per host: the guests of the fleet it runs, was not compared with; its drain.
@@ -67,6 +68,7 @@
     return { runs, nc, cannot: G - runs - nc, drain };
   });
 
+  const printable = [];
   const plural = (n, word) => n + " " + word + (n === 1 ? "" : "s");
   const some = (names, max) => names.length <= max ? names.join(", ") : names.slice(0, max).join(", ") + " and " + (names.length - max) + " more";
 
@@ -96,10 +98,15 @@
       text += ")";
       item("sum-level", "The cluster's psABI level", text);
       const down = known.filter((h) => order.indexOf(h.level) === low).map((h) => h.name);
-      item("sum-holding", "Hosts that hold it down", high > low ? some(down, 20) : "none: every host reaches it");
+      const of = known.length < H ? " of the " + known.length + " whose level is known" : "";
+      item("sum-holding", "Hosts that hold it down", high > low ? some(down, 20) : "none: every host" + of + " reaches it");
     }
     const stuck = fig.filter((f) => f.leave === "stuck").length;
     item("sum-stuck", "Guests that can go nowhere else", stuck);
+    const unknownGuests = D.hosts.filter((h) => !h.guests_known).map((h) => h.name);
+    if (unknownGuests.length) item("sum-guests-not-known", "Hosts whose guests are not known (no guest facts name them)", some(unknownGuests, 20));
+    const elsewhere = D.guests.filter((g) => g.h === null).length;
+    if (elsewhere) item("sum-elsewhere", "Guests of hosts without facts (judged on every host, drained from none)", elsewhere);
     const inc = D.incomplete;
     if (!inc.complete) {
       const why = [];
@@ -127,6 +134,7 @@
       draw(first, size);
     };
     show.reset = () => { first = 0; show(); };
+    show.all = () => { box.replaceChildren(); draw(0, total()); };
     return show;
   }
 
@@ -193,17 +201,16 @@
     }
   })();
 
-  // The reasons of guest g on host h (its class's).
+  // The reasons of guest g on host h: its own host's, else its class's in h's own words (the
+  // data writes a host's facts file and name as markers).
   function reasonList(g, h) {
     const guest = D.guests[g];
     const ul = el("ul", { class: "reason" });
-    if (guest.h === h) {
-      ul.append(el("li", {}, "its own host: " + VERDICT[guest.o] + " (see fleet --guest for its reasons here)"));
-      return ul;
-    }
-    for (const r of guest.r[kindOf[h]]) {
+    const ids = guest.h === h ? guest.w || [] : guest.r[kindOf[h]];
+    for (const r of ids) {
       const [code, message] = D.reasons[r];
-      ul.append(el("li", {}, el("span", { class: "code" }, "[" + code + "] "), message));
+      const words = message.split("\u0001facts\u0001").join(D.hosts[h].facts).split("\u0001host\u0001").join(D.hosts[h].name);
+      ul.append(el("li", {}, el("span", { class: "code" }, "[" + code + "] "), words));
     }
     return ul;
   }
@@ -221,18 +228,19 @@
       const body = el("tbody");
       for (const h of shown.slice(first, first + size)) {
         const host = D.hosts[h], f = hostFig[h];
-        const drain = guestsOn[h].length === 0 ? "no guests" :
+        const drain = !host.guests_known ? "its guests are not known" : guestsOn[h].length === 0 ? "no guests" :
           f.drain.can + " can leave, " + f.drain.stuck + " cannot" + (f.drain.unknown ? ", " + f.drain.unknown + " not known" : "");
         body.append(el("tr", { "data-host": host.name },
-          el("th", { scope: "row" }, host.name), el("td", {}, host.libvirt || "?"), el("td", {}, host.qemu || "?"),
+          el("th", { scope: "row" }, host.name), el("td", {}, host.libvirt || "not given"), el("td", {}, host.qemu || "not given"),
           el("td", { class: "num" }, String(host.kind)), el("td", {}, host.level || "not known"),
-          el("td", { class: "num" }, String(guestsOn[h].length)), el("td", { class: "num runs" }, String(f.runs)),
+          el("td", { class: "num" }, host.guests_known ? String(guestsOn[h].length) : "not known"), el("td", { class: "num runs" }, String(f.runs)),
           el("td", { class: "num cannot" }, String(f.cannot)), el("td", { class: "num not-compared" }, String(f.nc)),
           el("td", { class: f.drain.stuck ? "cannot" : "" }, drain)));
       }
       table.append(body);
     };
     const show = pager($("hosts-pager"), () => shown.length, 100, draw, "hosts");
+    printable.push(show);
     $("host-search").addEventListener("input", (e) => {
       const q = e.target.value.toLowerCase();
       shown = D.hosts.map((_, h) => h).filter((h) => D.hosts[h].name.toLowerCase().includes(q));
@@ -254,7 +262,8 @@
       for (const v of values) select.append(el("option", { value: v }, v));
     };
     const uniq = (xs) => [...new Set(xs.filter((x) => x !== null && x !== undefined))].sort();
-    options($("f-host"), uniq(D.guests.map((g) => (g.h === null ? null : D.hosts[g.h].name))), "every host");
+    const hostName = (g) => (g.h !== null ? D.hosts[g.h].name : g.hn !== null ? g.hn : null);
+    options($("f-host"), uniq(D.guests.map(hostName)), "every host");
     options($("f-verdict"), ["runs everywhere", "cannot somewhere", "not compared somewhere", "cannot leave its host"], "any verdict");
     options($("f-code"), uniq(D.reasons.map((r) => r[0])), "any reason");
     options($("f-os"), uniq(D.guests.map((g) => g.os)), "any OS");
@@ -268,7 +277,7 @@
       for (const g of shown.slice(first, first + size)) {
         const guest = D.guests[g], f = fig[g];
         body.append(el("tr", { class: "pick", tabindex: "0", "data-guest": guest.n, onclick: () => showGuest(g), onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); showGuest(g); } } },
-          el("th", { scope: "row" }, guest.n), el("td", {}, guest.h === null ? "not known" : D.hosts[guest.h].name),
+          el("th", { scope: "row" }, guest.n), el("td", {}, guest.h !== null ? D.hosts[guest.h].name : guest.hn !== null ? guest.hn + " (no facts)" : "not named"),
           el("td", {}, guest.s), el("td", {}, guest.os || ""), el("td", {}, levelOf[g] || ""),
           el("td", { class: "num runs" }, String(f.runs)), el("td", { class: "num cannot" }, String(f.cannot)),
           el("td", { class: "num not-compared" }, String(f.nc)), el("td", { class: "code" }, [...codesOf[g]].join(" "))));
@@ -277,13 +286,14 @@
       $("guest-count").textContent = plural(shown.length, "guest") + " of " + G;
     };
     const show = pager($("guests-pager"), () => shown.length, 100, draw, "guests");
+    printable.push(show);
     const filter = () => {
       const q = $("guest-search").value.toLowerCase(), host = $("f-host").value, verdict = $("f-verdict").value;
       const code = $("f-code").value, os = $("f-os").value, level = $("f-level").value;
       shown = D.guests.map((_, g) => g).filter((g) => {
         const guest = D.guests[g], f = fig[g];
         if (q && !guest.n.toLowerCase().includes(q)) return false;
-        if (host && (guest.h === null || D.hosts[guest.h].name !== host)) return false;
+        if (host && hostName(guest) !== host) return false;
         if (verdict === "runs everywhere" && f.runs !== H) return false;
         if (verdict === "cannot somewhere" && f.cannot === 0) return false;
         if (verdict === "not compared somewhere" && f.nc === 0) return false;
@@ -300,7 +310,9 @@
     function showGuest(g, quiet) {
       const guest = D.guests[g], f = fig[g];
       const box = $("guest");
-      box.replaceChildren(el("h3", {}, "Guest " + guest.n + " on " + (guest.h === null ? "a host not named" : D.hosts[guest.h].name) + " (" + guest.s + ")"),
+      const on = guest.h !== null ? D.hosts[guest.h].name : guest.hn !== null ? guest.hn + ", whose facts are not given" : "a host not named";
+      history.replaceState(null, "", "#guest=" + encodeURIComponent(guest.n));
+      box.replaceChildren(el("h3", {}, "Guest " + guest.n + " on " + on + " (" + guest.s + ")"),
         el("p", { id: "guest-figures" }, "runs on " + f.runs + " of " + H + " hosts, cannot on " + f.cannot + ", not compared on " + f.nc));
       const t = el("table", { id: "guest-hosts" }, el("thead", {}, el("tr", {}, ...["Host", "Verdict", "CPU there", "Level", "Reasons"].map((x) => el("th", { scope: "col" }, x)))));
       const body = el("tbody");
@@ -316,10 +328,19 @@
       // Opened by the link (#guest=NAME): the page opens at its top, the guest's hosts below.
       if (!quiet) box.focus();
     }
-    const want = new URLSearchParams(location.hash.slice(1)).get("guest");
-    if (want !== null) {
-      const g = D.guests.findIndex((x) => x.n === want);
-      if (g >= 0) showGuest(g, true);
+    // #guest=NAME (percent-encoded, as the page writes it): that guest's hosts shown.
+    if (location.hash.startsWith("#guest=")) {
+      let want = location.hash.slice("#guest=".length);
+      try { want = decodeURIComponent(want); } catch (e) { /* as written */ }
+      const found = D.guests.map((x, i) => (x.n === want ? i : -1)).filter((i) => i >= 0);
+      if (found.length === 0) {
+        $("guest").replaceChildren(el("p", { class: "cannot" }, "No guest named " + want + " in this page."));
+      } else {
+        showGuest(found[0], true);
+        if (found.length > 1) {
+          $("guest").append(el("p", {}, "Also named " + want + ": the guests of " + found.slice(1).map((i) => hostName(D.guests[i]) || "a host not named").join(", ") + " (filter the table by that host)."));
+        }
+      }
     }
   })();
 
@@ -328,7 +349,7 @@
     $("upgrade-section").hidden = false;
     $("upgrade-link").hidden = false;
     const u = D.upgrade, box = $("upgrade");
-    box.append(el("p", {}, "Upgrade " + u.host + " to " + u.to + ": " + u.guests.filter((g) => g.verdict === "runs").length + " of " + u.guests.length + " guests run there as they are."));
+    box.append(el("p", {}, "Upgrade " + u.host + " to libvirt " + (u.to_libvirt || "(not given)") + " (" + u.to_facts + "): " + u.guests.filter((g) => g.verdict === "runs").length + " of " + u.guests.length + " guests run there as they are."));
     const t = el("table", { id: "upgrade-guests" }, el("thead", {}, el("tr", {}, ...["Guest", "Verdict", "Reasons", "Fix"].map((x) => el("th", { scope: "col" }, x)))));
     const body = el("tbody");
     for (const g of u.guests) {
@@ -341,6 +362,10 @@
     t.append(body);
     box.append(t);
   }
+  // In print, the hosts' and guests' tables whole (the matrix as on screen: page through it).
+  window.addEventListener("beforeprint", () => { for (const p of printable) p.all(); });
+  window.addEventListener("afterprint", () => { for (const p of printable) p(); });
+
   // How long the script took to draw the page (ms since navigation start): docs/fleet.md.
   document.body.setAttribute("data-drawn-ms", String(Math.round(performance.now())));
   document.body.setAttribute("data-ready", "yes");
