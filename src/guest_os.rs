@@ -334,6 +334,107 @@ mod tests {
         assert_eq!(os.floor().and_then(|f| f.level), Some(Level::V3));
     }
 
+    /// What a CloudStack name should get, from its family and major version alone, as the
+    /// vendors document it (independent of the table's globs): `needs()` of the expected floor.
+    fn expected_for_cloudstack(name: &str) -> Option<&'static str> {
+        const FAMILIES: [(&str, &str); 8] = [
+            ("Red Hat Enterprise Linux ", "el"),
+            ("CentOS Stream ", "el"),
+            // CloudStack's "CentOS 9" is CentOS Stream 9 (there is no other CentOS 9).
+            ("CentOS ", "el"),
+            ("AlmaLinux ", "el"),
+            ("Rocky Linux ", "el"),
+            ("Oracle Linux ", "el"),
+            ("SUSE Linux Enterprise Server ", "sles"),
+            ("Windows ", "windows"),
+        ];
+        const FLOORS: [(&str, &str, &str); 5] = [
+            ("el", "9", "x86-64-v2"),
+            ("el", "10", "x86-64-v3"),
+            ("sles", "16", "x86-64-v2"),
+            ("windows", "11", "sse4.2 + popcnt"),
+            ("windows", "Server 2025", "sse4.2 + popcnt"),
+        ];
+        let (rest, family) = FAMILIES
+            .iter()
+            .find_map(|(prefix, family)| name.strip_prefix(prefix).map(|r| (r, *family)))?;
+        FLOORS.iter().find_map(|(f, version, needs)| {
+            let after = rest.strip_prefix(version)?;
+            let ends = after.is_empty()
+                || after.starts_with(" (")
+                || after.starts_with('.') && after[1..].starts_with(|c: char| c.is_ascii_digit());
+            (*f == family && ends).then_some(*needs)
+        })
+    }
+
+    /// Every guest OS name CloudStack's own database defines (tests/data/cloudstack/guest-os.txt)
+    /// as its KVM agent writes it into `<description>`: those of an OS whose vendor documents a
+    /// floor get exactly that floor, every other none.
+    #[test]
+    fn every_cloudstack_guest_os_name_gets_its_vendors_floor_and_no_other() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/cloudstack/guest-os.txt"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        let names: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .collect();
+        assert!(names.len() > 200, "{path}: {} names", names.len());
+        let mut wrong = Vec::new();
+        let mut rows_hit = std::collections::BTreeSet::new();
+        for name in &names {
+            let xml = format!(
+                "<domain><description>{}</description></domain>",
+                name.replace('&', "&amp;").replace('<', "&lt;")
+            );
+            let os = os_of(&xml).unwrap();
+            assert_eq!((os.source, os.id.as_str()), (OsSource::Description, *name));
+            let got = os.floor().map(|f| {
+                rows_hit.insert(f.os.clone());
+                f.needs()
+            });
+            let want = expected_for_cloudstack(name);
+            if got.as_deref() != want {
+                wrong.push(format!("{name:?}: got {got:?}, expected {want:?}"));
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "CloudStack names judged wrongly:\n{}",
+            wrong.join("\n")
+        );
+        // Every row with CloudStack globs is reached by a name CloudStack really has.
+        for f in floors().iter().filter(|f| !f.cloudstack.is_empty()) {
+            assert!(
+                rows_hit.contains(&f.os),
+                "no CloudStack name reaches {:?}",
+                f.os
+            );
+        }
+    }
+
+    /// The expectation itself: family and major version decide, not a prefix of the number.
+    #[test]
+    fn the_cloudstack_expectation_reads_family_and_major_version() {
+        for (name, want) in [
+            ("Red Hat Enterprise Linux 9.0", Some("x86-64-v2")),
+            ("CentOS 9", Some("x86-64-v2")),
+            ("CentOS Stream 10 (preview)", Some("x86-64-v3")),
+            ("Windows Server 2025 (64-bit)", Some("sse4.2 + popcnt")),
+            ("Red Hat Enterprise Linux 8.0", None),
+            ("CentOS 7", None),
+            ("Rocky Linux 90", None),
+            ("Windows 12 (64-bit)", None),
+            ("Windows Server 2022 (64-bit)", None),
+            ("Ubuntu 22.04 LTS", None),
+            ("Rocky Linux (64-bit)", None),
+        ] {
+            assert_eq!(expected_for_cloudstack(name), want, "{name}");
+        }
+    }
+
     #[test]
     fn a_broken_table_is_refused() {
         assert!(read("[[floor]]\nos='x'\nwhat='w'\nsource='s'\n").is_err());
