@@ -5,7 +5,7 @@
 //! whether the destination is in the guest's migration group, which depends on its source
 //! host), read and answered as `fleet --format prometheus` and `fleet` (text) answer it, and
 //! answered again with every verdict known (the work per pair alone).
-//! Whole-process figures for 100 × 1,000 and 1,000 × 10,000 are `benches/process/fleet`'s.
+//! Whole-process figures (1,000 × 10,000 and 2×, 4×, 10× of it) are `benches/process/fleet`'s.
 //!
 //! The hosts are the four generations' captured facts (`tests/data/generations`, libvirt 7.0,
 //! 9.0, 11.3, 12.8) round robin under distinct names and capabilities `<uuid>`s, each with its own generation's cpu_map;

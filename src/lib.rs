@@ -18,6 +18,7 @@
 // from sorting the modules: the order is the import order.)
 pub mod finding;
 pub mod parallel;
+pub mod progress;
 pub mod readfile;
 
 pub mod change;

@@ -40,7 +40,8 @@ pub fn decode<'b>(bytes: &'b [u8], what: &str) -> Result<&'b str> {
     })?;
     // NUL is not an XML character at all; in a document that is otherwise ASCII it means UTF-16
     // without a byte-order mark, which is valid UTF-8 byte by byte.
-    if let Some(offset) = bytes.iter().position(|b| *b == 0) {
+    // memchr: a fleet decodes gigabytes, and a byte-by-byte search was a twentieth of its time.
+    if let Some(offset) = memchr::memchr(0, bytes) {
         return Err(Error::NotUtf8 {
             what: what.to_string(),
             offset,

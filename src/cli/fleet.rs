@@ -213,7 +213,9 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
     }
     let policy = Policy::load(a.policy.as_deref())?;
     let maps = cpu_maps(&a.cpu_map)?;
-    let mut fleet = Fleet::read(&a.facts, policy, &maps)?;
+    // Reading and judging 10,000 hosts take seconds: shown on a terminal, silent elsewhere.
+    let progress = crate::progress::Progress::on_terminal();
+    let mut fleet = Fleet::read_showing(&a.facts, policy, &maps, progress)?;
     if a.admit.is_none() && a.upgrade.is_none() {
         warn_unused_maps(&fleet);
     }

@@ -161,9 +161,13 @@ impl Fleet {
             })
             .collect();
         let none = &self.none;
+        let step = self.progress.step("judging", work.len());
         let judged = crate::parallel::map_ordered(&work, |&(domain, host, map, arrival)| {
-            judge_shape(domain, none, host, map, arrival)
+            let reasons = judge_shape(domain, none, host, map, arrival);
+            step.inc(1);
+            reasons
         });
+        drop(step);
         for ((c, s, _), reasons) in jobs.into_iter().zip(judged) {
             self.store(c, s, reasons);
         }

@@ -26,6 +26,7 @@ mod hazard;
 mod judge;
 pub mod page;
 mod read;
+mod shared_domcaps;
 pub mod views;
 
 use crate::cpu::CpuError;
@@ -279,6 +280,8 @@ pub struct Fleet {
     /// The hosts (indexes) whose guests some `<guestFacts>` document gives: a host without
     /// them has guests not known, not none.
     reported_hosts: std::collections::HashSet<usize>,
+    /// Where the steps of a long answer (reading, judging) are shown, if anywhere.
+    progress: crate::progress::Progress,
 }
 
 /// Where each host's cpu_map is: one for all (`--cpu-map DIR`) and one per host
@@ -352,34 +355,23 @@ impl Fleet {
     /// [`FleetError`]: a file that cannot be read or is not facts, two files naming one host,
     /// a cpu_map that cannot be read, no host at all.
     pub fn read(paths: &[PathBuf], policy: Policy, maps: &CpuMaps) -> Result<Fleet, FleetError> {
-        let mut fleet = Fleet {
-            hosts: Vec::new(),
-            guests: Vec::new(),
-            classes: Vec::new(),
-            shapes: Vec::new(),
-            passthrough_shapes: Vec::new(),
-            hazard_shapes: Vec::new(),
-            passthroughs: Vec::new(),
-            passthrough_of: HashMap::new(),
-            groups: std::cell::RefCell::default(),
-            policy,
-            none: Policy {
-                rules: Vec::new(),
-                ..Policy::builtin()
-            },
-            verdicts: std::cell::RefCell::default(),
-            maps: maps.clone(),
-            class_of: Vec::new(),
-            host_of: HashMap::new(),
-            guests_of: HashMap::new(),
-            sources: Vec::new(),
-            shape_of: HashMap::new(),
-            maps_by_dir: HashMap::new(),
-            gaps: gaps::Gaps::default(),
-            reported: Vec::new(),
-            reported_hosts: std::collections::HashSet::new(),
-        };
-        for (path, input) in read::read_all(expand(paths)?) {
+        Fleet::read_showing(paths, policy, maps, crate::progress::Progress::off())
+    }
+
+    /// [`Fleet::read`], its reading and then its judging shown by `progress`.
+    ///
+    /// # Errors
+    /// As [`Fleet::read`].
+    pub fn read_showing(
+        paths: &[PathBuf],
+        policy: Policy,
+        maps: &CpuMaps,
+        progress: crate::progress::Progress,
+    ) -> Result<Fleet, FleetError> {
+        let mut fleet = Fleet::empty(policy, maps, progress);
+        let files = expand(paths)?;
+        let step = fleet.progress.step("reading facts", files.len());
+        for (path, input) in read::read_all(files, step) {
             // One file that cannot be read is a gap of the answer, named in it; the rest of the
             // fleet is still judged.
             let input = match input {
@@ -430,6 +422,38 @@ impl Fleet {
         Ok(fleet)
     }
 
+    /// A fleet of nothing yet, judged under `policy` with each host's cpu_map from `maps`.
+    fn empty(policy: Policy, maps: &CpuMaps, progress: crate::progress::Progress) -> Fleet {
+        Fleet {
+            hosts: Vec::new(),
+            guests: Vec::new(),
+            classes: Vec::new(),
+            shapes: Vec::new(),
+            passthrough_shapes: Vec::new(),
+            hazard_shapes: Vec::new(),
+            passthroughs: Vec::new(),
+            passthrough_of: HashMap::new(),
+            groups: std::cell::RefCell::default(),
+            policy,
+            none: Policy {
+                rules: Vec::new(),
+                ..Policy::builtin()
+            },
+            verdicts: std::cell::RefCell::default(),
+            maps: maps.clone(),
+            class_of: Vec::new(),
+            host_of: HashMap::new(),
+            guests_of: HashMap::new(),
+            sources: Vec::new(),
+            shape_of: HashMap::new(),
+            maps_by_dir: HashMap::new(),
+            gaps: gaps::Gaps::default(),
+            reported: Vec::new(),
+            reported_hosts: std::collections::HashSet::new(),
+            progress,
+        }
+    }
+
     /// The guests of the facts `paths` (files, and directories standing for their `*.xml`
     /// files): `<guestFacts>`, `<domain>` and `<domstatus>` documents, in order; host facts
     /// among them are passed over (a published directory holds both).
@@ -438,7 +462,8 @@ impl Fleet {
     /// As [`Fleet::read`], for a file that cannot be read or holds neither host nor guest facts.
     pub fn read_guests(paths: &[PathBuf]) -> Result<Vec<guest::GuestFacts>, FleetError> {
         let mut out = Vec::new();
-        for (_, input) in read::read_all(expand(paths)?) {
+        let quiet = crate::progress::Progress::off().step("", 0);
+        for (_, input) in read::read_all(expand(paths)?, quiet) {
             if let Input::Guests(list, _) = input? {
                 out.extend(list);
             }
@@ -453,7 +478,7 @@ impl Fleet {
     /// # Errors
     /// As [`Fleet::read`]; a file that holds no host facts.
     pub fn add_host(&mut self, path: &Path, name: Option<&str>) -> Result<usize, FleetError> {
-        match read_input(path)? {
+        match read_input(path, &shared_domcaps::SharedDomCaps::default())? {
             Input::Host {
                 name: own,
                 versions,

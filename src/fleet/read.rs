@@ -3,11 +3,15 @@
 
 use super::FleetError;
 use super::guest::{self, GuestFacts};
+use super::shared_domcaps::{self, SharedDomCaps};
 use crate::cpu::CpuError;
 use crate::libvirt::cpu_def::CpuDef;
+use crate::libvirt::domcaps::DomCaps;
+use crate::libvirt::host_facts::HostFacts;
 use crate::libvirt::version::{LibvirtVersion, QemuVersion};
 use crate::libvirt::{Document, DocumentKind, read_root};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A capabilities' `<host><cpu>` with its signature and microcode.
 #[derive(Debug, Clone)]
@@ -82,21 +86,25 @@ pub(super) fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, FleetError> {
     Ok(files.into_iter().map(|(f, _)| f).collect())
 }
 
-/// Reads one facts file.
-pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
+/// Reads one facts file, each domcapabilities text already read by another host's file taken
+/// from `shared` ([`shared_domcaps`]).
+pub(super) fn read_input(path: &Path, shared: &SharedDomCaps) -> Result<Input, FleetError> {
     let bytes = crate::readfile::read_regular(path, crate::readfile::MAX_FACT_BYTES)
         .map_err(crate::Error::from)?;
     let what = path.display().to_string();
     let text = crate::xml::decode(&bytes, &what)?;
-    let doc = crate::xml::parse_xml(text, &what)?;
-    let root = doc.root_element();
-    let facts = |message: String| FleetError::from(CpuError::facts(path, &message));
     let stem = || {
         path.file_name()
             .map(|n| n.to_string_lossy())
             .map(|n| n.strip_suffix(".xml").unwrap_or(&n).to_string())
             .unwrap_or_default()
     };
+    if let Some((f, domcaps)) = shared_domcaps::host_facts(text, &what, shared) {
+        return Ok(host_of_facts(f, domcaps, stem));
+    }
+    let doc = crate::xml::parse_xml(text, &what)?;
+    let root = doc.root_element();
+    let facts = |message: String| FleetError::from(CpuError::facts(path, &message));
     let name = root.tag_name().name();
     let neither = |other: &str| {
         facts(format!(
@@ -128,14 +136,13 @@ pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
         return Err(neither(name));
     };
     match read_root(root, &what, kind).map_err(facts)? {
-        Document::HostFacts(f) => {
-            let cpu = f.capabilities.as_ref().and_then(CapsCpu::of);
-            Ok(Input::Host {
-                name: f.name.unwrap_or_else(stem),
-                versions: (f.libvirt, f.qemu),
-                key: Judged::boxed((f.libvirt, f.qemu), f.capabilities, f.domcaps),
-                cpu,
-            })
+        Document::HostFacts(mut f) => {
+            let domcaps = std::mem::take(&mut f.domcaps);
+            Ok(host_of_facts(
+                *f,
+                domcaps.into_iter().map(Arc::new).collect(),
+                stem,
+            ))
         }
         Document::Capabilities(caps) => Ok(Input::Host {
             name: stem(),
@@ -146,10 +153,22 @@ pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
         Document::DomCaps(dc) => Ok(Input::Host {
             name: stem(),
             versions: (None, None),
-            key: Judged::boxed((None, None), None, vec![*dc]),
+            key: Judged::boxed((None, None), None, vec![Arc::new(*dc)]),
             cpu: None,
         }),
         other => Err(neither(other.root())),
+    }
+}
+
+/// The host of a `<hostFacts>` document `f` whose domcapabilities are `domcaps` (its own
+/// `domcaps` not read), named `stem()` when it names none.
+fn host_of_facts(f: HostFacts, domcaps: Vec<Arc<DomCaps>>, stem: impl FnOnce() -> String) -> Input {
+    let cpu = f.capabilities.as_ref().and_then(CapsCpu::of);
+    Input::Host {
+        name: f.name.unwrap_or_else(stem),
+        versions: (f.libvirt, f.qemu),
+        key: Judged::boxed((f.libvirt, f.qemu), f.capabilities, domcaps),
+        cpu,
     }
 }
 
@@ -161,27 +180,30 @@ pub(super) fn read_input(path: &Path) -> Result<Input, FleetError> {
 /// not read (a host's `<uuid>`, NUMA topology, security labels, caches, TSC frequency) would
 /// make every real host a class of its own. The file names of machine types and
 /// domcapabilities are left out: a reason naming one is given each host's own
-/// ([`super::Fleet::reasons`]).
+/// ([`super::Fleet::reasons`]). Hosts sharing one domcapabilities text share its reading
+/// ([`shared_domcaps`]): two such are equal without a comparison (`Arc`'s equality of `Eq`
+/// values looks at the pointer first).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Judged {
     libvirt: Option<LibvirtVersion>,
     /// The QEMU release: hosts alike in all else but it meet different known hazards.
     qemu: Option<QemuVersion>,
     caps: Option<crate::libvirt::capabilities::Capabilities>,
-    domcaps: Vec<crate::libvirt::domcaps::DomCaps>,
+    domcaps: Vec<Arc<DomCaps>>,
 }
 
 impl Judged {
     fn boxed(
         (libvirt, qemu): (Option<LibvirtVersion>, Option<QemuVersion>),
         mut caps: Option<crate::libvirt::capabilities::Capabilities>,
-        mut domcaps: Vec<crate::libvirt::domcaps::DomCaps>,
+        mut domcaps: Vec<Arc<DomCaps>>,
     ) -> Box<Judged> {
         for m in caps.iter_mut().flat_map(|c| &mut c.machines) {
             m.source.clear();
         }
-        for d in &mut domcaps {
-            d.source.clear();
+        // A shared reading has none already: it is not copied.
+        for d in domcaps.iter_mut().filter(|d| !d.source.is_empty()) {
+            Arc::make_mut(d).source.clear();
         }
         Box::new(Judged {
             libvirt,
@@ -205,7 +227,11 @@ impl Judged {
             name.to_string(),
             self.libvirt,
             self.caps.as_ref(),
-            &self.domcaps,
+            &self
+                .domcaps
+                .iter()
+                .map(|d| (**d).clone())
+                .collect::<Vec<_>>(),
         )
     }
 }
@@ -214,15 +240,19 @@ impl Judged {
 const BATCH: usize = 256;
 
 /// Every file of `files` read ([`read_input`]), in order, the files of each batch of [`BATCH`]
-/// spread over the machine's cores ([`crate::parallel::map_ordered`]).
+/// spread over the machine's cores ([`crate::parallel::map_ordered`]), each batch counted on
+/// `step`.
 pub(super) fn read_all(
     files: Vec<PathBuf>,
+    step: crate::progress::Step,
 ) -> impl Iterator<Item = (PathBuf, Result<Input, FleetError>)> {
     let mut files = files.into_iter().peekable();
+    let shared = SharedDomCaps::default();
     std::iter::from_fn(move || {
         files.peek()?;
         let batch: Vec<PathBuf> = files.by_ref().take(BATCH).collect();
-        let read = crate::parallel::map_ordered(&batch, |p| read_input(p));
+        let read = crate::parallel::map_ordered(&batch, |p| read_input(p, &shared));
+        step.inc(batch.len());
         Some(batch.into_iter().zip(read).collect::<Vec<_>>())
     })
     .flatten()

@@ -41,14 +41,28 @@ impl HostFacts {
     /// neither `<capabilities>` nor `<domainCapabilities>`, or one of those refused
     /// ([`Capabilities::read`], [`DomCaps::read`]).
     pub fn read(root: Node<'_, '_>, source: &str) -> Result<HostFacts, String> {
+        HostFacts::read_with(root, source, |d| DomCaps::read(d, source))
+    }
+
+    /// [`HostFacts::read`] with each `<domainCapabilities>` child read by `domcaps` (a fleet
+    /// reads the copies many hosts share once: its reading of one is the same as
+    /// [`DomCaps::read`]'s).
+    ///
+    /// # Errors
+    /// As [`HostFacts::read`]; `domcaps`'s.
+    pub fn read_with(
+        root: Node<'_, '_>,
+        source: &str,
+        domcaps: impl FnMut(Node<'_, '_>) -> Result<DomCaps, String>,
+    ) -> Result<HostFacts, String> {
         let libvirt = version_attr::<LibvirtVersion>(root, "libvirt")?;
         let qemu = version_attr::<QemuVersion>(root, "qemu")?;
         let caps = child(root, "capabilities");
-        let domcaps: Vec<Node<'_, '_>> = root
+        let nodes: Vec<Node<'_, '_>> = root
             .children()
             .filter(|n| is_libvirt_element(*n, "domainCapabilities"))
             .collect();
-        if caps.is_none() && domcaps.is_empty() {
+        if caps.is_none() && nodes.is_empty() {
             return Err(format!(
                 "<{ROOT}> holds neither <capabilities> nor <domainCapabilities>"
             ));
@@ -62,10 +76,7 @@ impl HostFacts {
             libvirt,
             qemu,
             capabilities: caps.map(|c| Capabilities::read(c, source)).transpose()?,
-            domcaps: domcaps
-                .into_iter()
-                .map(|d| DomCaps::read(d, source))
-                .collect::<Result<_, _>>()?,
+            domcaps: nodes.into_iter().map(domcaps).collect::<Result<_, _>>()?,
         })
     }
 }

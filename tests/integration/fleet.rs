@@ -847,6 +847,65 @@ fn bad_fleet_input_is_exit_2_with_one_message() {
     }
 }
 
+/// Progress is for a terminal only: with stderr a pipe (scripts, CI, these tests) it is what it
+/// was, byte for byte, even with the quiet second set to none; on a pseudo-terminal
+/// (`script`) the steps are drawn, and stdout is the same.
+#[test]
+fn progress_is_shown_on_a_terminal_only() {
+    let t = Scratch::new("fleet-progress");
+    let dir = hosts_dir(&t, "facts", &GENERATIONS);
+    t.write(
+        "facts/g.xml",
+        guest_facts(
+            "bullseye",
+            &[("g1", "shutoff", guest("g1", "pc-q35-5.2", ""))],
+        ),
+    );
+    let run = |quiet: Option<&str>| {
+        let mut c = std::process::Command::new(crate::harness::bin());
+        c.arg("fleet").args(cpu_maps()).arg(s(&dir));
+        c.env_remove("VIRT_CPU_POLICY_PROGRESS_AFTER_MS");
+        if let Some(q) = quiet {
+            c.env("VIRT_CPU_POLICY_PROGRESS_AFTER_MS", q);
+        }
+        c.output().unwrap()
+    };
+    let (before, now) = (run(None), run(Some("0")));
+    assert_eq!(before.stderr, now.stderr);
+    assert_eq!(before.stdout, now.stdout);
+    let err = String::from_utf8_lossy(&now.stderr);
+    assert!(
+        !err.contains("reading facts") && !err.contains('\u{1b}'),
+        "{err}"
+    );
+    // On a pseudo-terminal: script(1) runs the command under one, stdout to a file.
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("script(1) not found: the terminal case is not run");
+        return;
+    }
+    let out = t.path("stdout");
+    let cmd = format!(
+        "{} fleet {} {} >{}",
+        crate::harness::bin(),
+        cpu_maps().join(" "),
+        s(&dir),
+        s(&out)
+    );
+    let tty = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("VIRT_CPU_POLICY_PROGRESS_AFTER_MS", "0")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&tty.stdout);
+    assert!(shown.contains("reading facts"), "{shown}");
+    assert!(shown.contains("judging"), "{shown}");
+    assert_eq!(std::fs::read(&out).unwrap(), before.stdout);
+}
+
 /// A `--cpu-map HOST=DIR` naming no host of the facts (a typo would judge that host with
 /// another cpu_map, in silence) is a warning on stderr; the verdicts stand.
 #[test]

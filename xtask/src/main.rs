@@ -66,11 +66,18 @@ enum Task {
         sanitizer: Option<String>,
     },
     /// The criterion benchmarks (benches/*.rs); with --whole-process also the whole-process
-    /// comparisons of benches/process/ (hyperfine, /usr/bin/time, virt-xml, virsh).
+    /// comparisons of benches/process/ (hyperfine, /usr/bin/time, virt-xml, virsh); with
+    /// --fleet the fleet's size benchmark (benches/process/fleet).
     Bench {
         /// Also run benches/process/compare and benches/process/baseline.
         #[arg(long)]
         whole_process: bool,
+        /// Also run the fleet's size benchmark, benches/process/fleet: 1,000 x 10,000, 2x, 4x
+        /// and 10x (10,000 hosts x 100,000 guests), each of text, JSON, Prometheus and drain
+        /// timed (median of 3) with its peak memory and its growth per guest; fails when 10x
+        /// misses 10 s or 2 GiB. A few minutes, 2.7 GB of generated facts in target/.
+        #[arg(long)]
+        fleet: bool,
         /// Each benchmark once, as a test (fast: that they build and run).
         #[arg(long)]
         test: bool,
@@ -111,8 +118,9 @@ fn main() -> ExitCode {
         Task::Fuzz { seconds, sanitizer } => fuzz(seconds, sanitizer.as_deref()),
         Task::Bench {
             whole_process,
+            fleet,
             test,
-        } => bench(whole_process, test),
+        } => bench(whole_process, fleet, test),
         Task::Shellcheck => shellcheck::run(Path::new(".")),
         Task::Layers => layers::run(Path::new(".")),
         Task::Sizes => sizes::run(Path::new(".")),
@@ -280,7 +288,7 @@ fn fuzz(seconds: u32, sanitizer: Option<&str>) -> Result<(), Failure> {
     Ok(())
 }
 
-fn bench(whole_process: bool, test: bool) -> Result<(), Failure> {
+fn bench(whole_process: bool, fleet: bool, test: bool) -> Result<(), Failure> {
     let each = [
         "--features",
         "daemon",
@@ -297,6 +305,16 @@ fn bench(whole_process: bool, test: bool) -> Result<(), Failure> {
     if whole_process {
         run(Command::new("benches/process/compare"))?;
         run(Command::new("benches/process/baseline"))?;
+    }
+    if fleet {
+        // The fleets (2.7 GB) are removed after: they are made again in a minute.
+        let mut c = Command::new("benches/process/fleet");
+        c.arg("--clean");
+        if test {
+            // As a test: the two small fleets once each.
+            c.args(["--runs", "1", "--small"]);
+        }
+        run(c)?;
     }
     Ok(())
 }
