@@ -155,7 +155,10 @@ fn one_guest_on_every_host_is_its_pairs_with_the_cpu_it_would_have() {
     args.extend(facts.iter().cloned());
     let out = run_fleet(&args);
     out.status(1);
-    assert_eq!(out.stderr, "virt-cpu-policy: no other host runs live (on bookworm)\n");
+    assert_eq!(
+        out.stderr,
+        "virt-cpu-policy: no other host runs live (on bookworm)\n"
+    );
     assert!(out.stdout.starts_with("guest live on bookworm (running: a host takes it by live migration, with the CPU it has)\n"), "{}", out.stdout);
     assert!(
         out.stdout
