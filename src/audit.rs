@@ -238,7 +238,7 @@ fn judge(text: &str, what: &str, policy: &Policy, host: &Host) -> crate::Result<
         };
         return Ok((outcome, level, vcpu_max, None, Vec::new()));
     }
-    let p = Pipeline::new(dom, policy, host)?;
+    let p = Pipeline::new(&dom, policy, host)?;
     let (dom, facts) = (&p.dom, &p.facts);
     let outcome = rewrite_pipeline(&p, what, policy)?;
     let level = level_of(dom, facts);

@@ -388,7 +388,7 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Deci
     if !dom.in_scope() {
         return Ok(Decided::out_of_scope());
     }
-    let p = Pipeline::new(dom, policy, host)?;
+    let p = Pipeline::new(&dom, policy, host)?;
     let findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
     log_warnings(guest, Phase::Prepare, &findings);
     if let Some(f) = findings
@@ -670,7 +670,7 @@ fn destination(
     if !dom.in_scope() {
         return Ok(Decided::out_of_scope());
     }
-    let p = Pipeline::new(dom, policy, host)?;
+    let p = Pipeline::new(&dom, policy, host)?;
     // One judge for a destination (crate::destination): libvirt's errors, the host not reaching
     // the level, an unusable model when the CPUs could not be compared, the CPU comparison.
     let map = CpuMapCache::new(host.cpu_map_dir.as_deref());

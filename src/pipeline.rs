@@ -15,10 +15,11 @@ use crate::error::Result;
 use crate::host::Host;
 use crate::policy::{BASELINE_MODEL, Plan, Policy, Ruled};
 
-/// One domain with its plan and facts.
+/// One domain with its plan and facts. The document is borrowed: the fleet judges one guest
+/// shape on each class of hosts from one parse.
 pub struct Pipeline<'t, 'h> {
     /// The document as read.
-    pub dom: Domain<'t>,
+    pub dom: &'t Domain<'t>,
     /// What the policy asks of it, with a cluster's CPU put in.
     pub plan: Plan,
     /// The host facts the plan and the document can need.
@@ -31,9 +32,9 @@ impl<'t, 'h> Pipeline<'t, 'h> {
     /// # Errors
     /// [`crate::Error::Cluster`] when the plan asks for the cluster's CPU and there is none
     /// ([`Host::cluster_cpu`]).
-    pub fn new(dom: Domain<'t>, policy: &Policy, host: &'h Host) -> Result<Self> {
-        let plan = plan(&dom, policy, host)?;
-        let facts = DomainFacts::gather(&dom, &plan, host);
+    pub fn new(dom: &'t Domain<'t>, policy: &Policy, host: &'h Host) -> Result<Self> {
+        let plan = plan(dom, policy, host)?;
+        let facts = DomainFacts::gather(dom, &plan, host);
         Ok(Pipeline { dom, plan, facts })
     }
 }

@@ -280,6 +280,8 @@ fn html_view(fleet: &mut Fleet, a: &FleetArgs) -> Result<i32, Failure> {
             ),
         });
     }
+    // Every verdict and the CPU the page shows per class, from one parse of each guest shape.
+    fleet.judge_cpus(&(0..fleet.class_count()).collect::<Vec<_>>());
     let t = tally(fleet);
     let mut inputs: Vec<String> = a.cpu_map.iter().map(|m| format!("--cpu-map {m}")).collect();
     inputs.extend(a.facts.iter().map(|f| f.display().to_string()));

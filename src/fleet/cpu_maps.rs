@@ -14,6 +14,10 @@ pub struct CpuMaps {
     pub by_host: Vec<(String, PathBuf)>,
     /// The host names of `by_host` a host's facts asked for ([`CpuMaps::for_host`]).
     matched: std::cell::RefCell<std::collections::BTreeSet<String>>,
+    /// `by_host`'s entries by short name ([`gaps::short_name`]), in order, made on first use
+    /// (after the command line filled `by_host`): a fleet of 10,000 hosts gives 10,000
+    /// `--cpu-map`s, and a search of the list per host grew with the square of the fleet.
+    by_short: std::cell::OnceCell<std::collections::HashMap<String, Vec<usize>>>,
 }
 
 impl CpuMaps {
@@ -27,10 +31,20 @@ impl CpuMaps {
     /// The `--cpu-map HOST=DIR` entry of `host`: its name as given, else one that names it as
     /// the fleet matches names ([`gaps::same_host`]: case, FQDN or short name).
     fn own(&self, host: &str) -> Option<&(String, PathBuf)> {
-        self.by_host
-            .iter()
+        let index = self.by_short.get_or_init(|| {
+            let mut index: std::collections::HashMap<String, Vec<usize>> =
+                std::collections::HashMap::new();
+            for (i, (h, _)) in self.by_host.iter().enumerate() {
+                index.entry(gaps::short_name(h)).or_default().push(i);
+            }
+            index
+        });
+        // Names that match as the fleet matches them have the same short name.
+        let same_short = index.get(&gaps::short_name(host))?;
+        let entries = || same_short.iter().map(|&i| &self.by_host[i]);
+        entries()
             .find(|(h, _)| h == host)
-            .or_else(|| self.by_host.iter().find(|(h, _)| gaps::same_host(h, host)))
+            .or_else(|| entries().find(|(h, _)| gaps::same_host(h, host)))
     }
 
     /// The cpu_map directory of `host`: its own, else the default, else libvirt's on this machine

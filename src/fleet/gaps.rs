@@ -180,7 +180,7 @@ fn folded(name: &str) -> String {
 }
 
 /// The first label of a host name, folded: `kvm1` for `KVM1.example.org.`.
-fn short_name(name: &str) -> String {
+pub(super) fn short_name(name: &str) -> String {
     let f = folded(name);
     match f.split_once('.') {
         Some((first, _)) => first.to_string(),

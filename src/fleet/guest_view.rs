@@ -15,7 +15,8 @@ use super::views::Pair;
 use super::{Fleet, FleetError, Reason, running};
 use crate::audit::{LevelReading, level_of};
 use crate::cpu::default_model;
-use crate::domain::{Domain, cpu_mode, model_name};
+use crate::domain::{cpu_mode, model_name};
+use crate::host::Host;
 use crate::libvirt::cpu_def::CpuMode;
 use crate::pipeline::Pipeline;
 use crate::xml::child;
@@ -102,28 +103,33 @@ pub fn answers(fleet: &Fleet, g: usize) -> Vec<Where> {
         .collect()
 }
 
-/// The CPU guest `g` would have on host `h` (see the module docs).
+/// The CPU guest `g` would have on host `h` (see the module docs), worked out once per guest
+/// shape and host class ([`Fleet::judge_cpus`]).
 pub(super) fn cpu_there(fleet: &Fleet, g: usize, h: usize) -> CpuThere {
-    let unknown = |basis| CpuThere {
-        mode: None,
-        model: None,
-        level: LevelReading { level: None, basis },
-    };
-    let text = &fleet.guests[g].facts.domain;
-    let Ok(dom) = Domain::parse(text, "guest facts") else {
-        return unknown("unreadable guest facts");
-    };
-    if !dom.in_scope() {
-        return unknown("out of scope");
+    fleet.cpu_in(g, fleet.class_of(h))
+}
+
+impl CpuThere {
+    /// No CPU known, for the reason `basis` (the [`LevelReading`]'s basis).
+    pub(super) fn unknown(basis: &'static str) -> CpuThere {
+        CpuThere {
+            mode: None,
+            model: None,
+            level: LevelReading { level: None, basis },
+        }
     }
-    let host = fleet.host_facts(h);
+}
+
+/// The CPU pipeline `p`'s guest would have on `host` (see the module docs), `host_cpu` the
+/// model of that host's own CPU (its capabilities' `<host><cpu><model>`).
+pub(super) fn cpu_on(p: &Pipeline<'_, '_>, host: &Host, host_cpu: Option<&str>) -> CpuThere {
     // A host that does not run the guest's arch gives it no CPU at all.
-    if host.arch_unsupported(dom.arch(), dom.virt_type()).is_some() {
-        return unknown("the host does not run this arch");
+    if host
+        .arch_unsupported(p.dom.arch(), p.dom.virt_type())
+        .is_some()
+    {
+        return CpuThere::unknown("the host does not run this arch");
     }
-    let Ok(p) = Pipeline::new(dom, fleet.policy_none(), host) else {
-        return unknown("facts not gathered");
-    };
     let cpu = p.dom.cpus().first().copied();
     let mode = cpu.and_then(cpu_mode);
     let model = match mode.unwrap_or(CpuMode::Custom) {
@@ -139,7 +145,7 @@ pub(super) fn cpu_there(fleet: &Fleet, g: usize, h: usize) -> CpuThere {
             .and_then(|d| d.host_model.as_ref())
             .and_then(|m| m.model.clone()),
         CpuMode::HostPassthrough | CpuMode::Maximum if p.dom.virt_type() == "kvm" => {
-            fleet.host_cpu_model(h)
+            host_cpu.map(str::to_string)
         }
         // Under TCG libvirt runs `maximum` as QEMU's `-cpu max` (qemuBuildCpuModelArgStr);
         // `host-passthrough` it refuses there.
@@ -149,7 +155,7 @@ pub(super) fn cpu_there(fleet: &Fleet, g: usize, h: usize) -> CpuThere {
     CpuThere {
         mode,
         model,
-        level: level_of(&p.dom, &p.facts),
+        level: level_of(p.dom, &p.facts),
     }
 }
 

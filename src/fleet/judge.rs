@@ -2,6 +2,7 @@
 //! what the judge reads), once, on first use or over the machine's cores
 //! ([`Fleet::judge_shapes`]), and the `passthrough-group` reason of a host-passthrough guest.
 
+use super::guest_view::{self, CpuThere};
 use super::{DEST, Fleet, Reason, SOURCE, SourceKey, arrival, not_compared, running};
 use crate::destination::group::Source;
 use crate::destination::{Arrival, CpuMapCache, judge};
@@ -85,20 +86,77 @@ impl Fleet {
             .borrow()
             .get(c)
             .and_then(|row| row.get(shape).cloned().flatten());
-        cached.unwrap_or_else(|| self.store(c, shape, self.judge_in(g, c)))
+        cached.unwrap_or_else(|| self.store(c, shape, self.judge_in(g, c, false).reasons))
     }
 
-    /// The judge ([`judge_shape`]) on guest `g`'s shape and class `c`, uncached.
-    pub(super) fn judge_in(&self, g: usize, c: usize) -> Vec<Reason> {
-        let class = &self.classes[c];
+    /// The judge ([`judge_shape_on`]) on guest `g`'s shape and class `c`, uncached; with the CPU
+    /// the guest would have there when `with_cpu`.
+    pub(super) fn judge_in(&self, g: usize, c: usize, with_cpu: bool) -> Judgement {
         let guest = &self.guests[g].facts;
-        judge_shape(
+        let mut one = judge_shape_on(
             &guest.domain,
             &self.none,
-            &class.host,
-            &class.map,
             arrival(guest.state),
-        )
+            &[self.on_class(c)],
+            with_cpu,
+        );
+        one.pop().unwrap_or_default()
+    }
+
+    /// What class `c` gives the judge, by reference.
+    fn on_class(&self, c: usize) -> OnClass<'_> {
+        let class = &self.classes[c];
+        OnClass {
+            host: &class.host,
+            map: &class.map,
+            cpu_model: class.caps_cpu.as_ref().and_then(|c| c.cpu.model.as_deref()),
+        }
+    }
+
+    /// The CPU guest `g` would have on the hosts of class `c` ([`CpuThere`]), worked out on
+    /// first use with the class's verdict, or by [`Fleet::judge_cpus`].
+    pub(super) fn cpu_in(&self, g: usize, c: usize) -> CpuThere {
+        let shape = self.guests[g].shape;
+        let cached = self
+            .cpus
+            .borrow()
+            .get(c)
+            .and_then(|row| row.get(shape).cloned().flatten());
+        if let Some(cpu) = cached {
+            return cpu;
+        }
+        let j = self.judge_in(g, c, true);
+        let cpu = j
+            .cpu
+            .clone()
+            .unwrap_or_else(|| CpuThere::unknown("not judged"));
+        self.keep(c, shape, j);
+        cpu
+    }
+
+    /// Keeps judgement `j` of `shape` on class `c`: its reasons when none are kept yet, its CPU
+    /// when it has one.
+    fn keep(&self, c: usize, shape: usize, j: Judgement) {
+        let known = self
+            .verdicts
+            .borrow()
+            .get(c)
+            .and_then(|row| row.get(shape))
+            .is_some_and(Option::is_some);
+        if !known {
+            self.store(c, shape, j.reasons);
+        }
+        if let Some(cpu) = j.cpu {
+            let mut cpus = self.cpus.borrow_mut();
+            if cpus.len() <= c {
+                cpus.resize_with(c + 1, Vec::new);
+            }
+            let row = &mut cpus[c];
+            if row.len() <= shape {
+                row.resize(shape + 1, None);
+            }
+            row[shape] = Some(cpu);
+        }
     }
 
     /// Keeps `reasons` as the verdict of `shape` on class `c`.
@@ -122,54 +180,69 @@ impl Fleet {
     /// time. Each shape is judged with its first guest's facts, as when judged on first use in
     /// guest order: the answers are the same.
     pub fn judge_shapes(&self, classes: &[usize]) {
+        self.judge_all(classes, false);
+    }
+
+    /// [`Fleet::judge_shapes`], and the CPU each guest shape would have on each class of
+    /// `classes` ([`CpuThere`]: what the page shows per host), from the same parse and the same
+    /// judged facts.
+    pub fn judge_cpus(&self, classes: &[usize]) {
+        self.judge_all(classes, true);
+    }
+
+    /// [`Fleet::judge_shapes`] (and [`Fleet::judge_cpus`] when `with_cpu`): one job per guest
+    /// shape, the shape parsed once for all the classes it is judged on (a guest's parse was a
+    /// sixth of a large fleet's time when made once per class).
+    fn judge_all(&self, classes: &[usize], with_cpu: bool) {
         let mut first: Vec<Option<usize>> = vec![None; self.shapes.len()];
         for (g, guest) in self.guests.iter().enumerate() {
             first[guest.shape].get_or_insert(g);
         }
-        let jobs: Vec<(usize, usize, usize)> = {
-            let cached = self.verdicts.borrow();
+        let jobs: Vec<(usize, usize, Vec<usize>)> = {
+            let (verdicts, cpus) = (self.verdicts.borrow(), self.cpus.borrow());
             let known = |c: usize, s: usize| {
-                cached
-                    .get(c)
-                    .and_then(|row| row.get(s))
-                    .is_some_and(Option::is_some)
+                let has = |row: Option<&Vec<Option<_>>>| {
+                    row.and_then(|row| row.get(s)).is_some_and(Option::is_some)
+                };
+                has(verdicts.get(c))
+                    && (!with_cpu
+                        || cpus
+                            .get(c)
+                            .and_then(|row| row.get(s))
+                            .is_some_and(Option::is_some))
             };
-            classes
+            first
                 .iter()
-                .flat_map(|&c| {
-                    first
-                        .iter()
-                        .enumerate()
-                        .filter_map(move |(s, g)| Some((c, s, (*g)?)))
+                .enumerate()
+                .filter_map(|(s, g)| {
+                    let todo: Vec<usize> =
+                        classes.iter().copied().filter(|&c| !known(c, s)).collect();
+                    Some((s, (*g)?, todo)).filter(|(_, _, todo)| !todo.is_empty())
                 })
-                .filter(|&(c, s, _)| !known(c, s))
                 .collect()
         };
         // The judge's inputs by reference: a class's cpu_map is shared (`Rc`) by the fleet,
         // not by the threads.
-        let work: Vec<(&str, &Host, &CpuMapCache, Arrival)> = jobs
+        let work: Vec<(&str, Arrival, Vec<OnClass<'_>>)> = jobs
             .iter()
-            .map(|&(c, _, g)| {
-                let (class, guest) = (&self.classes[c], &self.guests[g].facts);
-                let map: &CpuMapCache = &class.map;
-                (
-                    guest.domain.as_str(),
-                    &class.host,
-                    map,
-                    arrival(guest.state),
-                )
+            .map(|(_, g, todo)| {
+                let guest = &self.guests[*g].facts;
+                let on = todo.iter().map(|&c| self.on_class(c)).collect();
+                (guest.domain.as_str(), arrival(guest.state), on)
             })
             .collect();
         let none = &self.none;
         let step = self.progress.step("judging", work.len());
-        let judged = crate::parallel::map_ordered(&work, |&(domain, host, map, arrival)| {
-            let reasons = judge_shape(domain, none, host, map, arrival);
+        let judged = crate::parallel::map_ordered(&work, |(domain, arrival, on)| {
+            let j = judge_shape_on(domain, none, *arrival, on, with_cpu);
             step.inc(1);
-            reasons
+            j
         });
         drop(step);
-        for ((c, s, _), reasons) in jobs.into_iter().zip(judged) {
-            self.store(c, s, reasons);
+        for ((s, _, todo), judgements) in jobs.into_iter().zip(judged) {
+            for (c, j) in todo.into_iter().zip(judgements) {
+                self.keep(c, s, j);
+            }
         }
     }
 
@@ -241,9 +314,79 @@ impl Fleet {
     }
 }
 
-/// The judge ([`crate::destination::judge`]) on one guest shape and one host: the reasons it
-/// cannot run there. A shape that cannot be judged (the policy asks for a cluster CPU there is
-/// none of) is one reason.
+/// What one host class gives the judge, by reference: shared by the threads of
+/// [`Fleet::judge_shapes`] (the fleet's own `Rc`s are not).
+#[derive(Clone, Copy)]
+pub(super) struct OnClass<'a> {
+    host: &'a Host,
+    map: &'a CpuMapCache,
+    /// Its capabilities' host CPU model: what a `host-passthrough` guest is given there.
+    cpu_model: Option<&'a str>,
+}
+
+/// One guest shape judged on one host class.
+#[derive(Default)]
+pub(super) struct Judgement {
+    /// Why it cannot run there ([`judge_shape_on`]); empty when it runs.
+    pub(super) reasons: Vec<Reason>,
+    /// The CPU it would have there, when asked.
+    pub(super) cpu: Option<CpuThere>,
+}
+
+/// The judge ([`crate::destination::judge`]) on one guest shape and each of `classes`, the
+/// shape parsed once: per class, the reasons it cannot run there (a shape that cannot be
+/// judged, as when the policy asks for a cluster CPU there is none of, is one reason), and the
+/// CPU it would have there when `with_cpu` ([`guest_view::cpu_on`], from the judge's own
+/// pipeline).
+pub(super) fn judge_shape_on(
+    shape: &str,
+    policy: &Policy,
+    arrival: Arrival,
+    classes: &[OnClass<'_>],
+    with_cpu: bool,
+) -> Vec<Judgement> {
+    let every = |reasons: Vec<Reason>, basis: &'static str| -> Vec<Judgement> {
+        classes
+            .iter()
+            .map(|_| Judgement {
+                reasons: reasons.clone(),
+                cpu: with_cpu.then(|| CpuThere::unknown(basis)),
+            })
+            .collect()
+    };
+    let dom = match Domain::parse(shape, "guest facts") {
+        Ok(d) => d,
+        Err(e) => {
+            let internal = Reason {
+                code: Code::Internal,
+                message: e.to_string(),
+            };
+            return every(vec![internal], "unreadable guest facts");
+        }
+    };
+    if !dom.in_scope() {
+        return every(Vec::new(), "out of scope");
+    }
+    classes
+        .iter()
+        .map(|class| match Pipeline::new(&dom, policy, class.host) {
+            Ok(p) => Judgement {
+                reasons: reasons_of(&p, shape, class.host, class.map, arrival),
+                cpu: with_cpu.then(|| guest_view::cpu_on(&p, class.host, class.cpu_model)),
+            },
+            Err(e) => Judgement {
+                reasons: vec![Reason {
+                    code: Code::Internal,
+                    message: e.to_string(),
+                }],
+                cpu: with_cpu.then(|| CpuThere::unknown("facts not gathered")),
+            },
+        })
+        .collect()
+}
+
+/// [`judge_shape_on`] of one host, its reasons only: a shape judged apart from the fleet's
+/// classes (an upgraded host, a fix tried).
 pub(super) fn judge_shape(
     shape: &str,
     policy: &Policy,
@@ -251,28 +394,24 @@ pub(super) fn judge_shape(
     map: &CpuMapCache,
     arrival: Arrival,
 ) -> Vec<Reason> {
-    let dom = match Domain::parse(shape, "guest facts") {
-        Ok(d) => d,
-        Err(e) => {
-            return vec![Reason {
-                code: Code::Internal,
-                message: e.to_string(),
-            }];
-        }
+    let on = OnClass {
+        host,
+        map,
+        cpu_model: None,
     };
-    if !dom.in_scope() {
-        return Vec::new();
-    }
-    let p = match Pipeline::new(dom, policy, host) {
-        Ok(p) => p,
-        Err(e) => {
-            return vec![Reason {
-                code: Code::Internal,
-                message: e.to_string(),
-            }];
-        }
-    };
-    let j = judge(&p, shape, host, map, arrival);
+    let mut one = judge_shape_on(shape, policy, arrival, &[on], false);
+    one.pop().unwrap_or_default().reasons
+}
+
+/// The judge's reasons for pipeline `p` (of guest shape `shape`) on `host`.
+fn reasons_of(
+    p: &Pipeline<'_, '_>,
+    shape: &str,
+    host: &Host,
+    map: &CpuMapCache,
+    arrival: Arrival,
+) -> Vec<Reason> {
+    let j = judge(p, shape, host, map, arrival);
     let blocking: Vec<Reason> = j
         .blocking()
         .into_iter()

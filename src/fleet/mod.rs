@@ -264,6 +264,9 @@ pub struct Fleet {
     /// No rule at all: guests are judged as they are.
     none: Policy,
     verdicts: std::cell::RefCell<Verdicts>,
+    /// The CPU each guest shape would have on each class, as `verdicts`: worked out for the
+    /// page and `--guest` only.
+    cpus: std::cell::RefCell<Vec<Vec<Option<guest_view::CpuThere>>>>,
     maps: CpuMaps,
     /// Each class's judged facts and cpu_map, to find a host's class ([`read::Judged`]).
     class_of: Vec<(Box<read::Judged>, Option<PathBuf>)>,
@@ -381,6 +384,7 @@ impl Fleet {
                 ..Policy::builtin()
             },
             verdicts: std::cell::RefCell::default(),
+            cpus: std::cell::RefCell::default(),
             maps: maps.clone(),
             class_of: Vec::new(),
             host_of: HashMap::new(),

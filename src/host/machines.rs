@@ -205,8 +205,7 @@ impl Host {
         emulator: Option<&str>,
     ) -> Vec<&MachineType> {
         let of_type = |m: &&MachineType| {
-            m.virt_type.as_deref().is_none_or(|v| v == virt_type)
-                && self.caps_machine_files.contains(&m.source)
+            m.from_capabilities && m.virt_type.as_deref().is_none_or(|v| v == virt_type)
         };
         let wanted = emulator_suffix(arch, emulator);
         let of_emulator: Vec<&MachineType> = self

@@ -29,6 +29,12 @@ pub struct MachineType {
     pub emulator: Option<String>,
     /// The file it was read from.
     pub source: String,
+    /// Listed by a `virsh capabilities` document (true), not by libvirt's QEMU capability
+    /// cache: the host's capabilities, when given, are what libvirt checks a machine type
+    /// against ([`crate::host::Host::caps_lack_machine`]). A flag, not a comparison of
+    /// [`MachineType::source`] with the files read: that comparison was a tenth of a large
+    /// fleet's time.
+    pub from_capabilities: bool,
 }
 
 /// One `virsh capabilities` document.
@@ -99,6 +105,7 @@ impl Capabilities {
                         deprecated: m.attribute("deprecated") == Some("yes"),
                         emulator: emulator.clone(),
                         source: source.to_string(),
+                        from_capabilities: true,
                     });
                 }
             };

@@ -73,6 +73,7 @@ impl QemuCaps {
                 deprecated: m.attribute("deprecated") == Some("yes"),
                 emulator: emulator.clone(),
                 source: source.to_string(),
+                from_capabilities: false,
             };
             machines.push(machine(name, None));
             if let Some(alias) = m.attribute("alias") {

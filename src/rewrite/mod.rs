@@ -101,7 +101,7 @@ pub fn rewrite(text: &str, what: &str, policy: &Policy, host: &Host) -> Result<O
     if !dom.in_scope() {
         return Ok(Outcome::out_of_scope(&dom));
     }
-    rewrite_pipeline(&Pipeline::new(dom, policy, host)?, what, policy)
+    rewrite_pipeline(&Pipeline::new(&dom, policy, host)?, what, policy)
 }
 
 /// [`rewrite`] of a domain already planned, with its facts (the hook validates the input and
