@@ -97,4 +97,29 @@ mod tests {
         let dom = Domain::parse(&one, "t").unwrap();
         assert!(on_this_host(&dom, true, releases("11.3.0", Some("10.0.0"))).is_empty());
     }
+
+    /// A guest of machine type pc-i440fx-2.3 on this host: an error at QEMU 10.0 (the rig's
+    /// trixie refuses it at define: QEMU 9.1 removed it), started or arriving; nothing at
+    /// QEMU 7.2; with pc-i440fx-2.4, nothing at 10.0.
+    #[test]
+    fn a_removed_machine_type_is_an_error_on_this_host() {
+        let old = THREADS
+            .replace("threads='2'", "threads='1'")
+            .replace("arch='x86_64'", "arch='x86_64' machine='pc-i440fx-2.3'");
+        let dom = Domain::parse(&old, "t").unwrap();
+        for running in [false, true] {
+            let f = on_this_host(&dom, running, releases("11.3.0", Some("10.0.13")));
+            assert_eq!(f.len(), 1, "{f:?}");
+            assert_eq!(f[0].severity, crate::finding::Severity::Error);
+            assert!(
+                f[0].message.contains("machine-2.0-gone-qemu-9.1"),
+                "{}",
+                f[0].message
+            );
+        }
+        assert!(on_this_host(&dom, false, releases("9.0.0", Some("7.2.22"))).is_empty());
+        let newer = old.replace("2.3", "2.4");
+        let next = Domain::parse(&newer, "t").unwrap();
+        assert!(on_this_host(&next, false, releases("11.3.0", Some("10.0.13"))).is_empty());
+    }
 }
