@@ -187,12 +187,14 @@ impl<'t> Domain<'t> {
     }
 
     /// What the table of known hazards asks of this guest ([`crate::hazards::GuestShape`]): its
-    /// domain type and the `threads` of the first `<cpu>` that has a `<topology>` (1 without
-    /// one); `running`: it arrives by live migration, else it is started.
+    /// domain type, the `threads` of the first `<cpu>` that has a `<topology>` (1 without
+    /// one), the version of its versioned x86 machine type, and the first `<cpu>`'s model and
+    /// enabled and disabled features (the one libvirt reads, [`Domain::cpus`]); `running`: it
+    /// arrives by live migration, else it is started.
     #[must_use]
     pub fn hazard_shape(&self, running: bool) -> crate::hazards::GuestShape {
-        let threads = self
-            .cpus()
+        let cpus = self.cpus();
+        let threads = cpus
             .iter()
             .find_map(|c| {
                 child(*c, "topology")
@@ -200,10 +202,34 @@ impl<'t> Domain<'t> {
                     .and_then(|t| t.trim().parse::<u32>().ok())
             })
             .unwrap_or(1);
+        let cpu = cpus.first().copied();
+        let cpu_model = cpu
+            .and_then(|c| child(c, "model"))
+            .and_then(model_name)
+            .map(|m| m.trim().to_string());
+        let (mut features_enabled, mut features_disabled) = (Vec::new(), Vec::new());
+        for (name, policy) in cpu.map(cpu_features).unwrap_or_default() {
+            match policy {
+                Some(FeaturePolicy::Require | FeaturePolicy::Force) => features_enabled.push(name),
+                Some(FeaturePolicy::Disable | FeaturePolicy::Forbid) => {
+                    features_disabled.push(name);
+                }
+                Some(FeaturePolicy::Optional) | None => {}
+            }
+        }
+        let machine = if crate::libvirt::arch::is_x86(self.arch()) {
+            crate::hazards::machine_version(self.machine())
+        } else {
+            None
+        };
         crate::hazards::GuestShape {
             virt_type: self.virt_type().to_string(),
             threads,
             running,
+            machine,
+            cpu_model,
+            features_enabled,
+            features_disabled,
         }
     }
 

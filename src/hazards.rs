@@ -74,9 +74,101 @@ pub struct When {
     pub destination_libvirt_below: Option<LibvirtVersion>,
     /// The destination's CPU vendor (`AMD`, `Intel`).
     pub vendor: Option<String>,
+    /// The source host's libvirt at least this release (libvirt's NEWS names the releases a
+    /// migration bug was in on either end: 10.2.0, 10.3.0).
+    #[serde(default, deserialize_with = "release")]
+    pub source_libvirt_from: Option<LibvirtVersion>,
+    /// The source host's libvirt below this release.
+    #[serde(default, deserialize_with = "release")]
+    pub source_libvirt_below: Option<LibvirtVersion>,
+    /// The version of the guest's versioned x86 machine type (`pc-i440fx-2.3`, `pc-q35-5.1`,
+    /// `pc-1.3`: [`machine_version`]) at least this. QEMU removes machine types by their
+    /// version (its docs/about/removed-features.rst and deprecated.rst).
+    #[serde(default, deserialize_with = "release")]
+    pub machine_from: Option<QemuVersion>,
+    /// The version of the guest's versioned x86 machine type below this.
+    #[serde(default, deserialize_with = "release")]
+    pub machine_below: Option<QemuVersion>,
+    /// The guest's CPU `<model>` is one of these (QEMU removes CPU models by name:
+    /// `Icelake-Client` in 7.1).
+    #[serde(default)]
+    pub cpu_models: Vec<String>,
+    /// The guest's CPU `<model>` is a versioned name (`Skylake-Client-v4`: ends in `-v` and
+    /// digits), which libvirt knows from 10.10 (its 10.10.0 NEWS).
+    #[serde(default)]
+    pub cpu_model_versioned: bool,
+    /// The guest's CPU enables (`require`, `force`) one of these features; a name ending in
+    /// `*` names every feature it begins (`vmx-*`).
+    #[serde(default)]
+    pub cpu_features_enabled: Vec<String>,
+    /// The guest's CPU disables (`disable`, `forbid`) one of these features (`*` as above).
+    #[serde(default)]
+    pub cpu_features_disabled: Vec<String>,
     /// Facts the tool does not have: an entry with any is never matched.
     #[serde(default)]
     pub needs: Vec<String>,
+}
+
+impl When {
+    /// Whether it asks of the guest what no check of the destination's own capabilities
+    /// answers (its domain type, threads, CPU features): such an entry may be said as not
+    /// compared when a release it depends on is not given. One about a machine type or a CPU
+    /// model is not: the destination's capabilities (its machine types, its cpu_map) judge
+    /// those without the release (`machine-unsupported`, `cpu-model-unknown`); nor is one about
+    /// hosts alone.
+    fn about_guest(&self) -> bool {
+        self.virt_type.is_some()
+            || self.threads_from.is_some()
+            || !self.cpu_features_enabled.is_empty()
+            || !self.cpu_features_disabled.is_empty()
+    }
+
+    /// Whether the guest's shape meets every condition on the guest.
+    fn shape_holds(&self, shape: &GuestShape) -> bool {
+        let machine = |bound: Option<QemuVersion>, holds: fn(QemuVersion, QemuVersion) -> bool| {
+            bound.is_none_or(|b| shape.machine.is_some_and(|m| holds(b, m)))
+        };
+        let model = shape.cpu_model.as_deref();
+        self.virt_type
+            .as_deref()
+            .is_none_or(|t| t == shape.virt_type)
+            && self.threads_from.is_none_or(|t| shape.threads >= t)
+            && machine(self.machine_from, |b, m| m >= b)
+            && machine(self.machine_below, |b, m| m < b)
+            && (self.cpu_models.is_empty()
+                || model.is_some_and(|m| self.cpu_models.iter().any(|c| c == m)))
+            && (!self.cpu_model_versioned || model.is_some_and(is_versioned_model))
+            && any_named(&self.cpu_features_enabled, &shape.features_enabled)
+            && any_named(&self.cpu_features_disabled, &shape.features_disabled)
+    }
+}
+
+/// Whether `names` is empty or one of its names (a trailing `*`: a prefix) is in `features`.
+fn any_named(names: &[String], features: &[String]) -> bool {
+    names.is_empty()
+        || names.iter().any(|n| match n.strip_suffix('*') {
+            Some(prefix) => features.iter().any(|f| f.starts_with(prefix)),
+            None => features.iter().any(|f| f == n),
+        })
+}
+
+/// Whether a CPU model name is QEMU's versioned spelling, `NAME-vN` (`Skylake-Client-v4`).
+#[must_use]
+pub fn is_versioned_model(model: &str) -> bool {
+    model.rsplit_once("-v").is_some_and(|(name, n)| {
+        !name.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
+/// The version of a versioned x86 machine type: `pc-i440fx-X.Y`, `pc-q35-X.Y` (and
+/// `pc-q35-4.0.1`), the older `pc-X.Y`; None for an alias (`pc`, `q35`), a distribution's own
+/// (`pc-q35-rhel9.2.0`) or another arch's, which the table's machine conditions never match.
+#[must_use]
+pub fn machine_version(machine: &str) -> Option<QemuVersion> {
+    let v = ["pc-i440fx-", "pc-q35-", "pc-"]
+        .iter()
+        .find_map(|p| machine.strip_prefix(p))?;
+    v.contains('.').then(|| v.parse().ok()).flatten()
 }
 
 /// One known hazard (the table's header says what each field holds).
@@ -139,6 +231,14 @@ pub struct GuestShape {
     pub threads: u32,
     /// Whether it runs (its arrival is a live migration), else it would be started.
     pub running: bool,
+    /// The version of its versioned x86 machine type ([`machine_version`]), None otherwise.
+    pub machine: Option<QemuVersion>,
+    /// Its CPU `<model>`, trimmed (None without one).
+    pub cpu_model: Option<String>,
+    /// The features its CPU enables (`require`, `force`), in libvirt's spelling.
+    pub features_enabled: Vec<String>,
+    /// The features its CPU disables (`disable`, `forbid`).
+    pub features_disabled: Vec<String>,
 }
 
 /// Whether a hazard holds for a pair, as far as the facts tell.
@@ -164,43 +264,51 @@ pub fn at_destination(
     table()
         .iter()
         .filter(|h| h.when.needs.is_empty())
-        .filter_map(|h| {
-            let w = &h.when;
-            let mut missing = Vec::new();
-            let qemu = "the destination's QEMU release";
-            let libvirt = "the destination's libvirt release";
-            let checks = [
-                bounds(
-                    w.destination_qemu_from,
-                    w.destination_qemu_below,
-                    destination.qemu,
-                    qemu,
-                ),
-                bounds(
-                    w.destination_libvirt_from,
-                    w.destination_libvirt_below,
-                    destination.libvirt,
-                    libvirt,
-                ),
-                match (w.vendor.as_deref(), vendor) {
-                    (None, _) => Some(None),
-                    (Some(v), Some(f)) => v.eq_ignore_ascii_case(f).then_some(None),
-                    (Some(_), None) => Some(Some("the destination's CPU vendor")),
-                },
-            ];
-            for c in checks {
-                if let Some(lacks) = c? {
-                    if !missing.contains(&lacks) {
-                        missing.push(lacks);
-                    }
-                }
-            }
-            // One about the host's own releases alone, a release not given, is never claimed
-            // ([`for_guest`]): not kept.
-            let about_guest = w.virt_type.is_some() || w.threads_from.is_some();
-            (missing.is_empty() || about_guest).then_some((h, missing))
-        })
+        .filter_map(|h| Some((h, destination_lacks(h, destination, vendor)?)))
         .collect()
+}
+
+/// Whether hazard `h`'s conditions on the destination hold for a host of `destination`
+/// releases and CPU `vendor` ([`at_destination`], its `needs` aside): None when one is known
+/// not to, else the facts it lacks (an entry about hosts alone lacking one: None).
+fn destination_lacks(
+    h: &Hazard,
+    destination: Releases,
+    vendor: Option<&str>,
+) -> Option<Vec<&'static str>> {
+    let w = &h.when;
+    let mut missing = Vec::new();
+    let qemu = "the destination's QEMU release";
+    let libvirt = "the destination's libvirt release";
+    let checks = [
+        bounds(
+            w.destination_qemu_from,
+            w.destination_qemu_below,
+            destination.qemu,
+            qemu,
+        ),
+        bounds(
+            w.destination_libvirt_from,
+            w.destination_libvirt_below,
+            destination.libvirt,
+            libvirt,
+        ),
+        match (w.vendor.as_deref(), vendor) {
+            (None, _) => Some(None),
+            (Some(v), Some(f)) => v.eq_ignore_ascii_case(f).then_some(None),
+            (Some(_), None) => Some(Some("the destination's CPU vendor")),
+        },
+    ];
+    for c in checks {
+        if let Some(lacks) = c? {
+            if !missing.contains(&lacks) {
+                missing.push(lacks);
+            }
+        }
+    }
+    // One about the host's own releases alone, a release not given, is never claimed
+    // ([`for_guest`]): not kept.
+    (missing.is_empty() || w.about_guest()).then_some(missing)
 }
 
 /// A release's two bounds (`from` inclusive, `below` exclusive) as one condition ([`tri`]).
@@ -247,9 +355,7 @@ pub fn for_guest(
     if h.breaks == Breaks::Migration && !shape.running {
         return None;
     }
-    if w.virt_type.as_deref().is_some_and(|t| t != shape.virt_type)
-        || w.threads_from.is_some_and(|t| shape.threads < t)
-    {
+    if !w.shape_holds(shape) {
         return None;
     }
     let mut missing = destination_lacks.to_vec();
@@ -262,9 +368,17 @@ pub fn for_guest(
     )? {
         missing.push(lacks);
     }
+    if let Some(lacks) = bounds(
+        w.source_libvirt_from,
+        w.source_libvirt_below,
+        source.and_then(|s| s.libvirt),
+        "the libvirt release of the guest's source host",
+    )? {
+        missing.push(lacks);
+    }
     if missing.is_empty() {
         Some(Outcome::Holds)
-    } else if w.virt_type.is_some() || w.threads_from.is_some() {
+    } else if w.about_guest() {
         Some(Outcome::Unknown(missing))
     } else {
         None
@@ -293,10 +407,7 @@ pub fn needs_qemu(shape: &GuestShape, libvirt: Option<LibvirtVersion>) -> bool {
 /// [`may_meet`] of one entry.
 fn may_meet_one(h: &Hazard, shape: &GuestShape) -> bool {
     let w = &h.when;
-    w.needs.is_empty()
-        && (h.breaks != Breaks::Migration || shape.running)
-        && w.virt_type.as_deref().is_none_or(|t| t == shape.virt_type)
-        && w.threads_from.is_none_or(|t| shape.threads >= t)
+    w.needs.is_empty() && (h.breaks != Breaks::Migration || shape.running) && w.shape_holds(shape)
 }
 
 /// Whether a guest of `shape` can meet any entry of the table, whatever the hosts (its
@@ -387,6 +498,7 @@ mod tests {
             virt_type: "kvm".into(),
             threads,
             running: true,
+            ..GuestShape::default()
         }
     }
 
@@ -455,5 +567,332 @@ mod tests {
         // libvirt 12.4 with a QEMU before 7.2: every guest, running or not.
         let odd = r("12.4.0", "7.1.0");
         assert_eq!(ids(&stopped, None, odd), ["libvirt-12.4-qemu-7.2"]);
+    }
+
+    /// The ids the table names for a guest of `shape` from `src` to `dst` (vendor not given).
+    fn ids(shape: &GuestShape, src: Option<Releases>, dst: Releases) -> Vec<&'static str> {
+        matching(shape, src, dst, None)
+            .into_iter()
+            .map(|h| h.id.as_str())
+            .collect()
+    }
+
+    fn stopped_on(machine: &str) -> GuestShape {
+        GuestShape {
+            virt_type: "kvm".into(),
+            threads: 1,
+            machine: machine_version(machine),
+            ..GuestShape::default()
+        }
+    }
+
+    #[test]
+    fn machine_versions_are_read_from_versioned_names_only() {
+        let v = |m: &str| machine_version(m).map(|v| v.to_string());
+        assert_eq!(v("pc-i440fx-2.3").as_deref(), Some("2.3.0"));
+        assert_eq!(v("pc-q35-4.0.1").as_deref(), Some("4.0.1"));
+        assert_eq!(v("pc-1.3").as_deref(), Some("1.3.0"));
+        assert_eq!(v("pc"), None);
+        assert_eq!(v("q35"), None);
+        assert_eq!(v("pc-q35-rhel9.2.0"), None);
+        assert_eq!(v("virt-9.0"), None);
+    }
+
+    /// Each removed machine type: the guest (stopped, or arriving) on the first QEMU without it
+    /// meets its entry alone; on the QEMU before, or with the next machine type, nothing. The
+    /// rig's generations: bookworm (9.0/7.2), trixie (11.3/10.0), forky (12.8/11.1).
+    #[test]
+    fn a_removed_machine_type_holds_from_the_qemu_that_removed_it() {
+        // (id, machine, the first QEMU without it, the QEMU before, the next machine type)
+        let cases = [
+            (
+                "machine-pc-1.x-gone-qemu-6.0",
+                "pc-1.3",
+                "6.0.0",
+                "5.2.0",
+                "pc-i440fx-1.4",
+            ),
+            (
+                "machine-1.4-gone-qemu-8.2",
+                "pc-i440fx-1.7",
+                "8.2.0",
+                "8.1.0",
+                "pc-i440fx-2.0",
+            ),
+            (
+                "machine-2.0-gone-qemu-9.1",
+                "pc-i440fx-2.3",
+                "9.1.0",
+                "9.0.0",
+                "pc-i440fx-2.4",
+            ),
+            (
+                "machine-2.4-gone-qemu-10.1",
+                "pc-q35-4.0.1",
+                "10.1.0",
+                "10.0.0",
+                "pc-q35-4.2",
+            ),
+            (
+                "machine-4.2-gone-qemu-10.2",
+                "pc-q35-4.2",
+                "10.2.0",
+                "10.1.0",
+                "pc-q35-5.0",
+            ),
+            (
+                "machine-5.0-gone-qemu-11.0",
+                "pc-i440fx-5.0",
+                "11.0.0",
+                "10.2.0",
+                "pc-i440fx-5.1",
+            ),
+            (
+                "machine-5.1-gone-qemu-11.1",
+                "pc-q35-5.1",
+                "11.1.0",
+                "11.0.0",
+                "pc-q35-5.2",
+            ),
+        ];
+        for (id, machine, gone, before, next) in cases {
+            // libvirt 11.0 drives every QEMU here (its floor, 5.2, is below all of them).
+            let at = |q: &str| r("11.0.0", q);
+            assert_eq!(ids(&stopped_on(machine), None, at(gone)), [id], "{machine}");
+            let arriving = GuestShape {
+                running: true,
+                ..stopped_on(machine)
+            };
+            assert_eq!(
+                ids(&arriving, Some(at(before)), at(gone)),
+                [id],
+                "{machine}"
+            );
+            assert!(
+                ids(&stopped_on(machine), None, at(before)).is_empty(),
+                "{machine}"
+            );
+            assert!(ids(&stopped_on(next), None, at(gone)).is_empty(), "{next}");
+        }
+        // Far past its removal, a machine type meets its own entry only.
+        assert_eq!(
+            ids(&stopped_on("pc-i440fx-2.3"), None, r("12.8.0", "11.1.2")),
+            ["machine-2.0-gone-qemu-9.1"]
+        );
+        // An alias or a distribution's machine type is never taken for a version.
+        let forky = r("12.8.0", "11.1.2");
+        assert!(ids(&stopped_on("pc"), None, forky).is_empty());
+        assert!(ids(&stopped_on("pc-q35-rhel9.2.0"), None, forky).is_empty());
+        // The destination's QEMU not given: not claimed, and not said as not compared either
+        // (the destination's machine types judge the guest: machine-unsupported).
+        let unknown = Releases {
+            qemu: None,
+            ..forky
+        };
+        assert!(
+            at_destination(unknown, None)
+                .into_iter()
+                .find_map(|(h, lacks)| for_guest(h, &lacks, &stopped_on("pc-i440fx-5.1"), None))
+                .is_none()
+        );
+    }
+
+    /// The rig's generations, as seen there (virsh define of a guest with the machine type:
+    /// refused with "does not support machine type", or defined).
+    #[test]
+    fn the_rigs_generations_meet_the_machine_types_they_refused() {
+        let bookworm = r("9.0.0", "7.2.22");
+        let trixie = r("11.3.0", "10.0.13");
+        let forky = r("12.8.0", "11.1.2");
+        assert_eq!(
+            ids(&stopped_on("pc-1.3"), None, bookworm),
+            ["machine-pc-1.x-gone-qemu-6.0"]
+        );
+        assert!(ids(&stopped_on("pc-i440fx-1.7"), None, bookworm).is_empty());
+        assert_eq!(
+            ids(&stopped_on("pc-i440fx-1.7"), None, trixie),
+            ["machine-1.4-gone-qemu-8.2"]
+        );
+        assert!(ids(&stopped_on("pc-i440fx-2.4"), None, trixie).is_empty());
+        assert_eq!(
+            ids(&stopped_on("pc-i440fx-5.1"), None, forky),
+            ["machine-5.1-gone-qemu-11.1"]
+        );
+        assert!(ids(&stopped_on("pc-i440fx-5.2"), None, forky).is_empty());
+    }
+
+    fn with_model(model: &str) -> GuestShape {
+        GuestShape {
+            virt_type: "qemu".into(),
+            threads: 1,
+            cpu_model: Some(model.into()),
+            ..GuestShape::default()
+        }
+    }
+
+    /// Icelake-Client: gone from QEMU 7.1 (the rig: starts on 7.0/5.2, refused on 9.0/7.2).
+    /// A versioned model: unknown to libvirt before 10.10 (refused on 9.0, starts on 11.3).
+    #[test]
+    fn cpu_models_removed_or_unknown_hold_for_their_releases() {
+        let bullseye = r("7.0.0", "5.2.0");
+        let bookworm = r("9.0.0", "7.2.22");
+        let trixie = r("11.3.0", "10.0.13");
+        let ice = with_model("Icelake-Client");
+        assert_eq!(ids(&ice, None, bookworm), ["icelake-client-gone-qemu-7.1"]);
+        assert_eq!(
+            ids(&ice, None, r("9.0.0", "7.1.0")),
+            ["icelake-client-gone-qemu-7.1"]
+        );
+        assert!(ids(&ice, None, r("9.0.0", "7.0.0")).is_empty());
+        assert!(ids(&ice, None, bullseye).is_empty());
+        assert!(ids(&with_model("Icelake-Server"), None, bookworm).is_empty());
+        // Judged by cpu-model-unknown from the cpu_map: listed, never matched; its conditions
+        // hold for the rig's refusing generation only.
+        let v1 = with_model("Skylake-Client-v1");
+        assert!(ids(&v1, None, bookworm).is_empty());
+        let versioned = table()
+            .iter()
+            .find(|h| h.id == "versioned-cpu-model-before-libvirt-10.10")
+            .unwrap();
+        let conditions = |shape: &GuestShape, dst: Releases| {
+            destination_lacks(versioned, dst, None).is_some_and(|lacks| {
+                for_guest(versioned, &lacks, shape, None) == Some(Outcome::Holds)
+            })
+        };
+        assert!(conditions(&v1, bookworm));
+        assert!(conditions(&v1, r("10.9.0", "9.1.0")));
+        assert!(!conditions(&v1, r("10.10.0", "9.1.0")));
+        assert!(!conditions(&v1, trixie));
+        assert!(!conditions(&with_model("Skylake-Client"), bookworm));
+        assert!(is_versioned_model("Skylake-Client-v4"));
+        assert!(is_versioned_model("EPYC-v10"));
+        for m in ["qemu64", "EPYC-v", "-v1", "Skylake-Client-vx"] {
+            assert!(!is_versioned_model(m), "{m}");
+        }
+    }
+
+    fn running_with(enabled: &[&str], disabled: &[&str]) -> GuestShape {
+        GuestShape {
+            virt_type: "kvm".into(),
+            threads: 1,
+            running: true,
+            cpu_model: Some("Skylake-Client".into()),
+            features_enabled: enabled.iter().map(|f| (*f).to_string()).collect(),
+            features_disabled: disabled.iter().map(|f| (*f).to_string()).collect(),
+            ..GuestShape::default()
+        }
+    }
+
+    /// libvirt 10.2.0 NEWS: a guest with vmx between before 9.10 and 9.10 to 10.1 fails either
+    /// way; 10.2 to 9.10-10.1 too; 10.2 with before 9.10 works. libvirt 10.5.0 NEWS: disabled
+    /// vmx-* features fail before 10.5.
+    #[test]
+    fn the_vmx_hazards_hold_for_the_pairs_libvirts_news_names() {
+        // QEMU 8.2 everywhere: no QEMU-based entry takes part.
+        let lv = |l: &str| r(l, "8.2.0");
+        let vmx = running_with(&["vmx", "ssbd"], &[]);
+        let pair = |s: &str, d: &str| ids(&vmx, Some(lv(s)), lv(d));
+        assert_eq!(pair("9.9.0", "10.0.0"), ["vmx-features-to-libvirt-9.10"]);
+        assert_eq!(pair("9.0.0", "9.10.0"), ["vmx-features-to-libvirt-9.10"]);
+        assert!(pair("9.9.0", "10.2.0").is_empty());
+        assert_eq!(pair("10.1.0", "9.9.0"), ["vmx-features-from-libvirt-9.10"]);
+        assert!(pair("10.2.0", "9.9.0").is_empty());
+        assert_eq!(
+            pair("10.2.0", "10.1.0"),
+            ["vmx-features-from-libvirt-10.2-to-9.10"]
+        );
+        assert_eq!(
+            pair("11.3.0", "9.10.0"),
+            ["vmx-features-from-libvirt-10.2-to-9.10"]
+        );
+        assert!(pair("10.0.0", "10.1.0").is_empty());
+        assert!(pair("9.0.0", "9.9.0").is_empty());
+        // No vmx, or a stopped guest: nothing.
+        let plain = running_with(&["ssbd"], &[]);
+        assert!(ids(&plain, Some(lv("9.9.0")), lv("10.0.0")).is_empty());
+        let stopped = GuestShape {
+            running: false,
+            ..vmx.clone()
+        };
+        assert!(ids(&stopped, Some(lv("9.9.0")), lv("10.0.0")).is_empty());
+        // The source host not known: not compared, naming its libvirt.
+        let told: Vec<_> = at_destination(lv("10.0.0"), None)
+            .into_iter()
+            .filter_map(|(h, lacks)| for_guest(h, &lacks, &vmx, None).map(|o| (h.id.as_str(), o)))
+            .collect();
+        let source = || Outcome::Unknown(vec!["the libvirt release of the guest's source host"]);
+        assert_eq!(
+            told,
+            [
+                ("vmx-features-to-libvirt-9.10", source()),
+                ("vmx-features-from-libvirt-10.2-to-9.10", source())
+            ]
+        );
+        // Disabled vmx-* features: before 10.5 only, and only vmx-* ones.
+        let off = running_with(&["vmx"], &["vmx-apicv-xapic"]);
+        assert_eq!(
+            ids(&off, Some(lv("10.4.0")), lv("10.4.0")),
+            ["disabled-vmx-features-before-libvirt-10.5"]
+        );
+        assert!(ids(&off, Some(lv("10.5.0")), lv("10.5.0")).is_empty());
+        let other_off = running_with(&["vmx"], &["ssbd"]);
+        assert!(ids(&other_off, Some(lv("10.4.0")), lv("10.4.0")).is_empty());
+    }
+
+    /// libvirt 10.6.0 and 11.2.0 NEWS: the QEMU floor of each libvirt, for any guest; each
+    /// range of libvirt releases names its own floor only.
+    #[test]
+    fn each_libvirt_has_its_qemu_floor() {
+        let any = GuestShape::default();
+        let at = |l: &str, q: &str| ids(&any, None, r(l, q));
+        assert_eq!(at("10.6.0", "5.1.0"), ["libvirt-10.6-qemu-5.2"]);
+        assert_eq!(at("11.1.0", "5.1.0"), ["libvirt-10.6-qemu-5.2"]);
+        assert!(at("10.5.0", "5.1.0").is_empty());
+        assert!(at("10.6.0", "5.2.0").is_empty());
+        assert_eq!(at("11.2.0", "6.1.0"), ["libvirt-11.2-qemu-6.2"]);
+        assert_eq!(at("12.3.0", "5.0.0"), ["libvirt-11.2-qemu-6.2"]);
+        assert!(at("11.2.0", "6.2.0").is_empty());
+        assert_eq!(at("12.4.0", "6.1.0"), ["libvirt-12.4-qemu-7.2"]);
+    }
+
+    /// An entry that needs facts the tool has not is listed and never matched, whatever the
+    /// releases: libvirt 10.10's -v1 names, 10.2.0's custom migration XML, 8.9's baseline.
+    #[test]
+    fn entries_that_need_other_facts_are_never_matched() {
+        let needing = [
+            "v1-cpu-model-libvirt-10.10",
+            "custom-xml-libvirt-10.2",
+            "baseline-blockers-check-full-before-libvirt-8.9",
+        ];
+        for id in needing {
+            let h = table().iter().find(|h| h.id == id).expect(id);
+            assert!(!h.when.needs.is_empty(), "{id}");
+        }
+        for dst in [
+            r("10.10.0", "9.1.0"),
+            r("8.8.0", "7.1.0"),
+            r("10.2.0", "8.2.0"),
+        ] {
+            let kept: Vec<_> = at_destination(dst, Some("Intel"))
+                .into_iter()
+                .map(|(h, _)| h.id.as_str())
+                .collect();
+            assert!(!kept.iter().any(|k| needing.contains(k)), "{kept:?}");
+        }
+    }
+
+    /// docs/hazards.md documents the table: every entry's id, with the reason it is named
+    /// under (`stack-hazard`).
+    #[test]
+    fn every_entry_is_documented() {
+        let docs = include_str!("../docs/hazards.md");
+        assert!(docs.contains("`stack-hazard`"));
+        for h in table() {
+            assert!(
+                docs.contains(&format!("| `{}` |", h.id)),
+                "{} not in docs/hazards.md",
+                h.id
+            );
+        }
     }
 }

@@ -7,12 +7,15 @@ use crate::domain::Domain;
 use crate::finding::Code;
 use crate::hazards::{GuestShape, Outcome, for_guest, sentence, unknown_sentence};
 
-/// What the table asks of a guest whose reduced domain is `domain`: its domain type (the root's
-/// `type`) and its `<topology threads>` (1 without one). The document is parsed only when it
-/// names threads: a fleet holds thousands of shapes, and most have no topology.
+/// What the table asks of a guest whose reduced domain is `domain` ([`Domain::hazard_shape`]):
+/// its domain type, `<topology threads>`, machine type, CPU model and features. The document is
+/// parsed only when its text names one of them (a fleet holds thousands of shapes; the text
+/// search can only say yes too often, the parse decides).
 pub(super) fn shape_of(domain: &str, is_running: bool) -> GuestShape {
-    let parsed = domain
-        .contains("threads")
+    const ASKED: [&str; 4] = ["threads", "machine=", "<model", "<feature"];
+    let parsed = ASKED
+        .iter()
+        .any(|a| domain.contains(a))
         .then(|| Domain::parse(domain, "guest facts").ok())
         .flatten();
     match parsed {
@@ -21,6 +24,7 @@ pub(super) fn shape_of(domain: &str, is_running: bool) -> GuestShape {
             virt_type: root_type(domain).unwrap_or_default(),
             threads: 1,
             running: is_running,
+            ..GuestShape::default()
         },
     }
 }
@@ -109,5 +113,16 @@ mod tests {
             (s.virt_type.as_str(), s.threads, s.running),
             ("qemu", 1, false)
         );
+        // The machine type's version, the CPU's model and features (src/hazards.toml asks
+        // them): read from the reduced copy, which keeps `<os><type>` and `<cpu>`.
+        let old = "<domain type='kvm'><name>c</name><os><type arch='x86_64' machine='pc-i440fx-2.3'>hvm</type></os><cpu mode='custom'><model>Icelake-Client</model><feature policy='require' name='vmx'/><feature policy='disable' name='vmx-apicv-xapic'/><feature policy='optional' name='ssbd'/></cpu></domain>";
+        let s = shape_of(old, true);
+        assert_eq!(s.machine.map(|m| m.to_string()).as_deref(), Some("2.3.0"));
+        assert_eq!(s.cpu_model.as_deref(), Some("Icelake-Client"));
+        assert_eq!(s.features_enabled, ["vmx"]);
+        assert_eq!(s.features_disabled, ["vmx-apicv-xapic"]);
+        // An alias is no version.
+        let alias = old.replace("pc-i440fx-2.3", "q35");
+        assert_eq!(shape_of(&alias, true).machine, None);
     }
 }

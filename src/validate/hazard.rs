@@ -7,7 +7,9 @@
 //! An entry that holds is an error (`stack-hazard`: libvirt or QEMU will fail as its symptom
 //! says). One about the guest's shape that may hold, a release it depends on not known (the
 //! source host's, which the hook at `migrate begin` is never given), is a warning naming the
-//! release; one about a host's own releases alone is never claimed on a guess.
+//! release; one whose release of this host is not known is not claimed at all (this host's own
+//! checks judge the start from its capabilities: `machine-unsupported` for a machine type its
+//! QEMU lacks), nor is one about a host's own releases alone.
 
 use crate::domain::Domain;
 use crate::finding::{Code, Finding};
@@ -27,6 +29,8 @@ pub fn on_this_host(dom: &Domain<'_>, running: bool, here: Releases) -> Vec<Find
     // claimed (the one such entry today needs facts the tool has not: amd-msr-0x10a).
     at_destination(here, None)
         .into_iter()
+        // This host's release not known: its own capability checks judge the start instead.
+        .filter(|(_, lacks)| lacks.is_empty())
         .filter_map(|(h, lacks)| {
             Some(match for_guest(h, &lacks, &shape, None)? {
                 Outcome::Holds => {
@@ -96,5 +100,33 @@ mod tests {
         let one = THREADS.replace("threads='2'", "threads='1'");
         let dom = Domain::parse(&one, "t").unwrap();
         assert!(on_this_host(&dom, true, releases("11.3.0", Some("10.0.0"))).is_empty());
+    }
+
+    /// A guest of machine type pc-i440fx-2.3 on this host: an error at QEMU 10.0 (the rig's
+    /// trixie refuses it at define: QEMU 9.1 removed it), started or arriving; nothing at
+    /// QEMU 7.2; with pc-i440fx-2.4, nothing at 10.0.
+    #[test]
+    fn a_removed_machine_type_is_an_error_on_this_host() {
+        let old = THREADS
+            .replace("threads='2'", "threads='1'")
+            .replace("arch='x86_64'", "arch='x86_64' machine='pc-i440fx-2.3'");
+        let dom = Domain::parse(&old, "t").unwrap();
+        for running in [false, true] {
+            let f = on_this_host(&dom, running, releases("11.3.0", Some("10.0.13")));
+            assert_eq!(f.len(), 1, "{f:?}");
+            assert_eq!(f[0].severity, crate::finding::Severity::Error);
+            assert!(
+                f[0].message.contains("machine-2.0-gone-qemu-9.1"),
+                "{}",
+                f[0].message
+            );
+        }
+        assert!(on_this_host(&dom, false, releases("9.0.0", Some("7.2.22"))).is_empty());
+        // This host's QEMU not known: not claimed (machine-unsupported judges it from the
+        // capabilities).
+        assert!(on_this_host(&dom, false, releases("11.3.0", None)).is_empty());
+        let newer = old.replace("2.3", "2.4");
+        let next = Domain::parse(&newer, "t").unwrap();
+        assert!(on_this_host(&next, false, releases("11.3.0", Some("10.0.13"))).is_empty());
     }
 }
