@@ -23,7 +23,7 @@ use crate::cpu::compare::{Comparison, Compatibility};
 use crate::domain::Domain;
 use crate::domain_facts::DomainFacts;
 use crate::finding::{Code, Finding, Severity};
-use crate::guest_cpu::guest_cpu;
+use crate::guest_cpu::guest_cpu_of;
 use crate::host::{Host, Sourced};
 use crate::libvirt::cpu_def::CpuDef;
 use crate::libvirt::cpu_def::{CpuCheck, CpuMode};
@@ -159,16 +159,9 @@ impl Judgement {
     }
 }
 
-/// Judges the guest of `p` (its document `text`) arriving on `host` by `arrival`, comparing
-/// CPUs with `map`.
+/// Judges the guest of `p` arriving on `host` by `arrival`, comparing CPUs with `map`.
 #[must_use]
-pub fn judge(
-    p: &Pipeline<'_, '_>,
-    text: &str,
-    host: &Host,
-    map: &CpuMapCache,
-    arrival: Arrival,
-) -> Judgement {
+pub fn judge(p: &Pipeline<'_, '_>, host: &Host, map: &CpuMapCache, arrival: Arrival) -> Judgement {
     let mut findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
     // Said once, as the judgement's `arch`.
     findings.retain(|f| f.code != Code::ArchUnsupported);
@@ -182,7 +175,7 @@ pub fn judge(
         findings,
         arch: arch_missing(&p.dom, host),
         machine,
-        cpu: compare_cpu(&p.dom, text, &p.facts, host.host_cpu(), map, arrival),
+        cpu: compare_cpu(&p.dom, &p.facts, host.host_cpu(), map, arrival),
     }
 }
 
@@ -230,7 +223,6 @@ pub fn machine_missing(dom: &Domain<'_>, host: &Host) -> Option<Finding> {
 #[must_use]
 pub fn compare_cpu(
     dom: &Domain<'_>,
-    text: &str,
     facts: &DomainFacts<'_>,
     physical: Option<&Sourced<CpuDef>>,
     map: &CpuMapCache,
@@ -245,7 +237,7 @@ pub fn compare_cpu(
     let started_unchecked = arrival == Arrival::Start && unchecked(dom, cpu);
     let compared =
         host_cpu_libvirt_compares_with(dom, facts, physical, arrival).and_then(|against| {
-            let (model, c, source) = compare_with(text, &against, map)?;
+            let (model, c, source) = compare_with(dom, &against, map)?;
             Ok(libvirt_check_on_arrival(
                 dom, cpu, &model, c, &source, arrival,
             ))
@@ -260,17 +252,17 @@ pub fn compare_cpu(
     })
 }
 
-/// The guest's CPU in `text` compared with the host CPU `against` as libvirt's `x86Compute`
+/// The guest's CPU in `dom` compared with the host CPU `against` as libvirt's `x86Compute`
 /// does ([`crate::cpu::compare`], on `map`'s CPUID data): the guest's model, the
 /// comparison, and where the host's CPU came from (for messages). Err: why it cannot be.
 fn compare_with(
-    text: &str,
+    dom: &Domain<'_>,
     against: &HostCpu<'_>,
     map: &CpuMapCache,
 ) -> Result<(String, Comparison, String), String> {
     let map = map.get()?;
     let guest_path = PathBuf::from("the incoming domain XML");
-    let g = guest_cpu(text, &guest_path).map_err(|e| e.to_string())?;
+    let g = guest_cpu_of(dom, &guest_path).map_err(|e| e.to_string())?;
     let (host, source) = against.as_cluster_host(map, g.cpu.model.as_deref());
     let c = compare(map, &host, &g, &guest_path).map_err(|e| e.to_string())?;
     let model = g.cpu.model.unwrap_or_else(|| "?".into());

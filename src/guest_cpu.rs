@@ -17,30 +17,37 @@ use std::path::Path;
 /// is the host's own CPU: nothing to compare).
 pub fn guest_cpu(text: &str, path: &Path) -> Result<GuestCpu, CpuError> {
     let what = path.display().to_string();
+    match Domain::parse(text, &what) {
+        Ok(d) => guest_cpu_of(&d, path),
+        Err(crate::Error::NotADomain { root, .. }) if root == "cpu" => {
+            let bare = parse_xml(text, &what)?;
+            read(String::new(), bare.root_element(), path)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// [`guest_cpu`] of a domain already parsed (`path` names it in messages): its first `<cpu>`.
+///
+/// # Errors
+/// As [`guest_cpu`].
+pub fn guest_cpu_of(dom: &Domain<'_>, path: &Path) -> Result<GuestCpu, CpuError> {
+    let Some(cpu) = dom.cpus().first().copied() else {
+        return Err(CpuError::Facts {
+            path: path.to_owned(),
+            message:
+                "the domain has no <cpu>: it gets the hypervisor's default CPU, nothing to compare"
+                    .into(),
+        });
+    };
+    read(dom.name(), cpu, path)
+}
+
+/// The guest CPU `node` of the guest `name` (empty for a bare `<cpu>`).
+fn read(name: String, node: roxmltree::Node<'_, '_>, path: &Path) -> Result<GuestCpu, CpuError> {
     let facts = |message: String| CpuError::Facts {
         path: path.to_owned(),
         message,
-    };
-    let domain = match Domain::parse(text, &what) {
-        Ok(d) => Some(d),
-        Err(crate::Error::NotADomain { root, .. }) if root == "cpu" => None,
-        Err(e) => return Err(e.into()),
-    };
-    let bare;
-    let (name, node) = match &domain {
-        Some(d) => {
-            let Some(cpu) = d.cpus().first().copied() else {
-                return Err(facts(
-                    "the domain has no <cpu>: it gets the hypervisor's default CPU, nothing to compare"
-                        .into(),
-                ));
-            };
-            (d.name(), cpu)
-        }
-        None => {
-            bare = parse_xml(text, &what)?;
-            (String::new(), bare.root_element())
-        }
     };
     let cpu = CpuDef::read_as(node, CpuType::Guest).map_err(facts)?;
     if let Some(mode) = cpu.mode.filter(|m| m.is_host_based()) {

@@ -674,7 +674,7 @@ fn destination(
     // One judge for a destination (crate::destination): libvirt's errors, the host not reaching
     // the level, an unusable model when the CPUs could not be compared, the CPU comparison.
     let map = CpuMapCache::new(host.cpu_map_dir.as_deref());
-    let judgement = judge(&p, text, host, &map, Arrival::Migration);
+    let judgement = judge(&p, host, &map, Arrival::Migration);
     if let Some(f) = judgement.blocking().first() {
         return Ok(hard_refusal(guest, phase, policy, f));
     }

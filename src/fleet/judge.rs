@@ -371,7 +371,7 @@ pub(super) fn judge_shape_on(
         .iter()
         .map(|class| match Pipeline::new(&dom, policy, class.host) {
             Ok(p) => Judgement {
-                reasons: reasons_of(&p, shape, class.host, class.map, arrival),
+                reasons: reasons_of(&p, class.host, class.map, arrival),
                 cpu: with_cpu.then(|| guest_view::cpu_on(&p, class.host, class.cpu_model)),
             },
             Err(e) => Judgement {
@@ -403,15 +403,14 @@ pub(super) fn judge_shape(
     one.pop().unwrap_or_default().reasons
 }
 
-/// The judge's reasons for pipeline `p` (of guest shape `shape`) on `host`.
+/// The judge's reasons for pipeline `p` on `host`.
 fn reasons_of(
     p: &Pipeline<'_, '_>,
-    shape: &str,
     host: &Host,
     map: &CpuMapCache,
     arrival: Arrival,
 ) -> Vec<Reason> {
-    let j = judge(p, shape, host, map, arrival);
+    let j = judge(p, host, map, arrival);
     let blocking: Vec<Reason> = j
         .blocking()
         .into_iter()

@@ -52,7 +52,7 @@ use crate::domain::{Domain, cpu_mode};
 use crate::domain_facts::kvm_start::{KvmStartHost, Loaded};
 use crate::domain_facts::{DomainFacts, VersionRule};
 use crate::finding::{Code, Finding};
-use crate::guest_cpu::guest_cpu;
+use crate::guest_cpu::guest_cpu_of;
 use crate::libvirt::arch::is_x86;
 use crate::libvirt::cpu_def::{CpuCheck, CpuMatch, CpuMode, FeaturePolicy};
 use crate::xml::child;
@@ -164,7 +164,7 @@ pub(super) fn check(
     }
     let path = Path::new("the domain XML");
     // A CPU libvirt refuses to read: the `<cpu>` checks say why.
-    let Ok(guest) = guest_cpu(dom.text, path) else {
+    let Ok(guest) = guest_cpu_of(dom, path) else {
         return false;
     };
     if !is_x86(dom.arch()) {
