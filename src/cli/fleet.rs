@@ -180,6 +180,23 @@ fn finish(
     Ok(code)
 }
 
+/// What [`finish`] is told of an upgrade's answers (`list`, the upgraded host named `name`):
+/// the sentence of the guests that cannot run there as they are (empty when none), and how
+/// many were not compared.
+fn upgrade_outcome(list: &[crate::fleet::views::Upgraded], name: &str) -> (String, usize) {
+    let nc = list
+        .iter()
+        .filter(|u| crate::fleet::not_compared(&u.reasons))
+        .count();
+    let n = list.iter().filter(|u| !u.reasons.is_empty()).count() - nc;
+    let cannot = if n == 0 {
+        String::new()
+    } else {
+        format!("{n} guest(s) cannot run on {name} as they are")
+    };
+    (cannot, nc)
+}
+
 /// A JSON view with the fleet's `incomplete` object ([`crate::fleet::gaps::Gaps::json`]).
 fn with_gaps(mut v: serde_json::Value, fleet: &Fleet) -> serde_json::Value {
     if let serde_json::Value::Object(m) = &mut v {
@@ -253,16 +270,7 @@ pub(super) fn cmd_fleet(a: &FleetArgs) -> Result<i32, Failure> {
         } else {
             fmt::upgrade_text(&fleet, h, to, &list) + &fleet.gaps.text()
         };
-        let nc = list
-            .iter()
-            .filter(|u| crate::fleet::not_compared(&u.reasons))
-            .count();
-        let cannot = list.iter().filter(|u| !u.reasons.is_empty()).count() - nc;
-        let cannot = if cannot == 0 {
-            String::new()
-        } else {
-            format!("{cannot} guest(s) cannot run on {name} as they are")
-        };
+        let (cannot, nc) = upgrade_outcome(&list, &name);
         return finish(&text, &cannot, nc, &fleet.gaps);
     }
     matrix(&fleet, json, a.pairs)
@@ -295,16 +303,7 @@ fn html_view(fleet: &mut Fleet, a: &FleetArgs) -> Result<i32, Failure> {
         data["upgrade"] = fmt::upgrade_json(fleet, h, to, &list);
         data["upgrade"]["to_facts"] = fleet.hosts[to].path.display().to_string().into();
         data["upgrade"]["to_libvirt"] = fleet.hosts[to].libvirt.map(|v| v.to_string()).into();
-        nc = list
-            .iter()
-            .filter(|u| crate::fleet::not_compared(&u.reasons))
-            .count();
-        let n = list.iter().filter(|u| !u.reasons.is_empty()).count() - nc;
-        cannot = if n == 0 {
-            String::new()
-        } else {
-            format!("{n} guest(s) cannot run on {name} as they are")
-        };
+        (cannot, nc) = upgrade_outcome(&list, &name);
     }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     page::write(&data, &mut out)
