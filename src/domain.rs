@@ -22,6 +22,16 @@ pub struct Domain<'t> {
     pub doc: Document<'t>,
 }
 
+/// Whether `<domain>` element `root` is a running guest's live XML ([`Domain::is_live`]): its
+/// `id` is a domain id libvirt gives an active domain, a positive integer (libvirt keeps -1 for
+/// an inactive one and never writes it; anything else is not an id libvirt wrote).
+#[must_use]
+pub fn is_live_element(root: Node<'_, '_>) -> bool {
+    root.attribute("id")
+        .and_then(|id| id.parse::<u32>().ok())
+        .is_some_and(|id| id > 0)
+}
+
 /// The CPU model a `<model>` element names, as libvirt reads it: the text as written, spaces
 /// included (libvirt 9.0 and 11.3 refuse `<model>  Nehalem\n</model>` with "Unknown CPU model
 /// Nehalem" at start, the spaces kept); None when empty or only spaces (no model).
@@ -131,7 +141,7 @@ impl<'t> Domain<'t> {
     /// written after its own start check passed.
     #[must_use]
     pub fn is_live(&self) -> bool {
-        self.root().attribute("id").is_some()
+        is_live_element(self.root())
     }
 
     /// `<domain type=...>`: the virt type (`kvm`, `qemu`, `xen`, `lxc`, `test`...), or "" if

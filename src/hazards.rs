@@ -8,6 +8,7 @@
 //! taken as one, and an entry that `needs` facts the tool does not have (kernel releases, device
 //! offloads) is listed ([`table`], `docs/hazards.md`) and never matched.
 
+use crate::finding::Code;
 use crate::libvirt::version::{LibvirtVersion, QemuVersion};
 use serde::Deserialize;
 use std::sync::OnceLock;
@@ -110,6 +111,24 @@ pub struct When {
 }
 
 impl When {
+    /// Whether it is about the guest's machine type or CPU model, which a host's own
+    /// capabilities judge as libvirt does (`machine-unsupported` from its machine types,
+    /// `cpu-model-unknown` from its cpu_map and domcapabilities' models): where they already
+    /// refuse the guest, the entry would say the same cause a second time.
+    #[must_use]
+    pub fn judged_by_capabilities(&self) -> bool {
+        self.machine_from.is_some() || self.machine_below.is_some() || !self.cpu_models.is_empty()
+    }
+
+    /// Whether a guest's findings (or a pair's reasons) with these codes already refuse it for
+    /// what [`When::judged_by_capabilities`] entries are about.
+    #[must_use]
+    pub fn refused_by_capabilities(codes: impl IntoIterator<Item = Code>) -> bool {
+        codes
+            .into_iter()
+            .any(|c| matches!(c, Code::MachineUnsupported | Code::CpuModelUnknown))
+    }
+
     /// Whether it asks of the guest what no check of the destination's own capabilities
     /// answers (its domain type, threads, CPU features): such an entry may be said as not
     /// compared when a release it depends on is not given. One about a machine type or a CPU
@@ -181,7 +200,8 @@ pub struct Hazard {
     pub breaks: Breaks,
     /// The combination and what happens.
     pub what: String,
-    /// libvirt's or QEMU's words where seen, else what happens.
+    /// What happens: libvirt's or QEMU's own words in double quotes where they were seen, as
+    /// the sentences print it.
     pub symptom: String,
     /// What the operator does about it.
     pub fix: String,
@@ -450,18 +470,21 @@ pub fn sentence(h: &Hazard, source: Option<Releases>, destination: Releases) -> 
 #[must_use]
 pub fn finding_sentence(h: &Hazard, source: Option<Releases>, destination: Releases) -> String {
     let of = |r: Releases| {
-        let v = |x: Option<String>| x.unwrap_or_else(|| "not given".into());
+        let v = |x: Option<String>| x.unwrap_or_else(|| "(release not given)".into());
         format!(
             "libvirt {}, QEMU {}",
             v(r.libvirt.map(|l| l.to_string())),
             v(r.qemu.map(|q| q.to_string()))
         )
     };
-    let from = source.map_or_else(String::new, |s| format!("from {} ", of(s)));
+    // A start's hazard is the destination's alone: where the guest comes from does not matter.
+    let from = source
+        .filter(|_| h.breaks == Breaks::Migration)
+        .map_or_else(String::new, |s| format!("from {} ", of(s)));
+    let to = if from.is_empty() { "on" } else { "to" };
     format!(
-        "a known hazard of the stack ({}, {}to {}): {} (\"{}\"); source: {}",
+        "a known hazard of the stack ({}, {from}{to} {}): {} ({}); source: {}",
         h.id,
-        from,
         of(destination),
         h.what,
         h.symptom,
@@ -473,7 +496,7 @@ pub fn finding_sentence(h: &Hazard, source: Option<Releases>, destination: Relea
 #[must_use]
 pub fn unknown_sentence(h: &Hazard, lacking: &[&str]) -> String {
     format!(
-        "not compared: the known hazard {} of the stack ({}: \"{}\") depends on {}, which the facts do not give (virt-cpu-policyd --publish writes each host's libvirt and QEMU releases); source: {}",
+        "not compared: the known hazard {} of the stack ({}: {}) depends on {}, which the facts do not give (virt-cpu-policyd --publish writes each host's libvirt and QEMU releases); source: {}",
         h.id,
         h.breaks.as_str(),
         h.symptom,

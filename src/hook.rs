@@ -716,7 +716,8 @@ fn arrival_hazards(p: &Pipeline<'_, '_>, phase: Phase, host: &Host) -> Vec<Findi
             .qemu_version(p.dom.arch(), p.dom.emulator().as_deref())
             .map(|v| v.value);
     }
-    crate::validate::hazard::on_this_host(&p.dom, running, here)
+    // The judge's blocking findings (machine-unsupported among them) returned before.
+    crate::validate::hazard::on_this_host(&p.dom, running, here, false)
 }
 
 /// An incoming guest that runs here but misses the policy: let in, since libvirt keeps its CPU on

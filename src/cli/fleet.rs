@@ -348,7 +348,27 @@ fn drain_view(fleet: &mut Fleet, host: &str, json: bool) -> Result<i32, Failure>
 /// not compared, as [`finish`].
 fn guest_view(fleet: &Fleet, name: &str, json: bool) -> Result<i32, Failure> {
     use crate::fleet::guest_view::{answers, find};
-    let found = find(fleet, name)?;
+    let found = match find(fleet, name) {
+        Ok(found) => found,
+        // Not among the guests read, but some facts were not read: not known, not "no such
+        // guest" (exit 4, the incomplete answer, with what was not read).
+        Err(e) if fleet.gaps.summary().is_some() => {
+            crate::stdio::message_line(&format!(
+                "virt-cpu-policy: {e}, but the answer is incomplete: the guest may be in what was not read"
+            ));
+            let report = if json {
+                let v = serde_json::json!({
+                    "schema_version": crate::verdict::JSON_SCHEMA_VERSION,
+                    "guests": [],
+                });
+                json_text(&with_gaps(v, fleet))
+            } else {
+                fleet.gaps.text()
+            };
+            return finish(&report, "", 0, &fleet.gaps);
+        }
+        Err(e) => return Err(e.into()),
+    };
     let mut text = String::new();
     let mut values = Vec::new();
     let (mut nowhere, mut unknown) = (Vec::new(), 0);

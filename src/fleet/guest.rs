@@ -218,10 +218,13 @@ pub fn read(root: roxmltree::Node<'_, '_>, source: &str) -> Result<Vec<GuestFact
             return Err("a <guest> without <domain>".into());
         };
         let state = match g.attribute("state") {
-            Some("running") => GuestState::Running,
+            // A paused guest is active: it migrates live with the CPU it has.
+            Some("running" | "paused") => GuestState::Running,
             Some("shutoff") | None => GuestState::Shutoff,
             Some(other) => {
-                return Err(format!("<guest state='{other}'>: not running or shutoff"));
+                return Err(format!(
+                    "<guest state='{other}'>: not running, paused or shutoff"
+                ));
             }
         };
         let name = g.attribute("name").map_or_else(
@@ -261,7 +264,7 @@ pub fn from_domain_document(
         Some(d) => (&text[d?.range()], GuestState::Running),
         // `virsh dumpxml` of a running guest: libvirt writes `<domain id='N'>` only for an
         // active domain ([`Domain::is_live`]), so its CPU is the live one a migration carries.
-        None if root.attribute("id").is_some() => (&text[root.range()], GuestState::Running),
+        None if crate::domain::is_live_element(root) => (&text[root.range()], GuestState::Running),
         None => (&text[root.range()], GuestState::Shutoff),
     };
     let dom = Domain::parse(domain, source).map_err(|e| e.to_string())?;
@@ -404,6 +407,11 @@ mod tests {
         assert_eq!(live.state, GuestState::Running);
         let stored = read(&format!("<domain type='kvm'>{body}"));
         assert_eq!(stored.state, GuestState::Shutoff);
+        // Not an id libvirt writes for an active domain: not taken as one.
+        for id in ["-1", "", "abc", "0"] {
+            let other = read(&format!("<domain type='kvm' id='{id}'>{body}"));
+            assert_eq!(other.state, GuestState::Shutoff, "id='{id}'");
+        }
     }
 
     #[test]

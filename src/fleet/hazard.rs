@@ -51,12 +51,16 @@ impl Fleet {
         if class.hazards.is_empty() {
             return Vec::new();
         }
-        self.hazard_reasons_for(shape, self.sources[g], class)
+        let refused = crate::hazards::When::refused_by_capabilities(
+            self.verdict_in(g, c).iter().map(|r| r.code),
+        );
+        self.hazard_reasons_for(shape, self.sources[g], class, refused)
     }
 
     /// The reasons of the start hazards of guest `g` started on host `h` (`--upgrade`: the
     /// upgraded host restarts its guests), whatever the guest's state.
-    pub(super) fn start_hazard_reasons(&self, g: usize, h: usize) -> Vec<Reason> {
+    /// `refused`: the judge already refuses its machine type or CPU model there.
+    pub(super) fn start_hazard_reasons(&self, g: usize, h: usize, refused: bool) -> Vec<Reason> {
         let class = &self.classes[self.hosts[h].class];
         if class.hazards.is_empty() {
             return Vec::new();
@@ -68,19 +72,24 @@ impl Fleet {
             running: false,
             ..shape_of(&guest.facts.domain, false)
         };
-        self.hazard_reasons_for(&shape, None, class)
+        self.hazard_reasons_for(&shape, None, class, refused)
     }
 
+    /// The reasons of the entries of `class` that guest `shape` from host `source` meets;
+    /// `refused`: the class's own capabilities already refuse its machine type or CPU model
+    /// (entries about those are then left out: [`crate::hazards::When::judged_by_capabilities`]).
     fn hazard_reasons_for(
         &self,
         shape: &GuestShape,
         source: Option<usize>,
         class: &super::HostClass,
+        refused: bool,
     ) -> Vec<Reason> {
         let source = source.map(|s| self.classes[self.hosts[s].class].releases);
         class
             .hazards
             .iter()
+            .filter(|(hz, _)| !(refused && hz.when.judged_by_capabilities()))
             .filter_map(|(hz, lacks)| match for_guest(hz, lacks, shape, source)? {
                 Outcome::Holds => Some(Reason {
                     code: Code::StackHazard,

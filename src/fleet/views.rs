@@ -512,7 +512,6 @@ pub fn upgrade(fleet: &Fleet, h: usize, to: usize, policy: &Policy) -> Vec<Upgra
             let definition = facts.definition.as_deref().unwrap_or(&facts.domain);
             // A known hazard of the upgraded host's releases (a start's: libvirt 12.4 with a
             // QEMU before 7.2) holds whatever the guest's definition: no rewrite mends it.
-            let hazards = fleet.start_hazard_reasons(guest, to);
             let mut judged = fleet.in_own_words(
                 to,
                 class.names_judged(super::judge::judge_shape(
@@ -523,6 +522,9 @@ pub fn upgrade(fleet: &Fleet, h: usize, to: usize, policy: &Policy) -> Vec<Upgra
                     crate::destination::Arrival::Start,
                 )),
             );
+            let refused =
+                crate::hazards::When::refused_by_capabilities(judged.iter().map(|r| r.code));
+            let hazards = fleet.start_hazard_reasons(guest, to, refused);
             judged.extend(hazards.iter().cloned());
             let reasons = Rc::new(judged);
             let fix = (!reasons.is_empty())

@@ -97,6 +97,9 @@ pub struct Host {
     x86_feature_names: std::sync::OnceLock<std::collections::HashSet<String>>,
     /// The `libvirt` attribute of the first `<hostFacts>` file read that has one.
     facts_version: Option<Sourced<LibvirtVersion>>,
+    /// The `qemu` attribute of the first `<hostFacts>` file read that has one: the judged
+    /// host's QEMU release ([`Host::qemu_version`]), which the rules that depend on it read.
+    facts_qemu: Option<Sourced<QemuVersion>>,
     /// The cluster's facts files and directories (`[host] cluster`), with where they are named.
     pub cluster: Option<Sourced<Vec<PathBuf>>>,
     skip_machine_support: bool,
@@ -303,6 +306,7 @@ impl Host {
             qemu_override: opts.qemu_version.clone(),
             x86_feature_names: std::sync::OnceLock::new(),
             facts_version: None,
+            facts_qemu: None,
             cluster: opts.cluster.clone(),
             skip_machine_support: opts.skip_machine_support,
             caps_machine_files: Vec::new(),
@@ -438,6 +442,12 @@ impl Host {
                 }
                 self.domcaps.extend(f.domcaps);
                 // The first file wins, as for machine types: `--caps` files come first.
+                if self.facts_qemu.is_none() {
+                    self.facts_qemu = f.qemu.map(|value| Sourced {
+                        value,
+                        source: format!("<hostFacts qemu='{value}'> in {}", path.display()),
+                    });
+                }
                 if self.facts_version.is_none() {
                     self.facts_version = f.libvirt.map(|value| Sourced {
                         value,
@@ -481,6 +491,9 @@ impl Host {
             suffix(&mut c.source);
         }
         if let Some(v) = &mut self.facts_version {
+            suffix(&mut v.source);
+        }
+        if let Some(v) = &mut self.facts_qemu {
             suffix(&mut v.source);
         }
     }

@@ -32,13 +32,17 @@ impl Host {
             .filter(|f| f.is_fresh())
     }
 
-    /// The QEMU release of the domain's emulator: `--qemu-version`, else `<version>` of its file
-    /// in libvirt's QEMU capability cache when that file is fresh. None
-    /// when neither says.
+    /// The QEMU release of the domain's emulator: `--qemu-version`, else the `qemu` attribute
+    /// of the judged host's `<hostFacts>` (`--caps`, a fleet's host facts), else `<version>` of
+    /// its file in libvirt's QEMU capability cache when that file is fresh. None when none says.
     #[must_use]
     pub fn qemu_version(&self, arch: &str, emulator: Option<&str>) -> Option<Sourced<QemuVersion>> {
         if let Some(o) = &self.qemu_override {
             return Some(o.clone());
+        }
+        // The judged host's own facts say it before this machine's cache.
+        if let Some(v) = &self.facts_qemu {
+            return Some(v.clone());
         }
         let f = self.fresh_cache_file(arch, emulator)?;
         Some(Sourced {

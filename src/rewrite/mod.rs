@@ -154,10 +154,17 @@ pub fn rewrite_pipeline(p: &Pipeline<'_, '_>, what: &str, policy: &Policy) -> Re
         findings.extend(passthrough_warning(dom, &rewritten));
     }
     // The stack's known hazards of a start on this host (the rewrite changes no release).
+    let refused = crate::hazards::When::refused_by_capabilities(
+        findings
+            .iter()
+            .filter(|f| f.severity == crate::finding::Severity::Error)
+            .map(|f| f.code),
+    );
     findings.extend(crate::validate::hazard::on_this_host(
         dom,
         false,
         facts.hazard_releases,
+        refused,
     ));
     let output = if policy.mode == Mode::Audit {
         text.to_string()

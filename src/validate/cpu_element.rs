@@ -279,7 +279,57 @@ fn check_model_known(
             format!("CPU model '{model}' is not in libvirt's cpu_map ({}): libvirt refuses to start the guest (\"Unknown CPU model {model}\")", facts.cpu_map_source),
             "use a model libvirt knows (`virsh cpu-models x86_64`), written without spaces around it",
         ));
+        return;
     }
+    if is_x86(arch) {
+        check_x86_model_offered(cpu, model, facts, out);
+    }
+}
+
+/// An x86 custom model libvirt's cpu_map knows but the emulator does not offer (absent from
+/// domcapabilities' custom models of the guest's virt type and machine type: QEMU 7.1 removed
+/// `Icelake-Client`, which libvirt 9.0 to 12.8 keep). libvirt's `virCPUTranslate` then refuses
+/// the start under `fallback='forbid'` ("CPU model Icelake-Client is not supported by
+/// hypervisor", seen on libvirt 9.0/QEMU 7.2), and otherwise starts the guest with the closest
+/// model the emulator offers (`x86Decode` over the allowed models; seen on libvirt 9.0/QEMU
+/// 7.2: `IvyBridge` and features for `Icelake-Client`, `check='full'`): a warning, the guest's
+/// CPU is not the one named. Without domcapabilities listing custom models nothing is said.
+fn check_x86_model_offered(
+    cpu: Node<'_, '_>,
+    model: &str,
+    facts: &DomainFacts<'_>,
+    out: &mut Vec<Finding>,
+) {
+    let Some(dc) = facts
+        .domcaps
+        .filter(|dc| dc.modes.contains(&CpuMode::Custom) && !dc.models.is_empty())
+    else {
+        return;
+    };
+    if dc.lists_model(model) {
+        return;
+    }
+    let forbid = child(cpu, "model")
+        .and_then(|m| m.attribute("fallback"))
+        .and_then(Fallback::parse)
+        == Some(Fallback::Forbid);
+    let offered = format!(
+        "CPU model '{model}' is not one this QEMU offers for {} guests (not among the custom models of {})",
+        dc.virt_type, dc.source
+    );
+    out.push(if forbid {
+        Finding::error(
+            Code::CpuModelUnknown,
+            format!("{offered}: with fallback='forbid' libvirt refuses to start the guest (\"CPU model {model} is not supported by hypervisor\")"),
+            "use a model `virsh domcapabilities` lists under <mode name='custom'>, or drop fallback='forbid' to let libvirt pick the closest one",
+        )
+    } else {
+        Finding::warning(
+            Code::CpuModelUnknown,
+            format!("{offered}: libvirt starts the guest with the closest model it offers instead (fallback='allow'), so the guest does not get the CPU it names"),
+            "use a model `virsh domcapabilities` lists under <mode name='custom'>",
+        )
+    });
 }
 
 /// An Arm custom model the emulator does not offer ([`check_model_known`]): domcapabilities'

@@ -19,8 +19,16 @@ use crate::hazards::{
 
 /// The findings of the known hazards for guest `dom` arriving on a host of `here` releases:
 /// started (`running` false), or by live migration from a host whose releases are not known.
+/// `refused` when this host's own capabilities already refuse the guest's machine type or CPU
+/// model ([`crate::hazards::When::refused_by_capabilities`]): the entries about those are then
+/// not said a second time.
 #[must_use]
-pub fn on_this_host(dom: &Domain<'_>, running: bool, here: Releases) -> Vec<Finding> {
+pub fn on_this_host(
+    dom: &Domain<'_>,
+    running: bool,
+    here: Releases,
+    refused: bool,
+) -> Vec<Finding> {
     let shape = dom.hazard_shape(running);
     if !crate::hazards::may_meet(&shape) {
         return Vec::new();
@@ -31,6 +39,7 @@ pub fn on_this_host(dom: &Domain<'_>, running: bool, here: Releases) -> Vec<Find
         .into_iter()
         // This host's release not known: its own capability checks judge the start instead.
         .filter(|(_, lacks)| lacks.is_empty())
+        .filter(|(h, _)| !(refused && h.when.judged_by_capabilities()))
         .filter_map(|(h, lacks)| {
             Some(match for_guest(h, &lacks, &shape, None)? {
                 Outcome::Holds => {
@@ -63,7 +72,7 @@ mod tests {
     #[test]
     fn a_start_hazard_of_this_hosts_releases_is_an_error() {
         let dom = Domain::parse(THREADS, "t").unwrap();
-        let f = on_this_host(&dom, false, releases("12.4.0", Some("7.1.0")));
+        let f = on_this_host(&dom, false, releases("12.4.0", Some("7.1.0")), false);
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].code, Code::StackHazard);
         assert_eq!(f[0].severity, crate::finding::Severity::Error);
@@ -72,10 +81,10 @@ mod tests {
             "{}",
             f[0].message
         );
-        assert!(on_this_host(&dom, false, releases("12.4.0", Some("7.2.0"))).is_empty());
-        assert!(on_this_host(&dom, false, releases("12.3.0", Some("7.1.0"))).is_empty());
+        assert!(on_this_host(&dom, false, releases("12.4.0", Some("7.2.0")), false).is_empty());
+        assert!(on_this_host(&dom, false, releases("12.3.0", Some("7.1.0")), false).is_empty());
         // The QEMU release not known: a host's own releases are never claimed on a guess.
-        assert!(on_this_host(&dom, false, releases("12.4.0", None)).is_empty());
+        assert!(on_this_host(&dom, false, releases("12.4.0", None), false).is_empty());
     }
 
     /// A KVM guest with threads arriving by live migration at libvirt 11.3 / QEMU 10.0 from a
@@ -84,7 +93,7 @@ mod tests {
     #[test]
     fn a_migration_hazard_of_an_unknown_source_is_a_warning() {
         let dom = Domain::parse(THREADS, "t").unwrap();
-        let f = on_this_host(&dom, true, releases("11.3.0", Some("10.0.0")));
+        let f = on_this_host(&dom, true, releases("11.3.0", Some("10.0.0")), false);
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].severity, crate::finding::Severity::Warning);
         assert!(
@@ -95,11 +104,11 @@ mod tests {
             "{}",
             f[0].message
         );
-        assert!(on_this_host(&dom, true, releases("12.8.0", Some("11.1.0"))).is_empty());
-        assert!(on_this_host(&dom, false, releases("11.3.0", Some("10.0.0"))).is_empty());
+        assert!(on_this_host(&dom, true, releases("12.8.0", Some("11.1.0")), false).is_empty());
+        assert!(on_this_host(&dom, false, releases("11.3.0", Some("10.0.0")), false).is_empty());
         let one = THREADS.replace("threads='2'", "threads='1'");
         let dom = Domain::parse(&one, "t").unwrap();
-        assert!(on_this_host(&dom, true, releases("11.3.0", Some("10.0.0"))).is_empty());
+        assert!(on_this_host(&dom, true, releases("11.3.0", Some("10.0.0")), false).is_empty());
     }
 
     /// A guest of machine type pc-i440fx-2.3 on this host: an error at QEMU 10.0 (the rig's
@@ -112,7 +121,7 @@ mod tests {
             .replace("arch='x86_64'", "arch='x86_64' machine='pc-i440fx-2.3'");
         let dom = Domain::parse(&old, "t").unwrap();
         for running in [false, true] {
-            let f = on_this_host(&dom, running, releases("11.3.0", Some("10.0.13")));
+            let f = on_this_host(&dom, running, releases("11.3.0", Some("10.0.13")), false);
             assert_eq!(f.len(), 1, "{f:?}");
             assert_eq!(f[0].severity, crate::finding::Severity::Error);
             assert!(
@@ -121,12 +130,15 @@ mod tests {
                 f[0].message
             );
         }
-        assert!(on_this_host(&dom, false, releases("9.0.0", Some("7.2.22"))).is_empty());
+        assert!(on_this_host(&dom, false, releases("9.0.0", Some("7.2.22")), false).is_empty());
+        // This host's capabilities already refuse the machine type (machine-unsupported): the
+        // entry is not said a second time.
+        assert!(on_this_host(&dom, false, releases("11.3.0", Some("10.0.13")), true).is_empty());
         // This host's QEMU not known: not claimed (machine-unsupported judges it from the
         // capabilities).
-        assert!(on_this_host(&dom, false, releases("11.3.0", None)).is_empty());
+        assert!(on_this_host(&dom, false, releases("11.3.0", None), false).is_empty());
         let newer = old.replace("2.3", "2.4");
         let next = Domain::parse(&newer, "t").unwrap();
-        assert!(on_this_host(&next, false, releases("11.3.0", Some("10.0.13"))).is_empty());
+        assert!(on_this_host(&next, false, releases("11.3.0", Some("10.0.13")), false).is_empty());
     }
 }

@@ -190,3 +190,40 @@ fn an_unknown_guest_is_exit_2_with_one_line() {
         "virt-cpu-policy: no guest named 'web-l' (nor of that UUID) among the guest facts given\n"
     );
 }
+
+/// A guest not found while a facts file could not be read is not known, not absent: exit 4
+/// (the answer is incomplete), the file not read named in the report; and a paused
+/// guest (`<guest state='paused'>`) is read as running, the file's other guests with it.
+#[test]
+fn a_guest_not_found_among_facts_not_all_read_is_not_known() {
+    let t = Scratch::new("fleet-guest-incomplete");
+    let hosts = hosts_dir(&t, "hosts", &GENERATIONS);
+    let broken = t.write(
+        "broken.guests.xml",
+        "<guestFacts host='bookworm'><guest name='x' id='1' id='2'/>",
+    );
+    let out = run_fleet(&["--guest".to_string(), "db-9".into(), s(&hosts), s(&broken)]);
+    out.status(4);
+    assert!(
+        out.stderr.contains("no guest named 'db-9'") && out.stderr.contains("incomplete"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stdout.contains("broken.guests.xml"), "{}", out.stdout);
+
+    let domain = guest("db-9", "pc-q35-5.2", &custom("qemu64", ""));
+    let paused = t.write(
+        "paused.guests.xml",
+        guest_facts(
+            "bookworm",
+            &[
+                ("db-9", "paused", domain.clone()),
+                ("web-9", "shutoff", domain),
+            ],
+        ),
+    );
+    let v = guest_json("db-9", &[s(&hosts), s(&paused)], 0);
+    assert_eq!(v["guests"][0]["state"], "running", "{v:#}");
+    let w = guest_json("web-9", &[s(&hosts), s(&paused)], 0);
+    assert_eq!(w["guests"][0]["state"], "shutoff", "{w:#}");
+}
