@@ -89,7 +89,8 @@ pub enum Command {
     /// Every guest × every host of a fleet, each host judged with its own facts: per host its
     /// counts, per guest the hosts that run it and why the others cannot (`--pairs`: every pair,
     /// `runs` or `cannot` with every reason); `--drain HOST` (exit 1 when a guest cannot leave),
-    /// `--admit FACTS`, `--upgrade HOST --to FACTS`. Exit 0 all run, 1 some cannot, 2 bad input.
+    /// `--guest NAME`, `--admit FACTS`, `--upgrade HOST --to FACTS`; `--format html` a page. Exit
+    /// 0 all run, 1 some cannot, 2 bad input, 4 some not compared or the answer incomplete.
     Fleet(FleetArgs),
     /// Check a policy before it is used (`policy check [FILE]`): its keys and values, and every
     /// CPU model, feature and selector against this host's libvirt.

@@ -492,11 +492,31 @@ pub fn finding_sentence(h: &Hazard, source: Option<Releases>, destination: Relea
     )
 }
 
-/// The not-compared sentence for hazard `h`, whose facts `lacking` are not given.
+/// Where the releases a hazard depends on come from, said after what is lacking: a fleet's
+/// facts (the daemon publishes them), or, on one host, the source host the hook at `migrate
+/// begin` is never told of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lacking {
+    /// A fleet's facts lack it: `virt-cpu-policyd --publish` writes each host's releases.
+    InFacts,
+    /// The source host of an arrival on this host: libvirt does not name it to the hook.
+    SourceHost,
+}
+
+/// The not-compared sentence for hazard `h`, whose facts `lacking` are not given (`why`: where
+/// they would come from).
 #[must_use]
-pub fn unknown_sentence(h: &Hazard, lacking: &[&str]) -> String {
+pub fn unknown_sentence(h: &Hazard, lacking: &[&str], why: Lacking) -> String {
+    let gap = match why {
+        Lacking::InFacts => {
+            "which the facts do not give (virt-cpu-policyd --publish writes each host's libvirt and QEMU releases)"
+        }
+        Lacking::SourceHost => {
+            "which libvirt does not tell this host of an arriving guest (`virt-cpu-policy fleet` with both hosts' facts answers it)"
+        }
+    };
     format!(
-        "not compared: the known hazard {} of the stack ({}: {}) depends on {}, which the facts do not give (virt-cpu-policyd --publish writes each host's libvirt and QEMU releases); source: {}",
+        "not compared: the known hazard {} of the stack ({}: {}) depends on {}, {gap}; source: {}",
         h.id,
         h.breaks.as_str(),
         h.symptom,

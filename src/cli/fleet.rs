@@ -132,16 +132,18 @@ fn cpu_maps(values: &[String]) -> Result<CpuMaps, Failure> {
             _ => maps.default = Some(PathBuf::from(v)),
         }
     }
-    for dir in maps
+    // Each as the operator wrote it (`HOST=DIR` with its host), so the one at fault is found.
+    let given = maps
         .default
         .iter()
-        .chain(maps.by_host.iter().map(|(_, d)| d))
-    {
+        .map(|d| (String::new(), d))
+        .chain(maps.by_host.iter().map(|(h, d)| (format!("{h}="), d)));
+    for (host, dir) in given {
         if !dir.join("index.xml").is_file() {
             return Err(Failure {
                 code: EXIT_BAD_INPUT,
                 message: Some(format!(
-                    "--cpu-map {}: not a libvirt cpu_map directory (no index.xml)",
+                    "--cpu-map {host}{}: not a libvirt cpu_map directory (no index.xml)",
                     dir.display()
                 )),
             });

@@ -97,7 +97,7 @@ impl Fleet {
                 }),
                 Outcome::Unknown(missing) => Some(Reason {
                     code: Code::NotCompared,
-                    message: unknown_sentence(hz, &missing),
+                    message: unknown_sentence(hz, &missing, crate::hazards::Lacking::InFacts),
                 }),
             })
             .collect()

@@ -14,7 +14,7 @@
 use crate::domain::Domain;
 use crate::finding::{Code, Finding};
 use crate::hazards::{
-    Outcome, Releases, at_destination, finding_sentence, for_guest, unknown_sentence,
+    Lacking, Outcome, Releases, at_destination, finding_sentence, for_guest, unknown_sentence,
 };
 
 /// The findings of the known hazards for guest `dom` arriving on a host of `here` releases:
@@ -45,9 +45,11 @@ pub fn on_this_host(
                 Outcome::Holds => {
                     Finding::error(Code::StackHazard, finding_sentence(h, None, here), &h.fix)
                 }
-                Outcome::Unknown(missing) => {
-                    Finding::warning(Code::StackHazard, unknown_sentence(h, &missing), &h.fix)
-                }
+                Outcome::Unknown(missing) => Finding::warning(
+                    Code::StackHazard,
+                    unknown_sentence(h, &missing, Lacking::SourceHost),
+                    &h.fix,
+                ),
             })
         })
         .collect()

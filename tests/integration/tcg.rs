@@ -901,3 +901,86 @@ fn another_roots_qemu_cache_names_that_roots_qemu() {
         eprintln!("tcg: {}'s cache: {line}", g.name);
     }
 }
+
+/// An x86 model libvirt's cpu_map knows but the emulator does not offer (QEMU 7.1 removed
+/// `Icelake-Client`, which every generation's cpu_map keeps): on each captured generation,
+/// judged from its own TCG domcapabilities, a guest naming it with `fallback='forbid'` is
+/// refused as libvirt refuses it ("CPU model Icelake-Client is not supported by hypervisor",
+/// seen on libvirt 9.0/QEMU 7.2), with the default fallback it is a warning (libvirt starts the
+/// closest model it offers: `IvyBridge` and features there), and nothing where the
+/// domcapabilities list it (QEMU 5.2).
+#[test]
+fn a_model_the_emulator_does_not_offer_is_refused_only_under_fallback_forbid() {
+    let dir = Scratch::new("tcg-offered");
+    let policy = dir.write("empty.toml", "version = 1\n");
+    let mut seen = BTreeSet::new();
+    // Every captured generation, named by its directory: a new one is picked up as it comes.
+    let root = generation_facts(".");
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let facts = entry.unwrap().path();
+        let domcaps = facts.join("domcapabilities-x86_64-q35-qemu.xml");
+        if !domcaps.is_file() {
+            continue;
+        }
+        let offered = std::fs::read_to_string(&domcaps)
+            .unwrap()
+            .contains(">Icelake-Client</model>");
+        seen.insert(offered);
+        for forbid in [true, false] {
+            let fallback = if forbid { " fallback='forbid'" } else { "" };
+            let cpu = format!(
+                "<cpu mode='custom' match='exact'><model{fallback}>Icelake-Client</model></cpu>"
+            );
+            let file = dir.write(
+                "g.xml",
+                guest("vcp-test-offered", "q35", "<vcpu>1</vcpu>", &cpu, false),
+            );
+            let out = Cmd::new(&["check", "--format", "json", "--no-qemu-caps-cache"])
+                .args(&[
+                    "--caps",
+                    &s(&facts.join("capabilities.xml")),
+                    "--caps",
+                    &s(&domcaps),
+                ])
+                .args(&[
+                    "--cpu-map",
+                    &s(&facts.join("cpu_map")),
+                    "--policy",
+                    &s(&policy),
+                ])
+                .arg(s(&file))
+                .run();
+            let v: serde_json::Value = serde_json::from_str(&out.stdout)
+                .unwrap_or_else(|e| panic!("{}: {e}: {}", facts.display(), out.stderr));
+            let found: Vec<&serde_json::Value> = v["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|f| {
+                    f["code"] == "cpu-model-unknown"
+                        && f["message"]
+                            .as_str()
+                            .unwrap()
+                            .contains("not one this QEMU offers")
+                })
+                .collect();
+            let at = facts.display();
+            if offered {
+                assert!(found.is_empty(), "{at}: offered, said {v}");
+            } else {
+                assert_eq!(found.len(), 1, "{at}: {v}");
+                let severity = if forbid { "error" } else { "warning" };
+                assert_eq!(found[0]["severity"], severity, "{at}: {v}");
+                if forbid {
+                    assert!(
+                        found[0]["message"].as_str().unwrap().contains(
+                            "\"CPU model Icelake-Client is not supported by hypervisor\""
+                        ),
+                        "{at}: {v}"
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(seen.len(), 2, "generations offering it and not: {seen:?}");
+}

@@ -26,6 +26,9 @@
   const guestsOn = D.hosts.map(() => []);
   D.guests.forEach((g, i) => { if (g.h !== null) guestsOn[g.h].push(i); });
   const VERDICT = { r: "runs", c: "cannot", n: "not-compared" };
+  // A guest's state in virsh domstate's words (the data keeps the JSON views' `shutoff`).
+  const STATE = { running: "running", shutoff: "shut off" };
+  const stateOf = (guest) => STATE[guest.s] || guest.s;
 
   // A guest's verdict on host h: its own host's is `o` (nothing migrates there).
   const at = (g, h) => (D.guests[g].h === h ? D.guests[g].o : D.guests[g].v[kindOf[h]]);
@@ -192,7 +195,7 @@
       const list = el("ul");
       for (const g of guestsOn[s]) {
         const v = at(g, d);
-        const item = el("li", {}, el("strong", {}, D.guests[g].n), " (" + D.guests[g].s + "): ", el("span", { class: VERDICT[v] }, VERDICT[v]));
+        const item = el("li", {}, el("strong", {}, D.guests[g].n), " (" + stateOf(D.guests[g]) + "): ", el("span", { class: VERDICT[v] }, VERDICT[v]));
         if (v !== "r") item.append(reasonList(g, d));
         list.append(item);
       }
@@ -278,7 +281,7 @@
         const guest = D.guests[g], f = fig[g];
         body.append(el("tr", { class: "pick", tabindex: "0", "data-guest": guest.n, onclick: () => showGuest(g), onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); showGuest(g); } } },
           el("th", { scope: "row" }, guest.n), el("td", {}, guest.h !== null ? D.hosts[guest.h].name : guest.hn !== null ? guest.hn + " (no facts)" : "not named"),
-          el("td", {}, guest.s), el("td", {}, guest.os || ""), el("td", {}, levelOf[g] || ""),
+          el("td", {}, stateOf(guest)), el("td", {}, guest.os || ""), el("td", {}, levelOf[g] || ""),
           el("td", { class: "num runs" }, String(f.runs)), el("td", { class: "num cannot" }, String(f.cannot)),
           el("td", { class: "num not-compared" }, String(f.nc)), el("td", { class: "code" }, [...codesOf[g]].join(" "))));
       }
@@ -312,7 +315,7 @@
       const box = $("guest");
       const on = guest.h !== null ? D.hosts[guest.h].name : guest.hn !== null ? guest.hn + ", whose facts are not given" : "a host not named";
       history.replaceState(null, "", "#guest=" + encodeURIComponent(guest.n));
-      box.replaceChildren(el("h3", {}, "Guest " + guest.n + " on " + on + " (" + guest.s + ")"),
+      box.replaceChildren(el("h3", {}, "Guest " + guest.n + " on " + on + " (" + stateOf(guest) + ")"),
         el("p", { id: "guest-figures" }, "runs on " + f.runs + " of " + H + " hosts, cannot on " + f.cannot + ", not compared on " + f.nc));
       const t = el("table", { id: "guest-hosts" }, el("thead", {}, el("tr", {}, ...["Host", "Verdict", "CPU there", "Level", "Reasons"].map((x) => el("th", { scope: "col" }, x)))));
       const body = el("tbody");
