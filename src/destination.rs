@@ -162,7 +162,7 @@ impl Judgement {
 /// Judges the guest of `p` arriving on `host` by `arrival`, comparing CPUs with `map`.
 #[must_use]
 pub fn judge(p: &Pipeline<'_, '_>, host: &Host, map: &CpuMapCache, arrival: Arrival) -> Judgement {
-    let mut findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
+    let mut findings = crate::validate::validate(p.dom, &p.plan, &p.facts);
     // Said once, as the judgement's `arch`.
     findings.retain(|f| f.code != Code::ArchUnsupported);
     // A running guest's OS booted on the CPU it keeps: its floor is a question for a start only.
@@ -170,12 +170,12 @@ pub fn judge(p: &Pipeline<'_, '_>, host: &Host, map: &CpuMapCache, arrival: Arri
         findings.retain(|f| !crate::validate::is_floor_finding(f));
     }
     let already = findings.iter().any(|f| f.code == Code::MachineUnsupported);
-    let machine = (!already).then(|| machine_missing(&p.dom, host)).flatten();
+    let machine = (!already).then(|| machine_missing(p.dom, host)).flatten();
     Judgement {
         findings,
-        arch: arch_missing(&p.dom, host),
+        arch: arch_missing(p.dom, host),
         machine,
-        cpu: compare_cpu(&p.dom, &p.facts, host.host_cpu(), map, arrival),
+        cpu: compare_cpu(p.dom, &p.facts, host.host_cpu(), map, arrival),
     }
 }
 

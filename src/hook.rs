@@ -389,7 +389,7 @@ fn prepare(guest: &str, text: &str, policy: &Policy, host: &Host) -> Result<Deci
         return Ok(Decided::out_of_scope());
     }
     let p = Pipeline::new(&dom, policy, host)?;
-    let findings = crate::validate::validate(&p.dom, &p.plan, &p.facts);
+    let findings = crate::validate::validate(p.dom, &p.plan, &p.facts);
     log_warnings(guest, Phase::Prepare, &findings);
     if let Some(f) = findings
         .iter()
@@ -717,7 +717,7 @@ fn arrival_hazards(p: &Pipeline<'_, '_>, phase: Phase, host: &Host) -> Vec<Findi
             .map(|v| v.value);
     }
     // The judge's blocking findings (machine-unsupported among them) returned before.
-    crate::validate::hazard::on_this_host(&p.dom, running, here, false)
+    crate::validate::hazard::on_this_host(p.dom, running, here, false)
 }
 
 /// An incoming guest that runs here but misses the policy: let in, since libvirt keeps its CPU on

@@ -2,7 +2,7 @@
 //! what the judge reads), once, on first use or over the machine's cores
 //! ([`Fleet::judge_shapes`]), and the `passthrough-group` reason of a host-passthrough guest.
 
-use super::guest_view::{self, CpuThere};
+use super::cpu_there::{CpuThere, cpu_on};
 use super::{DEST, Fleet, Reason, SOURCE, SourceKey, arrival, not_compared, running};
 use crate::destination::group::Source;
 use crate::destination::{Arrival, CpuMapCache, judge};
@@ -336,7 +336,7 @@ pub(super) struct Judgement {
 /// The judge ([`crate::destination::judge`]) on one guest shape and each of `classes`, the
 /// shape parsed once: per class, the reasons it cannot run there (a shape that cannot be
 /// judged, as when the policy asks for a cluster CPU there is none of, is one reason), and the
-/// CPU it would have there when `with_cpu` ([`guest_view::cpu_on`], from the judge's own
+/// CPU it would have there when `with_cpu` ([`cpu_on`], from the judge's own
 /// pipeline).
 pub(super) fn judge_shape_on(
     shape: &str,
@@ -372,7 +372,7 @@ pub(super) fn judge_shape_on(
         .map(|class| match Pipeline::new(&dom, policy, class.host) {
             Ok(p) => Judgement {
                 reasons: reasons_of(&p, class.host, class.map, arrival),
-                cpu: with_cpu.then(|| guest_view::cpu_on(&p, class.host, class.cpu_model)),
+                cpu: with_cpu.then(|| cpu_on(&p, class.host, class.cpu_model)),
             },
             Err(e) => Judgement {
                 reasons: vec![Reason {

@@ -19,6 +19,7 @@
 //! can); [`mod@format`] writes them as text, JSON and Prometheus series.
 
 mod cpu_maps;
+mod cpu_there;
 pub mod format;
 pub mod gaps;
 pub mod guest;
@@ -266,7 +267,7 @@ pub struct Fleet {
     verdicts: std::cell::RefCell<Verdicts>,
     /// The CPU each guest shape would have on each class, as `verdicts`: worked out for the
     /// page and `--guest` only.
-    cpus: std::cell::RefCell<Vec<Vec<Option<guest_view::CpuThere>>>>,
+    cpus: std::cell::RefCell<Vec<Vec<Option<cpu_there::CpuThere>>>>,
     maps: CpuMaps,
     /// Each class's judged facts and cpu_map, to find a host's class ([`read::Judged`]).
     class_of: Vec<(Box<read::Judged>, Option<PathBuf>)>,

@@ -31,7 +31,7 @@ fn findings(host: &Host, vt: &str, cpu: &str) -> Vec<Finding> {
     let dom = Domain::parse(&text, "test").unwrap();
     let policy = Policy::parse("version = 1\n", "test").unwrap();
     let p = Pipeline::new(&dom, &policy, host).unwrap();
-    crate::validate::validate(&p.dom, &p.plan, &p.facts)
+    crate::validate::validate(p.dom, &p.plan, &p.facts)
 }
 
 /// With the built-in table (no cpu_map directory) a feature it lacks may be one the guest's
@@ -182,7 +182,7 @@ fn the_os_floor_is_judged_as_kvm_gives_a_custom_cpu() {
         let dom = Domain::parse(&text, "test").unwrap();
         let policy = Policy::parse("version = 1\n", "test").unwrap();
         let p = Pipeline::new(&dom, &policy, host).unwrap();
-        crate::validate::validate(&p.dom, &p.plan, &p.facts)
+        crate::validate::validate(p.dom, &p.plan, &p.facts)
     };
     let f = judge(&bookworm(true));
     let floor = f

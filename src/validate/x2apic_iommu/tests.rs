@@ -40,7 +40,7 @@ fn errors(h: &Host, text: &str) -> Vec<Finding> {
     let dom = Domain::parse(text, "test").unwrap();
     let policy = Policy::parse("version = 1\n", "test").unwrap();
     let p = Pipeline::new(&dom, &policy, h).unwrap();
-    crate::validate::validate(&p.dom, &p.plan, &p.facts)
+    crate::validate::validate(p.dom, &p.plan, &p.facts)
         .into_iter()
         .filter(|f| f.severity == Severity::Error)
         .collect()
