@@ -81,11 +81,7 @@ impl Fleet {
     /// The judge's reasons for guest `g`'s shape on class `c`, judged on first use.
     pub(super) fn verdict_in(&self, g: usize, c: usize) -> Rc<Vec<Reason>> {
         let shape = self.guests[g].shape;
-        let cached = self
-            .verdicts
-            .borrow()
-            .get(c)
-            .and_then(|row| row.get(shape).cloned().flatten());
+        let cached = self.verdicts.borrow().get(c, shape);
         cached.unwrap_or_else(|| self.store(c, shape, self.judge_in(g, c, false).reasons))
     }
 
@@ -117,11 +113,7 @@ impl Fleet {
     /// first use with the class's verdict, or by [`Fleet::judge_cpus`].
     pub(super) fn cpu_in(&self, g: usize, c: usize) -> CpuThere {
         let shape = self.guests[g].shape;
-        let cached = self
-            .cpus
-            .borrow()
-            .get(c)
-            .and_then(|row| row.get(shape).cloned().flatten());
+        let cached = self.cpus.borrow().get(c, shape);
         if let Some(cpu) = cached {
             return cpu;
         }
@@ -137,40 +129,19 @@ impl Fleet {
     /// Keeps judgement `j` of `shape` on class `c`: its reasons when none are kept yet, its CPU
     /// when it has one.
     fn keep(&self, c: usize, shape: usize, j: Judgement) {
-        let known = self
-            .verdicts
-            .borrow()
-            .get(c)
-            .and_then(|row| row.get(shape))
-            .is_some_and(Option::is_some);
+        let known = self.verdicts.borrow().has(c, shape);
         if !known {
             self.store(c, shape, j.reasons);
         }
         if let Some(cpu) = j.cpu {
-            let mut cpus = self.cpus.borrow_mut();
-            if cpus.len() <= c {
-                cpus.resize_with(c + 1, Vec::new);
-            }
-            let row = &mut cpus[c];
-            if row.len() <= shape {
-                row.resize(shape + 1, None);
-            }
-            row[shape] = Some(cpu);
+            self.cpus.borrow_mut().put(c, shape, cpu);
         }
     }
 
     /// Keeps `reasons` as the verdict of `shape` on class `c`.
     pub(super) fn store(&self, c: usize, shape: usize, reasons: Vec<Reason>) -> Rc<Vec<Reason>> {
         let r = Rc::new(self.classes[c].names_judged(reasons));
-        let mut verdicts = self.verdicts.borrow_mut();
-        if verdicts.len() <= c {
-            verdicts.resize_with(c + 1, Vec::new);
-        }
-        let row = &mut verdicts[c];
-        if row.len() <= shape {
-            row.resize(shape + 1, None);
-        }
-        row[shape] = Some(r.clone());
+        self.verdicts.borrow_mut().put(c, shape, r.clone());
         r
     }
 
@@ -200,17 +171,7 @@ impl Fleet {
         }
         let jobs: Vec<(usize, usize, Vec<usize>)> = {
             let (verdicts, cpus) = (self.verdicts.borrow(), self.cpus.borrow());
-            let known = |c: usize, s: usize| {
-                let has = |row: Option<&Vec<Option<_>>>| {
-                    row.and_then(|row| row.get(s)).is_some_and(Option::is_some)
-                };
-                has(verdicts.get(c))
-                    && (!with_cpu
-                        || cpus
-                            .get(c)
-                            .and_then(|row| row.get(s))
-                            .is_some_and(Option::is_some))
-            };
+            let known = |c: usize, s: usize| verdicts.has(c, s) && (!with_cpu || cpus.has(c, s));
             first
                 .iter()
                 .enumerate()
