@@ -18,6 +18,7 @@
 //! (a host's guests on its next generation, with the rewrite that fixes each when the policy
 //! can); [`mod@format`] writes them as text, JSON and Prometheus series.
 
+mod by_class;
 mod cpu_maps;
 mod cpu_there;
 pub mod format;
@@ -172,45 +173,6 @@ enum SourceKey {
     Class(usize),
 }
 
-/// Answers kept per host class, then guest shape (indexes: no hashing per pair): the verdicts
-/// and the CPUs judged so far.
-pub(super) struct ByClass<T>(Vec<Vec<Option<T>>>);
-
-impl<T> Default for ByClass<T> {
-    fn default() -> Self {
-        ByClass(Vec::new())
-    }
-}
-
-impl<T: Clone> ByClass<T> {
-    /// The answer for `shape` on class `c`, when kept.
-    pub(super) fn get(&self, c: usize, shape: usize) -> Option<T> {
-        self.0
-            .get(c)
-            .and_then(|row| row.get(shape).cloned().flatten())
-    }
-
-    /// Whether an answer for `shape` on class `c` is kept.
-    pub(super) fn has(&self, c: usize, shape: usize) -> bool {
-        self.0
-            .get(c)
-            .and_then(|row| row.get(shape))
-            .is_some_and(Option::is_some)
-    }
-
-    /// Keeps `value` as the answer for `shape` on class `c`.
-    pub(super) fn put(&mut self, c: usize, shape: usize, value: T) {
-        if self.0.len() <= c {
-            self.0.resize_with(c + 1, Vec::new);
-        }
-        let row = &mut self.0[c];
-        if row.len() <= shape {
-            row.resize(shape + 1, None);
-        }
-        row[shape] = Some(value);
-    }
-}
-
 /// Hosts of the same facts: one [`Host`], one cpu_map.
 struct HostClass {
     host: Host,
@@ -300,10 +262,10 @@ pub struct Fleet {
     pub policy: Policy,
     /// No rule at all: guests are judged as they are.
     none: Policy,
-    verdicts: std::cell::RefCell<ByClass<Rc<Vec<Reason>>>>,
+    verdicts: std::cell::RefCell<by_class::ByClass<Rc<Vec<Reason>>>>,
     /// The CPU each guest shape would have on each class, as `verdicts`: worked out for the
     /// page and `--guest` only.
-    cpus: std::cell::RefCell<ByClass<cpu_there::CpuThere>>,
+    cpus: std::cell::RefCell<by_class::ByClass<cpu_there::CpuThere>>,
     maps: CpuMaps,
     /// Each class's judged facts and cpu_map, to find a host's class ([`read::Judged`]).
     class_of: Vec<(Box<read::Judged>, Option<PathBuf>)>,
